@@ -1,0 +1,22 @@
+# Installs bin/ftrain, lib/libftrain.so, lib/ftrain/plugins/*.so, the SDK
+# headers (include/ftrain/...) and the CMake package (find_package(ftrain)).
+include(CMakePackageConfigHelpers)
+
+install(TARGETS ftrain_exe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS ftrain EXPORT ftrainTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ftrain)
+
+# The public SDK: what a plugin may include. Nothing else under src/.
+foreach(_dir core kernels plugin)
+  install(DIRECTORY src/${_dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ftrain/${_dir}
+    FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" PATTERN "host" EXCLUDE PATTERN "cuda" EXCLUDE)
+endforeach()
+
+install(EXPORT ftrainTargets NAMESPACE ftrain:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ftrain)
+configure_package_config_file(cmake/ftrainConfig.cmake.in ${CMAKE_BINARY_DIR}/ftrainConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ftrain)
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/ftrainConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/ftrainConfig.cmake ${CMAKE_BINARY_DIR}/ftrainConfigVersion.cmake
+  cmake/FtrainKokkos.cmake cmake/FtrainPlugin.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ftrain)

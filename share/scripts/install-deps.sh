@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs ftrain's build and test dependencies from Debian 12 packages.
+# Why a script: the README's two commands and CI must install exactly the same
+# set, and a fresh machine has none of it. Idempotent; needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  openmpi-bin libopenmpi-dev
+  libhdf5-openmpi-dev hdf5-tools
+  libtrilinos-kokkos-dev
+  libopenblas-dev
+  libgtest-dev libgmock-dev
+  nlohmann-json3-dev
+  libsentencepiece-dev sentencepiece
+  python3 python3-numpy
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,1 @@
+// Anchors libftrain.so; the content comes from the whole-archive components.

@@ -1,0 +1,125 @@
+#include "core/tensor.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace ftrain {
+
+std::int64_t shape_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) {
+    FT_CHECK(d >= 0) << "negative dimension in shape " << shape_string(shape);
+    n *= d;
+  }
+  return n;
+}
+
+std::string shape_string(const Shape& shape) {
+  std::ostringstream s;
+  s << "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
+
+namespace {
+std::shared_ptr<void> allocate_host(std::size_t bytes) {
+  constexpr std::size_t kAlign = 64;
+  const std::size_t rounded = ((bytes + kAlign - 1) / kAlign) * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+  FT_CHECK(p != nullptr) << "host allocation of " << bytes << " bytes failed";
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, std::string name) {
+  FT_CHECK(device == Device::host) << "tensor '" << name << "': the CUDA backend is not built into this ftrain";
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.name_ = std::move(name);
+  t.storage_bytes_ = t.nbytes();
+  t.storage_ = allocate_host(t.storage_bytes_);
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device, std::string name) {
+  Tensor t = empty(shape, dtype, device, std::move(name));
+  std::memset(t.data(), 0, t.nbytes());
+  return t;
+}
+
+std::int64_t Tensor::dim(int i) const {
+  const int n = ndim();
+  const int k = i < 0 ? n + i : i;
+  FT_CHECK(k >= 0 && k < n) << "dimension " << i << " out of range for " << describe();
+  return shape_[static_cast<std::size_t>(k)];
+}
+
+Tensor Tensor::view(const Shape& shape, std::int64_t element_offset, std::string name) const {
+  FT_CHECK(defined()) << "view of an undefined tensor";
+  const std::int64_t n = shape_numel(shape);
+  const std::size_t esz = dtype_size(dtype_);
+  FT_CHECK(element_offset >= 0 &&
+           static_cast<std::size_t>(element_offset + n) * esz <= storage_bytes_)
+      << "view " << shape_string(shape) << " at offset " << element_offset << " does not fit in "
+      << describe();
+  Tensor t = *this;
+  t.byte_offset_ = byte_offset_ + static_cast<std::size_t>(element_offset) * esz;
+  t.storage_bytes_ = storage_bytes_ - static_cast<std::size_t>(element_offset) * esz;
+  t.shape_ = shape;
+  t.numel_ = n;
+  t.name_ = name.empty() ? name_ : std::move(name);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape_, dtype_, device_, name_);
+  std::memcpy(t.data(), data(), nbytes());
+  return t;
+}
+
+std::string Tensor::describe() const {
+  std::ostringstream s;
+  s << (name_.empty() ? "<unnamed>" : name_) << " " << dtype_name(dtype_) << shape_string(shape_) << " "
+    << device_name(device_);
+  return s.str();
+}
+
+void throw_dtype_mismatch(const Tensor& t, DType wanted) {
+  FT_THROW() << "tensor " << t.describe() << " accessed as " << dtype_name(wanted);
+}
+
+void copy_convert(const Tensor& src, Tensor& dst) {
+  FT_CHECK(src.numel() == dst.numel()) << "copy from " << src.describe() << " to " << dst.describe();
+  FT_CHECK(src.device() == Device::host && dst.device() == Device::host) << "copy_convert is host only";
+  if (src.dtype() == dst.dtype()) {
+    std::memcpy(dst.data(), src.data(), src.nbytes());
+    return;
+  }
+  FT_CHECK(dtype_is_float(src.dtype()) && dtype_is_float(dst.dtype()))
+      << "copy from " << src.describe() << " to " << dst.describe() << " mixes integer and float types";
+  const std::int64_t n = src.numel();
+  for (std::int64_t i = 0; i < n; ++i) store_from_float(dst.data(), dst.dtype(), i, load_as_float(src.data(), src.dtype(), i));
+}
+
+std::vector<float> to_float_vector(const Tensor& t) {
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  for (std::int64_t i = 0; i < t.numel(); ++i) v[static_cast<std::size_t>(i)] = load_as_float(t.data(), t.dtype(), i);
+  return v;
+}
+
+Tensor from_floats(const Shape& shape, const std::vector<float>& values, DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype);
+  FT_CHECK(static_cast<std::int64_t>(values.size()) == t.numel())
+      << values.size() << " values for shape " << shape_string(shape);
+  for (std::int64_t i = 0; i < t.numel(); ++i) store_from_float(t.data(), dtype, i, values[static_cast<std::size_t>(i)]);
+  return t;
+}
+
+}  // namespace ftrain

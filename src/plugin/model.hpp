@@ -1,0 +1,99 @@
+// The model SDK: what a plugin implements and what the engine drives.
+//
+// A model is a sequence of units. A unit is the FSDP wrapping unit (one
+// decoder/encoder block; embedding and head are units too). It declares its
+// parameters (Hugging Face names and shapes, init) and implements forward and
+// backward over its *gathered* parameters. The engine owns everything else:
+// flat parameter buffers, sharding, gathering and freeing, activation
+// checkpointing (it may drop a UnitCache and call forward again before
+// backward), gradient reduction, the optimizer.
+//
+// Data flow through units:
+//   unit 0 (embedding)   forward(x = undefined) reads batch.inputs, returns h
+//   unit i (block)       forward(x = h) returns h'
+//   last unit (head)     forward(x = h) returns f32[1]: the SUM of per-token
+//                        (or per-sample) losses over non-ignored targets
+// Backward mirrors it: the last unit receives dy = f32[1] holding the loss
+// scale (1 / number of target tokens in the global batch) and returns dx;
+// unit 0 returns an undefined tensor. Parameter gradients accumulate (+=)
+// into `grads` (f32, same shapes as params); see kernels/ops.hpp.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace ftrain {
+
+enum class InitKind : std::uint8_t { normal, zeros, ones };
+
+struct ParamSpec {
+  std::string name;  // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  Shape shape;
+  InitKind init = InitKind::normal;
+  float init_std = 0.02f;     // for InitKind::normal
+  bool weight_decay = true;   // false for norms and biases
+  // Non-empty: this entry is not a parameter of this unit but an alias of the
+  // named parameter owned by an earlier unit (tied embeddings). The engine
+  // passes that tensor in this slot and accumulates its gradient there.
+  std::string tied_to;
+};
+
+// What the data loader hands a step (one micro-batch on one rank).
+struct Batch {
+  Tensor inputs;   // i32 [B, T] tokens (language) or f32 [B, H, W, C] images (vision)
+  Tensor targets;  // i32 [B, T] next tokens (kIgnoreIndex = padding) or i32 [B] labels
+  std::int64_t position_offset = 0;  // position of column 0 (always 0 in training windows)
+};
+
+// Per-step knobs the engine passes to units.
+struct StepContext {
+  Device device = Device::host;
+  DType compute_dtype = DType::f32;   // dtype of activations and gathered params
+  std::int64_t vocab_chunk = 4096;    // cross-entropy chunk over the vocabulary
+  bool training = true;               // false for eval: units may skip saving for backward
+};
+
+// Whatever a unit's forward keeps for its backward. The engine may clear() it
+// (activation checkpointing) and call forward again to refill it.
+struct UnitCache {
+  std::vector<Tensor> saved;
+  void clear() { saved.clear(); }
+};
+
+class Unit {
+ public:
+  virtual ~Unit() = default;
+  virtual std::string name() const = 0;  // "model.embed_tokens", "model.layers.3", "lm_head"
+  virtual std::vector<ParamSpec> params() const = 0;
+  virtual Tensor forward(const StepContext& ctx, const std::vector<Tensor>& params, const Batch& batch,
+                         const Tensor& x, UnitCache& cache) = 0;
+  virtual Tensor backward(const StepContext& ctx, const std::vector<Tensor>& params, std::vector<Tensor>& grads,
+                          const Batch& batch, const Tensor& x, const Tensor& dy, UnitCache& cache) = 0;
+};
+
+enum class DataKind : std::uint8_t { tokens, images };
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::string architecture() const = 0;  // "llama"
+  // Resolved hyperparameters in Hugging Face config.json naming, for the run
+  // log, checkpoints attributes and --check.
+  virtual std::map<std::string, std::string> config() const = 0;
+  virtual DataKind data_kind() const = 0;
+  virtual int num_units() const = 0;
+  virtual Unit& unit(int index) = 0;
+  // Training FLOPs (forward + backward) for one sample of `sequence_length`
+  // tokens (ignored for images), used for MFU: 6 * params_in_matmuls * tokens
+  // plus attention's score and value matmuls.
+  virtual double training_flops_per_sample(std::int64_t sequence_length) const = 0;
+  // Vocabulary size (language) or number of classes (vision).
+  virtual std::int64_t output_size() const = 0;
+};
+
+}  // namespace ftrain
