@@ -1,0 +1,54 @@
+// Host AdamW step on one contiguous f32 range (ops.hpp), as torch.optim.AdamW:
+//   g = grad * grad_scale
+//   m = beta1 m + (1 - beta1) g;   v = beta2 v + (1 - beta2) g^2
+//   p -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p)
+// with mhat = m / (1 - beta1^step), vhat = v / (1 - beta2^step), step >= 1.
+//
+// Conventions: param, grad, m, v are f32 with equal numel (the optimizer's
+// master shard and state); the bias corrections are computed once in double.
+// Element-wise, so any thread count gives identical results.
+#include <Kokkos_Core.hpp>
+#include <cmath>
+
+#include "core/error.hpp"
+#include "kernels/host/float_spans.hpp"
+#include "kernels/ops.hpp"
+
+namespace ftrain::host {
+
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, std::int64_t step, float grad_scale) {
+  constexpr const char* op = "adamw_update";
+  spans::require_dtype(op, param, "param", DType::f32);
+  spans::require_dtype(op, grad, "grad", DType::f32);
+  spans::require_dtype(op, m, "m", DType::f32);
+  spans::require_dtype(op, v, "v", DType::f32);
+  spans::require_numel(op, grad, "grad", param.numel(), "same as param");
+  spans::require_numel(op, m, "m", param.numel(), "same as param");
+  spans::require_numel(op, v, "v", param.numel(), "same as param");
+  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (bias correction) for param "
+                      << param.describe();
+  const double bias1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
+  const double bias2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  const float inv_bias1 = static_cast<float>(1.0 / bias1);
+  const float inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
+  const float one_minus_beta1 = 1.0f - beta1, one_minus_beta2 = 1.0f - beta2;
+  float* p = static_cast<float*>(param.data());
+  const float* gr = static_cast<const float*>(grad.data());
+  float* mm = static_cast<float*>(m.data());
+  float* vv = static_cast<float*>(v.data());
+  spans::for_each_chunk("ftrain::adamw::update", param.numel(), [=](std::int64_t begin, std::int64_t n) {
+    for (std::int64_t i = begin; i < begin + n; ++i) {
+      const float g = gr[i] * grad_scale;
+      const float mi = beta1 * mm[i] + one_minus_beta1 * g;
+      const float vi = beta2 * vv[i] + one_minus_beta2 * g * g;
+      mm[i] = mi;
+      vv[i] = vi;
+      const float mhat = mi * inv_bias1;
+      const float sqrt_vhat = std::sqrt(vi) * inv_sqrt_bias2;
+      p[i] -= lr * (mhat / (sqrt_vhat + eps) + weight_decay * p[i]);
+    }
+  });
+}
+
+}  // namespace ftrain::host

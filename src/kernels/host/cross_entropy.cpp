@@ -1,0 +1,259 @@
+// Host fused linear head + softmax cross entropy, chunked over the vocabulary.
+//
+// logits = h[N,C] . w[V,C]^T (+ bias[V]) are only ever computed one vocab
+// chunk at a time into an f32 scratch [N, vocab_chunk] (cblas_sgemm), so the
+// [N, V] logits of a 128k-token vocabulary never exist. Forward keeps an
+// online logsumexp per row (running max and running sum, rescaled when the
+// max grows) and picks the target logit out of the chunk that holds it:
+// losses[i] = lse[i] - logit[i][target_i]. Backward recomputes each chunk,
+// turns it into dlogit = loss_scale * (softmax - onehot) using the saved lse,
+// and applies the linear layer's backward chunk by chunk:
+// dh (=) accumulates dlogit . w[chunk] over chunks; dw[chunk] += dlogit^T h;
+// dbias[chunk] += colsum(dlogit).
+//
+// Rows whose target is kIgnoreIndex have loss 0 and zero gradient; any other
+// target outside [0, V) is an error naming the row and the value. h and w may
+// be f32 or bf16 (bf16 chunks are widened into f32 scratch); dw and dbias may
+// be f32 or bf16 (bf16 accumulates in f32 and rounds once per chunk).
+#include <cblas.h>
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/ops.hpp"
+
+namespace ftrain::host {
+
+namespace {
+
+using HostRange = Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>;
+constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
+
+struct HeadShape {
+  std::int64_t rows = 0, channels = 0, vocab = 0;
+};
+
+void check_float_storage(const char* op, const char* role, const Tensor& t) {
+  FT_CHECK(t.defined()) << op << ": " << role << " is undefined";
+  FT_CHECK(t.device() == Device::host) << op << ": " << role << " " << t.describe() << " is not a host tensor";
+  FT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16)
+      << op << ": " << role << " " << t.describe() << " must be f32 or bf16";
+}
+
+void check_f32_rows(const char* op, const char* role, const Tensor& t, std::int64_t rows) {
+  FT_CHECK(t.defined() && t.device() == Device::host && t.dtype() == DType::f32 && t.shape() == Shape({rows}))
+      << op << ": " << role << " " << t.describe() << " must be host f32[" << rows << "]";
+}
+
+HeadShape check_head(const char* op, const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
+                     std::int64_t vocab_chunk) {
+  check_float_storage(op, "h", h);
+  check_float_storage(op, "w", w);
+  FT_CHECK(h.ndim() == 2) << op << ": h " << h.describe() << " must be [N, C]";
+  FT_CHECK(w.ndim() == 2 && w.dim(1) == h.dim(1))
+      << op << ": w " << w.describe() << " must be [V, C] with the C of h " << h.describe();
+  HeadShape s{h.dim(0), h.dim(1), w.dim(0)};
+  FT_CHECK(s.vocab > 0) << op << ": w " << w.describe() << " has an empty vocabulary";
+  if (bias != nullptr) {
+    check_float_storage(op, "bias", *bias);
+    FT_CHECK(bias->shape() == Shape({s.vocab})) << op << ": bias " << bias->describe() << " must be [" << s.vocab << "]";
+  }
+  FT_CHECK(targets.defined() && targets.device() == Device::host && targets.dtype() == DType::i32 &&
+           targets.shape() == Shape({s.rows}))
+      << op << ": targets " << targets.describe() << " must be host i32[" << s.rows << "]";
+  FT_CHECK(vocab_chunk > 0) << op << ": vocab_chunk must be positive, got " << vocab_chunk;
+
+  const std::int32_t* t = targets.data_as<std::int32_t>();
+  for (std::int64_t i = 0; i < s.rows; ++i) {
+    if (t[i] == kIgnoreIndex) continue;
+    FT_CHECK(t[i] >= 0 && t[i] < s.vocab)
+        << op << ": target " << t[i] << " at row " << i << " of " << targets.describe() << " is outside [0, "
+        << s.vocab << ") and is not the ignore index " << kIgnoreIndex;
+  }
+  return s;
+}
+
+// Rows [first, first + count) of a [*, C] f32/bf16 tensor as f32: the tensor
+// itself when it is f32, else widened into `scratch`.
+const float* rows_as_f32(const Tensor& t, std::int64_t first, std::int64_t count, std::vector<float>& scratch) {
+  const std::int64_t C = t.dim(-1);
+  if (t.dtype() == DType::f32) return t.data_as<float>() + first * C;
+  scratch.resize(static_cast<std::size_t>(count * C));
+  const bf16* src = t.data_as<bf16>() + first * C;
+  float* dst = scratch.data();
+  Kokkos::parallel_for("ftrain::cross_entropy::widen", HostRange(0, count), [=](const std::int64_t r) {
+    for (std::int64_t c = 0; c < C; ++c) dst[r * C + c] = to_float(src[r * C + c]);
+  });
+  return scratch.data();
+}
+
+float load(const void* base, DType dtype, std::int64_t i) {
+  return dtype == DType::f32 ? static_cast<const float*>(base)[i] : to_float(static_cast<const bf16*>(base)[i]);
+}
+
+void store(void* base, DType dtype, std::int64_t i, float value) {
+  if (dtype == DType::f32) {
+    static_cast<float*>(base)[i] = value;
+  } else {
+    static_cast<bf16*>(base)[i] = to_bf16(value);
+  }
+}
+
+// logits[N, cs] = h . w[v0 : v0 + cs]^T (+ bias[v0 : v0 + cs]).
+void chunk_logits(const float* h, const float* w_chunk, const Tensor* bias, const HeadShape& s, std::int64_t v0,
+                  std::int64_t cs, float* logits) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(s.rows), static_cast<int>(cs),
+              static_cast<int>(s.channels), 1.0f, h, static_cast<int>(s.channels), w_chunk,
+              static_cast<int>(s.channels), 0.0f, logits, static_cast<int>(cs));
+  if (bias == nullptr) return;
+  const void* b = bias->data();
+  const DType bt = bias->dtype();
+  Kokkos::parallel_for("ftrain::cross_entropy::bias", HostRange(0, s.rows), [=](const std::int64_t i) {
+    for (std::int64_t c = 0; c < cs; ++c) logits[i * cs + c] += load(b, bt, v0 + c);
+  });
+}
+
+}  // namespace
+
+void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
+                           std::int64_t vocab_chunk, Tensor& losses, Tensor& lse) {
+  constexpr const char* op = "cross_entropy_forward";
+  const HeadShape s = check_head(op, h, w, bias, targets, vocab_chunk);
+  check_f32_rows(op, "losses", losses, s.rows);
+  check_f32_rows(op, "lse", lse, s.rows);
+  if (s.rows == 0) return;
+
+  const std::int64_t N = s.rows, chunk = std::min(vocab_chunk, s.vocab);
+  std::vector<float> h_scratch, w_scratch, logits(static_cast<std::size_t>(N * chunk));
+  std::vector<float> running_max(static_cast<std::size_t>(N), kMinusInfinity),
+      running_sum(static_cast<std::size_t>(N), 0.0f), target_logit(static_cast<std::size_t>(N), 0.0f);
+  const float* h32 = rows_as_f32(h, 0, N, h_scratch);
+  const std::int32_t* tgt = targets.data_as<std::int32_t>();
+  float* row_max = running_max.data();
+  float* row_sum = running_sum.data();
+  float* picked = target_logit.data();
+  float* chunk_data = logits.data();
+
+  for (std::int64_t v0 = 0; v0 < s.vocab; v0 += chunk) {
+    const std::int64_t cs = std::min(chunk, s.vocab - v0);
+    const float* w32 = rows_as_f32(w, v0, cs, w_scratch);
+    chunk_logits(h32, w32, bias, s, v0, cs, chunk_data);
+    Kokkos::parallel_for("ftrain::cross_entropy::forward_chunk", HostRange(0, N), [=](const std::int64_t i) {
+      const float* row = chunk_data + i * cs;
+      float chunk_max = kMinusInfinity;
+      for (std::int64_t c = 0; c < cs; ++c) chunk_max = std::max(chunk_max, row[c]);
+      const float new_max = std::max(row_max[i], chunk_max);
+      float sum = 0.0f;
+      for (std::int64_t c = 0; c < cs; ++c) sum += std::exp(row[c] - new_max);
+      row_sum[i] = row_sum[i] * std::exp(row_max[i] - new_max) + sum;
+      row_max[i] = new_max;
+      const std::int64_t t = tgt[i];
+      if (t >= v0 && t < v0 + cs) picked[i] = row[t - v0];
+    });
+  }
+
+  float* loss_out = losses.data_as<float>();
+  float* lse_out = lse.data_as<float>();
+  Kokkos::parallel_for("ftrain::cross_entropy::forward_loss", HostRange(0, N), [=](const std::int64_t i) {
+    const float row_lse = row_max[i] + std::log(row_sum[i]);
+    lse_out[i] = row_lse;
+    loss_out[i] = tgt[i] == kIgnoreIndex ? 0.0f : row_lse - picked[i];
+  });
+}
+
+void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
+                            const Tensor& lse, float loss_scale, std::int64_t vocab_chunk, Tensor& dh, Tensor& dw,
+                            Tensor* dbias) {
+  constexpr const char* op = "cross_entropy_backward";
+  const HeadShape s = check_head(op, h, w, bias, targets, vocab_chunk);
+  check_f32_rows(op, "lse", lse, s.rows);
+  check_float_storage(op, "dh", dh);
+  FT_CHECK(dh.shape() == h.shape()) << op << ": dh " << dh.describe() << " must have the shape of h " << h.describe();
+  check_float_storage(op, "dw", dw);
+  FT_CHECK(dw.shape() == w.shape()) << op << ": dw " << dw.describe() << " must have the shape of w " << w.describe();
+  if (dbias != nullptr) {
+    check_float_storage(op, "dbias", *dbias);
+    FT_CHECK(dbias->shape() == Shape({s.vocab}))
+        << op << ": dbias " << dbias->describe() << " must be [" << s.vocab << "]";
+  }
+  if (s.rows == 0) return;  // dh is empty; no row contributes to dw or dbias
+
+  const std::int64_t N = s.rows, C = s.channels, chunk = std::min(vocab_chunk, s.vocab);
+  std::vector<float> h_scratch, w_scratch, dh_scratch, dw_scratch, logits(static_cast<std::size_t>(N * chunk));
+  const float* h32 = rows_as_f32(h, 0, N, h_scratch);
+  // dh accumulates over chunks in f32: in place when it is f32.
+  float* dh32 = nullptr;
+  if (dh.dtype() == DType::f32) {
+    dh32 = dh.data_as<float>();
+  } else {
+    dh_scratch.resize(static_cast<std::size_t>(N * C));
+    dh32 = dh_scratch.data();
+  }
+  const std::int32_t* tgt = targets.data_as<std::int32_t>();
+  const float* lse_in = lse.data_as<float>();
+  float* dlogit = logits.data();
+
+  for (std::int64_t v0 = 0; v0 < s.vocab; v0 += chunk) {
+    const std::int64_t cs = std::min(chunk, s.vocab - v0);
+    const float* w32 = rows_as_f32(w, v0, cs, w_scratch);
+    chunk_logits(h32, w32, bias, s, v0, cs, dlogit);
+    Kokkos::parallel_for("ftrain::cross_entropy::backward_chunk", HostRange(0, N), [=](const std::int64_t i) {
+      float* row = dlogit + i * cs;
+      const std::int64_t t = tgt[i];
+      if (t == kIgnoreIndex) {
+        for (std::int64_t c = 0; c < cs; ++c) row[c] = 0.0f;
+        return;
+      }
+      const float row_lse = lse_in[i];
+      for (std::int64_t c = 0; c < cs; ++c) row[c] = loss_scale * std::exp(row[c] - row_lse);
+      if (t >= v0 && t < v0 + cs) row[t - v0] -= loss_scale;
+    });
+
+    // dh (+)= dlogit . w[chunk]; the first chunk overwrites (dh is written, =).
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(N), static_cast<int>(C),
+                static_cast<int>(cs), 1.0f, dlogit, static_cast<int>(cs), w32, static_cast<int>(C),
+                v0 == 0 ? 0.0f : 1.0f, dh32, static_cast<int>(C));
+
+    // dw[chunk] += dlogit^T . h
+    if (dw.dtype() == DType::f32) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(cs), static_cast<int>(C),
+                  static_cast<int>(N), 1.0f, dlogit, static_cast<int>(cs), h32, static_cast<int>(C), 1.0f,
+                  dw.data_as<float>() + v0 * C, static_cast<int>(C));
+    } else {
+      dw_scratch.resize(static_cast<std::size_t>(cs * C));
+      float* partial = dw_scratch.data();
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(cs), static_cast<int>(C),
+                  static_cast<int>(N), 1.0f, dlogit, static_cast<int>(cs), h32, static_cast<int>(C), 0.0f, partial,
+                  static_cast<int>(C));
+      bf16* dst = dw.data_as<bf16>() + v0 * C;
+      Kokkos::parallel_for("ftrain::cross_entropy::accumulate_dw", HostRange(0, cs * C), [=](const std::int64_t e) {
+        dst[e] = to_bf16(to_float(dst[e]) + partial[e]);
+      });
+    }
+
+    // dbias[chunk] += colsum(dlogit): one column per work item, no races.
+    if (dbias != nullptr) {
+      void* db = dbias->data();
+      const DType dbt = dbias->dtype();
+      Kokkos::parallel_for("ftrain::cross_entropy::accumulate_dbias", HostRange(0, cs), [=](const std::int64_t c) {
+        float sum = 0.0f;
+        for (std::int64_t i = 0; i < N; ++i) sum += dlogit[i * cs + c];
+        store(db, dbt, v0 + c, load(db, dbt, v0 + c) + sum);
+      });
+    }
+  }
+
+  if (dh.dtype() != DType::f32) {
+    bf16* dst = dh.data_as<bf16>();
+    const float* src = dh32;
+    Kokkos::parallel_for("ftrain::cross_entropy::store_dh", HostRange(0, N * C),
+                         [=](const std::int64_t e) { dst[e] = to_bf16(src[e]); });
+  }
+}
+
+}  // namespace ftrain::host

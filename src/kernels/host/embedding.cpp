@@ -1,0 +1,122 @@
+// Host token embedding: out[n, :] = table[tokens[n], :] and its backward
+// (ops.hpp).
+//
+// Conventions: tokens are i32 of any shape (N = numel); table / dtable are
+// [V, C]; out / dout hold N * C elements with last dimension C. A token
+// outside [0, V) is an error naming its value, its row and the table.
+// Backward accumulates (+=) into dtable and is race-free under a threaded
+// Kokkos: rows are sorted by token, and each distinct token's gradient row is
+// summed in f32 (in row order) and added by exactly one iteration, with one
+// rounding when dtable is bf16.
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/host/float_spans.hpp"
+#include "kernels/ops.hpp"
+
+namespace ftrain::host {
+
+using spans::HostPolicy;
+
+namespace {
+
+struct EmbeddingDims {
+  std::int64_t tokens, vocab, width;
+};
+
+EmbeddingDims check_embedding(const char* op, const Tensor& tokens, const Tensor& table, const char* table_role,
+                              const Tensor& rows, const char* rows_role) {
+  spans::require_dtype(op, tokens, "tokens", DType::i32);
+  spans::require_float_storage(op, table, table_role);
+  spans::require_float_storage(op, rows, rows_role);
+  FT_CHECK(table.ndim() == 2) << op << ": " << table_role << " " << table.describe() << " must be [V, C]";
+  const std::int64_t vocab = table.dim(0), width = table.dim(1);
+  FT_CHECK(rows.ndim() >= 1 && rows.dim(-1) == width && rows.numel() == tokens.numel() * width)
+      << op << ": " << rows_role << " " << rows.describe() << " must hold one row of width " << width
+      << " per token of tokens " << tokens.describe();
+  return {tokens.numel(), vocab, width};
+}
+
+// Throws on the first token outside [0, vocab), naming it.
+void check_tokens(const char* op, const Tensor& tokens, std::int64_t vocab, const Tensor& table) {
+  const std::int32_t* ids = static_cast<const std::int32_t*>(tokens.data());
+  std::int64_t bad_count = 0;
+  Kokkos::parallel_reduce(
+      "ftrain::embedding::check_tokens", HostPolicy(0, tokens.numel()),
+      [=](std::int64_t i, std::int64_t& count) { count += (ids[i] < 0 || ids[i] >= vocab) ? 1 : 0; }, bad_count);
+  if (bad_count == 0) return;
+  // Report the first bad row (a serial scan: this is the error path).
+  for (std::int64_t i = 0; i < tokens.numel(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      FT_THROW() << op << ": token " << ids[i] << " at row " << i << " of " << tokens.describe()
+                 << " is outside the embedding table " << table.describe() << " (valid ids 0.." << vocab - 1
+                 << ")";
+    }
+  }
+}
+
+}  // namespace
+
+void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) {
+  constexpr const char* op = "embedding_forward";
+  const EmbeddingDims d = check_embedding(op, tokens, table, "table", out, "out");
+  check_tokens(op, tokens, d.vocab, table);
+  const std::int32_t* ids = static_cast<const std::int32_t*>(tokens.data());
+  const Tensor ttable = table, tout = out;
+  const std::int64_t width = d.width;
+  Kokkos::parallel_for("ftrain::embedding::forward", HostPolicy(0, d.tokens), [=](std::int64_t n) {
+    const std::int64_t src = static_cast<std::int64_t>(ids[n]) * width, dst = n * width;
+    if (ttable.dtype() == tout.dtype()) {
+      const std::size_t bytes = static_cast<std::size_t>(width) * dtype_size(ttable.dtype());
+      std::memcpy(static_cast<char*>(tout.data()) + dst * static_cast<std::int64_t>(dtype_size(tout.dtype())),
+                  static_cast<const char*>(ttable.data()) + src * static_cast<std::int64_t>(dtype_size(ttable.dtype())),
+                  bytes);
+      return;
+    }
+    const float* row = spans::read_f32(ttable, src, width, spans::thread_scratch(0, width));
+    float* o = spans::write_f32_begin(tout, dst, spans::thread_scratch(1, width));
+    std::copy(row, row + width, o);
+    spans::write_f32_end(tout, dst, width, o);
+  });
+}
+
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
+  constexpr const char* op = "embedding_backward";
+  const EmbeddingDims d = check_embedding(op, tokens, dtable, "dtable", dout, "dout");
+  check_tokens(op, tokens, d.vocab, dtable);
+  const std::int32_t* ids = static_cast<const std::int32_t*>(tokens.data());
+
+  // Rows grouped by token, each group in row order (stable: deterministic sums).
+  std::vector<std::int64_t> order(static_cast<std::size_t>(d.tokens));
+  std::iota(order.begin(), order.end(), std::int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [ids](std::int64_t a, std::int64_t b) { return ids[a] < ids[b]; });
+  std::vector<std::int64_t> group_start;
+  for (std::int64_t i = 0; i < d.tokens; ++i) {
+    if (i == 0 || ids[order[static_cast<std::size_t>(i)]] != ids[order[static_cast<std::size_t>(i - 1)]])
+      group_start.push_back(i);
+  }
+  group_start.push_back(d.tokens);
+
+  const std::int64_t* sorted = order.data();
+  const std::int64_t* starts = group_start.data();
+  const std::int64_t groups = static_cast<std::int64_t>(group_start.size()) - 1;
+  const std::int64_t width = d.width;
+  const Tensor tdout = dout, tdtable = dtable;
+  Kokkos::parallel_for("ftrain::embedding::backward", HostPolicy(0, groups), [=](std::int64_t g) {
+    float* sum = spans::thread_scratch(0, width);
+    std::fill(sum, sum + width, 0.0f);
+    float* widened = spans::thread_scratch(1, width);
+    for (std::int64_t k = starts[g]; k < starts[g + 1]; ++k) {
+      const float* row = spans::read_f32(tdout, sorted[k] * width, width, widened);
+      for (std::int64_t j = 0; j < width; ++j) sum[j] += row[j];
+    }
+    const std::int64_t token = ids[sorted[starts[g]]];
+    spans::accumulate_f32(tdtable, token * width, width, sum);
+  });
+}
+
+}  // namespace ftrain::host

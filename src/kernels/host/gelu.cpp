@@ -1,0 +1,91 @@
+// Host GELU (ops.hpp), both PyTorch forms:
+//   none: y = x/2 * (1 + erf(x / sqrt 2)),
+//         dy/dx = (1 + erf(x / sqrt 2)) / 2 + x * exp(-x^2 / 2) / sqrt(2 pi);
+//   tanh: y = x/2 * (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2 / pi),
+//         dy/dx = (1 + t) / 2 + x/2 * (1 - t^2) * k * (1 + 3 * 0.044715 x^2).
+//
+// Conventions: x, y, dy, dx share one shape, f32 or bf16 each, math in f32,
+// chunked element-wise; the approximation is chosen once per call. dx is
+// written. erf / tanh / exp are fast_math's vectorisable versions.
+#include <Kokkos_Core.hpp>
+#include <cmath>
+
+#include "core/error.hpp"
+#include "kernels/host/fast_math.hpp"
+#include "kernels/host/float_spans.hpp"
+#include "kernels/ops.hpp"
+
+namespace ftrain::host {
+
+namespace {
+
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+constexpr float kTanhCubic = 0.044715f;
+
+struct GeluExact {
+  static float value(float x) { return 0.5f * x * (1.0f + fast_math::erf(x * kInvSqrt2)); }
+  static float derivative(float x) {
+    return 0.5f * (1.0f + fast_math::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * fast_math::exp(-0.5f * x * x);
+  }
+};
+
+struct GeluTanh {
+  static float value(float x) { return 0.5f * x * (1.0f + fast_math::tanh(kSqrt2OverPi * (x + kTanhCubic * x * x * x))); }
+  static float derivative(float x) {
+    const float t = fast_math::tanh(kSqrt2OverPi * (x + kTanhCubic * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kTanhCubic * x * x);
+  }
+};
+
+template <class Form>
+void gelu_forward_impl(const Tensor& x, const Tensor& y) {
+  spans::for_each_chunk("ftrain::gelu::forward", x.numel(), [=](std::int64_t begin, std::int64_t n) {
+    const float* in = spans::read_f32(x, begin, n, spans::thread_scratch(0, n));
+    float* out = spans::write_f32_begin(y, begin, spans::thread_scratch(1, n));
+    for (std::int64_t i = 0; i < n; ++i) out[i] = Form::value(in[i]);
+    spans::write_f32_end(y, begin, n, out);
+  });
+}
+
+template <class Form>
+void gelu_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  spans::for_each_chunk("ftrain::gelu::backward", x.numel(), [=](std::int64_t begin, std::int64_t n) {
+    const float* in = spans::read_f32(x, begin, n, spans::thread_scratch(0, n));
+    const float* g = spans::read_f32(dy, begin, n, spans::thread_scratch(1, n));
+    float* out = spans::write_f32_begin(dx, begin, spans::thread_scratch(2, n));
+    for (std::int64_t i = 0; i < n; ++i) out[i] = g[i] * Form::derivative(in[i]);
+    spans::write_f32_end(dx, begin, n, out);
+  });
+}
+
+}  // namespace
+
+void gelu_forward(const Tensor& x, GeluApproximation approximation, Tensor& y) {
+  constexpr const char* op = "gelu_forward";
+  spans::require_float_storage(op, x, "x");
+  spans::require_float_storage(op, y, "y");
+  spans::require_same_shape(op, x, "x", y, "y");
+  switch (approximation) {
+    case GeluApproximation::none: return gelu_forward_impl<GeluExact>(x, y);
+    case GeluApproximation::tanh: return gelu_forward_impl<GeluTanh>(x, y);
+  }
+  FT_THROW() << op << ": unknown approximation " << static_cast<int>(approximation);
+}
+
+void gelu_backward(const Tensor& x, const Tensor& dy, GeluApproximation approximation, Tensor& dx) {
+  constexpr const char* op = "gelu_backward";
+  spans::require_float_storage(op, x, "x");
+  spans::require_float_storage(op, dy, "dy");
+  spans::require_float_storage(op, dx, "dx");
+  spans::require_same_shape(op, x, "x", dy, "dy");
+  spans::require_same_shape(op, x, "x", dx, "dx");
+  switch (approximation) {
+    case GeluApproximation::none: return gelu_backward_impl<GeluExact>(x, dy, dx);
+    case GeluApproximation::tanh: return gelu_backward_impl<GeluTanh>(x, dy, dx);
+  }
+  FT_THROW() << op << ": unknown approximation " << static_cast<int>(approximation);
+}
+
+}  // namespace ftrain::host

@@ -1,0 +1,132 @@
+// Host LayerNorm: y = (x - mean) * rstd * w + b per row (biased variance, as
+// torch.nn.LayerNorm), and its backward (ops.hpp).
+//
+// Conventions: x, y, dy, dx are [..., C] with N = numel / C rows; w, b, dw, db
+// are [C]; mean and rstd are f32 with N elements, saved by forward. Math is
+// f32 with the variance taken about the mean (two passes: no cancellation).
+// dw / db accumulate (+=) through per-block partials summed in block order;
+// dx is written. b / db may be null.
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/host/float_spans.hpp"
+#include "kernels/ops.hpp"
+
+namespace ftrain::host {
+
+namespace {
+
+std::int64_t check_layernorm(const char* op, const Tensor& x, const Tensor& w, const Tensor& mean,
+                             const Tensor& rstd) {
+  spans::require_float_storage(op, x, "x");
+  spans::require_float_storage(op, w, "w");
+  spans::require_dtype(op, mean, "mean", DType::f32);
+  spans::require_dtype(op, rstd, "rstd", DType::f32);
+  const std::int64_t width = spans::row_width(op, x, "x");
+  spans::require_numel(op, w, "w", width, "one weight per feature of x");
+  spans::require_numel(op, mean, "mean", x.numel() / width, "one per row of x");
+  spans::require_numel(op, rstd, "rstd", x.numel() / width, "one per row of x");
+  return width;
+}
+
+// sum((a - centre)^2) in lanes (vectorisable).
+float centred_square_sum(const float* a, float centre, std::int64_t n) {
+  float acc[spans::kLanes] = {};
+  std::int64_t i = 0;
+  for (; i + spans::kLanes <= n; i += spans::kLanes)
+    for (int l = 0; l < spans::kLanes; ++l) {
+      const float d = a[i + l] - centre;
+      acc[l] += d * d;
+    }
+  for (; i < n; ++i) acc[0] += (a[i] - centre) * (a[i] - centre);
+  return spans::lane_total(acc);
+}
+
+}  // namespace
+
+void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor* b, float eps, Tensor& y, Tensor& mean,
+                       Tensor& rstd) {
+  constexpr const char* op = "layernorm_forward";
+  const std::int64_t width = check_layernorm(op, x, w, mean, rstd);
+  spans::require_float_storage(op, y, "y");
+  spans::require_same_shape(op, x, "x", y, "y");
+  std::vector<float> w_store, b_store(static_cast<std::size_t>(width), 0.0f);
+  const float* wf = spans::whole_as_f32("ftrain::layernorm::forward::widen_w", w, w_store);
+  const float* bf = b_store.data();
+  if (b != nullptr) {
+    spans::require_float_storage(op, *b, "b");
+    spans::require_numel(op, *b, "b", width, "one bias per feature of x");
+    bf = spans::whole_as_f32("ftrain::layernorm::forward::widen_b", *b, b_store);
+  }
+  float* mean_out = static_cast<float*>(mean.data());
+  float* rstd_out = static_cast<float*>(rstd.data());
+  const Tensor tx = x, ty = y;
+  const float inv_width = 1.0f / static_cast<float>(width);
+  Kokkos::parallel_for("ftrain::layernorm::forward", spans::HostPolicy(0, x.numel() / width), [=](std::int64_t r) {
+    const std::int64_t offset = r * width;
+    const float* xr = spans::read_f32(tx, offset, width, spans::thread_scratch(0, width));
+    float* yr = spans::write_f32_begin(ty, offset, spans::thread_scratch(1, width));
+    const float m = spans::sum_f32(xr, width) * inv_width;
+    const float s = 1.0f / std::sqrt(centred_square_sum(xr, m, width) * inv_width + eps);
+    for (std::int64_t j = 0; j < width; ++j) yr[j] = (xr[j] - m) * s * wf[j] + bf[j];
+    spans::write_f32_end(ty, offset, width, yr);
+    mean_out[r] = m;
+    rstd_out[r] = s;
+  });
+}
+
+void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dy,
+                        Tensor& dx, Tensor& dw, Tensor* db) {
+  constexpr const char* op = "layernorm_backward";
+  const std::int64_t width = check_layernorm(op, x, w, mean, rstd);
+  spans::require_float_storage(op, dy, "dy");
+  spans::require_float_storage(op, dx, "dx");
+  spans::require_float_storage(op, dw, "dw");
+  spans::require_same_shape(op, x, "x", dy, "dy");
+  spans::require_same_shape(op, x, "x", dx, "dx");
+  spans::require_numel(op, dw, "dw", width, "one per feature of x");
+  if (db != nullptr) {
+    spans::require_float_storage(op, *db, "db");
+    spans::require_numel(op, *db, "db", width, "one per feature of x");
+  }
+  const std::int64_t rows = x.numel() / width;
+  std::vector<float> w_store;
+  const float* wf = spans::whole_as_f32("ftrain::layernorm::backward::widen_w", w, w_store);
+  const float* mean_in = static_cast<const float*>(mean.data());
+  const float* rstd_in = static_cast<const float*>(rstd.data());
+  const bool want_db = db != nullptr;
+  spans::BlockPartials partials(rows, want_db ? 2 : 1, width);
+  float* partial_base = partials.data.data();
+  const std::int64_t partial_count = partials.count;
+  const Tensor tx = x, tdy = dy, tdx = dx;
+  const float inv_width = 1.0f / static_cast<float>(width);
+  spans::for_each_row_in_blocks("ftrain::layernorm::backward", rows, [=](std::int64_t r, std::int64_t block) {
+    const std::int64_t offset = r * width;
+    const float* xr = spans::read_f32(tx, offset, width, spans::thread_scratch(0, width));
+    const float* dyr = spans::read_f32(tdy, offset, width, spans::thread_scratch(1, width));
+    float* dxhat = spans::thread_scratch(2, width);
+    float* xhat = spans::thread_scratch(3, width);
+    float* dxr = spans::write_f32_begin(tdx, offset, spans::thread_scratch(4, width));
+    float* dw_acc = partial_base + block * partial_count * width;
+    const float m = mean_in[r], s = rstd_in[r];
+    for (std::int64_t j = 0; j < width; ++j) {
+      dxhat[j] = dyr[j] * wf[j];
+      xhat[j] = (xr[j] - m) * s;
+    }
+    const float a = spans::sum_f32(dxhat, width) * inv_width;
+    const float c = spans::dot_f32(dxhat, xhat, width) * inv_width;
+    for (std::int64_t j = 0; j < width; ++j) dw_acc[j] += dyr[j] * xhat[j];
+    if (want_db) {
+      float* db_acc = dw_acc + width;
+      for (std::int64_t j = 0; j < width; ++j) db_acc[j] += dyr[j];
+    }
+    for (std::int64_t j = 0; j < width; ++j) dxr[j] = s * (dxhat[j] - a - xhat[j] * c);
+    spans::write_f32_end(tdx, offset, width, dxr);
+  });
+  partials.add_into("ftrain::layernorm::backward::dw", 0, dw);
+  if (want_db) partials.add_into("ftrain::layernorm::backward::db", 1, *db);
+}
+
+}  // namespace ftrain::host

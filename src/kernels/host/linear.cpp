@@ -1,0 +1,163 @@
+// Host linear layer: y[N,out] = x[N,in] . w[out,in]^T (+ b), and its backward
+// (ops.hpp), on OpenBLAS sgemm.
+//
+// Conventions: x, y, dy, dx are [..., in] / [..., out] row-major activations
+// with N = numel / last dim rows. bf16 operands are widened into f32 scratch
+// for the GEMM and results rounded back once (bf16 is storage, f32 is math).
+// dw and db ACCUMULATE: for an f32 dw the GEMM adds into it directly
+// (beta = 1); for a bf16 dw the GEMM writes f32 scratch which is then added
+// with one rounding per element. dx is written (beta = 0).
+#include <cblas.h>
+
+#include <Kokkos_Core.hpp>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/host/float_spans.hpp"
+#include "kernels/ops.hpp"
+
+namespace ftrain::host {
+
+using spans::HostPolicy;
+
+namespace {
+
+struct LinearDims {
+  std::int64_t rows, in, out;
+};
+
+// Checks x[..., in], w[out, in] and an activation of width out with the rows of x.
+LinearDims check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& y_like,
+                        const char* y_role) {
+  spans::require_float_storage(op, x, "x");
+  spans::require_float_storage(op, w, "w");
+  spans::require_float_storage(op, y_like, y_role);
+  FT_CHECK(w.ndim() == 2) << op << ": w " << w.describe() << " must be [out, in]";
+  const std::int64_t in = w.dim(1), out = w.dim(0);
+  FT_CHECK(x.ndim() >= 1 && x.dim(-1) == in)
+      << op << ": x " << x.describe() << " must be [..., " << in << "] to match w " << w.describe();
+  FT_CHECK(y_like.ndim() >= 1 && y_like.dim(-1) == out)
+      << op << ": " << y_role << " " << y_like.describe() << " must be [..., " << out << "] to match w "
+      << w.describe();
+  const std::int64_t rows = in > 0 ? x.numel() / in : 0;
+  FT_CHECK(y_like.numel() == rows * out) << op << ": " << y_role << " " << y_like.describe() << " must have "
+                                         << rows << " rows like x " << x.describe();
+  return {rows, in, out};
+}
+
+int blas_int(std::int64_t v) {
+  FT_CHECK(v <= 0x7fffffff) << "GEMM dimension " << v << " exceeds OpenBLAS's 32-bit int";
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
+  constexpr const char* op = "linear_forward";
+  const LinearDims d = check_linear(op, x, w, y, "y");
+  if (b != nullptr) {
+    spans::require_float_storage(op, *b, "b");
+    spans::require_numel(op, *b, "b", d.out, "one per output feature of w");
+  }
+  if (d.rows == 0 || d.out == 0) return;
+
+  std::vector<float> x_store, w_store, y_store;
+  const float* xf = spans::whole_as_f32("ftrain::linear::forward::widen_x", x, x_store);
+  const float* wf = spans::whole_as_f32("ftrain::linear::forward::widen_w", w, w_store);
+  float* yf = nullptr;
+  if (y.dtype() == DType::f32) {
+    yf = static_cast<float*>(y.data());
+  } else {
+    y_store.resize(static_cast<std::size_t>(y.numel()));
+    yf = y_store.data();
+  }
+
+  // With a bias, y starts as broadcast b and the GEMM adds onto it (beta = 1).
+  float beta = 0.0f;
+  if (b != nullptr) {
+    std::vector<float> b_store;
+    const float* bf = spans::whole_as_f32("ftrain::linear::forward::widen_b", *b, b_store);
+    const std::int64_t out = d.out;
+    Kokkos::parallel_for("ftrain::linear::forward::bias", HostPolicy(0, d.rows), [=](std::int64_t r) {
+      float* row = yf + r * out;
+      for (std::int64_t j = 0; j < out; ++j) row[j] = bf[j];
+    });
+    beta = 1.0f;
+  }
+  if (d.in > 0) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(d.rows), blas_int(d.out), blas_int(d.in), 1.0f,
+                xf, blas_int(d.in), wf, blas_int(d.in), beta, yf, blas_int(d.out));
+  } else if (b == nullptr) {
+    std::fill(yf, yf + d.rows * d.out, 0.0f);
+  }
+  if (y.dtype() != DType::f32) spans::store_whole_from_f32("ftrain::linear::forward::round_y", yf, y);
+}
+
+void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db) {
+  constexpr const char* op = "linear_backward";
+  const LinearDims d = check_linear(op, x, w, dy, "dy");
+  spans::require_float_storage(op, dw, "dw");
+  spans::require_same_shape(op, w, "w", dw, "dw");
+  if (dx != nullptr) {
+    spans::require_float_storage(op, *dx, "dx");
+    spans::require_same_shape(op, x, "x", *dx, "dx");
+  }
+  if (db != nullptr) {
+    spans::require_float_storage(op, *db, "db");
+    spans::require_numel(op, *db, "db", d.out, "one per output feature of w");
+  }
+  const int n = blas_int(d.rows), in = blas_int(d.in), out = blas_int(d.out);
+
+  std::vector<float> x_store, w_store, dy_store, scratch;
+  const float* dyf = spans::whole_as_f32("ftrain::linear::backward::widen_dy", dy, dy_store);
+
+  if (dx != nullptr && d.in > 0) {
+    // dx[N,in] = dy[N,out] . w[out,in]
+    const float* wf = spans::whole_as_f32("ftrain::linear::backward::widen_w", w, w_store);
+    float* dxf = nullptr;
+    if (dx->dtype() == DType::f32) {
+      dxf = static_cast<float*>(dx->data());
+    } else {
+      scratch.resize(static_cast<std::size_t>(dx->numel()));
+      dxf = scratch.data();
+    }
+    if (d.out > 0 && d.rows > 0) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dyf, out, wf, in, 0.0f, dxf, in);
+    } else {
+      std::fill(dxf, dxf + d.rows * d.in, 0.0f);
+    }
+    if (dx->dtype() != DType::f32) spans::store_whole_from_f32("ftrain::linear::backward::round_dx", dxf, *dx);
+  }
+
+  if (d.rows > 0 && d.in > 0 && d.out > 0) {
+    // dw[out,in] += dy^T[out,N] . x[N,in]
+    const float* xf = spans::whole_as_f32("ftrain::linear::backward::widen_x", x, x_store);
+    if (dw.dtype() == DType::f32) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dyf, out, xf, in, 1.0f,
+                  static_cast<float*>(dw.data()), in);
+    } else {
+      scratch.resize(static_cast<std::size_t>(dw.numel()));
+      float* g = scratch.data();
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dyf, out, xf, in, 0.0f, g, in);
+      const Tensor tdw = dw;
+      spans::for_each_chunk("ftrain::linear::backward::accumulate_dw", dw.numel(),
+                            [=](std::int64_t begin, std::int64_t len) { spans::accumulate_f32(tdw, begin, len, g + begin); });
+    }
+  }
+
+  if (db != nullptr && d.out > 0) {
+    // db += column sums of dy, per block of rows then in block order.
+    spans::BlockPartials partials(d.rows, 1, d.out);
+    float* base = partials.data.data();
+    const std::int64_t cols = d.out;
+    spans::for_each_row_in_blocks("ftrain::linear::backward::db_partials", d.rows,
+                                  [=](std::int64_t r, std::int64_t block) {
+                                    float* acc = base + block * cols;
+                                    const float* row = dyf + r * cols;
+                                    for (std::int64_t j = 0; j < cols; ++j) acc[j] += row[j];
+                                  });
+    partials.add_into("ftrain::linear::backward::db", 0, *db);
+  }
+}
+
+}  // namespace ftrain::host

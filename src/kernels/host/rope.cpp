@@ -1,0 +1,100 @@
+// Host rotary position embedding, Hugging Face rotate-half convention
+// (ops.hpp): for each head vector x of length D and i < D/2, with
+// angle = (position_offset + t) * inv_freq[i],
+//   y[i]       = x[i] * cos - x[i + D/2] * sin
+//   y[i + D/2] = x[i + D/2] * cos + x[i] * sin
+// Backward applies the transpose (inverse) rotation.
+//
+// Conventions: x, y, dy, dx are [B, T, H, D]; inv_freq is f32 [D/2]. The angle
+// is the f32 product position * inv_freq[i], as HF computes it, and its
+// cos/sin are tabulated once per call for the T positions. Each pair (i, i+D/2)
+// is read before either element is written, so y may alias x (dx may alias dy).
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/host/float_spans.hpp"
+#include "kernels/ops.hpp"
+
+namespace ftrain::host {
+
+namespace {
+
+struct RopeDims {
+  std::int64_t batch, time, heads, head_dim;
+};
+
+RopeDims check_rope(const char* op, const Tensor& in, const char* in_role, const Tensor& inv_freq,
+                    const Tensor& out, const char* out_role) {
+  spans::require_float_storage(op, in, in_role);
+  spans::require_float_storage(op, out, out_role);
+  spans::require_dtype(op, inv_freq, "inv_freq", DType::f32);
+  FT_CHECK(in.ndim() == 4) << op << ": " << in_role << " " << in.describe() << " must be [B, T, H, D]";
+  spans::require_same_shape(op, in, in_role, out, out_role);
+  const std::int64_t head_dim = in.dim(3);
+  FT_CHECK(head_dim % 2 == 0) << op << ": head dimension of " << in_role << " " << in.describe() << " must be even";
+  spans::require_numel(op, inv_freq, "inv_freq", head_dim / 2, "half the head dimension");
+  return {in.dim(0), in.dim(1), in.dim(2), head_dim};
+}
+
+// cos/sin tables [T, D/2] for positions position_offset + t.
+void rope_tables(const Tensor& inv_freq, std::int64_t position_offset, std::int64_t time, std::int64_t half,
+                 std::vector<float>& cos_table, std::vector<float>& sin_table) {
+  cos_table.resize(static_cast<std::size_t>(time * half));
+  sin_table.resize(static_cast<std::size_t>(time * half));
+  const float* freq = static_cast<const float*>(inv_freq.data());
+  float* c = cos_table.data();
+  float* s = sin_table.data();
+  Kokkos::parallel_for("ftrain::rope::tables", spans::HostPolicy(0, time), [=](std::int64_t t) {
+    const float position = static_cast<float>(position_offset + t);
+    for (std::int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(position * freq[i]);
+      c[t * half + i] = static_cast<float>(std::cos(angle));
+      s[t * half + i] = static_cast<float>(std::sin(angle));
+    }
+  });
+}
+
+// out = R(direction * angle) in: direction +1 forward, -1 backward.
+void rope_apply(const char* kernel_name, const Tensor& in, const Tensor& inv_freq, std::int64_t position_offset,
+                const Tensor& out, float direction, const RopeDims& d) {
+  const std::int64_t half = d.head_dim / 2;
+  std::vector<float> cos_table, sin_table;
+  rope_tables(inv_freq, position_offset, d.time, half, cos_table, sin_table);
+  const float* cos_base = cos_table.data();
+  const float* sin_base = sin_table.data();
+  const std::int64_t row = d.heads * d.head_dim, time = d.time, heads = d.heads, head_dim = d.head_dim;
+  Kokkos::parallel_for(kernel_name, spans::HostPolicy(0, d.batch * d.time), [=](std::int64_t bt) {
+    const std::int64_t t = bt % time, offset = bt * row;
+    const float* xr = spans::read_f32(in, offset, row, spans::thread_scratch(0, row));
+    float* yr = spans::write_f32_begin(out, offset, spans::thread_scratch(1, row));
+    const float* c = cos_base + t * half;
+    const float* s = sin_base + t * half;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const float* x = xr + h * head_dim;
+      float* y = yr + h * head_dim;
+      for (std::int64_t i = 0; i < half; ++i) {
+        const float a = x[i], b = x[i + half];
+        const float sn = direction * s[i];
+        y[i] = a * c[i] - b * sn;
+        y[i + half] = b * c[i] + a * sn;
+      }
+    }
+    spans::write_f32_end(out, offset, row, yr);
+  });
+}
+
+}  // namespace
+
+void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset, Tensor& y) {
+  const RopeDims d = check_rope("rope_forward", x, "x", inv_freq, y, "y");
+  rope_apply("ftrain::rope::forward", x, inv_freq, position_offset, y, 1.0f, d);
+}
+
+void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset, Tensor& dx) {
+  const RopeDims d = check_rope("rope_backward", dy, "dy", inv_freq, dx, "dx");
+  rope_apply("ftrain::rope::backward", dy, inv_freq, position_offset, dx, -1.0f, d);
+}
+
+}  // namespace ftrain::host

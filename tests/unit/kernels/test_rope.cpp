@@ -1,0 +1,133 @@
+// host rope_forward / rope_backward against an explicit rotate_half
+// reference, finite differences, in-place aliasing and orthogonality; and
+// rope_inv_freq / rope_inv_freq_llama3 against Hugging Face's formulas.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "host_op_checks.hpp"
+#include "kernels/ops.hpp"
+#include "kernels/rope_frequencies.hpp"
+
+using namespace ftrain;
+using namespace ftrain::testing;
+
+namespace {
+
+// HF apply_rotary_pos_emb: x * cos + rotate_half(x) * sin with
+// rotate_half(x) = cat(-x[D/2:], x[:D/2]) and cos/sin = cat(freqs, freqs).
+std::vector<double> rope_reference(const std::vector<double>& x, const Shape& shape,
+                                   const std::vector<double>& inv_freq, std::int64_t offset) {
+  const std::int64_t B = shape[0], T = shape[1], H = shape[2], D = shape[3], half = D / 2;
+  std::vector<double> y(x.size());
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int64_t base = ((b * T + t) * H + h) * D;
+        std::vector<double> rotated(D), cosv(D), sinv(D);
+        for (std::int64_t i = 0; i < D; ++i) {
+          rotated[i] = i < half ? -x[base + i + half] : x[base + i - half];
+          // The angle is the f32 product, as HF (and the kernel) compute it.
+          const double angle = static_cast<float>(static_cast<float>(offset + t) * static_cast<float>(inv_freq[i % half]));
+          cosv[i] = std::cos(angle);
+          sinv[i] = std::sin(angle);
+        }
+        for (std::int64_t i = 0; i < D; ++i) y[base + i] = x[base + i] * cosv[i] + rotated[i] * sinv[i];
+      }
+  return y;
+}
+
+}  // namespace
+
+TEST(HostRope, ForwardMatchesRotateHalfAndBackwardIsTheInverse) {
+  for (const Shape& shape : {Shape{2, 5, 3, 8}, Shape{1, 7, 2, 6}, Shape{3, 1, 1, 2}}) {
+    for (const std::int64_t offset : {std::int64_t{0}, std::int64_t{37}}) {
+      SCOPED_TRACE("x " + shape_string(shape) + " offset " + std::to_string(offset));
+      Tensor inv_freq = rope_inv_freq(shape[3], 10000.0);
+      Tensor x = random_tensor(shape, 1, DType::f32, "q");
+      Tensor y = named_zeros(shape, DType::f32, "q_rot");
+      host::rope_forward(x, inv_freq, offset, y);
+      auto f = [&](const Inputs& in) { return rope_reference(in[0], shape, to_doubles(inv_freq), offset); };
+      const Inputs in{to_doubles(x)};
+      EXPECT_LT(relative_error(to_doubles(y), f(in)), 1e-6);
+
+      Tensor dy = random_tensor(shape, 2, DType::f32, "dy");
+      Tensor dx = named_zeros(shape, DType::f32, "dx");
+      host::rope_backward(dy, inv_freq, offset, dx);
+      expect_vjp_matches(f, in, 0, to_doubles(dx), to_doubles(dy), 1e-6, 3, "dx");
+
+      // Rotation is orthogonal: backward(forward(x)) == x.
+      Tensor back = named_zeros(shape, DType::f32, "back");
+      host::rope_backward(y, inv_freq, offset, back);
+      EXPECT_LT(relative_error(to_doubles(back), to_doubles(x)), 1e-6);
+
+      // In place: y aliases x, dx aliases dy.
+      Tensor inplace = x.clone();
+      host::rope_forward(inplace, inv_freq, offset, inplace);
+      EXPECT_EQ(to_doubles(inplace), to_doubles(y));
+      host::rope_backward(inplace, inv_freq, offset, inplace);
+      EXPECT_EQ(to_doubles(inplace), to_doubles(back));
+    }
+  }
+}
+
+TEST(HostRope, Bf16InPlace) {
+  const Shape shape{2, 6, 4, 16};
+  Tensor inv_freq = rope_inv_freq(16, 500000.0);
+  Tensor x = random_tensor(shape, 1, DType::bf16, "k");
+  Tensor y = x.clone();
+  host::rope_forward(y, inv_freq, 5, y);
+  EXPECT_LT(relative_error(to_doubles(y), rope_reference(to_doubles(x), shape, to_doubles(inv_freq), 5)), 5e-3);
+  host::rope_backward(y, inv_freq, 5, y);
+  EXPECT_LT(relative_error(to_doubles(y), to_doubles(x)), 8e-3);
+}
+
+TEST(HostRope, InverseFrequencies) {
+  Tensor f = rope_inv_freq(8, 10000.0);
+  ASSERT_EQ(f.shape(), (Shape{4}));
+  const auto v = to_doubles(f);
+  EXPECT_FLOAT_EQ(v[0], 1.0);
+  EXPECT_FLOAT_EQ(v[1], 0.1);    // 10000^(-2/8)
+  EXPECT_FLOAT_EQ(v[2], 0.01);   // 10000^(-4/8)
+  EXPECT_FLOAT_EQ(v[3], 0.001);  // 10000^(-6/8)
+}
+
+TEST(HostRope, Llama3ScalingMatchesHandComputedValues) {
+  // head_dim 8, theta 10000: inv_freq {1, 0.1, 0.01, 0.001}, wavelengths
+  // 2 pi / f = {6.283, 62.83, 628.3, 6283}. With original 1024, low factor 1,
+  // high factor 4: low_freq_wavelen = 1024, high_freq_wavelen = 256.
+  //  f = 1, 0.1  -> wavelen < 256: unchanged;
+  //  f = 0.01    -> 256 <= 628.3 <= 1024: smooth = (1024 / 628.3 - 1) / 3,
+  //                 (1 - smooth) * 0.01 / 8 + smooth * 0.01;
+  //  f = 0.001   -> wavelen > 1024: 0.001 / 8.
+  Tensor f = rope_inv_freq_llama3(8, 10000.0, 8.0, 1.0, 4.0, 1024);
+  const auto v = to_doubles(f);
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_FLOAT_EQ(v[0], 1.0);
+  EXPECT_FLOAT_EQ(v[1], 0.1);
+  const double wavelen = 2 * std::numbers::pi / 0.01;
+  const double smooth = (1024.0 / wavelen - 1.0) / 3.0;
+  EXPECT_NEAR(smooth, 0.2099, 1e-4);
+  EXPECT_FLOAT_EQ(v[2], (1 - smooth) * 0.01 / 8 + smooth * 0.01);
+  EXPECT_FLOAT_EQ(v[3], 0.001 / 8);
+  // Llama 3.1 8B (head_dim 128, theta 500000, factor 8, 1, 4, 8192): the
+  // highest frequency is untouched, the lowest divided by 8.
+  const auto l = to_doubles(rope_inv_freq_llama3(128, 500000.0, 8.0, 1.0, 4.0, 8192));
+  const auto d = to_doubles(rope_inv_freq(128, 500000.0));
+  EXPECT_EQ(l[0], d[0]);
+  EXPECT_FLOAT_EQ(l[63], d[63] / 8);
+}
+
+TEST(HostRope, ShapeErrors) {
+  Tensor inv_freq = rope_inv_freq(8, 10000.0);
+  Tensor x3 = named_zeros({2, 3, 8}, DType::f32, "q3d");
+  expect_error_mentioning([&] { host::rope_forward(x3, inv_freq, 0, x3); }, {"rope_forward", "q3d", "[B, T, H, D]"});
+  Tensor x = named_zeros({1, 2, 2, 6}, DType::f32, "q6");
+  expect_error_mentioning([&] { host::rope_forward(x, inv_freq, 0, x); }, {"rope_forward", "inv_freq"});
+  Tensor y = named_zeros({1, 2, 3, 8}, DType::f32, "bad_out");
+  Tensor x8 = named_zeros({1, 2, 2, 8}, DType::f32, "q");
+  expect_error_mentioning([&] { host::rope_backward(x8, inv_freq, 0, y); }, {"rope_backward", "bad_out"});
+  EXPECT_THROW(rope_inv_freq(7, 10000.0), Error);
+  EXPECT_THROW(rope_inv_freq_llama3(8, 10000.0, 8.0, 4.0, 1.0, 1024), Error);
+}
