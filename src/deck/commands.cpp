@@ -1,0 +1,803 @@
+// The deck command table and the table-driven argument parser (see
+// commands.hpp). To add a command or keyword, add it to command_table():
+// parsing, validation, errors with suggestions and the reference page
+// follow from the entry.
+#include "deck/commands.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <system_error>
+
+#include "deck/diagnostics.hpp"
+#include "deck/lexer.hpp"
+
+namespace ftrain::deck {
+
+std::string format_number(double value) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  std::string text(buffer, result.ptr);
+  // to_chars writes "1e-04"; people write "1e-4".
+  const std::size_t e = text.find('e');
+  if (e != std::string::npos) {
+    std::size_t digits = e + 1;
+    if (digits < text.size() && (text[digits] == '-' || text[digits] == '+')) ++digits;
+    while (digits + 1 < text.size() && text[digits] == '0') text.erase(digits, 1);
+  }
+  return text;
+}
+
+namespace {
+
+std::string on_off(bool value) { return value ? "on" : "off"; }
+std::string integer_text(std::int64_t value) { return std::to_string(value); }
+
+// ---- the table ----------------------------------------------------------------
+
+std::vector<Command> build_table() {
+  std::vector<Command> table;
+
+  table.push_back(Command{
+      .name = "variable",
+      .help = "Defines `${NAME}` for the rest of the deck and the files it includes. "
+              "`-var NAME VALUE` on the command line overrides the deck's definition; "
+              "defining the same name twice in the deck is an error. A reference is looked up "
+              "on the command line, then in the deck, then in the environment.",
+      .maps_to = "",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {
+                         Param{.name = "NAME", .kind = ValueKind::name, .help = "variable name"},
+                         Param{.name = "VALUE", .kind = ValueKind::text,
+                               .help = "its value (quote it to keep blanks)"}}}},
+      .repeatable = true,
+      .example = "variable data_dir /scratch/tokens",
+  });
+
+  table.push_back(Command{
+      .name = "include",
+      .help = "Reads another deck file in place. A relative FILE is taken from the directory of "
+              "the including file (from the current directory for a deck given as a string). "
+              "An include loop is an error.",
+      .maps_to = "",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{.name = "FILE", .kind = ValueKind::path,
+                                           .help = "deck file to read"}}}},
+      .repeatable = true,
+      .example = "include common.in",
+  });
+
+  table.push_back(Command{
+      .name = "model",
+      .help = "The model architecture: the plugin NAME (loaded as a shared library), a preset "
+              "size, and hyperparameter overrides passed to the plugin as raw strings (the "
+              "plugin validates them).",
+      .maps_to = "AutoModel config (`from_pretrained` name / config overrides)",
+      .forms = {Form{
+          .word = "",
+          .help = "",
+          .positionals = {Param{.name = "NAME", .kind = ValueKind::name,
+                                .help = "plugin name, e.g. llama or vit",
+                                .set = [](RunConfig& c, const Value& v) { c.model.name = v.text; }}},
+          .keywords = {Param{.name = "preset", .kind = ValueKind::text,
+                             .help = "preset size defined by the plugin (e.g. llama2-7b, tiny)",
+                             .set = [](RunConfig& c, const Value& v) { c.model.preset = v.text; },
+                             .default_of = [](const RunConfig&) {
+                               return std::string("(the plugin's default)");
+                             }}},
+          .passthrough_keywords = true,
+          .apply = [](RunConfig& c, const ParsedCommand& p) {
+            c.model.overrides = p.extra;
+            c.model.where = p.where;
+          }}},
+      .required = true,
+      .example = "model llama preset tiny",
+  });
+
+  table.push_back(Command{
+      .name = "precision",
+      .help = "Compute precision. Master weights, gradients shards and optimizer state stay fp32.",
+      .maps_to = "Accelerate `mixed_precision`",
+      .forms = {Form{
+          .word = "",
+          .help = "",
+          .positionals = {Param{.name = "MODE", .kind = ValueKind::choice,
+                                .help = "compute precision",
+                                .choices = {{"fp32", "no"}, {"bf16", "bf16"}},
+                                .set = [](RunConfig& c, const Value& v) { c.precision = v.text; },
+                                .default_of = [](const RunConfig& c) { return c.precision; }}}}},
+      .example = "precision bf16",
+  });
+
+  table.push_back(Command{
+      .name = "seed",
+      .help = "Seed of every random stream (initialisation, data order, dropout).",
+      .maps_to = "`TrainingArguments.seed` / Accelerate `set_seed`",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{
+                         .name = "N", .kind = ValueKind::non_negative_int, .help = "seed",
+                         .set = [](RunConfig& c, const Value& v) { c.seed = v.unsigned_integer; },
+                         .default_of = [](const RunConfig& c) { return std::to_string(c.seed); }}}}},
+      .example = "seed 42",
+  });
+
+  table.push_back(Command{
+      .name = "data",
+      .help = "Training data: a file of token ids (made by the data preparation scripts). A "
+              "relative PATH is taken from the current directory.",
+      .maps_to = "`train_dataset`",
+      .forms = {Form{
+          .word = "tokens",
+          .help = "pre-tokenized token file",
+          .positionals = {Param{.name = "PATH", .kind = ValueKind::existing_path,
+                                .help = "token file",
+                                .set = [](RunConfig& c, const Value& v) { c.data.path = v.text; }}},
+          .keywords = {Param{.name = "packing", .kind = ValueKind::on_off,
+                             .help = "pack documents into full seq_len windows",
+                             .maps_to = "TRL `SFTConfig.packing`",
+                             .set = [](RunConfig& c, const Value& v) { c.data.packing = v.flag; },
+                             .default_of = [](const RunConfig& c) { return on_off(c.data.packing); }},
+                       Param{.name = "shuffle", .kind = ValueKind::on_off,
+                             .help = "shuffle sample order each epoch (seeded)",
+                             .maps_to = "`DataLoader(shuffle=...)`",
+                             .set = [](RunConfig& c, const Value& v) { c.data.shuffle = v.flag; },
+                             .default_of = [](const RunConfig& c) { return on_off(c.data.shuffle); }}},
+          .apply = [](RunConfig& c, const ParsedCommand& p) {
+            c.data.kind = "tokens";
+            c.data.where = p.where;
+          }}},
+      .example = "data tokens ${data_dir}/train.bin packing on",
+  });
+
+  table.push_back(Command{
+      .name = "eval",
+      .help = "Evaluation data and interval. Without this command there is no evaluation.",
+      .maps_to = "`eval_dataset`, `eval_strategy=\"steps\"`",
+      .forms = {Form{
+          .word = "tokens",
+          .help = "pre-tokenized token file",
+          .positionals = {Param{.name = "PATH", .kind = ValueKind::existing_path,
+                                .help = "token file",
+                                .set = [](RunConfig& c, const Value& v) { c.eval.path = v.text; }}},
+          .keywords = {Param{.name = "every", .kind = ValueKind::positive_int,
+                             .help = "evaluate every N optimizer steps",
+                             .maps_to = "`eval_steps`",
+                             .required = true,
+                             .set = [](RunConfig& c, const Value& v) { c.eval.every = v.integer; }}},
+          .apply = [](RunConfig& c, const ParsedCommand& p) {
+            c.eval.kind = "tokens";
+            c.eval.where = p.where;
+          }}},
+      .example = "eval tokens val.bin every 100",
+  });
+
+  table.push_back(Command{
+      .name = "batch",
+      .help = "Batch shape. Tokens per optimizer step = micro x accumulate x seq_len x data-parallel ranks.",
+      .maps_to = "",
+      .forms = {Form{
+          .word = "",
+          .help = "",
+          .keywords = {
+              Param{.name = "micro", .kind = ValueKind::positive_int,
+                    .help = "sequences per rank per micro-step",
+                    .maps_to = "`per_device_train_batch_size`",
+                    .required = true,
+                    .set = [](RunConfig& c, const Value& v) { c.batch.micro_batch = v.integer; },
+                    .default_of = [](const RunConfig& c) { return integer_text(c.batch.micro_batch); }},
+              Param{.name = "accumulate", .kind = ValueKind::positive_int,
+                    .help = "micro-steps per optimizer step",
+                    .maps_to = "`gradient_accumulation_steps`",
+                    .set = [](RunConfig& c, const Value& v) { c.batch.grad_accum = v.integer; },
+                    .default_of = [](const RunConfig& c) { return integer_text(c.batch.grad_accum); }},
+              Param{.name = "seq_len", .kind = ValueKind::positive_int,
+                    .help = "tokens per sequence",
+                    .maps_to = "`max_seq_length`",
+                    .set = [](RunConfig& c, const Value& v) { c.batch.seq_len = v.integer; },
+                    .default_of = [](const RunConfig& c) { return integer_text(c.batch.seq_len); }}}}},
+      .example = "batch micro 4 accumulate 8 seq_len 2048",
+  });
+
+  table.push_back(Command{
+      .name = "optimizer",
+      .help = "The optimizer. AdamW with decoupled weight decay; state is sharded like the "
+              "parameters.",
+      .maps_to = "`optim=\"adamw_torch\"`",
+      .forms = {Form{
+          .word = "adamw",
+          .help = "torch.optim.AdamW",
+          .keywords = {
+              Param{.name = "lr", .kind = ValueKind::positive_number, .help = "peak learning rate",
+                    .maps_to = "`learning_rate`",
+                    .set = [](RunConfig& c, const Value& v) { c.optimizer.lr = v.number; },
+                    .default_of = [](const RunConfig& c) { return format_number(c.optimizer.lr); }},
+              Param{.name = "beta1", .kind = ValueKind::fraction, .help = "first-moment decay",
+                    .maps_to = "`adam_beta1`",
+                    .set = [](RunConfig& c, const Value& v) { c.optimizer.beta1 = v.number; },
+                    .default_of = [](const RunConfig& c) { return format_number(c.optimizer.beta1); }},
+              Param{.name = "beta2", .kind = ValueKind::fraction, .help = "second-moment decay",
+                    .maps_to = "`adam_beta2`",
+                    .set = [](RunConfig& c, const Value& v) { c.optimizer.beta2 = v.number; },
+                    .default_of = [](const RunConfig& c) { return format_number(c.optimizer.beta2); }},
+              Param{.name = "eps", .kind = ValueKind::positive_number,
+                    .help = "denominator epsilon", .maps_to = "`adam_epsilon`",
+                    .set = [](RunConfig& c, const Value& v) { c.optimizer.eps = v.number; },
+                    .default_of = [](const RunConfig& c) { return format_number(c.optimizer.eps); }},
+              Param{.name = "weight_decay", .kind = ValueKind::non_negative_number,
+                    .help = "decoupled weight decay", .maps_to = "`weight_decay`",
+                    .set = [](RunConfig& c, const Value& v) { c.optimizer.weight_decay = v.number; },
+                    .default_of = [](const RunConfig& c) {
+                      return format_number(c.optimizer.weight_decay);
+                    }}},
+          .apply = [](RunConfig& c, const ParsedCommand&) { c.optimizer.name = "adamw"; }}},
+      .example = "optimizer adamw lr 3e-4 weight_decay 0.1",
+  });
+
+  table.push_back(Command{
+      .name = "schedule",
+      .help = "Learning-rate schedule: linear warmup from 0 to lr, then constant, or linear / "
+              "cosine decay to min_lr at max_steps. warmup_ratio, when given, replaces "
+              "warmup_steps by round(ratio x max_steps); giving both is an error.",
+      .maps_to = "`lr_scheduler_type`",
+      .forms = {Form{
+          .word = "",
+          .help = "",
+          .positionals = {Param{.name = "KIND", .kind = ValueKind::choice, .help = "schedule shape",
+                                .choices = {{"constant", "constant_with_warmup"},
+                                            {"linear", "linear"},
+                                            {"cosine", "cosine_with_min_lr"}},
+                                .set = [](RunConfig& c, const Value& v) { c.schedule.kind = v.text; },
+                                .default_of = [](const RunConfig& c) { return c.schedule.kind; }}},
+          .keywords = {
+              Param{.name = "warmup_steps", .kind = ValueKind::non_negative_int,
+                    .help = "optimizer steps of linear warmup", .maps_to = "`warmup_steps`",
+                    .set = [](RunConfig& c, const Value& v) {
+                      c.schedule.warmup_steps = v.integer;
+                    },
+                    .default_of = [](const RunConfig& c) {
+                      return integer_text(c.schedule.warmup_steps);
+                    }},
+              Param{.name = "warmup_ratio", .kind = ValueKind::fraction,
+                    .help = "warmup as a fraction of max_steps", .maps_to = "`warmup_ratio`",
+                    .set = [](RunConfig& c, const Value& v) { c.schedule.warmup_ratio = v.number; },
+                    .default_of = [](const RunConfig&) { return std::string("(unset)"); }},
+              Param{.name = "min_lr", .kind = ValueKind::non_negative_number,
+                    .help = "learning rate at the end of the decay (at most lr)",
+                    .maps_to = "`lr_scheduler_kwargs={\"min_lr\": ...}`",
+                    .set = [](RunConfig& c, const Value& v) { c.schedule.min_lr = v.number; },
+                    .default_of = [](const RunConfig& c) { return format_number(c.schedule.min_lr); }}}}},
+      .example = "schedule cosine warmup_steps 100 min_lr 3e-5",
+  });
+
+  table.push_back(Command{
+      .name = "clip_grad_norm",
+      .help = "Clip the global gradient norm (one reduction across all shards); 0 turns clipping off.",
+      .maps_to = "`max_grad_norm`",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{
+                         .name = "X", .kind = ValueKind::non_negative_number, .help = "maximum norm",
+                         .set = [](RunConfig& c, const Value& v) { c.clip_grad_norm = v.number; },
+                         .default_of = [](const RunConfig& c) { return format_number(c.clip_grad_norm); }}}}},
+      .example = "clip_grad_norm 1.0",
+  });
+
+  table.push_back(Command{
+      .name = "max_steps",
+      .help = "Number of optimizer steps to train.",
+      .maps_to = "`max_steps`",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{
+                         .name = "N", .kind = ValueKind::positive_int, .help = "optimizer steps",
+                         .set = [](RunConfig& c, const Value& v) { c.max_steps = v.integer; }}}}},
+      .required = true,
+      .example = "max_steps 1000",
+  });
+
+  table.push_back(Command{
+      .name = "init",
+      .help = "Initial weights: random (normal with the given std; the plugin may scale output "
+              "projections) or a Hugging Face safetensors file/directory, read shard by shard.",
+      .maps_to = "`initializer_range` / `from_pretrained`",
+      .forms = {Form{.word = "random",
+                     .help = "normal(0, std) initialisation",
+                     .keywords = {Param{
+                         .name = "std", .kind = ValueKind::positive_number,
+                         .help = "standard deviation", .maps_to = "`initializer_range`",
+                         .set = [](RunConfig& c, const Value& v) { c.init.std = v.number; },
+                         .default_of = [](const RunConfig& c) { return format_number(c.init.std); }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) {
+                       c.init.kind = "random";
+                       c.init.where = p.where;
+                     }},
+                Form{.word = "safetensors",
+                     .help = "load Hugging Face weights",
+                     .positionals = {Param{
+                         .name = "PATH", .kind = ValueKind::existing_path,
+                         .help = "model.safetensors, or a directory with model.safetensors.index.json",
+                         .set = [](RunConfig& c, const Value& v) { c.init.path = v.text; }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) {
+                       c.init.kind = "safetensors";
+                       c.init.where = p.where;
+                     }}},
+      .example = "init random std 0.02",
+  });
+
+  table.push_back(Command{
+      .name = "fsdp",
+      .help = "Fully sharded data parallelism. Wrapping is always transformer-based: one FSDP "
+              "unit per model block (embedding and head are units too).",
+      .maps_to = "FSDP `sharding_strategy`; `auto_wrap_policy` = TRANSFORMER_BASED_WRAP",
+      .forms = {Form{
+          .word = "",
+          .help = "",
+          .positionals = {Param{.name = "STRATEGY", .kind = ValueKind::choice,
+                                .help = "what is sharded",
+                                .maps_to = "`ShardingStrategy`",
+                                .choices = {{"full_shard", "FULL_SHARD"},
+                                            {"shard_grad_op", "SHARD_GRAD_OP"},
+                                            {"no_shard", "NO_SHARD"},
+                                            {"hybrid_shard", "HYBRID_SHARD"}},
+                                .set = [](RunConfig& c, const Value& v) { c.fsdp.strategy = v.text; },
+                                .default_of = [](const RunConfig& c) { return c.fsdp.strategy; }}},
+          .keywords = {
+              Param{.name = "backward_prefetch", .kind = ValueKind::choice,
+                    .help = "when to gather the next unit's parameters in backward",
+                    .maps_to = "`BackwardPrefetch`",
+                    .choices = {{"backward_pre", "BACKWARD_PRE"},
+                                {"backward_post", "BACKWARD_POST"},
+                                {"none", "None"}},
+                    .set = [](RunConfig& c, const Value& v) { c.fsdp.backward_prefetch = v.text; },
+                    .default_of = [](const RunConfig& c) { return c.fsdp.backward_prefetch; }},
+              Param{.name = "forward_prefetch", .kind = ValueKind::on_off,
+                    .help = "gather the next unit during the current unit's forward",
+                    .maps_to = "`forward_prefetch`",
+                    .set = [](RunConfig& c, const Value& v) { c.fsdp.forward_prefetch = v.flag; },
+                    .default_of = [](const RunConfig& c) { return on_off(c.fsdp.forward_prefetch); }},
+              Param{.name = "limit_all_gathers", .kind = ValueKind::positive_int,
+                    .help = "most units gathered at once (bounds memory)",
+                    .maps_to = "`limit_all_gathers` (True = 2)",
+                    .set = [](RunConfig& c, const Value& v) { c.fsdp.limit_all_gathers = v.integer; },
+                    .default_of = [](const RunConfig& c) {
+                      return integer_text(c.fsdp.limit_all_gathers);
+                    }},
+              Param{.name = "shard_group_size", .kind = ValueKind::positive_int,
+                    .help = "ranks per shard group (hybrid_shard replicates across groups)",
+                    .maps_to = "HYBRID_SHARD `device_mesh` inner size",
+                    .set = [](RunConfig& c, const Value& v) { c.fsdp.shard_group_size = v.integer; },
+                    .default_of = [](const RunConfig&) {
+                      return std::string("(ranks on one node)");
+                    }},
+              Param{.name = "param_dtype", .kind = ValueKind::choice,
+                    .help = "dtype of gathered parameters",
+                    .maps_to = "`MixedPrecision(param_dtype=...)`",
+                    .choices = {{"bf16", "torch.bfloat16"}, {"fp32", "torch.float32"}},
+                    .set = [](RunConfig& c, const Value& v) { c.fsdp.param_dtype = v.text; },
+                    .default_of = [](const RunConfig&) { return std::string("(follows precision)"); }},
+              Param{.name = "reduce_dtype", .kind = ValueKind::choice,
+                    .help = "dtype of gradient reduce-scatter",
+                    .maps_to = "`MixedPrecision(reduce_dtype=...)`",
+                    .choices = {{"bf16", "torch.bfloat16"}, {"fp32", "torch.float32"}},
+                    .set = [](RunConfig& c, const Value& v) { c.fsdp.reduce_dtype = v.text; },
+                    .default_of = [](const RunConfig& c) { return c.fsdp.reduce_dtype; }},
+              Param{.name = "sync_module_states", .kind = ValueKind::on_off,
+                    .help = "broadcast rank 0's initial weights to all ranks",
+                    .maps_to = "`sync_module_states`",
+                    .set = [](RunConfig& c, const Value& v) { c.fsdp.sync_module_states = v.flag; },
+                    .default_of = [](const RunConfig& c) {
+                      return on_off(c.fsdp.sync_module_states);
+                    }}},
+          .apply = [](RunConfig& c, const ParsedCommand& p) { c.fsdp.where = p.where; }}},
+      .example = "fsdp full_shard backward_prefetch backward_pre limit_all_gathers 2",
+  });
+
+  table.push_back(Command{
+      .name = "activation_checkpointing",
+      .help = "Recompute unit activations in backward instead of storing them: `on` for every "
+              "unit, `every N` for every N-th block.",
+      .maps_to = "FSDP `activation_checkpointing` / `gradient_checkpointing`",
+      .forms = {Form{.word = "on", .help = "checkpoint every unit",
+                     .apply = [](RunConfig& c, const ParsedCommand&) {
+                       c.activation_checkpointing = "on";
+                       c.activation_checkpointing_every = 1;
+                     }},
+                Form{.word = "off", .help = "store all activations (the default)",
+                     .apply = [](RunConfig& c, const ParsedCommand&) {
+                       c.activation_checkpointing = "off";
+                       c.activation_checkpointing_every = 0;
+                     }},
+                Form{.word = "every", .help = "checkpoint every N-th block",
+                     .positionals = {Param{.name = "N", .kind = ValueKind::positive_int,
+                                           .help = "interval in blocks"}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) {
+                       c.activation_checkpointing = "every";
+                       c.activation_checkpointing_every = p.find("N")->integer;
+                     }}},
+      .example = "activation_checkpointing every 2",
+  });
+
+  table.push_back(Command{
+      .name = "log",
+      .help = "Progress line and metrics record interval (rank 0), and optional per-rank log files "
+              "in run_dir.",
+      .maps_to = "`logging_steps`",
+      .forms = {Form{
+          .word = "",
+          .help = "",
+          .keywords = {Param{.name = "every", .kind = ValueKind::positive_int,
+                             .help = "log every N optimizer steps", .maps_to = "`logging_steps`",
+                             .required = true,
+                             .set = [](RunConfig& c, const Value& v) { c.log_every = v.integer; },
+                             .default_of = [](const RunConfig& c) { return integer_text(c.log_every); }},
+                       Param{.name = "rank_files", .kind = ValueKind::on_off,
+                             .help = "one log file per rank",
+                             .set = [](RunConfig& c, const Value& v) { c.per_rank_logs = v.flag; },
+                             .default_of = [](const RunConfig& c) { return on_off(c.per_rank_logs); }}}}},
+      .example = "log every 10",
+  });
+
+  table.push_back(Command{
+      .name = "run_dir",
+      .help = "Directory for metrics.jsonl, logs and checkpoints (created if missing).",
+      .maps_to = "`output_dir`",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{
+                         .name = "PATH", .kind = ValueKind::path, .help = "output directory",
+                         .set = [](RunConfig& c, const Value& v) { c.run_dir = v.text; },
+                         .default_of = [](const RunConfig& c) { return c.run_dir; }}}}},
+      .example = "run_dir runs/${name}",
+  });
+
+  table.push_back(Command{
+      .name = "peak_tflops",
+      .help = "Peak dense TFLOP/s of one device at the compute precision, for the MFU column.",
+      .maps_to = "",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{
+                         .name = "X", .kind = ValueKind::positive_number, .help = "TFLOP/s per device",
+                         .set = [](RunConfig& c, const Value& v) { c.peak_tflops = v.number; },
+                         .default_of = [](const RunConfig&) {
+                           return std::string("(from the built-in device table)");
+                         }}}}},
+      .example = "peak_tflops 989",
+  });
+
+  table.push_back(Command{
+      .name = "cross_entropy",
+      .help = "Cross-entropy over the vocabulary in chunks, so the full logits matrix is never "
+              "stored at once.",
+      .maps_to = "",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .keywords = {Param{
+                         .name = "vocab_chunk", .kind = ValueKind::positive_int,
+                         .help = "vocabulary entries per chunk", .required = true,
+                         .set = [](RunConfig& c, const Value& v) { c.vocab_chunk = v.integer; },
+                         .default_of = [](const RunConfig& c) { return integer_text(c.vocab_chunk); }}}}},
+      .example = "cross_entropy vocab_chunk 4096",
+  });
+
+  return table;
+}
+
+// ---- value conversion -----------------------------------------------------------
+
+std::string_view skip_plus(std::string_view word) {
+  // from_chars rejects a leading '+'; decks may reasonably write "+1e-3".
+  if (word.size() > 1 && word[0] == '+' && word[1] != '-' && word[1] != '+') word.remove_prefix(1);
+  return word;
+}
+
+template <class Int>
+std::errc parse_integer(std::string_view word, Int& out) {
+  word = skip_plus(word);
+  const char* end = word.data() + word.size();
+  const auto result = std::from_chars(word.data(), end, out);
+  if (result.ec != std::errc{}) return result.ec;
+  return result.ptr == end ? std::errc{} : std::errc::invalid_argument;
+}
+
+std::errc parse_double(std::string_view word, double& out) {
+  word = skip_plus(word);
+  const char* end = word.data() + word.size();
+  const auto result = std::from_chars(word.data(), end, out, std::chars_format::general);
+  if (result.ec != std::errc{}) return result.ec;
+  if (result.ptr != end) return std::errc::invalid_argument;
+  if (!std::isfinite(out)) return std::errc::invalid_argument;  // inf, nan
+  return std::errc{};
+}
+
+std::string choice_list(const Param& param) {
+  std::string out;
+  for (const Choice& c : param.choices) {
+    if (!out.empty()) out += '|';
+    out += c.word;
+  }
+  return out;
+}
+
+std::vector<std::string_view> choice_words(const Param& param) {
+  std::vector<std::string_view> out;
+  for (const Choice& c : param.choices) out.push_back(c.word);
+  return out;
+}
+
+std::string label_of(const Command& command, const Form& form) {
+  std::string label(command.name);
+  if (!form.word.empty()) label += " " + std::string(form.word);
+  return label;
+}
+
+[[noreturn]] void fail_value(const DeckLocation& where, std::string_view label, const Param& param,
+                             std::string_view word, std::string_view why = {}) {
+  std::string message = "'" + std::string(label) + "' expects " + describe_kind(param) + ", got " +
+                        quote_word(word);
+  if (!why.empty()) message += " (" + std::string(why) + ")";
+  fail_at(where, message);
+}
+
+Value convert(const Param& param, const std::string& word, std::string_view label,
+              const DeckLocation& where) {
+  Value value;
+  value.text = word;
+  auto integer_error = [&](std::errc ec) {
+    fail_value(where, label, param, word, ec == std::errc::result_out_of_range ? "out of range" : "");
+  };
+  switch (param.kind) {
+    case ValueKind::positive_int: {
+      const std::errc ec = parse_integer(word, value.integer);
+      if (ec != std::errc{}) integer_error(ec);
+      if (value.integer < 1) fail_value(where, label, param, word);
+      break;
+    }
+    case ValueKind::non_negative_int: {
+      if (!word.empty() && word[0] == '-') fail_value(where, label, param, word);
+      const std::errc ec = parse_integer(word, value.unsigned_integer);
+      if (ec != std::errc{}) integer_error(ec);
+      // Keep the signed copy usable for counts; seeds use the unsigned one.
+      value.integer = value.unsigned_integer > static_cast<std::uint64_t>(
+                                                    std::numeric_limits<std::int64_t>::max())
+                          ? std::numeric_limits<std::int64_t>::max()
+                          : static_cast<std::int64_t>(value.unsigned_integer);
+      break;
+    }
+    case ValueKind::positive_number:
+    case ValueKind::non_negative_number:
+    case ValueKind::fraction: {
+      const std::errc ec = parse_double(word, value.number);
+      if (ec != std::errc{}) integer_error(ec);
+      const double x = value.number;
+      const bool ok = param.kind == ValueKind::positive_number       ? x > 0.0
+                      : param.kind == ValueKind::non_negative_number ? x >= 0.0
+                                                                     : (x >= 0.0 && x < 1.0);
+      if (!ok) fail_value(where, label, param, word);
+      break;
+    }
+    case ValueKind::choice: {
+      bool found = false;
+      for (const Choice& c : param.choices) found = found || c.word == word;
+      if (!found) {
+        fail_at(where, "'" + std::string(label) + "' expects " + describe_kind(param) + ", got " +
+                           quote_word(word) + did_you_mean(word, choice_words(param)));
+      }
+      break;
+    }
+    case ValueKind::on_off: {
+      if (word != "on" && word != "off") {
+        fail_at(where, "'" + std::string(label) + "' expects on or off, got " + quote_word(word) +
+                           did_you_mean(word, {"on", "off"}));
+      }
+      value.flag = word == "on";
+      break;
+    }
+    case ValueKind::existing_path: {
+      if (word.empty()) fail_value(where, label, param, word);
+      std::error_code ec;
+      if (!std::filesystem::exists(std::filesystem::path(word), ec)) {
+        fail_at(where, "file " + quote_word(word) + " given to '" + std::string(label) +
+                           "' does not exist (a relative path starts from the current directory)");
+      }
+      break;
+    }
+    case ValueKind::path:
+      if (word.empty()) fail_value(where, label, param, word);
+      break;
+    case ValueKind::name:
+      if (!is_variable_name(word)) fail_value(where, label, param, word);
+      break;
+    case ValueKind::text:
+      break;
+  }
+  return value;
+}
+
+}  // namespace
+
+// ---- public helpers ---------------------------------------------------------------
+
+const Value* ParsedCommand::find(std::string_view param_name) const {
+  for (const auto& [param, value] : values) {
+    if (param->name == param_name) return &value;
+  }
+  return nullptr;
+}
+
+const std::vector<Command>& command_table() {
+  static const std::vector<Command> table = build_table();
+  return table;
+}
+
+const Command* find_command(std::string_view name) {
+  for (const Command& command : command_table()) {
+    if (command.name == name) return &command;
+  }
+  return nullptr;
+}
+
+std::vector<std::string_view> command_names() {
+  std::vector<std::string_view> names;
+  for (const Command& command : command_table()) names.push_back(command.name);
+  return names;
+}
+
+std::string describe_kind(const Param& param) {
+  switch (param.kind) {
+    case ValueKind::positive_int: return "a positive integer";
+    case ValueKind::non_negative_int: return "a non-negative integer";
+    case ValueKind::positive_number: return "a positive number";
+    case ValueKind::non_negative_number: return "a non-negative number";
+    case ValueKind::fraction: return "a number in [0, 1)";
+    case ValueKind::choice: return "one of " + choice_list(param);
+    case ValueKind::on_off: return "on or off";
+    case ValueKind::existing_path: return "the path of an existing file";
+    case ValueKind::path: return "a non-empty path";
+    case ValueKind::name: return "a name (letters, digits and '_', not starting with a digit)";
+    case ValueKind::text: return "a value";
+  }
+  return "a value";
+}
+
+std::string value_placeholder(const Param& param) {
+  switch (param.kind) {
+    case ValueKind::positive_int:
+    case ValueKind::non_negative_int: return "N";
+    case ValueKind::positive_number:
+    case ValueKind::non_negative_number:
+    case ValueKind::fraction: return "X";
+    case ValueKind::choice: return choice_list(param);
+    case ValueKind::on_off: return "on|off";
+    case ValueKind::existing_path:
+    case ValueKind::path: return "PATH";
+    case ValueKind::name: return "NAME";
+    case ValueKind::text: return "VALUE";
+  }
+  return "VALUE";
+}
+
+std::string synopsis(const Command& command, const Form& form) {
+  std::string out(command.name);
+  if (!form.word.empty()) out += " " + std::string(form.word);
+  for (const Param& p : form.positionals) {
+    out += " ";
+    out += p.kind == ValueKind::choice ? choice_list(p) : std::string(p.name);
+  }
+  for (const Param& p : form.keywords) {
+    const std::string pair = std::string(p.name) + " " + value_placeholder(p);
+    out += p.required ? " " + pair : " [" + pair + "]";
+  }
+  if (form.passthrough_keywords) out += " [KEY VALUE]...";
+  return out;
+}
+
+ParsedCommand parse_command(const Command& command, const std::vector<std::string>& words,
+                            const DeckLocation& where) {
+  ParsedCommand parsed;
+  parsed.command = &command;
+  parsed.where = where;
+  std::size_t next = 1;
+
+  // Pick the form.
+  if (command.forms.size() == 1 && command.forms[0].word.empty()) {
+    parsed.form = &command.forms[0];
+  } else {
+    std::vector<std::string_view> selectors;
+    std::string expected;
+    for (const Form& form : command.forms) {
+      selectors.push_back(form.word);
+      if (!expected.empty()) expected += '|';
+      expected += form.word;
+    }
+    if (words.size() <= next) {
+      fail_at(where, "'" + std::string(command.name) + "' expects " + expected + ", got nothing");
+    }
+    for (const Form& form : command.forms) {
+      if (form.word == words[next]) parsed.form = &form;
+    }
+    if (parsed.form == nullptr) {
+      fail_at(where, "'" + std::string(command.name) + "' expects " + expected + ", got " +
+                         quote_word(words[next]) + did_you_mean(words[next], selectors));
+    }
+    ++next;
+  }
+  const Form& form = *parsed.form;
+  const std::string label = label_of(command, form);
+
+  for (const Param& param : form.positionals) {
+    if (words.size() <= next) {
+      std::string shown = param.kind == ValueKind::choice ? choice_list(param) : std::string(param.name);
+      fail_at(where, "'" + label + "' expects " + shown + " (" + describe_kind(param) +
+                         "), got nothing");
+    }
+    parsed.values.emplace_back(&param, convert(param, words[next], label, where));
+    ++next;
+  }
+
+  std::vector<std::string_view> keyword_names;
+  for (const Param& param : form.keywords) keyword_names.push_back(param.name);
+  while (next < words.size()) {
+    const std::string& keyword = words[next];
+    const Param* param = nullptr;
+    for (const Param& candidate : form.keywords) {
+      if (candidate.name == keyword) param = &candidate;
+    }
+    if (param == nullptr && !form.passthrough_keywords) {
+      if (form.keywords.empty()) {
+        fail_at(where, "unexpected word " + quote_word(keyword) + " after '" +
+                           std::string(words[next - 1]) + "': '" + label +
+                           "' takes no further arguments");
+      }
+      std::string expected;
+      for (std::string_view name : keyword_names) {
+        if (!expected.empty()) expected += ", ";
+        expected += name;
+      }
+      fail_at(where, "unknown keyword " + quote_word(keyword) + " for '" + label + "'" +
+                         did_you_mean(keyword, keyword_names) + "; expected one of: " + expected);
+    }
+    const bool repeated =
+        param != nullptr ? parsed.find(param->name) != nullptr
+                         : std::any_of(parsed.extra.begin(), parsed.extra.end(),
+                                       [&](const auto& kv) { return kv.first == keyword; });
+    if (repeated) fail_at(where, "keyword " + quote_word(keyword) + " given twice");
+    if (words.size() <= next + 1) {
+      const std::string expects = param != nullptr ? describe_kind(*param) : "a value";
+      fail_at(where, quote_word(keyword) + " expects " + expects + ", got nothing");
+    }
+    const std::string& word = words[next + 1];
+    if (param != nullptr) {
+      parsed.values.emplace_back(param, convert(*param, word, param->name, where));
+    } else {
+      if (!is_variable_name(keyword)) {
+        fail_at(where, "'" + label + "' expects KEY VALUE pairs with KEY a name (letters, digits "
+                       "and '_'), got " + quote_word(keyword));
+      }
+      parsed.extra.emplace_back(keyword, word);
+    }
+    next += 2;
+  }
+
+  for (const Param& param : form.keywords) {
+    if (param.required && parsed.find(param.name) == nullptr) {
+      fail_at(where, "'" + label + "' needs '" + std::string(param.name) + " " +
+                         value_placeholder(param) + "' (" + describe_kind(param) + ")");
+    }
+  }
+  return parsed;
+}
+
+void apply_command(const ParsedCommand& parsed, RunConfig& config) {
+  for (const auto& [param, value] : parsed.values) {
+    if (param->set != nullptr) param->set(config, value);
+  }
+  if (parsed.form->apply != nullptr) parsed.form->apply(config, parsed);
+}
+
+}  // namespace ftrain::deck
