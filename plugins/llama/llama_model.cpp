@@ -1,0 +1,354 @@
+// Llama forward and backward per unit, using only ftrain::ops.
+//
+// Decoder block (HF LlamaDecoderLayer), x and the output are [N, C]:
+//   xn1 = rmsnorm(x);  q, k, v = xn1 Wq^T, xn1 Wk^T, xn1 Wv^T
+//   q, k = rope(q), rope(k)            (rotate-half, positions offset + t)
+//   a = causal_attention(q, k, v, scale 1/sqrt(D))   (GQA: Hq % Hkv == 0)
+//   h1 = x + a Wo^T
+//   xn2 = rmsnorm(h1);  y = h1 + (silu(xn2 Wg^T) * xn2 Wu^T) Wd^T
+// Backward runs the same steps in reverse. What the block keeps for its
+// backward (UnitCache::saved, indices below) is what is expensive to
+// recompute (projections, attention output and its log-sum-exp); the norm
+// outputs and the SwiGLU product are recomputed in backward, which costs
+// O(N * C) elementwise work against the O(N * C^2) of the matmuls.
+#include "llama_model.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/ops.hpp"
+#include "kernels/rope_frequencies.hpp"
+
+namespace ftrain::llama {
+
+namespace {
+
+Tensor activation(const StepContext& ctx, const Shape& shape) {
+  return Tensor::empty(shape, ctx.compute_dtype, ctx.device);
+}
+
+Tensor f32_tensor(const StepContext& ctx, const Shape& shape) { return Tensor::empty(shape, DType::f32, ctx.device); }
+
+void check_params(const Unit& unit, const std::vector<Tensor>& params, std::size_t expected) {
+  FT_CHECK(params.size() == expected) << "unit " << unit.name() << " expects " << expected << " parameter tensors, got "
+                                      << params.size();
+}
+
+ParamSpec matrix(const std::string& name, Shape shape, const LlamaConfig& c) {
+  ParamSpec p;
+  p.name = name;
+  p.shape = std::move(shape);
+  p.init = InitKind::normal;
+  p.init_std = static_cast<float>(c.initializer_range);
+  p.weight_decay = true;
+  return p;
+}
+
+ParamSpec norm_weight(const std::string& name, std::int64_t size) {
+  ParamSpec p;
+  p.name = name;
+  p.shape = {size};
+  p.init = InitKind::ones;
+  p.weight_decay = false;
+  return p;
+}
+
+// Token rows of a [B, T] batch tensor.
+std::int64_t token_rows(const Tensor& tokens) { return tokens.numel(); }
+
+// ---- unit 0: token embedding ------------------------------------------------------
+
+class EmbeddingUnit final : public Unit {
+ public:
+  explicit EmbeddingUnit(const LlamaConfig& c) : config_(c) {}
+  std::string name() const override { return "model.embed_tokens"; }
+  std::vector<ParamSpec> params() const override {
+    return {matrix("model.embed_tokens.weight", {config_.vocab_size, config_.hidden_size}, config_)};
+  }
+
+  Tensor forward(const StepContext& ctx, const std::vector<Tensor>& params, const Batch& batch, const Tensor&,
+                 UnitCache&) override {
+    check_params(*this, params, 1);
+    const std::int64_t n = token_rows(batch.inputs);
+    Tensor h = activation(ctx, {n, config_.hidden_size});
+    ops::embedding_forward(batch.inputs.reshape({n}), params[0], h);
+    return h;
+  }
+
+  Tensor backward(const StepContext&, const std::vector<Tensor>& params, std::vector<Tensor>& grads, const Batch& batch,
+                  const Tensor&, const Tensor& dy, UnitCache&) override {
+    check_params(*this, params, 1);
+    ops::embedding_backward(batch.inputs.reshape({token_rows(batch.inputs)}), dy, grads[0]);
+    return Tensor();
+  }
+
+ private:
+  LlamaConfig config_;
+};
+
+// ---- units 1..L: decoder layers ------------------------------------------------------
+
+class DecoderLayerUnit final : public Unit {
+ public:
+  DecoderLayerUnit(const LlamaConfig& c, int layer, const Tensor& inv_freq)
+      : config_(c), prefix_("model.layers." + std::to_string(layer)), inv_freq_(inv_freq) {}
+
+  std::string name() const override { return prefix_; }
+
+  // Order here is the order of `params` in forward/backward.
+  enum Param { kInputNorm, kQ, kK, kV, kO, kPostNorm, kGate, kUp, kDown, kNumParams };
+
+  std::vector<ParamSpec> params() const override {
+    const auto& c = config_;
+    const std::int64_t C = c.hidden_size, I = c.intermediate_size;
+    return {
+        norm_weight(prefix_ + ".input_layernorm.weight", C),
+        matrix(prefix_ + ".self_attn.q_proj.weight", {c.q_size(), C}, c),
+        matrix(prefix_ + ".self_attn.k_proj.weight", {c.kv_size(), C}, c),
+        matrix(prefix_ + ".self_attn.v_proj.weight", {c.kv_size(), C}, c),
+        matrix(prefix_ + ".self_attn.o_proj.weight", {C, c.q_size()}, c),
+        norm_weight(prefix_ + ".post_attention_layernorm.weight", C),
+        matrix(prefix_ + ".mlp.gate_proj.weight", {I, C}, c),
+        matrix(prefix_ + ".mlp.up_proj.weight", {I, C}, c),
+        matrix(prefix_ + ".mlp.down_proj.weight", {C, I}, c),
+    };
+  }
+
+  // Indices into UnitCache::saved.
+  enum Saved { kRstd1, kQRot, kKRot, kVal, kAttn, kLse, kH1, kRstd2, kGateOut, kUpOut, kNumSaved };
+
+  Tensor forward(const StepContext& ctx, const std::vector<Tensor>& p, const Batch& batch, const Tensor& x,
+                 UnitCache& cache) override {
+    check_params(*this, p, kNumParams);
+    const Dims d = dims(batch);
+    const float eps = static_cast<float>(config_.rms_norm_eps);
+
+    Tensor xn1 = activation(ctx, {d.n, d.c});
+    Tensor rstd1 = f32_tensor(ctx, {d.n});
+    ops::rmsnorm_forward(x, p[kInputNorm], eps, xn1, rstd1);
+
+    Tensor q = activation(ctx, {d.n, d.hq * d.hd});
+    Tensor k = activation(ctx, {d.n, d.hkv * d.hd});
+    Tensor v = activation(ctx, {d.n, d.hkv * d.hd});
+    ops::linear_forward(xn1, p[kQ], nullptr, q);
+    ops::linear_forward(xn1, p[kK], nullptr, k);
+    ops::linear_forward(xn1, p[kV], nullptr, v);
+    Tensor q4 = q.reshape({d.b, d.t, d.hq, d.hd});
+    Tensor k4 = k.reshape({d.b, d.t, d.hkv, d.hd});
+    Tensor v4 = v.reshape({d.b, d.t, d.hkv, d.hd});
+    ops::rope_forward(q4, inv_freq_, batch.position_offset, q4);
+    ops::rope_forward(k4, inv_freq_, batch.position_offset, k4);
+
+    Tensor attn = activation(ctx, {d.b, d.t, d.hq, d.hd});
+    Tensor lse = f32_tensor(ctx, {d.b, d.hq, d.t});
+    ops::attention_forward(q4, k4, v4, /*causal=*/true, softmax_scale(), attn, lse);
+
+    Tensor h1 = activation(ctx, {d.n, d.c});
+    ops::linear_forward(attn.reshape({d.n, d.hq * d.hd}), p[kO], nullptr, h1);
+    ops::add(x, h1, h1);
+
+    Tensor xn2 = activation(ctx, {d.n, d.c});
+    Tensor rstd2 = f32_tensor(ctx, {d.n});
+    ops::rmsnorm_forward(h1, p[kPostNorm], eps, xn2, rstd2);
+    Tensor gate = activation(ctx, {d.n, d.i});
+    Tensor up = activation(ctx, {d.n, d.i});
+    ops::linear_forward(xn2, p[kGate], nullptr, gate);
+    ops::linear_forward(xn2, p[kUp], nullptr, up);
+    Tensor act = activation(ctx, {d.n, d.i});
+    ops::swiglu_forward(gate, up, act);
+    Tensor y = activation(ctx, {d.n, d.c});
+    ops::linear_forward(act, p[kDown], nullptr, y);
+    ops::add(h1, y, y);
+
+    cache.clear();
+    if (ctx.training) {
+      cache.saved = {rstd1, q4, k4, v4, attn, lse, h1, rstd2, gate, up};
+    }
+    return y;
+  }
+
+  Tensor backward(const StepContext& ctx, const std::vector<Tensor>& p, std::vector<Tensor>& g, const Batch& batch,
+                  const Tensor& x, const Tensor& dy, UnitCache& cache) override {
+    check_params(*this, p, kNumParams);
+    FT_CHECK(cache.saved.size() == kNumSaved)
+        << "unit " << prefix_ << ": backward without a training forward (empty cache)";
+    const Dims d = dims(batch);
+    const float eps = static_cast<float>(config_.rms_norm_eps);
+    const auto& s = cache.saved;
+
+    // MLP half. Recompute xn2 and silu(gate) * up rather than keeping them.
+    Tensor xn2 = activation(ctx, {d.n, d.c});
+    Tensor rstd_scratch = f32_tensor(ctx, {d.n});
+    ops::rmsnorm_forward(s[kH1], p[kPostNorm], eps, xn2, rstd_scratch);
+    Tensor act = activation(ctx, {d.n, d.i});
+    ops::swiglu_forward(s[kGateOut], s[kUpOut], act);
+
+    Tensor dact = activation(ctx, {d.n, d.i});
+    ops::linear_backward(act, p[kDown], dy, &dact, g[kDown], nullptr);
+    Tensor dgate = activation(ctx, {d.n, d.i});
+    Tensor dup = activation(ctx, {d.n, d.i});
+    ops::swiglu_backward(s[kGateOut], s[kUpOut], dact, dgate, dup);
+    Tensor dxn2 = activation(ctx, {d.n, d.c});
+    Tensor dxn2_up = activation(ctx, {d.n, d.c});
+    ops::linear_backward(xn2, p[kGate], dgate, &dxn2, g[kGate], nullptr);
+    ops::linear_backward(xn2, p[kUp], dup, &dxn2_up, g[kUp], nullptr);
+    ops::add_inplace(dxn2, dxn2_up);
+    // dh1 = dy (residual) + d rmsnorm2
+    Tensor dh1 = activation(ctx, {d.n, d.c});
+    ops::rmsnorm_backward(s[kH1], p[kPostNorm], s[kRstd2], dxn2, dh1, g[kPostNorm]);
+    ops::add(dh1, dy, dh1);
+
+    // Attention half.
+    Tensor dattn = activation(ctx, {d.b, d.t, d.hq, d.hd});
+    Tensor dattn2 = dattn.reshape({d.n, d.hq * d.hd});
+    ops::linear_backward(s[kAttn].reshape({d.n, d.hq * d.hd}), p[kO], dh1, &dattn2, g[kO], nullptr);
+    Tensor dq = activation(ctx, {d.b, d.t, d.hq, d.hd});
+    Tensor dk = activation(ctx, {d.b, d.t, d.hkv, d.hd});
+    Tensor dv = activation(ctx, {d.b, d.t, d.hkv, d.hd});
+    ops::attention_backward(s[kQRot], s[kKRot], s[kVal], s[kAttn], s[kLse], dattn, /*causal=*/true, softmax_scale(), dq,
+                            dk, dv);
+    ops::rope_backward(dq, inv_freq_, batch.position_offset, dq);
+    ops::rope_backward(dk, inv_freq_, batch.position_offset, dk);
+
+    Tensor xn1 = activation(ctx, {d.n, d.c});
+    ops::rmsnorm_forward(x, p[kInputNorm], eps, xn1, rstd_scratch);
+    Tensor dxn1 = activation(ctx, {d.n, d.c});
+    Tensor dxn1_part = activation(ctx, {d.n, d.c});
+    ops::linear_backward(xn1, p[kQ], dq.reshape({d.n, d.hq * d.hd}), &dxn1, g[kQ], nullptr);
+    ops::linear_backward(xn1, p[kK], dk.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kK], nullptr);
+    ops::add_inplace(dxn1, dxn1_part);
+    ops::linear_backward(xn1, p[kV], dv.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kV], nullptr);
+    ops::add_inplace(dxn1, dxn1_part);
+    // dx = dh1 (residual) + d rmsnorm1
+    Tensor dx = activation(ctx, {d.n, d.c});
+    ops::rmsnorm_backward(x, p[kInputNorm], s[kRstd1], dxn1, dx, g[kInputNorm]);
+    ops::add(dx, dh1, dx);
+    return dx;
+  }
+
+ private:
+  struct Dims {
+    std::int64_t b, t, n, c, i, hq, hkv, hd;
+  };
+  Dims dims(const Batch& batch) const {
+    FT_CHECK(batch.inputs.ndim() == 2) << "llama expects token batches [B, T], got " << batch.inputs.describe();
+    const std::int64_t b = batch.inputs.dim(0), t = batch.inputs.dim(1);
+    return {b,
+            t,
+            b * t,
+            config_.hidden_size,
+            config_.intermediate_size,
+            config_.num_attention_heads,
+            config_.num_key_value_heads,
+            config_.resolved_head_dim()};
+  }
+  float softmax_scale() const {
+    return static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.resolved_head_dim())));
+  }
+
+  LlamaConfig config_;
+  std::string prefix_;
+  Tensor inv_freq_;
+};
+
+// ---- unit L+1: final norm, output head and loss ------------------------------------------
+
+class HeadUnit final : public Unit {
+ public:
+  explicit HeadUnit(const LlamaConfig& c) : config_(c) {}
+  std::string name() const override { return "lm_head"; }
+
+  std::vector<ParamSpec> params() const override {
+    ParamSpec head = matrix("lm_head.weight", {config_.vocab_size, config_.hidden_size}, config_);
+    if (config_.tie_word_embeddings) head.tied_to = "model.embed_tokens.weight";
+    return {norm_weight("model.norm.weight", config_.hidden_size), head};
+  }
+
+  enum Saved { kRstd, kNormed, kLse, kNumSaved };
+
+  Tensor forward(const StepContext& ctx, const std::vector<Tensor>& p, const Batch& batch, const Tensor& x,
+                 UnitCache& cache) override {
+    check_params(*this, p, 2);
+    const std::int64_t n = token_rows(batch.targets);
+    FT_CHECK(n == x.dim(0)) << "lm_head: " << batch.targets.describe() << " does not match " << x.describe();
+    Tensor normed = activation(ctx, {n, config_.hidden_size});
+    Tensor rstd = f32_tensor(ctx, {n});
+    ops::rmsnorm_forward(x, p[0], static_cast<float>(config_.rms_norm_eps), normed, rstd);
+    Tensor losses = f32_tensor(ctx, {n});
+    Tensor lse = f32_tensor(ctx, {n});
+    ops::cross_entropy_forward(normed, p[1], nullptr, batch.targets.reshape({n}), ctx.vocab_chunk, losses, lse);
+
+    // The op set has no reduction to a device scalar yet, so the sum is taken
+    // on the host (in double: it is the number every loss curve shows).
+    FT_CHECK(losses.device() == Device::host)
+        << "lm_head: summing losses on " << device_name(losses.device()) << " needs a device reduction op";
+    double total = 0.0;
+    for (float l : to_float_vector(losses)) total += l;
+
+    cache.clear();
+    if (ctx.training) cache.saved = {rstd, normed, lse};
+    return from_floats({1}, {static_cast<float>(total)});
+  }
+
+  Tensor backward(const StepContext& ctx, const std::vector<Tensor>& p, std::vector<Tensor>& g, const Batch& batch,
+                  const Tensor& x, const Tensor& dy, UnitCache& cache) override {
+    check_params(*this, p, 2);
+    FT_CHECK(cache.saved.size() == kNumSaved) << "lm_head: backward without a training forward (empty cache)";
+    FT_CHECK(dy.numel() == 1 && dy.device() == Device::host)
+        << "lm_head: dy must be the host f32[1] loss scale, got " << dy.describe();
+    const float loss_scale = to_float_vector(dy)[0];
+    const std::int64_t n = token_rows(batch.targets);
+    const auto& s = cache.saved;
+    Tensor dnormed = activation(ctx, {n, config_.hidden_size});
+    ops::cross_entropy_backward(s[kNormed], p[1], nullptr, batch.targets.reshape({n}), s[kLse], loss_scale,
+                                ctx.vocab_chunk, dnormed, g[1], nullptr);
+    Tensor dx = activation(ctx, {n, config_.hidden_size});
+    ops::rmsnorm_backward(x, p[0], s[kRstd], dnormed, dx, g[0]);
+    return dx;
+  }
+
+ private:
+  LlamaConfig config_;
+};
+
+Tensor make_inv_freq(const LlamaConfig& c) {
+  c.validate();  // before anything relies on head_dim being even
+  const std::int64_t d = c.resolved_head_dim();
+  if (c.rope_scaling == RopeScaling::llama3) {
+    return rope_inv_freq_llama3(d, c.rope_theta, c.rope_scaling_factor, c.rope_scaling_low_freq_factor,
+                                c.rope_scaling_high_freq_factor, c.rope_scaling_original_max_position_embeddings);
+  }
+  return rope_inv_freq(d, c.rope_theta);
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const LlamaConfig& config) : config_(config), inv_freq_(make_inv_freq(config)) {
+  units_.push_back(std::make_unique<EmbeddingUnit>(config_));
+  for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
+    units_.push_back(std::make_unique<DecoderLayerUnit>(config_, layer, inv_freq_));
+  }
+  units_.push_back(std::make_unique<HeadUnit>(config_));
+}
+
+LlamaModel::~LlamaModel() = default;
+
+Unit& LlamaModel::unit(int index) {
+  FT_CHECK(index >= 0 && index < num_units()) << "llama has " << num_units() << " units, asked for unit " << index;
+  return *units_[static_cast<std::size_t>(index)];
+}
+
+double LlamaModel::training_flops_per_sample(std::int64_t sequence_length) const {
+  const auto& c = config_;
+  const double C = static_cast<double>(c.hidden_size);
+  const double per_layer =
+      C * static_cast<double>(2 * c.q_size() + 2 * c.kv_size()) + 3.0 * C * static_cast<double>(c.intermediate_size);
+  const double matmul_params =
+      per_layer * static_cast<double>(c.num_hidden_layers) + static_cast<double>(c.vocab_size) * C;
+  const double t = static_cast<double>(sequence_length);
+  return 6.0 * matmul_params * t +
+         12.0 * static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.q_size()) * t * t;
+}
+
+}  // namespace ftrain::llama
