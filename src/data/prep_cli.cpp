@@ -1,0 +1,184 @@
+// ftrain-prep command line (see prep_cli.hpp).
+#include "data/prep_cli.hpp"
+
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.hpp"
+#include "data/synthetic_corpus.hpp"
+#include "data/token_file.hpp"
+
+namespace ftrain::data {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: ftrain-prep synthetic --out PATH --tokens N --vocab V --seed S\n"
+    "                             [--eval-out PATH --eval-tokens N]\n"
+    "                             [--successors K] [--doc-len L]\n"
+    "       ftrain-prep info PATH\n"
+    "       ftrain-prep --help\n"
+    "\n"
+    "synthetic  writes a learnable token file drawn from a random sparse Markov\n"
+    "           chain over V tokens (eos = V-1) and prints its entropy rate: the\n"
+    "           lowest mean loss (nats/token) a model can reach on it.\n"
+    "  --out PATH          training token file to write\n"
+    "  --tokens N          number of tokens in it\n"
+    "  --vocab V           vocabulary size, 3..65536\n"
+    "  --seed S            chain and sampling seed (same seed, same bytes)\n"
+    "  --eval-out PATH     also write an evaluation file from the same chain\n"
+    "  --eval-tokens N     its number of tokens (required with --eval-out)\n"
+    "  --successors K      next-token choices per token (default 4)\n"
+    "  --doc-len L         mean document length in tokens (default 64)\n"
+    "info       validates a token file and prints its header\n";
+
+class UsageError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
+[[noreturn]] void usage_error(const std::string& message) { throw UsageError(message); }
+
+std::int64_t parse_int(const std::string& option, const std::string& text, std::int64_t min_value) {
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size())
+    usage_error(option + " expects an integer, got '" + text + "'");
+  if (value < min_value) usage_error(option + " must be at least " + std::to_string(min_value) + ", got " + text);
+  return value;
+}
+
+std::uint64_t parse_u64(const std::string& option, const std::string& text) {
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size())
+    usage_error(option + " expects a non-negative integer, got '" + text + "'");
+  return value;
+}
+
+double parse_double(const std::string& option, const std::string& text) {
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(text, &used);
+    if (used == text.size()) return value;
+  } catch (const std::exception&) {
+  }
+  usage_error(option + " expects a number, got '" + text + "'");
+}
+
+// --key value pairs; every key must be one of `known`.
+std::map<std::string, std::string> parse_options(const std::vector<std::string>& args,
+                                                 const std::vector<std::string>& known) {
+  std::map<std::string, std::string> options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& key = args[i];
+    bool is_known = false;
+    for (const auto& k : known) is_known = is_known || k == key;
+    if (!is_known) usage_error("unknown argument '" + key + "'");
+    if (i + 1 >= args.size()) usage_error(key + " needs a value");
+    if (options.count(key) != 0) usage_error(key + " given twice");
+    options[key] = args[++i];
+  }
+  return options;
+}
+
+const std::string& required(const std::map<std::string, std::string>& options, const std::string& key) {
+  const auto it = options.find(key);
+  if (it == options.end()) usage_error("missing " + key);
+  return it->second;
+}
+
+void print_stats(const char* what, const std::string& path, const SyntheticCorpusStats& s) {
+  std::printf("%s %s: %lld tokens, %lld documents, vocab %lld, eos id %lld\n", what, path.c_str(),
+              static_cast<long long>(s.n_tokens), static_cast<long long>(s.n_documents),
+              static_cast<long long>(s.vocab_size), static_cast<long long>(s.eos_id));
+}
+
+int run_synthetic(const std::vector<std::string>& args) {
+  const auto options = parse_options(
+      args, {"--out", "--tokens", "--vocab", "--seed", "--eval-out", "--eval-tokens", "--successors", "--doc-len"});
+  const std::string out = required(options, "--out");
+  const std::int64_t tokens = parse_int("--tokens", required(options, "--tokens"), 1);
+  const std::int64_t vocab = parse_int("--vocab", required(options, "--vocab"), 3);
+  if (vocab > 65536) usage_error("--vocab must be at most 65536, got " + std::to_string(vocab));
+  const std::uint64_t seed = parse_u64("--seed", required(options, "--seed"));
+  SyntheticCorpusOptions corpus;
+  if (options.count("--successors") != 0)
+    corpus.successors = parse_int("--successors", options.at("--successors"), 1);
+  if (options.count("--doc-len") != 0) {
+    corpus.mean_document_tokens = parse_double("--doc-len", options.at("--doc-len"));
+    if (!(corpus.mean_document_tokens >= 2.0 && corpus.mean_document_tokens <= 4096.0))
+      usage_error("--doc-len must be in [2, 4096], got " + options.at("--doc-len"));
+  }
+  const bool eval = options.count("--eval-out") != 0;
+  if (eval != (options.count("--eval-tokens") != 0)) usage_error("--eval-out and --eval-tokens go together");
+  std::int64_t eval_tokens = 0;
+  if (eval) {
+    eval_tokens = parse_int("--eval-tokens", options.at("--eval-tokens"), 1);
+    if (options.at("--eval-out") == out) usage_error("--eval-out must differ from --out");
+  }
+
+  corpus.sample_stream = 0;
+  const SyntheticCorpusStats train = write_synthetic_corpus(out, tokens, vocab, seed, corpus);
+  print_stats("wrote", out, train);
+  if (eval) {
+    corpus.sample_stream = 1;
+    const SyntheticCorpusStats held_out = write_synthetic_corpus(options.at("--eval-out"), eval_tokens, vocab, seed, corpus);
+    print_stats("wrote", options.at("--eval-out"), held_out);
+  }
+  std::printf("entropy rate %.4f nats/token (the best achievable loss); uniform guess ln(%lld) = %.4f\n",
+              train.entropy_rate_nats, static_cast<long long>(vocab), train.uniform_entropy_nats);
+  return 0;
+}
+
+int run_info(const std::vector<std::string>& args) {
+  if (args.size() != 1) usage_error("info takes exactly one PATH");
+  const TokenFile file(args[0]);
+  file.validate_all();
+  const TokenFileHeader& h = file.header();
+  std::printf("%s: token file version %u, %u-byte tokens, %llu tokens, vocab %llu, ", args[0].c_str(), h.version,
+              h.token_bytes, static_cast<unsigned long long>(h.n_tokens),
+              static_cast<unsigned long long>(h.vocab_size));
+  if (h.has_eos())
+    std::printf("eos id %llu, %llu documents\n", static_cast<unsigned long long>(h.eos_id),
+                static_cast<unsigned long long>(h.n_documents));
+  else
+    std::printf("no eos id\n");
+  return 0;
+}
+
+}  // namespace
+
+int prep_main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (args.empty()) usage_error("missing command");
+    if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    for (const auto& a : args)
+      if (a == "--help" || a == "-h") {
+        std::fputs(kUsage, stdout);
+        return 0;
+      }
+    const std::string command = args[0];
+    args.erase(args.begin());
+    if (command == "synthetic") return run_synthetic(args);
+    if (command == "info") return run_info(args);
+    usage_error("unknown command '" + command + "' (expected synthetic or info)");
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "ftrain-prep: %s\n\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const UserError& e) {
+    std::fprintf(stderr, "ftrain-prep: error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace ftrain::data

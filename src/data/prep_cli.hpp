@@ -1,0 +1,18 @@
+// ftrain-prep: the data preparation command line, as a function so that the
+// executable (src/app) stays a one-line main and tests can call it.
+//
+//   ftrain-prep synthetic --out PATH --tokens N --vocab V --seed S
+//                         [--eval-out PATH --eval-tokens N]
+//                         [--successors K] [--doc-len L]
+//   ftrain-prep info PATH
+//
+// Returns the process exit code: 0 on success, 2 for a usage error, 1 when
+// the work itself failed (unwritable path, corrupt file). Messages go to
+// stdout, errors to stderr.
+#pragma once
+
+namespace ftrain::data {
+
+int prep_main(int argc, char** argv);
+
+}  // namespace ftrain::data

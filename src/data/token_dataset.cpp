@@ -1,0 +1,144 @@
+// Window extraction and sample order; the mapping is documented in the header.
+#include "data/token_dataset.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/error.hpp"
+
+namespace ftrain::data {
+
+std::vector<std::int64_t> shuffle_permutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch) {
+  FT_CHECK(n >= 0 && epoch >= 0) << "n " << n << " epoch " << epoch;
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) perm[i] = i;
+  const std::uint64_t stream = kShuffleStream + static_cast<std::uint64_t>(epoch);
+  for (std::int64_t i = n - 1; i >= 1; --i) {
+    const auto j = static_cast<std::int64_t>(rng::bits(seed, stream, static_cast<std::uint64_t>(i)) %
+                                             static_cast<std::uint64_t>(i + 1));
+    std::swap(perm[i], perm[j]);
+  }
+  return perm;
+}
+
+TokenDataset::TokenDataset(std::shared_ptr<const TokenFile> file, const TokenDatasetOptions& options)
+    : file_(std::move(file)), options_(options) {
+  init();
+}
+
+TokenDataset::TokenDataset(const std::string& path, const TokenDatasetOptions& options)
+    : file_(std::make_shared<const TokenFile>(path)), options_(options) {
+  init();
+}
+
+void TokenDataset::init() {
+  FT_CHECK(file_ != nullptr);
+  const std::int64_t T = options_.seq_len;
+  if (T < 1) FT_USER_ERROR() << "data " << file_->path() << ": seq_len must be at least 1, not " << T;
+  if (options_.global_batch < 1)
+    FT_USER_ERROR() << "data " << file_->path() << ": the global batch must be at least 1, not "
+                    << options_.global_batch;
+  const std::int64_t n = file_->n_tokens();
+  if (options_.packing) {
+    n_windows_ = n >= 1 ? (n - 1) / T : 0;
+    if (n_windows_ == 0)
+      FT_USER_ERROR() << "data " << file_->path() << " holds " << n << " tokens, fewer than one window of seq_len+1 = "
+                      << T + 1 << " tokens";
+    return;
+  }
+  const TokenFileHeader& h = file_->header();
+  if (!h.has_eos())
+    FT_USER_ERROR() << "data " << file_->path() << ": packing off needs document boundaries, but the token file "
+                    << "has no eos id";
+  std::int64_t begin = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (file_->raw_token(i) != h.eos_id) continue;
+    if (i + 1 - begin >= 2) {
+      doc_begin_.push_back(begin);
+      doc_end_.push_back(i + 1);
+    }
+    begin = i + 1;
+  }
+  if (n - begin >= 2) {
+    doc_begin_.push_back(begin);
+    doc_end_.push_back(n);
+  }
+  n_windows_ = static_cast<std::int64_t>(doc_begin_.size());
+  if (n_windows_ == 0)
+    FT_USER_ERROR() << "data " << file_->path() << " holds no document of 2 or more tokens (packing off)";
+}
+
+const std::vector<std::int64_t>& TokenDataset::permutation(std::int64_t epoch) {
+  for (const auto& c : cache_)
+    if (c.epoch == epoch) return c.perm;
+  CachedPermutation& slot = cache_[cache_next_];
+  cache_next_ = 1 - cache_next_;
+  slot.epoch = -1;  // stays invalid if the allocation below throws
+  slot.perm = shuffle_permutation(n_windows_, options_.seed, epoch);
+  slot.epoch = epoch;
+  return slot.perm;
+}
+
+std::int64_t TokenDataset::window_of_sample(std::int64_t step, std::int64_t sample) {
+  FT_CHECK(step >= 0 && sample >= 0 && sample < options_.global_batch)
+      << "step " << step << " sample " << sample << " global batch " << options_.global_batch;
+  const std::int64_t g = step * options_.global_batch + sample;
+  const std::int64_t position = g % n_windows_;
+  if (!options_.shuffle) return position;
+  return permutation(g / n_windows_)[static_cast<std::size_t>(position)];
+}
+
+void TokenDataset::check_batch_tensors(std::int64_t count, const Tensor& inputs, const Tensor& targets) const {
+  const Shape want{count, options_.seq_len};
+  for (const Tensor* t : {&inputs, &targets}) {
+    FT_CHECK(t->defined() && t->device() == Device::host && t->dtype() == DType::i32 && t->shape() == want)
+        << "batch tensor " << t->describe() << ", expected i32" << shape_string(want) << " on the host";
+  }
+}
+
+void TokenDataset::fill_window(std::int64_t window, std::int32_t* inputs, std::int32_t* targets) const {
+  const std::int64_t T = options_.seq_len;
+  // Read T+1 tokens into inputs[0..T-1] and one extra, then derive targets:
+  // one pass over the file, ids validated by TokenFile::read.
+  if (options_.packing) {
+    file_->read(window * T, T, inputs);
+    std::copy(inputs + 1, inputs + T, targets);
+    file_->read(window * T + T, 1, targets + T - 1);
+    return;
+  }
+  const std::int64_t begin = doc_begin_[static_cast<std::size_t>(window)];
+  const std::int64_t length = std::min(doc_end_[static_cast<std::size_t>(window)] - begin, T + 1);
+  const std::int64_t used = length - 1;  // positions with a real target
+  file_->read(begin, used, inputs);
+  std::copy(inputs + 1, inputs + used, targets);
+  file_->read(begin + used, 1, targets + used - 1);
+  const auto pad = static_cast<std::int32_t>(file_->header().eos_id);
+  std::fill(inputs + used, inputs + T, pad);
+  std::fill(targets + used, targets + T, kIgnoreTarget);
+}
+
+void TokenDataset::fill_batch(std::int64_t step, std::int64_t first_sample, std::int64_t count, Tensor& inputs,
+                              Tensor& targets) {
+  FT_CHECK(count >= 0 && first_sample >= 0 && first_sample + count <= options_.global_batch)
+      << "samples [" << first_sample << ", " << first_sample + count << ") of a global batch of "
+      << options_.global_batch;
+  check_batch_tensors(count, inputs, targets);
+  const std::int64_t T = options_.seq_len;
+  std::int32_t* in = inputs.data_as<std::int32_t>();
+  std::int32_t* tg = targets.data_as<std::int32_t>();
+  for (std::int64_t r = 0; r < count; ++r)
+    fill_window(window_of_sample(step, first_sample + r), in + r * T, tg + r * T);
+}
+
+void TokenDataset::fill_windows(std::int64_t first_window, std::int64_t count, Tensor& inputs,
+                                Tensor& targets) const {
+  FT_CHECK(count >= 0 && first_window >= 0 && first_window + count <= n_windows_)
+      << "windows [" << first_window << ", " << first_window + count << ") of " << n_windows_;
+  check_batch_tensors(count, inputs, targets);
+  const std::int64_t T = options_.seq_len;
+  std::int32_t* in = inputs.data_as<std::int32_t>();
+  std::int32_t* tg = targets.data_as<std::int32_t>();
+  for (std::int64_t r = 0; r < count; ++r) fill_window(first_window + r, in + r * T, tg + r * T);
+}
+
+}  // namespace ftrain::data
