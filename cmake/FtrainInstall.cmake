@@ -2,7 +2,7 @@
 # headers (include/ftrain/...) and the CMake package (find_package(ftrain)).
 include(CMakePackageConfigHelpers)
 
-install(TARGETS ftrain_exe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS ftrain_exe ftrain_prep RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS ftrain EXPORT ftrainTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ftrain)

@@ -1,1 +1,168 @@
-int main() { return 0; }
+// ftrain: the executable. `mpirun -np N ftrain [options] DECK`.
+//
+// Order of things: MPI first, Kokkos second (DESIGN.md §3); finalised in
+// reverse. Errors come in two phases:
+//  * before any collective (command line, deck, plugin, data files): every
+//    rank decides, ranks agree with one all-reduce, and rank 0 (or the lowest
+//    failing rank) prints ONE message, then all exit 1;
+//  * during training: a failing rank prints its message with its rank and
+//    aborts the job (MPI_Abort), so no rank hangs in a collective.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+#include "deck/parser.hpp"
+#include "ftrain_build_paths.hpp"
+#include "plugin/loader.hpp"
+#include "train/trainer.hpp"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: ftrain [options] DECK\n"
+    "       mpirun -np N ftrain [options] DECK\n"
+    "\n"
+    "Trains the model an input deck describes (see share/doc/deck.md).\n"
+    "\n"
+    "options:\n"
+    "  -var NAME VALUE     set deck variable NAME (repeatable; overrides the deck and the environment)\n"
+    "  --check             validate the deck, load the model plugin, print the plan, and exit\n"
+    "  --list-models       list the model plugins found and their presets\n"
+    "  --deck-reference    print the deck command reference (Markdown)\n"
+    "  --version           print the version\n"
+    "  -h, --help          print this help\n"
+    "\n"
+    "environment:\n"
+    "  FTRAIN_PLUGIN_PATH  colon-separated directories searched first for model plugins\n";
+
+struct CommandLine {
+  std::string deck;
+  ftrain::DeckVariables vars;
+  bool check = false, list_models = false, deck_reference = false, version = false, help = false;
+};
+
+CommandLine parse_command_line(int argc, char** argv) {
+  CommandLine cl;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-var" || a == "--var") {
+      if (i + 2 >= argc) FT_USER_ERROR() << "command line: " << a << " needs NAME VALUE";
+      cl.vars.emplace_back(argv[i + 1], argv[i + 2]);
+      i += 2;
+    } else if (a == "--check") {
+      cl.check = true;
+    } else if (a == "--list-models") {
+      cl.list_models = true;
+    } else if (a == "--deck-reference") {
+      cl.deck_reference = true;
+    } else if (a == "--version") {
+      cl.version = true;
+    } else if (a == "-h" || a == "--help") {
+      cl.help = true;
+    } else if (!a.empty() && a[0] == '-') {
+      FT_USER_ERROR() << "command line: unknown option '" << a << "' (see ftrain --help)";
+    } else if (cl.deck.empty()) {
+      cl.deck = a;
+    } else {
+      FT_USER_ERROR() << "command line: more than one deck given ('" << cl.deck << "' and '" << a << "')";
+    }
+  }
+  if (!cl.help && !cl.version && !cl.list_models && !cl.deck_reference && cl.deck.empty())
+    FT_USER_ERROR() << "command line: no input deck given (see ftrain --help)";
+  return cl;
+}
+
+int list_models() {
+  auto plugins = ftrain::PluginLoader().list_plugins();
+  if (plugins.empty()) {
+    std::cout << "no model plugins found in:";
+    for (const auto& d : ftrain::default_plugin_search_path()) std::cout << " " << d;
+    std::cout << "\n";
+    return 1;
+  }
+  for (const auto& p : plugins) {
+    if (!p.error.empty()) {
+      std::cout << p.name << "  (unusable: " << p.error << ")\n";
+      continue;
+    }
+    std::cout << p.name << "  " << p.description << "\n  presets:";
+    for (const auto& preset : p.presets) std::cout << " " << preset;
+    std::cout << "\n  " << p.path << "\n";
+  }
+  return 0;
+}
+
+// Phase-1 agreement: returns true if any rank failed; the lowest failing rank
+// prints its message.
+bool any_rank_failed(const std::string& message, int rank, int size) {
+  const int mine = message.empty() ? size : rank;
+  int first = size;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == size) return false;
+  if (rank == first) {
+    std::cerr << "ftrain: error: " << message << "\n";
+    if (size > 1 && rank != 0) std::cerr << "(reported by rank " << rank << ")\n";
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Kokkos::initialize(argc, argv);
+  int code = 0;
+  {
+    std::string failure;
+    CommandLine cl;
+    ftrain::RunConfig config;
+    ftrain::MpiCommunicator world(MPI_COMM_WORLD);
+    std::unique_ptr<ftrain::Trainer> trainer;
+    try {
+      cl = parse_command_line(argc, argv);
+      if (!cl.help && !cl.version && !cl.list_models && !cl.deck_reference) {
+        config = ftrain::parse_deck_file(cl.deck, cl.vars);
+        ftrain::TrainerOptions options;
+        options.check_only = cl.check;
+        trainer = std::make_unique<ftrain::Trainer>(config, world, options);
+        trainer->prepare();
+      }
+    } catch (const ftrain::UserError& e) {
+      failure = e.what();
+    } catch (const std::exception& e) {
+      failure = std::string("internal error: ") + e.what();
+    }
+    if (any_rank_failed(failure, rank, size)) {
+      code = 1;
+    } else if (cl.help) {
+      if (rank == 0) std::cout << kUsage;
+    } else if (cl.version) {
+      if (rank == 0) std::cout << "ftrain " << FTRAIN_VERSION_STRING << " (plugin ABI " << FTRAIN_PLUGIN_ABI_VERSION << ")\n";
+    } else if (cl.deck_reference) {
+      if (rank == 0) std::cout << ftrain::deck_reference_markdown();
+    } else if (cl.list_models) {
+      code = rank == 0 ? list_models() : 0;
+    } else {
+      try {
+        code = trainer->run();
+      } catch (const std::exception& e) {
+        std::cerr << "ftrain: error on rank " << rank << ": " << e.what() << "\n" << std::flush;
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    }
+  }
+  Kokkos::finalize();
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,360 @@
+#include "fsdp/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "kernels/ops.hpp"
+
+namespace ftrain {
+
+bool parse_sharding_strategy(const std::string& text, ShardingStrategy& out) {
+  static const std::map<std::string, ShardingStrategy> kNames = {
+      {"full_shard", ShardingStrategy::full_shard},
+      {"shard_grad_op", ShardingStrategy::shard_grad_op},
+      {"no_shard", ShardingStrategy::no_shard},
+      {"hybrid_shard", ShardingStrategy::hybrid_shard},
+  };
+  auto it = kNames.find(text);
+  if (it == kNames.end()) return false;
+  out = it->second;
+  return true;
+}
+
+const char* sharding_strategy_name(ShardingStrategy s) {
+  switch (s) {
+    case ShardingStrategy::full_shard: return "full_shard";
+    case ShardingStrategy::shard_grad_op: return "shard_grad_op";
+    case ShardingStrategy::no_shard: return "no_shard";
+    case ShardingStrategy::hybrid_shard: return "hybrid_shard";
+  }
+  return "?";
+}
+
+FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& options)
+    : model_(model), world_(world), options_(options) {
+  FT_CHECK(options_.limit_all_gathers >= 1) << "limit_all_gathers must be >= 1";
+  const int world_size = world_.size();
+  int group_size = world_size;
+  switch (options_.strategy) {
+    case ShardingStrategy::full_shard:
+    case ShardingStrategy::shard_grad_op: group_size = world_size; break;
+    case ShardingStrategy::no_shard: group_size = 1; break;
+    case ShardingStrategy::hybrid_shard:
+      group_size = options_.shard_group_size > 0 ? options_.shard_group_size : world_.split_node()->size();
+      break;
+  }
+  if (group_size < 1 || world_size % group_size != 0) {
+    FT_USER_ERROR() << "fsdp " << sharding_strategy_name(options_.strategy) << ": shard group size " << group_size
+                    << " does not divide the " << world_size << " ranks";
+  }
+  const int group = world_.rank() / group_size;
+  shard_comm_ = world_.split(group, world_.rank());
+  if (world_size / group_size > 1) replica_comm_ = world_.split(world_.rank() % group_size, world_.rank());
+
+  ctx_.device = Device::host;
+  ctx_.compute_dtype = options_.param_dtype;
+  ctx_.vocab_chunk = options_.vocab_chunk;
+
+  const int n_units = model_.num_units();
+  FT_CHECK(n_units >= 2) << "model " << model_.architecture() << " has " << n_units << " units; expected >= 2";
+  std::map<std::string, SlotSource> owner_of;
+  for (int u = 0; u < n_units; ++u) {
+    Unit& unit = model_.unit(u);
+    const auto specs = unit.params();
+    std::vector<ParamSpec> own;
+    std::vector<SlotSource> slots;
+    for (const auto& spec : specs) {
+      if (!spec.tied_to.empty()) {
+        auto it = owner_of.find(spec.tied_to);
+        FT_CHECK(it != owner_of.end()) << "unit " << unit.name() << " ties to '" << spec.tied_to
+                                       << "', which no earlier unit owns";
+        slots.push_back(it->second);
+        continue;
+      }
+      FT_CHECK(owner_of.count(spec.name) == 0) << "parameter '" << spec.name << "' declared twice";
+      SlotSource src{u, static_cast<int>(own.size())};
+      owner_of[spec.name] = src;
+      slots.push_back(src);
+      own.push_back(spec);
+    }
+    auto flat = std::make_unique<FlatParameter>(u, unit.name(), own, shard_comm_->size(), shard_comm_->rank());
+    const Shape shard_shape{flat->shard_numel()};
+    flat->master = Tensor::zeros(shard_shape, DType::f32, Device::host, unit.name() + ".master");
+    flat->grad = Tensor::zeros(shard_shape, DType::f32, Device::host, unit.name() + ".grad");
+    flat->exp_avg = Tensor::zeros(shard_shape, DType::f32, Device::host, unit.name() + ".exp_avg");
+    flat->exp_avg_sq = Tensor::zeros(shard_shape, DType::f32, Device::host, unit.name() + ".exp_avg_sq");
+    flats_.push_back(std::move(flat));
+    slots_.push_back(std::move(slots));
+  }
+  caches_.resize(static_cast<std::size_t>(n_units));
+  inputs_.resize(static_cast<std::size_t>(n_units));
+}
+
+FsdpEngine::~FsdpEngine() {
+  for (auto& f : flats_) f->gather_request.wait();
+}
+
+void FsdpEngine::init_random(std::uint64_t seed) {
+  init_from([seed](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
+    switch (e.init) {
+      case InitKind::zeros: std::fill(dst, dst + count, 0.0f); break;
+      case InitKind::ones: std::fill(dst, dst + count, 1.0f); break;
+      case InitKind::normal: {
+        const std::uint64_t stream = rng::hash_name(e.name);
+        for (std::int64_t i = 0; i < count; ++i)
+          dst[i] = static_cast<float>(e.init_std * rng::normal(seed, stream, static_cast<std::uint64_t>(first + i)));
+        break;
+      }
+    }
+  });
+}
+
+void FsdpEngine::init_from(const ParameterSource& source) {
+  for (auto& flat : flats_) {
+    float* master = flat->master.data_as<float>();
+    std::fill(master, master + flat->shard_numel(), 0.0f);  // padding stays zero
+    flat->for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
+      source(flat->entries()[static_cast<std::size_t>(e)], first, count, master + at);
+    });
+    flat->gathered_valid = false;
+    flat->gathered = Tensor();
+  }
+}
+
+bool FsdpEngine::keep_gathered_after_forward() const {
+  return options_.strategy == ShardingStrategy::shard_grad_op || options_.strategy == ShardingStrategy::no_shard;
+}
+
+int FsdpEngine::gathered_count() const {
+  int n = 0;
+  for (const auto& f : flats_) n += f->gathered.defined() ? 1 : 0;
+  return n;
+}
+
+void FsdpEngine::start_gather(int u) {
+  FlatParameter& f = *flats_[static_cast<std::size_t>(u)];
+  if (f.gathered_valid) return;
+  const DType dt = options_.param_dtype;
+  if (shard_comm_->size() == 1 && dt == DType::f32) {
+    f.gathered = f.master.view(f.master.shape(), 0, f.unit_name() + ".gathered");  // no copy needed
+  } else if (shard_comm_->size() == 1) {
+    f.gathered = Tensor::empty({f.padded_numel()}, dt, Device::host, f.unit_name() + ".gathered");
+    ops::cast(f.master, f.gathered);
+  } else {
+    f.gathered = Tensor::empty({f.padded_numel()}, dt, Device::host, f.unit_name() + ".gathered");
+    if (dt == DType::f32) {
+      f.gather_send = f.master;
+    } else {
+      f.gather_send = Tensor::empty({f.shard_numel()}, dt, Device::host, f.unit_name() + ".gather_send");
+      ops::cast(f.master, f.gather_send);
+    }
+    f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered);
+  }
+  f.gathered_valid = true;
+}
+
+void FsdpEngine::ensure_gathered(int u) {
+  FlatParameter& f = *flats_[static_cast<std::size_t>(u)];
+  start_gather(u);
+  f.gather_request.wait();
+  f.gather_send = Tensor();
+}
+
+void FsdpEngine::prefetch(int u) {
+  if (u < 0 || u >= static_cast<int>(flats_.size())) return;
+  if (flats_[static_cast<std::size_t>(u)]->gathered_valid) return;
+  if (gathered_count() >= options_.limit_all_gathers) return;
+  start_gather(u);
+}
+
+void FsdpEngine::release(int u) {
+  FlatParameter& f = *flats_[static_cast<std::size_t>(u)];
+  if (options_.strategy == ShardingStrategy::no_shard) return;  // replicas keep their parameters
+  f.gather_request.wait();
+  f.gather_send = Tensor();
+  f.gathered = Tensor();
+  f.gathered_valid = false;
+}
+
+std::vector<int> FsdpEngine::owners_needed(int u) const {
+  std::vector<int> owners;
+  for (const auto& s : slots_[static_cast<std::size_t>(u)])
+    if (s.unit != u && std::find(owners.begin(), owners.end(), s.unit) == owners.end()) owners.push_back(s.unit);
+  return owners;
+}
+
+std::vector<Tensor> FsdpEngine::unit_params(int u) {
+  std::vector<Tensor> params;
+  for (const auto& s : slots_[static_cast<std::size_t>(u)]) {
+    FlatParameter& owner = *flats_[static_cast<std::size_t>(s.unit)];
+    const FlatEntry& e = owner.entries()[static_cast<std::size_t>(s.entry)];
+    params.push_back(owner.gathered.view(e.shape, e.offset, e.name));
+  }
+  return params;
+}
+
+std::vector<Tensor> FsdpEngine::unit_grads(int u) {
+  std::vector<Tensor> grads;
+  for (const auto& s : slots_[static_cast<std::size_t>(u)]) {
+    FlatParameter& owner = *flats_[static_cast<std::size_t>(s.unit)];
+    if (!owner.full_grad.defined())
+      owner.full_grad = Tensor::zeros({owner.padded_numel()}, DType::f32, Device::host, owner.unit_name() + ".full_grad");
+    const FlatEntry& e = owner.entries()[static_cast<std::size_t>(s.entry)];
+    grads.push_back(owner.full_grad.view(e.shape, e.offset, e.name + ".grad"));
+  }
+  return grads;
+}
+
+bool FsdpEngine::is_checkpointed(int u) const {
+  const int last = static_cast<int>(flats_.size()) - 1;
+  if (options_.checkpoint_every <= 0 || u == 0 || u == last) return false;  // blocks only
+  return (u - 1) % options_.checkpoint_every == 0;
+}
+
+void FsdpEngine::reduce_gradients(int u) {
+  FlatParameter& f = *flats_[static_cast<std::size_t>(u)];
+  if (!f.full_grad.defined()) return;  // no gradient flowed (e.g. frozen unit)
+  Tensor send = f.full_grad;
+  if (options_.reduce_dtype != DType::f32) {
+    send = Tensor::empty({f.padded_numel()}, options_.reduce_dtype, Device::host, f.unit_name() + ".grad_send");
+    ops::cast(f.full_grad, send);
+  }
+  Tensor shard;
+  if (shard_comm_->size() == 1) {
+    shard = send;
+  } else {
+    shard = Tensor::empty({f.shard_numel()}, send.dtype(), Device::host, f.unit_name() + ".grad_shard");
+    shard_comm_->reduce_scatter_sum(send, shard).wait();
+  }
+  if (replica_comm_) replica_comm_->all_reduce_sum(shard).wait();
+  if (shard.dtype() == DType::f32) {
+    ops::add_inplace(f.grad, shard);
+  } else {
+    Tensor wide = Tensor::empty({f.shard_numel()}, DType::f32);
+    ops::cast(shard, wide);
+    ops::add_inplace(f.grad, wide);
+  }
+  f.full_grad = Tensor();
+}
+
+double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
+  const int n = static_cast<int>(flats_.size());
+  ctx_.training = true;
+  Tensor x;
+  Tensor loss;
+  for (int u = 0; u < n; ++u) {
+    for (int o : owners_needed(u)) ensure_gathered(o);
+    ensure_gathered(u);
+    if (options_.forward_prefetch) prefetch(u + 1);
+    inputs_[static_cast<std::size_t>(u)] = x;
+    Tensor out = model_.unit(u).forward(ctx_, unit_params(u), batch, x, caches_[static_cast<std::size_t>(u)]);
+    if (is_checkpointed(u)) caches_[static_cast<std::size_t>(u)].clear();
+    if (u < n - 1 && !keep_gathered_after_forward()) release(u);
+    if (u == n - 1) loss = out; else x = out;
+  }
+  FT_CHECK(loss.numel() == 1 && loss.dtype() == DType::f32)
+      << "the last unit must return the f32[1] loss sum, got " << loss.describe();
+  const double loss_sum = to_float_vector(loss)[0];
+
+  Tensor dy = from_floats({1}, {loss_scale});
+  for (int u = n - 1; u >= 0; --u) {
+    for (int o : owners_needed(u)) ensure_gathered(o);
+    ensure_gathered(u);
+    if (options_.backward_prefetch == BackwardPrefetch::backward_pre) prefetch(u - 1);
+    auto& cache = caches_[static_cast<std::size_t>(u)];
+    const Tensor& input = inputs_[static_cast<std::size_t>(u)];
+    if (is_checkpointed(u)) {
+      cache.clear();
+      model_.unit(u).forward(ctx_, unit_params(u), batch, input, cache);  // recompute
+    }
+    auto params = unit_params(u);
+    auto grads = unit_grads(u);
+    Tensor dx = model_.unit(u).backward(ctx_, params, grads, batch, input, dy, cache);
+    cache.clear();
+    inputs_[static_cast<std::size_t>(u)] = Tensor();
+    dy = dx;
+    // A unit whose parameters are tied into a later unit already received
+    // that unit's gradient, so it can always be reduced now.
+    reduce_gradients(u);
+    if (u > 0) release(u);
+    if (options_.backward_prefetch == BackwardPrefetch::backward_post) prefetch(u - 1);
+  }
+  if (options_.strategy != ShardingStrategy::no_shard) release(0);
+  return loss_sum;
+}
+
+double FsdpEngine::forward_only(const Batch& batch) {
+  const int n = static_cast<int>(flats_.size());
+  ctx_.training = false;
+  Tensor x;
+  Tensor loss;
+  for (int u = 0; u < n; ++u) {
+    for (int o : owners_needed(u)) ensure_gathered(o);
+    ensure_gathered(u);
+    UnitCache scratch;
+    Tensor out = model_.unit(u).forward(ctx_, unit_params(u), batch, x, scratch);
+    if (u < n - 1) {
+      // Tied owners (unit 0) are still needed by the head: keep them.
+      bool needed_later = false;
+      for (int v = u + 1; v < n; ++v)
+        for (int o : owners_needed(v)) needed_later |= (o == u);
+      if (!needed_later && !keep_gathered_after_forward()) release(u);
+    }
+    if (u == n - 1) loss = out; else x = out;
+  }
+  if (!keep_gathered_after_forward())
+    for (int u = 0; u < n; ++u) release(u);
+  ctx_.training = true;
+  return to_float_vector(loss)[0];
+}
+
+void FsdpEngine::zero_grad() {
+  for (auto& f : flats_) ops::fill(f->grad, 0.0f);
+}
+
+double FsdpEngine::grad_norm() {
+  double local = 0.0;
+  for (auto& f : flats_) local += ops::sum_squares(f->grad);
+  // Replicas hold identical reduced shards: summing over the shard group covers every element once.
+  return std::sqrt(shard_comm_->all_reduce_sum(local));
+}
+
+void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
+  ++optimizer_step_count_;
+  for (auto& f : flats_) {
+    f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
+      const FlatEntry& entry = f->entries()[static_cast<std::size_t>(e)];
+      Tensor p = f->master.view({count}, at);
+      Tensor g = f->grad.view({count}, at);
+      Tensor m = f->exp_avg.view({count}, at);
+      Tensor v = f->exp_avg_sq.view({count}, at);
+      ops::adamw_update(p, g, m, v, h.lr, h.beta1, h.beta2, h.eps, entry.weight_decay ? h.weight_decay : 0.0f,
+                        optimizer_step_count_, grad_scale);
+    });
+    // Parameters changed: any kept gathered copy is stale.
+    if (f->gathered_valid) {
+      f->gather_request.wait();
+      f->gathered = Tensor();
+      f->gather_send = Tensor();
+      f->gathered_valid = false;
+    }
+  }
+}
+
+std::int64_t FsdpEngine::num_parameters() const {
+  std::int64_t n = 0;
+  for (const auto& f : flats_) n += f->numel();
+  return n;
+}
+
+std::int64_t FsdpEngine::shard_state_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& f : flats_) n += 4 * 4 * f->shard_numel();
+  return n;
+}
+
+}  // namespace ftrain

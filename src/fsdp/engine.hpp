@@ -1,0 +1,116 @@
+// FsdpEngine: drives a Model unit by unit over sharded flat parameters.
+//
+// Strategies (PyTorch FSDP names) are three knobs of one code path:
+//                   shard group        replica group       reshard after forward
+//   full_shard      world              -                   yes
+//   shard_grad_op   world              -                   no (kept to backward)
+//   no_shard (DDP)  each rank alone    world               no (kept always)
+//   hybrid_shard    node / N ranks     across groups       yes
+// Gradients of a unit are reduced when its backward finishes: reduce-scatter
+// (sum) over the shard group, then all-reduce over the replica group, then
+// added to the f32 shard gradient. Gradient accumulation therefore reduces at
+// every micro-step (memory stays sharded; FSDP's behaviour without no_sync);
+// share/doc/fsdp.md explains the choice. The loss is already divided by the
+// number of target tokens of the global batch (Batch loss scale), so sums are
+// means.
+//
+// Initialisation never needs the whole model on a rank: each rank fills only
+// its shard, with values that are a pure function of (seed, parameter name,
+// element index), so every world size gets exactly the same model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "fsdp/flat_parameter.hpp"
+#include "plugin/model.hpp"
+
+namespace ftrain {
+
+enum class ShardingStrategy : std::uint8_t { full_shard, shard_grad_op, no_shard, hybrid_shard };
+enum class BackwardPrefetch : std::uint8_t { none, backward_pre, backward_post };
+
+bool parse_sharding_strategy(const std::string& text, ShardingStrategy& out);
+const char* sharding_strategy_name(ShardingStrategy s);
+
+struct FsdpOptions {
+  ShardingStrategy strategy = ShardingStrategy::full_shard;
+  DType param_dtype = DType::f32;   // gathered compute copies and activations
+  DType reduce_dtype = DType::f32;  // gradient communication
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::backward_pre;
+  bool forward_prefetch = false;
+  int limit_all_gathers = 2;        // units gathered or gathering at once (>= 1)
+  int shard_group_size = 0;         // hybrid_shard: 0 = ranks of one node
+  int checkpoint_every = 0;         // activation checkpointing: 0 off, 1 every unit, N every N-th block
+  std::int64_t vocab_chunk = 4096;
+};
+
+struct AdamWHyper {
+  float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
+};
+
+// Fills `count` f32 values of parameter `entry` starting at element `first`.
+using ParameterSource = std::function<void(const FlatEntry& entry, std::int64_t first, std::int64_t count, float* dst)>;
+
+class FsdpEngine {
+ public:
+  FsdpEngine(Model& model, Communicator& world, const FsdpOptions& options);
+  ~FsdpEngine();
+  FsdpEngine(const FsdpEngine&) = delete;
+  FsdpEngine& operator=(const FsdpEngine&) = delete;
+
+  void init_random(std::uint64_t seed);
+  void init_from(const ParameterSource& source);
+
+  // One micro-batch forward + backward; accumulates into the shard gradients.
+  // loss_scale = 1 / (target tokens in the global batch). Returns this rank's
+  // sum of per-token losses.
+  double forward_backward(const Batch& batch, float loss_scale);
+  // Forward only (evaluation); returns this rank's sum of per-token losses.
+  double forward_only(const Batch& batch);
+
+  void zero_grad();
+  // Global L2 norm of the gradient (one all-reduce of squared shard norms).
+  double grad_norm();
+  // AdamW on every owned shard; grad_scale multiplies gradients (clipping).
+  void optimizer_step(const AdamWHyper& hyper, float grad_scale);
+  std::int64_t optimizer_steps() const { return optimizer_step_count_; }
+
+  std::int64_t num_parameters() const;  // unique parameters of the model
+  std::int64_t shard_state_bytes() const;
+  const std::vector<std::unique_ptr<FlatParameter>>& units() const { return flats_; }
+  Communicator& shard_comm() { return *shard_comm_; }
+  Communicator* replica_comm() { return replica_comm_.get(); }
+  const FsdpOptions& options() const { return options_; }
+
+ private:
+  std::vector<Tensor> unit_params(int u);
+  std::vector<Tensor> unit_grads(int u);
+  void start_gather(int u);
+  void ensure_gathered(int u);
+  void release(int u);
+  bool keep_gathered_after_forward() const;
+  void prefetch(int u);
+  int gathered_count() const;
+  void reduce_gradients(int u);
+  bool is_checkpointed(int u) const;
+  std::vector<int> owners_needed(int u) const;
+
+  Model& model_;
+  Communicator& world_;
+  FsdpOptions options_;
+  std::unique_ptr<Communicator> shard_comm_;
+  std::unique_ptr<Communicator> replica_comm_;  // null when there is one replica
+  std::vector<std::unique_ptr<FlatParameter>> flats_;
+  std::vector<std::vector<SlotSource>> slots_;  // per unit, per declared spec
+  std::vector<UnitCache> caches_;
+  std::vector<Tensor> inputs_;
+  StepContext ctx_;
+  std::int64_t optimizer_step_count_ = 0;
+};
+
+}  // namespace ftrain

@@ -1,0 +1,84 @@
+// FlatParameter: one FSDP unit's parameters as one flat buffer.
+//
+// The unit's own parameters are concatenated in declaration order and padded
+// to a multiple of the shard group size S. Rank r of the shard group owns the
+// contiguous elements [r * shard_numel, (r + 1) * shard_numel) and keeps, for
+// those only, the f32 master copy, the f32 gradient and AdamW's two moments.
+// The full ("gathered") buffer in the compute dtype exists only while the
+// unit is being computed; so does the full f32 gradient buffer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "core/tensor.hpp"
+#include "plugin/model.hpp"
+
+namespace ftrain {
+
+struct FlatEntry {
+  std::string name;
+  Shape shape;
+  std::int64_t offset = 0;  // in the flat buffer
+  std::int64_t numel = 0;
+  InitKind init = InitKind::normal;
+  float init_std = 0.02f;
+  bool weight_decay = true;
+};
+
+// Where a unit finds each declared parameter slot: its own flat buffer or,
+// for tied slots, an entry of an earlier unit.
+struct SlotSource {
+  int unit = 0;
+  int entry = 0;
+};
+
+class FlatParameter {
+ public:
+  FlatParameter(int unit_index, std::string unit_name, const std::vector<ParamSpec>& own_specs,
+                int shard_group_size, int shard_rank);
+
+  int unit_index() const { return unit_index_; }
+  const std::string& unit_name() const { return unit_name_; }
+  const std::vector<FlatEntry>& entries() const { return entries_; }
+  std::int64_t numel() const { return numel_; }
+  std::int64_t padded_numel() const { return padded_numel_; }
+  std::int64_t shard_numel() const { return shard_numel_; }
+  std::int64_t shard_offset() const { return shard_offset_; }
+
+  // Calls fn(entry_index, first element within the entry, element count,
+  // offset within the shard) for every piece of an entry inside this rank's shard.
+  template <class Fn>
+  void for_each_shard_piece(Fn&& fn) const {
+    const std::int64_t lo = shard_offset_, hi = shard_offset_ + shard_numel_;
+    for (std::size_t e = 0; e < entries_.size(); ++e) {
+      const auto& entry = entries_[e];
+      const std::int64_t begin = std::max(lo, entry.offset);
+      const std::int64_t end = std::min(hi, entry.offset + entry.numel);
+      if (begin < end) fn(static_cast<int>(e), begin - entry.offset, end - begin, begin - lo);
+    }
+  }
+
+  // Sharded state (f32, shard_numel elements each).
+  Tensor master, grad, exp_avg, exp_avg_sq;
+
+  // Transient full buffers.
+  Tensor gathered;     // compute dtype, padded_numel
+  Tensor full_grad;    // f32, padded_numel
+  Tensor gather_send;  // compute-dtype copy of the master shard, alive until the gather completes
+  Request gather_request;
+  bool gathered_valid = false;  // gathered holds the current parameters (or they are in flight)
+
+ private:
+  int unit_index_;
+  std::string unit_name_;
+  std::vector<FlatEntry> entries_;
+  std::int64_t numel_ = 0;
+  std::int64_t padded_numel_ = 0;
+  std::int64_t shard_numel_ = 0;
+  std::int64_t shard_offset_ = 0;
+};
+
+}  // namespace ftrain

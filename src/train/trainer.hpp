@@ -1,0 +1,42 @@
+// Trainer: the run loop. Builds the model from its plugin, the FSDP engine,
+// the datasets and the optimizer from a RunConfig; trains, evaluates, logs.
+//
+// Data assignment (reproducible from the docs): global step s has
+// B = micro_batch * grad_accum * world_size samples; rank r at micro-step a
+// takes samples (r * grad_accum + a) * micro_batch ... + micro_batch - 1 of
+// step s, which data/token_dataset.hpp maps to windows. The loss of a step is
+// the mean over every target token of the global batch, whatever the number
+// of ranks. Evaluation splits the eval windows in contiguous, in-order ranges
+// over ranks and reports the mean token loss over all of them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "comm/communicator.hpp"
+#include "deck/config.hpp"
+
+namespace ftrain {
+
+struct TrainerOptions {
+  bool check_only = false;  // print the plan and stop (nothing model-sized is allocated)
+};
+
+// Phase 1 (no collectives): resolve the model and validate the configuration.
+// Errors are UserErrors that the app reports once. Phase 2 (collectives):
+// build the engine and train.
+class Trainer {
+ public:
+  Trainer(const RunConfig& config, Communicator& world, const TrainerOptions& options);
+  ~Trainer();
+  void prepare();  // phase 1
+  int run();       // phase 2; returns the exit code
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ftrain
