@@ -53,6 +53,7 @@ CommandLine parse_command_line(int argc, char** argv) {
   CommandLine cl;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a.rfind("--kokkos-", 0) == 0) continue;  // handled by Kokkos::initialize
     if (a == "-var" || a == "--var") {
       if (i + 2 >= argc) FT_USER_ERROR() << "command line: " << a << " needs NAME VALUE";
       cl.vars.emplace_back(argv[i + 1], argv[i + 2]);
@@ -121,7 +122,13 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  Kokkos::initialize(argc, argv);
+  // Kokkos sees only its own --kokkos-* arguments: it would otherwise answer
+  // --help itself. ftrain in turn skips them.
+  std::vector<char*> kokkos_argv{argv[0]};
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--kokkos-", 9) == 0) kokkos_argv.push_back(argv[i]);
+  int kokkos_argc = static_cast<int>(kokkos_argv.size());
+  Kokkos::initialize(kokkos_argc, kokkos_argv.data());
   int code = 0;
   {
     std::string failure;

@@ -15,8 +15,9 @@
 #include "ckpt/safetensors.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
-#include "data/token_dataset.hpp"
+#include "data/token_batch_source.hpp"
 #include "fsdp/engine.hpp"
+#include "kernels/blas_threads.hpp"
 #include "optim/lr_schedule.hpp"
 #include "plugin/loader.hpp"
 #include "train/device_peak.hpp"
@@ -51,13 +52,14 @@ struct Trainer::State {
   ModelHandle model;
   FsdpOptions fsdp;
   RunPlan plan;
-  std::unique_ptr<data::TokenDataset> train_data;
-  std::unique_ptr<data::TokenDataset> eval_data;
+  std::unique_ptr<data::BatchSource> train_data;
+  std::unique_ptr<data::BatchSource> eval_data;
   std::unique_ptr<FsdpEngine> engine;
   DevicePeak peak;
   std::ofstream metrics;
   std::ofstream rank_log;
   int ranks_per_node = 1;
+  int blas_threads = 1;
 
   State(const RunConfig& c, Communicator& w, const TrainerOptions& o) : config(c), world(w), options(o) {}
 
@@ -71,6 +73,24 @@ struct Trainer::State {
     if (rank_log.is_open()) rank_log << text << std::flush;
   }
 };
+
+// The data source a deck's `data` / `eval` command names.
+std::unique_ptr<data::BatchSource> make_batch_source(const std::string& kind, const std::string& path,
+                                                     const RunConfig& c, std::int64_t global_batch, bool shuffle,
+                                                     Model& model, const DeckLocation& where) {
+  if (kind == "tokens") {
+    if (model.data_kind() != DataKind::tokens)
+      FT_USER_ERROR() << where.str() << ": model '" << c.model.name << "' trains on images, not tokens";
+    data::TokenDatasetOptions d;
+    d.seq_len = c.batch.seq_len;
+    d.global_batch = global_batch;
+    d.packing = c.data.packing;
+    d.shuffle = shuffle;
+    d.seed = c.seed;
+    return std::make_unique<data::TokenBatchSource>(path, d);
+  }
+  FT_USER_ERROR() << where.str() << ": data kind '" << kind << "' is not supported by this ftrain";
+}
 
 Trainer::Trainer(const RunConfig& config, Communicator& world, const TrainerOptions& options)
     : state_(std::make_unique<State>(config, world, options)) {}
@@ -91,14 +111,12 @@ void Trainer::prepare() {
   if (group < 1 || s.world.size() % group != 0)
     FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard group size " << group
                     << " does not divide the " << s.world.size() << " ranks";
-  if (s.model->data_kind() != DataKind::tokens)
-    FT_USER_ERROR() << c.model.where.str() << ": model '" << c.model.name
-                    << "' trains on images; this ftrain reads token data only";
   optim::validate_schedule(c.schedule, c.optimizer.lr, c.max_steps);
   s.plan = make_plan(*s.model, c, s.fsdp, s.world.size(), s.ranks_per_node);
 
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   const int cores_per_rank = std::max(1, static_cast<int>(cores) / std::max(1, s.ranks_per_node));
+  s.blas_threads = configure_blas_threads(cores_per_rank);
   s.peak = host_peak(cores_per_rank);
   if (c.peak_tflops) {
     s.peak.flops_per_second = *c.peak_tflops * 1e12;
@@ -106,25 +124,15 @@ void Trainer::prepare() {
   }
   if (s.options.check_only) return;
 
-  const std::int64_t vocab = s.model->output_size();
-  data::TokenDatasetOptions d;
-  d.seq_len = c.batch.seq_len;
-  d.global_batch = s.plan.global_batch;
-  d.packing = c.data.packing;
-  d.shuffle = c.data.shuffle;
-  d.seed = c.seed;
-  FT_CHECK(!c.data.path.empty()) << "the deck parser accepted a deck without data";
-  s.train_data = std::make_unique<data::TokenDataset>(c.data.path, d);
-  if (static_cast<std::int64_t>(s.train_data->file().header().vocab_size) > vocab)
-    FT_USER_ERROR() << c.data.where.str() << ": " << c.data.path << " has vocabulary "
-                    << s.train_data->file().header().vocab_size << " but the model's vocab_size is " << vocab;
-  if (!c.eval.path.empty()) {
-    data::TokenDatasetOptions e = d;
-    e.shuffle = false;
-    s.eval_data = std::make_unique<data::TokenDataset>(c.eval.path, e);
-    if (static_cast<std::int64_t>(s.eval_data->file().header().vocab_size) > vocab)
-      FT_USER_ERROR() << c.eval.where.str() << ": " << c.eval.path << " has vocabulary "
-                      << s.eval_data->file().header().vocab_size << " but the model's vocab_size is " << vocab;
+  const std::int64_t outputs = s.model->output_size();
+  s.train_data = make_batch_source(c.data.kind, c.data.path, c, s.plan.global_batch, c.data.shuffle, *s.model,
+                                   c.data.where);
+  if (!c.eval.path.empty())
+    s.eval_data = make_batch_source(c.eval.kind, c.eval.path, c, s.plan.global_batch, false, *s.model, c.eval.where);
+  for (auto* source : {s.train_data.get(), s.eval_data.get()}) {
+    if (source != nullptr && source->label_space() > outputs)
+      FT_USER_ERROR() << (source == s.train_data.get() ? c.data.where : c.eval.where).str() << ": the data has "
+                      << source->label_space() << " token ids / classes but the model's output size is " << outputs;
   }
   if (c.init.kind == "safetensors") {
     // Validate names and shapes before any collective, so a bad file is one
@@ -154,7 +162,8 @@ int Trainer::run() {
   if (s.is_root()) {
     std::ostringstream h;
     h << "ftrain " << FTRAIN_VERSION_STRING << " | " << world << " rank(s), " << s.ranks_per_node
-      << " per node | device: host (Kokkos, OpenBLAS) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
+      << " per node | device: host (Kokkos, OpenBLAS " << s.blas_threads
+      << " thread(s) per rank) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "deck: " << c.deck_path << "\n";
     h << "model: " << c.model.name << " (" << (c.model.preset.empty() ? "default preset" : c.model.preset) << ")";
@@ -211,12 +220,11 @@ int Trainer::run() {
   }
   gather_memory("after load");
 
-  const std::int64_t T = c.batch.seq_len;
   const std::int64_t micro = c.batch.micro_batch;
   const std::int64_t accum = c.batch.grad_accum;
 
   auto evaluate = [&](std::int64_t step) {
-    const std::int64_t n = s.eval_data->n_windows();
+    const std::int64_t n = s.eval_data->eval_size();
     const std::int64_t begin = n * rank / world, end = n * (rank + 1) / world;
     double loss_sum = 0;
     std::int64_t tokens = 0;
@@ -226,17 +234,10 @@ int Trainer::run() {
     const std::int64_t most_windows = (n + world - 1) / world;
     const std::int64_t batches = (most_windows + micro - 1) / micro;
     for (std::int64_t i = 0; i < batches; ++i) {
-      const std::int64_t w = begin + i * micro;
-      const std::int64_t count = std::clamp<std::int64_t>(end - w, 0, micro);
+      const std::int64_t first = begin + i * micro;
+      const std::int64_t count = std::clamp<std::int64_t>(end - first, 0, micro);
       Batch b;
-      b.inputs = Tensor::zeros({micro, T}, DType::i32);
-      b.targets = Tensor::empty({micro, T}, DType::i32);
-      std::fill(b.targets.data_as<std::int32_t>(), b.targets.data_as<std::int32_t>() + micro * T, -100);
-      if (count > 0) {
-        Tensor in = b.inputs.view({count, T});
-        Tensor tg = b.targets.view({count, T});
-        s.eval_data->fill_windows(w, count, in, tg);
-      }
+      s.eval_data->fill_eval(first, count, micro, b);
       tokens += count_targets(b.targets);
       loss_sum += s.engine->forward_only(b);
     }
@@ -268,9 +269,7 @@ int Trainer::run() {
     std::int64_t local_targets = 0;
     for (std::int64_t a = 0; a < accum; ++a) {
       Batch& b = micro_batches[static_cast<std::size_t>(a)];
-      b.inputs = Tensor::empty({micro, T}, DType::i32);
-      b.targets = Tensor::empty({micro, T}, DType::i32);
-      s.train_data->fill_batch(step, (rank * accum + a) * micro, micro, b.inputs, b.targets);
+      s.train_data->fill_batch(step, (rank * accum + a) * micro, micro, b);
       local_targets += count_targets(b.targets);
     }
     const std::int64_t global_targets = s.world.all_reduce_sum(local_targets);

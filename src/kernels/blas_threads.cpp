@@ -1,0 +1,16 @@
+#include "kernels/blas_threads.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace ftrain {
+
+int configure_blas_threads(int cores_per_rank) {
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && std::getenv("OMP_NUM_THREADS") == nullptr)
+    openblas_set_num_threads(std::max(1, cores_per_rank));
+  return openblas_get_num_threads();
+}
+
+}  // namespace ftrain
