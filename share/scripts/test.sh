@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# README command 2 (and CI, via .ci/run): installs the Debian packages,
+# builds ftrain and runs the default test suite: every test except those
+# labelled slow (run them with: ctest --test-dir build -L slow). GPU tests
+# skip themselves where no GPU exists.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+ftrain_install_and_build
+cd "$FTRAIN_ROOT"
+ctest --test-dir "$FTRAIN_BUILD_DIR" --output-on-failure -j "$FTRAIN_JOBS" -LE slow "$@"
