@@ -118,7 +118,10 @@ bool any_rank_failed(const std::string& message, int rank, int size) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // SERIALIZED: the FSDP engine's communication thread calls MPI while the
+  // main thread computes, never both at once (comm/comm_stream.hpp).
+  int thread_level = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &thread_level);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

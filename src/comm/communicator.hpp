@@ -61,6 +61,9 @@ class Communicator {
   // The ranks that share this rank's node (MPI_COMM_TYPE_SHARED).
   virtual std::unique_ptr<Communicator> split_node() const = 0;
   virtual void barrier() = 0;
+  // True when collectives may be run from a communication thread
+  // (the MPI library provides at least MPI_THREAD_SERIALIZED).
+  virtual bool supports_threaded_progress() const = 0;
 
   // Blocking scalar reductions (losses, norms, counts), in f64 / i64.
   virtual double all_reduce_sum(double value) = 0;

@@ -1,6 +1,8 @@
 #include "comm/mpi_communicator.hpp"
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -62,7 +64,17 @@ class MpiRequest final : public Request::Impl {
     // A request dropped unfinished would leave MPI writing into freed memory.
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
-  void wait() override { FT_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE)); }
+  // Polls with a short sleep instead of MPI_Wait's busy loop: the waiter is
+  // usually the communication thread, which must not take the core away
+  // from the computing thread while its peers catch up.
+  void wait() override {
+    int done = 0;
+    for (int spins = 0;; ++spins) {
+      FT_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+      if (done) return;
+      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
   bool test() override {
     int done = 0;
     FT_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
@@ -130,6 +142,12 @@ std::unique_ptr<Communicator> MpiCommunicator::split_node() const {
   MPI_Comm sub;
   FT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &sub));
   return std::make_unique<MpiCommunicator>(sub, /*owned=*/true);
+}
+
+bool MpiCommunicator::supports_threaded_progress() const {
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  return provided >= MPI_THREAD_SERIALIZED;
 }
 
 void MpiCommunicator::barrier() { FT_MPI_CHECK(MPI_Barrier(comm_)); }

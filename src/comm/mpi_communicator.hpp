@@ -26,6 +26,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) const override;
   std::unique_ptr<Communicator> split_node() const override;
   void barrier() override;
+  bool supports_threaded_progress() const override;
   double all_reduce_sum(double value) override;
   double all_reduce_max(double value) override;
   std::int64_t all_reduce_sum(std::int64_t value) override;

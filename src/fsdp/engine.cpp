@@ -35,7 +35,7 @@ const char* sharding_strategy_name(ShardingStrategy s) {
 }
 
 FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& options)
-    : model_(model), world_(world), options_(options) {
+    : model_(model), world_(world), options_(options), stream_(world.supports_threaded_progress()) {
   FT_CHECK(options_.limit_all_gathers >= 1) << "limit_all_gathers must be >= 1";
   const int world_size = world_.size();
   int group_size = world_size;
@@ -94,9 +94,9 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
   inputs_.resize(static_cast<std::size_t>(n_units));
 }
 
-FsdpEngine::~FsdpEngine() {
-  for (auto& f : flats_) f->gather_request.wait();
-}
+// Members go in reverse order: the stream finishes its queued tasks first,
+// then the requests and buffers they used are released.
+FsdpEngine::~FsdpEngine() = default;
 
 void FsdpEngine::init_random(std::uint64_t seed) {
   init_from([seed](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
@@ -152,7 +152,9 @@ void FsdpEngine::start_gather(int u) {
       f.gather_send = Tensor::empty({f.shard_numel()}, dt, Device::host, f.unit_name() + ".gather_send");
       ops::cast(f.master, f.gather_send);
     }
-    f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered);
+    Communicator* comm = shard_comm_.get();
+    Tensor send = f.gather_send, recv = f.gathered;
+    f.gather_request = stream_.submit([comm, send, recv]() mutable { comm->all_gather(send, recv).wait(); });
   }
   f.gathered_valid = true;
 }
@@ -223,22 +225,53 @@ void FsdpEngine::reduce_gradients(int u) {
     send = Tensor::empty({f.padded_numel()}, options_.reduce_dtype, Device::host, f.unit_name() + ".grad_send");
     ops::cast(f.full_grad, send);
   }
-  Tensor shard;
-  if (shard_comm_->size() == 1) {
-    shard = send;
-  } else {
-    shard = Tensor::empty({f.shard_numel()}, send.dtype(), Device::host, f.unit_name() + ".grad_shard");
-    shard_comm_->reduce_scatter_sum(send, shard).wait();
-  }
-  if (replica_comm_) replica_comm_->all_reduce_sum(shard).wait();
-  if (shard.dtype() == DType::f32) {
-    ops::add_inplace(f.grad, shard);
-  } else {
-    Tensor wide = Tensor::empty({f.shard_numel()}, DType::f32);
-    ops::cast(shard, wide);
-    ops::add_inplace(f.grad, wide);
-  }
   f.full_grad = Tensor();
+  PendingReduction p;
+  p.unit = u;
+  if (shard_comm_->size() == 1 && !replica_comm_) {
+    p.shard = send;  // nothing to communicate
+  } else {
+    Communicator* shard_comm = shard_comm_.get();
+    Communicator* replica_comm = replica_comm_.get();
+    p.shard = shard_comm->size() == 1
+                  ? send
+                  : Tensor::empty({f.shard_numel()}, send.dtype(), Device::host, f.unit_name() + ".grad_shard");
+    Tensor shard = p.shard;
+    p.done = stream_.submit([shard_comm, replica_comm, send, shard]() mutable {
+      if (shard_comm->size() > 1) shard_comm->reduce_scatter_sum(send, shard).wait();
+      if (replica_comm != nullptr) replica_comm->all_reduce_sum(shard).wait();
+    });
+  }
+  pending_reductions_.push_back(std::move(p));
+  finish_reductions(kMaxPendingReductions);
+}
+
+// Completes the oldest reductions (in order, so gradient sums are
+// bit-reproducible) until at most keep_pending remain; completed ones are
+// finished without waiting.
+void FsdpEngine::finish_reductions(std::size_t keep_pending) {
+  while (!pending_reductions_.empty()) {
+    PendingReduction& p = pending_reductions_.front();
+    if (pending_reductions_.size() <= keep_pending && !p.done.test()) break;
+    p.done.wait();
+    FlatParameter& f = *flats_[static_cast<std::size_t>(p.unit)];
+    if (p.shard.dtype() == DType::f32) {
+      ops::add_inplace(f.grad, p.shard);
+    } else {
+      Tensor wide = Tensor::empty({f.shard_numel()}, DType::f32);
+      ops::cast(p.shard, wide);
+      ops::add_inplace(f.grad, wide);
+    }
+    pending_reductions_.pop_front();
+  }
+}
+
+void FsdpEngine::drain() {
+  finish_reductions(0);
+  for (auto& f : flats_) {
+    f->gather_request.wait();
+  }
+  stream_.synchronize();
 }
 
 double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
@@ -284,6 +317,7 @@ double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
     if (options_.backward_prefetch == BackwardPrefetch::backward_post) prefetch(u - 1);
   }
   if (options_.strategy != ShardingStrategy::no_shard) release(0);
+  drain();
   return loss_sum;
 }
 
@@ -308,6 +342,7 @@ double FsdpEngine::forward_only(const Batch& batch) {
   }
   if (!keep_gathered_after_forward())
     for (int u = 0; u < n; ++u) release(u);
+  drain();
   ctx_.training = true;
   return to_float_vector(loss)[0];
 }

@@ -20,11 +20,13 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/comm_stream.hpp"
 #include "comm/communicator.hpp"
 #include "fsdp/flat_parameter.hpp"
 #include "plugin/model.hpp"
@@ -79,6 +81,8 @@ class FsdpEngine {
   // AdamW on every owned shard; grad_scale multiplies gradients (clipping).
   void optimizer_step(const AdamWHyper& hyper, float grad_scale);
   std::int64_t optimizer_steps() const { return optimizer_step_count_; }
+  // Resume: AdamW's bias correction continues from a checkpoint's step count.
+  void set_optimizer_steps(std::int64_t steps) { optimizer_step_count_ = steps; }
 
   std::int64_t num_parameters() const;  // unique parameters of the model
   std::int64_t shard_state_bytes() const;
@@ -86,6 +90,12 @@ class FsdpEngine {
   Communicator& shard_comm() { return *shard_comm_; }
   Communicator* replica_comm() { return replica_comm_.get(); }
   const FsdpOptions& options() const { return options_; }
+
+  // Communication time of the stream and the part of it the compute thread
+  // waited for (not hidden behind compute), since the last reset.
+  double comm_seconds() const { return stream_.busy_seconds(); }
+  double comm_exposed_seconds() const { return stream_.exposed_seconds(); }
+  void reset_comm_timers() { stream_.reset_timers(); }
 
  private:
   std::vector<Tensor> unit_params(int u);
@@ -97,6 +107,8 @@ class FsdpEngine {
   void prefetch(int u);
   int gathered_count() const;
   void reduce_gradients(int u);
+  void finish_reductions(std::size_t keep_pending);
+  void drain();
   bool is_checkpointed(int u) const;
   std::vector<int> owners_needed(int u) const;
 
@@ -109,7 +121,15 @@ class FsdpEngine {
   std::vector<std::vector<SlotSource>> slots_;  // per unit, per declared spec
   std::vector<UnitCache> caches_;
   std::vector<Tensor> inputs_;
+  struct PendingReduction {
+    int unit;
+    Tensor shard;  // reduced shard in the reduce dtype, valid once done
+    Request done;
+  };
+  std::deque<PendingReduction> pending_reductions_;
+  static constexpr std::size_t kMaxPendingReductions = 2;  // full gradients in flight
   StepContext ctx_;
+  CommStream stream_;  // declared last: destroyed first, after its tasks finished
   std::int64_t optimizer_step_count_ = 0;
 };
 

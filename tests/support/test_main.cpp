@@ -7,7 +7,10 @@
 #include <Kokkos_Core.hpp>
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // SERIALIZED: the FSDP engine's communication thread calls MPI while the
+  // main thread computes, never both at once (comm/comm_stream.hpp).
+  int thread_level = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &thread_level);
   Kokkos::initialize(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
