@@ -3,9 +3,9 @@
 include(CMakePackageConfigHelpers)
 
 install(TARGETS ftrain_exe ftrain_prep RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS ftrain EXPORT ftrainTargets
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ftrain)
+# The include dir (<prefix>/include/ftrain, so that "core/tensor.hpp"
+# resolves) comes from the target's $<INSTALL_INTERFACE:...>.
+install(TARGETS ftrain EXPORT ftrainTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
 # The public SDK: what a plugin may include. Nothing else under src/.
 foreach(_dir core kernels plugin)

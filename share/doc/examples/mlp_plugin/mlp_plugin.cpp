@@ -154,8 +154,8 @@ ParamSpec bias(const std::string& name, std::int64_t size) {
 }
 
 void check_params(const ftrain::Unit& unit, const std::vector<Tensor>& params, std::size_t expected) {
-  FT_CHECK(params.size() == expected) << "unit " << unit.name() << " expects " << expected
-                                      << " parameter tensors, got " << params.size();
+  FT_CHECK(params.size() == expected) << "unit " << unit.name() << " expects " << expected << " parameter tensors, got "
+                                      << params.size();
 }
 
 // ---- unit 0: token embedding ----------------------------------------------------------
@@ -342,13 +342,15 @@ class MlpModel final : public ftrain::Model {
 // into the one-line message the loader shows the user.
 
 void write_error(ftrain_model_args* args, const char* message) {
-  if (args->error != nullptr && args->error_capacity > 0) std::snprintf(args->error, args->error_capacity, "%s", message);
+  if (args->error != nullptr && args->error_capacity > 0)
+    std::snprintf(args->error, args->error_capacity, "%s", message);
 }
 
 void* create_model(ftrain_model_args* args) {
   try {
     std::vector<std::pair<std::string, std::string>> overrides;
-    for (int i = 0; i < args->n_overrides; ++i) overrides.emplace_back(args->overrides[i].key, args->overrides[i].value);
+    for (int i = 0; i < args->n_overrides; ++i)
+      overrides.emplace_back(args->overrides[i].key, args->overrides[i].value);
     // The loader receives a ftrain::Model*: convert to the base before void*.
     ftrain::Model* model = new MlpModel(make_config(args->preset, overrides));
     return static_cast<void*>(model);

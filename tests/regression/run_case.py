@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Runs one regression case: the ftrain executable on a deck, checked
+against what the case file (cases/*.json) says must happen.
+
+A case file is data, after the LAMMPS unittest YAML files: the deck, its
+variables, the number of ranks, what to compare, the tolerance and the golden
+values all live in the file; this script only knows how to run and compare.
+Kinds (the "kind" key):
+
+  train    run the deck once; compare the metric fields in "compare" with
+           the goldens in "golden" (or, with "reference": "OTHER.json", with
+           OTHER.json's goldens), step by step, within "tolerance".relative.
+           Every golden step must be present and no other step may appear;
+           ftrain's stdout must match every "stdout_regex" (the printed plan
+           proves the case's configuration took effect). With
+           "reference_run": {"np": N, "variables": {...}} the reference is
+           that configuration run here and now instead of stored goldens.
+  repeat   run the deck twice; the fields in "compare" must be the same
+           strings in both metrics.jsonl files (bit-identical training).
+  error    run a bad deck; the exit status must be non-zero, stderr must
+           hold exactly one "ftrain: error:" line, containing every string in
+           "stderr_contains" (file:line, the offending word), and no sign of
+           a crash (signal, abort, uncaught exception); stdout no error line.
+  check    `ftrain --check DECK`; stdout must match every "stdout_regex" and
+           the process's peak RSS stay under "max_rss_mib" (it must plan the
+           model, not allocate it).
+  cli      each entry of "invocations" (plain arguments) must exit 0 and
+           print every string in its "stdout_contains".
+
+Conventions: paths in a case ("deck", "reference") are relative to this
+script's directory; the deck gets -var data_dir (the case's corpus, made
+here with ftrain-prep from "corpus") and -var run_dir (a fresh directory
+under --workdir) plus the case's "variables". Metric values are compared as
+JSON text (parse_float=str) so "repeat" compares exactly what was written.
+
+--regenerate rewrites the "golden" block of a train case from this run (and
+does not compare); review the diff before committing it. Python 3 standard
+library only. Exit status: 0 pass, 1 fail, 2 usage or harness error.
+"""
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TIMEOUT_S = 60  # per ftrain process: a hang is a failure, not a stuck ctest
+CRASH_SIGNS = re.compile(
+    r"terminate called|Segmentation fault|core dumped|MPI_ABORT|exited on signal|"
+    r"Aborted|AddressSanitizer|free\(\)|double free|stack smashing")
+
+
+class CaseFailure(Exception):
+    pass
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("case", help="case file (JSON)")
+    p.add_argument("--ftrain", required=True, help="the ftrain executable")
+    p.add_argument("--prep", help="the ftrain-prep executable (train and repeat cases)")
+    p.add_argument("--workdir", required=True, help="scratch directory of this case (wiped first)")
+    p.add_argument("--mpiexec", default="mpirun", help="MPI launcher, used when np > 1")
+    p.add_argument("--numproc-flag", default="-np")
+    p.add_argument("--mpi-flag", action="append", default=[],
+                   help="one launcher flag (repeatable), e.g. --mpi-flag=--oversubscribe")
+    p.add_argument("--regenerate", action="store_true", help="rewrite the case's goldens from this run")
+    return p.parse_args()
+
+
+def load_case(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def launcher(args, np_):
+    if np_ <= 1:
+        return []
+    return [args.mpiexec, *args.mpi_flag, args.numproc_flag, str(np_)]
+
+
+def run(cmd, cwd, label):
+    """Runs cmd with the hang timeout; returns (rc, stdout, stderr, seconds)."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise CaseFailure(f"{label}: no exit within {TIMEOUT_S} s (hang?): {' '.join(cmd)}\n"
+                          f"stdout tail:\n{(e.stdout or b'')[-2000:]!r}") from None
+    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
+
+
+def make_corpus(args, case, workdir):
+    spec = case.get("corpus")
+    data_dir = os.path.join(workdir, "data")
+    os.makedirs(data_dir, exist_ok=True)
+    if spec is None:
+        return data_dir
+    if not args.prep:
+        raise CaseFailure("this case needs a corpus: pass --prep")
+    cmd = [args.prep, "synthetic", "--out", os.path.join(data_dir, "train.tok"),
+           "--tokens", str(spec["tokens"]), "--vocab", str(spec["vocab"]), "--seed", str(spec["seed"])]
+    if "eval_tokens" in spec:
+        cmd += ["--eval-out", os.path.join(data_dir, "eval.tok"), "--eval-tokens", str(spec["eval_tokens"])]
+    rc, out, err, _ = run(cmd, workdir, "ftrain-prep")
+    if rc != 0:
+        raise CaseFailure(f"ftrain-prep failed ({rc}):\n{out}{err}")
+    return data_dir
+
+
+def train_once(args, case, workdir, data_dir, tag):
+    run_dir = os.path.join(workdir, "run_" + tag)
+    cmd = launcher(args, case.get("np", 1)) + [args.ftrain]
+    variables = {"data_dir": data_dir, "run_dir": run_dir, **case.get("variables", {})}
+    for name, value in variables.items():
+        cmd += ["-var", name, str(value)]
+    cmd.append(os.path.join(HERE, case["deck"]))
+    rc, out, err, seconds = run(cmd, workdir, "ftrain")
+    with open(os.path.join(workdir, tag + ".log"), "w") as f:
+        f.write(" ".join(cmd) + "\n" + out + err)
+    if rc != 0:
+        raise CaseFailure(f"ftrain exited {rc}: {' '.join(cmd)}\n{out[-3000:]}{err[-3000:]}")
+    print(f"run {tag}: {seconds:.2f} s: {' '.join(cmd)}")
+    # The plan ftrain prints shows the configuration took effect (a case
+    # whose variables were silently ignored would compare the reference
+    # with itself and prove nothing).
+    for pattern in case.get("stdout_regex", []):
+        if not re.search(pattern, out, re.MULTILINE):
+            raise CaseFailure(f"ftrain's stdout does not match /{pattern}/ (see {tag}.log)")
+    return read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+
+
+def read_metrics(path):
+    """{field: {step: value-as-text}} for every field of every line."""
+    fields = {}
+    try:
+        with open(path) as f:
+            lines = [line for line in f if line.strip()]
+    except OSError as e:
+        raise CaseFailure(f"no metrics: {e}") from None
+    for n, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line, parse_float=str, parse_int=str)
+        except json.JSONDecodeError as e:
+            raise CaseFailure(f"{path}:{n}: not JSON ({e}): {line!r}") from None
+        step = int(record["step"])
+        for key, value in record.items():
+            if key == "step":
+                continue
+            column = fields.setdefault(key, {})
+            if step in column:
+                raise CaseFailure(f"{path}:{n}: step {step} has '{key}' twice")
+            column[step] = value
+    return fields
+
+
+def write_case(path, case):
+    # One [step, value] pair per line keeps golden diffs reviewable.
+    text = json.dumps(case, indent=2)
+    text = re.sub(r"\[\s+(-?\d+),\s+([-+0-9.eE]+)\s+\]", r"[\1, \2]", text)
+    with open(path, "w") as f:
+        f.write(text + "\n")
+
+
+def golden_of(case, case_path):
+    if "reference" in case:
+        ref_path = os.path.join(HERE, case["reference"])
+        ref = load_case(ref_path)
+        if "golden" not in ref:
+            raise CaseFailure(f"reference {ref_path} has no golden block")
+        return ref["golden"], ref_path
+    if "golden" not in case:
+        raise CaseFailure(f"{case_path} has no golden block: run with --regenerate once")
+    return case["golden"], case_path
+
+
+def compare_with_golden(metrics, golden, tolerance, source):
+    problems, worst = [], {}
+    for field, pairs in golden.items():
+        got = metrics.get(field, {})
+        expected = {int(step): float(value) for step, value in pairs}
+        if sorted(got) != sorted(expected):
+            problems.append(f"{field}: steps {sorted(got)} but {source} has {sorted(expected)}")
+            continue
+        for step in sorted(expected):
+            want, have = expected[step], float(got[step])
+            rel = abs(have - want) / max(abs(want), 1e-30)
+            if rel > worst.get(field, (-1.0, 0))[0]:
+                worst[field] = (rel, step)
+            if rel > tolerance:
+                problems.append(f"{field} step {step}: {have!r} vs golden {want!r} (relative {rel:.3e} > {tolerance:g})")
+    for field, (rel, step) in sorted(worst.items()):
+        print(f"{field}: worst relative difference {rel:.3e} at step {step} (tolerance {tolerance:g})")
+    return problems
+
+
+def case_train(args, case, case_path, workdir):
+    data_dir = make_corpus(args, case, workdir)
+    metrics = train_once(args, case, workdir, data_dir, "a")
+    if args.regenerate:
+        if "reference" in case or "reference_run" in case:
+            raise CaseFailure("this case compares with its reference's goldens: regenerate the reference")
+        case["golden"] = {field: [[step, float(metrics[field][step])] for step in sorted(metrics.get(field, {}))]
+                          for field in case["compare"]}
+        write_case(case_path, case)
+        print(f"wrote goldens of {', '.join(case['compare'])} to {case_path}")
+        return []
+    if "reference_run" in case:
+        # A reference with no stored goldens (e.g. a global batch the golden
+        # case does not use): run it here, same deck and corpus.
+        reference = {**case, "np": case["reference_run"].get("np", 1),
+                     "variables": case["reference_run"].get("variables", {}), "stdout_regex": []}
+        ref_metrics = train_once(args, reference, workdir, data_dir, "reference")
+        golden = {field: [[step, value] for step, value in ref_metrics.get(field, {}).items()]
+                  for field in case["compare"]}
+        source = "the reference run"
+    else:
+        golden, source = golden_of(case, case_path)
+        golden = {field: golden[field] for field in case["compare"]}
+        source = os.path.basename(source)
+    return compare_with_golden(metrics, golden, float(case["tolerance"]["relative"]), source)
+
+
+def case_repeat(args, case, case_path, workdir):
+    data_dir = make_corpus(args, case, workdir)
+    first = train_once(args, case, workdir, data_dir, "a")
+    second = train_once(args, case, workdir, data_dir, "b")
+    problems = []
+    for field in case["compare"]:
+        a, b = first.get(field, {}), second.get(field, {})
+        if not a:
+            problems.append(f"{field}: not in the metrics")
+        for step in sorted(set(a) | set(b)):
+            if a.get(step) != b.get(step):
+                problems.append(f"{field} step {step}: '{a.get(step)}' then '{b.get(step)}'")
+        print(f"{field}: {len(a)} values compared as text")
+    return problems
+
+
+def case_error(args, case, case_path, workdir):
+    cmd = launcher(args, case.get("np", 1)) + [args.ftrain]
+    for name, value in case.get("variables", {}).items():
+        cmd += ["-var", name, str(value)]
+    cmd.append(os.path.join(HERE, case["deck"]))
+    rc, out, err, seconds = run(cmd, workdir, "ftrain")
+    print(f"{seconds:.2f} s, exit {rc}: {' '.join(cmd)}\n--- stderr:\n{err}--- end")
+    problems = []
+    if rc == 0:
+        problems.append("exit status 0 for a bad deck")
+    elif rc < 0 or rc > 125:
+        problems.append(f"exit status {rc}: killed by a signal")
+    if CRASH_SIGNS.search(err) or CRASH_SIGNS.search(out):
+        problems.append("output shows a crash: " + (CRASH_SIGNS.search(err) or CRASH_SIGNS.search(out)).group(0))
+    error_lines = [line for line in err.splitlines() if "ftrain: error:" in line]
+    if len(error_lines) != 1:
+        problems.append(f"{len(error_lines)} 'ftrain: error:' lines on stderr, expected exactly 1")
+    if any("error" in line.lower() for line in out.splitlines()):
+        problems.append("stdout has an error line (errors go to stderr)")
+    if error_lines:
+        for needle in case["stderr_contains"]:
+            if needle not in error_lines[0]:
+                problems.append(f"the error line lacks '{needle}': {error_lines[0]}")
+    return problems
+
+
+def case_check(args, case, case_path, workdir):
+    # The runner starts no other child, so RUSAGE_CHILDREN's ru_maxrss is ftrain's.
+    cmd = [args.ftrain, "--check", os.path.join(HERE, case["deck"])]
+    rc, out, err, seconds = run(cmd, workdir, "ftrain --check")
+    rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+    print(f"{seconds:.2f} s, exit {rc}, peak RSS {rss_mib:.1f} MiB: {' '.join(cmd)}\n{out}{err}")
+    problems = []
+    if rc != 0:
+        problems.append(f"exit status {rc}")
+    for pattern in case["stdout_regex"]:
+        if not re.search(pattern, out, re.MULTILINE):
+            problems.append(f"stdout does not match /{pattern}/")
+    if rss_mib >= case["max_rss_mib"]:
+        problems.append(f"peak RSS {rss_mib:.1f} MiB >= {case['max_rss_mib']} MiB: --check allocated the model?")
+    return problems
+
+
+def case_cli(args, case, case_path, workdir):
+    problems = []
+    for invocation in case["invocations"]:
+        cmd = [args.ftrain, *invocation["args"]]
+        rc, out, err, seconds = run(cmd, workdir, " ".join(cmd))
+        print(f"{seconds:.2f} s, exit {rc}: {' '.join(cmd)}")
+        if rc != 0:
+            problems.append(f"{' '.join(invocation['args'])}: exit status {rc}\n{err}")
+        for needle in invocation["stdout_contains"]:
+            if needle not in out:
+                problems.append(f"{' '.join(invocation['args'])}: stdout lacks '{needle}'")
+    return problems
+
+
+KINDS = {"train": case_train, "repeat": case_repeat, "error": case_error, "check": case_check, "cli": case_cli}
+
+
+def main():
+    args = parse_args()
+    # Processes run in the case's work directory: make given paths absolute.
+    args.ftrain = os.path.abspath(args.ftrain)
+    args.prep = args.prep and os.path.abspath(args.prep)
+    if os.sep in args.mpiexec:
+        args.mpiexec = os.path.abspath(args.mpiexec)
+    case_path = os.path.abspath(args.case)
+    case = load_case(case_path)
+    kind = case.get("kind")
+    if kind not in KINDS:
+        print(f"{case_path}: unknown kind {kind!r} (expected one of {', '.join(KINDS)})", file=sys.stderr)
+        return 2
+    if args.regenerate and kind != "train":
+        print(f"{case_path}: only train cases have goldens to regenerate", file=sys.stderr)
+        return 2
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    print(f"case {os.path.basename(case_path)} ({kind}): {case.get('description', '')}")
+    try:
+        problems = KINDS[kind](args, case, case_path, os.path.abspath(args.workdir))
+    except CaseFailure as e:
+        problems = [str(e)]
+    for problem in problems:
+        print("FAIL: " + problem)
+    print("FAILED" if problems else "PASSED")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
