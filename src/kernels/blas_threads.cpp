@@ -13,4 +13,11 @@ int configure_blas_threads(int cores_per_rank) {
   return openblas_get_num_threads();
 }
 
+std::string blas_kernel_description() {
+  const char* core = openblas_get_corename();
+  std::string d = std::string("OpenBLAS ") + (core != nullptr ? core : "?") + " kernels";
+  if (const char* forced = std::getenv("OPENBLAS_CORETYPE")) d += std::string(" (forced by OPENBLAS_CORETYPE=") + forced + ")";
+  return d;
+}
+
 }  // namespace ftrain
