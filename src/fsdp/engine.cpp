@@ -125,6 +125,35 @@ void FsdpEngine::init_from(const ParameterSource& source) {
   }
 }
 
+void FsdpEngine::init_from_root(const ParameterSource& source) {
+  const bool root = world_.rank() == 0;
+  for (auto& flat : flats_) {
+    // Rank 0 contributes the unit, everyone else zeros: a sum-reduce-scatter
+    // then delivers exactly rank 0's values (x + 0 is exact), and the
+    // replica all-reduce does the same across replica groups.
+    Tensor full = Tensor::zeros({flat->padded_numel()}, DType::f32, Device::host, flat->unit_name() + ".sync");
+    if (root) {
+      float* dst = full.data_as<float>();
+      for (const auto& entry : flat->entries()) source(entry, 0, entry.numel, dst + entry.offset);
+    }
+    Communicator* shard_comm = shard_comm_.get();
+    Communicator* replica_comm = replica_comm_.get();
+    Tensor shard = flat->master;
+    stream_
+        .submit([shard_comm, replica_comm, full, shard]() mutable {
+          if (shard_comm->size() > 1) {
+            shard_comm->reduce_scatter_sum(full, shard).wait();
+          } else {
+            std::memcpy(shard.data(), full.data(), shard.nbytes());
+          }
+          if (replica_comm != nullptr) replica_comm->all_reduce_sum(shard).wait();
+        })
+        .wait();
+    flat->gathered_valid = false;
+    flat->gathered = Tensor();
+  }
+}
+
 bool FsdpEngine::keep_gathered_after_forward() const {
   return options_.strategy == ShardingStrategy::shard_grad_op || options_.strategy == ShardingStrategy::no_shard;
 }

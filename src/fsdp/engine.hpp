@@ -67,6 +67,10 @@ class FsdpEngine {
 
   void init_random(std::uint64_t seed);
   void init_from(const ParameterSource& source);
+  // sync_module_states: only world rank 0 calls `source` (it alone reads the
+  // weights or runs the initialiser), one unit at a time; every other rank
+  // receives its shard. Memory: one full unit per rank, transiently.
+  void init_from_root(const ParameterSource& source);
 
   // One micro-batch forward + backward; accumulates into the shard gradients.
   // loss_scale = 1 / (target tokens in the global batch). Returns this rank's
