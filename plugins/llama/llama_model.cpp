@@ -11,12 +11,19 @@
 // recompute (projections, attention output and its log-sum-exp); the norm
 // outputs and the SwiGLU product are recomputed in backward, which costs
 // O(N * C) elementwise work against the O(N * C^2) of the matmuls.
+//
+// precision fp8 (ctx.fp8): the seven projections of each decoder layer run
+// fp8::linear_* with one delayed-scaling state each, kept in the layer unit
+// across steps; embedding, norms, attention and lm_head stay in the compute
+// dtype (Transformer Engine's recipe for te.Linear layers).
 #include "llama_model.hpp"
 
 #include <cmath>
 #include <string>
 
 #include "core/error.hpp"
+#include "fp8/linear.hpp"
+#include "fp8/recipe.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/rope_frequencies.hpp"
 
@@ -131,9 +138,9 @@ class DecoderLayerUnit final : public Unit {
     Tensor q = activation(ctx, {d.n, d.hq * d.hd});
     Tensor k = activation(ctx, {d.n, d.hkv * d.hd});
     Tensor v = activation(ctx, {d.n, d.hkv * d.hd});
-    ops::linear_forward(xn1, p[kQ], nullptr, q);
-    ops::linear_forward(xn1, p[kK], nullptr, k);
-    ops::linear_forward(xn1, p[kV], nullptr, v);
+    linear_forward(ctx, kQ, xn1, p[kQ], q);
+    linear_forward(ctx, kK, xn1, p[kK], k);
+    linear_forward(ctx, kV, xn1, p[kV], v);
     Tensor q4 = q.reshape({d.b, d.t, d.hq, d.hd});
     Tensor k4 = k.reshape({d.b, d.t, d.hkv, d.hd});
     Tensor v4 = v.reshape({d.b, d.t, d.hkv, d.hd});
@@ -145,7 +152,7 @@ class DecoderLayerUnit final : public Unit {
     ops::attention_forward(q4, k4, v4, /*causal=*/true, softmax_scale(), attn, lse);
 
     Tensor h1 = activation(ctx, {d.n, d.c});
-    ops::linear_forward(attn.reshape({d.n, d.hq * d.hd}), p[kO], nullptr, h1);
+    linear_forward(ctx, kO, attn.reshape({d.n, d.hq * d.hd}), p[kO], h1);
     ops::add(x, h1, h1);
 
     Tensor xn2 = activation(ctx, {d.n, d.c});
@@ -153,12 +160,12 @@ class DecoderLayerUnit final : public Unit {
     ops::rmsnorm_forward(h1, p[kPostNorm], eps, xn2, rstd2);
     Tensor gate = activation(ctx, {d.n, d.i});
     Tensor up = activation(ctx, {d.n, d.i});
-    ops::linear_forward(xn2, p[kGate], nullptr, gate);
-    ops::linear_forward(xn2, p[kUp], nullptr, up);
+    linear_forward(ctx, kGate, xn2, p[kGate], gate);
+    linear_forward(ctx, kUp, xn2, p[kUp], up);
     Tensor act = activation(ctx, {d.n, d.i});
     ops::swiglu_forward(gate, up, act);
     Tensor y = activation(ctx, {d.n, d.c});
-    ops::linear_forward(act, p[kDown], nullptr, y);
+    linear_forward(ctx, kDown, act, p[kDown], y);
     ops::add(h1, y, y);
 
     cache.clear();
@@ -185,14 +192,14 @@ class DecoderLayerUnit final : public Unit {
     ops::swiglu_forward(s[kGateOut], s[kUpOut], act);
 
     Tensor dact = activation(ctx, {d.n, d.i});
-    ops::linear_backward(act, p[kDown], dy, &dact, g[kDown], nullptr);
+    linear_backward(ctx, kDown, act, p[kDown], dy, &dact, g[kDown]);
     Tensor dgate = activation(ctx, {d.n, d.i});
     Tensor dup = activation(ctx, {d.n, d.i});
     ops::swiglu_backward(s[kGateOut], s[kUpOut], dact, dgate, dup);
     Tensor dxn2 = activation(ctx, {d.n, d.c});
     Tensor dxn2_up = activation(ctx, {d.n, d.c});
-    ops::linear_backward(xn2, p[kGate], dgate, &dxn2, g[kGate], nullptr);
-    ops::linear_backward(xn2, p[kUp], dup, &dxn2_up, g[kUp], nullptr);
+    linear_backward(ctx, kGate, xn2, p[kGate], dgate, &dxn2, g[kGate]);
+    linear_backward(ctx, kUp, xn2, p[kUp], dup, &dxn2_up, g[kUp]);
     ops::add_inplace(dxn2, dxn2_up);
     // dh1 = dy (residual) + d rmsnorm2
     Tensor dh1 = activation(ctx, {d.n, d.c});
@@ -202,7 +209,7 @@ class DecoderLayerUnit final : public Unit {
     // Attention half.
     Tensor dattn = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor dattn2 = dattn.reshape({d.n, d.hq * d.hd});
-    ops::linear_backward(s[kAttn].reshape({d.n, d.hq * d.hd}), p[kO], dh1, &dattn2, g[kO], nullptr);
+    linear_backward(ctx, kO, s[kAttn].reshape({d.n, d.hq * d.hd}), p[kO], dh1, &dattn2, g[kO]);
     Tensor dq = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor dk = activation(ctx, {d.b, d.t, d.hkv, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.hkv, d.hd});
@@ -215,10 +222,10 @@ class DecoderLayerUnit final : public Unit {
     ops::rmsnorm_forward(x, p[kInputNorm], eps, xn1, rstd_scratch);
     Tensor dxn1 = activation(ctx, {d.n, d.c});
     Tensor dxn1_part = activation(ctx, {d.n, d.c});
-    ops::linear_backward(xn1, p[kQ], dq.reshape({d.n, d.hq * d.hd}), &dxn1, g[kQ], nullptr);
-    ops::linear_backward(xn1, p[kK], dk.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kK], nullptr);
+    linear_backward(ctx, kQ, xn1, p[kQ], dq.reshape({d.n, d.hq * d.hd}), &dxn1, g[kQ]);
+    linear_backward(ctx, kK, xn1, p[kK], dk.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kK]);
     ops::add_inplace(dxn1, dxn1_part);
-    ops::linear_backward(xn1, p[kV], dv.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kV], nullptr);
+    linear_backward(ctx, kV, xn1, p[kV], dv.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kV]);
     ops::add_inplace(dxn1, dxn1_part);
     // dx = dh1 (residual) + d rmsnorm1
     Tensor dx = activation(ctx, {d.n, d.c});
@@ -247,9 +254,33 @@ class DecoderLayerUnit final : public Unit {
     return static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.resolved_head_dim())));
   }
 
+  // FP8 state of projection `weight` (a Param index of a matrix), created at
+  // the first FP8 step.
+  fp8::LinearState& fp8_layer(const StepContext& ctx, Param weight) {
+    FT_CHECK(ctx.fp8_recipe != nullptr) << "unit " << prefix_ << ": StepContext::fp8 without a recipe";
+    if (fp8_.empty()) {
+      fp8_.resize(kNumParams);
+      for (Param m : {kQ, kK, kV, kO, kGate, kUp, kDown})
+        fp8_[m] = fp8::LinearState::create(ctx.fp8_recipe->amax_history_len);
+    }
+    return fp8_[weight];
+  }
+  void linear_forward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, Tensor& y) {
+    if (!ctx.fp8) return ops::linear_forward(x, w, nullptr, y);
+    fp8::linear_forward(*ctx.fp8_recipe, fp8_layer(ctx, weight), /*record=*/ctx.training, x, w, nullptr, y);
+  }
+  void linear_backward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, const Tensor& dy,
+                       Tensor* dx, Tensor& dw) {
+    if (!ctx.fp8) return ops::linear_backward(x, w, dy, dx, dw, nullptr);
+    fp8::LinearState& state = fp8_layer(ctx, weight);
+    fp8::linear_backward(*ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, nullptr);
+    state.update_scales(*ctx.fp8_recipe);
+  }
+
   LlamaConfig config_;
   std::string prefix_;
   Tensor inv_freq_;
+  std::vector<fp8::LinearState> fp8_;  // indexed by Param; matrices only
 };
 
 // ---- unit L+1: final norm, output head and loss ------------------------------------------

@@ -11,6 +11,7 @@
 #include <limits>
 #include <system_error>
 
+#include "core/error.hpp"
 #include "deck/diagnostics.hpp"
 #include "deck/lexer.hpp"
 
@@ -33,6 +34,34 @@ std::string format_number(double value) {
 namespace {
 
 std::string on_off(bool value) { return value ? "on" : "off"; }
+
+// "0.485,0.456,0.406" -> numbers; the deck's location in every error.
+std::vector<double> number_list(const ParsedCommand& p, std::string_view keyword, bool positive) {
+  const Value* v = p.find(keyword);
+  std::vector<double> out;
+  std::string_view text = v->text;
+  while (true) {
+    const std::size_t comma = text.find(',');
+    const std::string item(text.substr(0, comma));
+    double x = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), x);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || !std::isfinite(x) ||
+        (positive && x <= 0)) {
+      FT_USER_ERROR() << p.where.str() << ": '" << keyword << "' expects comma-separated "
+                      << (positive ? "positive " : "") << "numbers (one per channel, e.g. 0.5,0.5,0.5), got '"
+                      << v->text << "'";
+    }
+    out.push_back(x);
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+void apply_normalisation(ImageDataSection& images, const ParsedCommand& p) {
+  if (p.find("mean") != nullptr) images.mean = number_list(p, "mean", false);
+  if (p.find("std") != nullptr) images.std = number_list(p, "std", true);
+}
 std::string integer_text(std::int64_t value) { return std::to_string(value); }
 
 // ---- the table ----------------------------------------------------------------
@@ -107,10 +136,54 @@ std::vector<Command> build_table() {
           .help = "",
           .positionals = {Param{.name = "MODE", .kind = ValueKind::choice,
                                 .help = "compute precision",
-                                .choices = {{"fp32", "no"}, {"bf16", "bf16"}},
+                                .choices = {{"fp32", "no"}, {"bf16", "bf16"}, {"fp8", "fp8"}},
                                 .set = [](RunConfig& c, const Value& v) { c.precision = v.text; },
                                 .default_of = [](const RunConfig& c) { return c.precision; }}}}},
       .example = "precision bf16",
+  });
+
+  table.push_back(Command{
+      .name = "fp8",
+      .help = "The FP8 delayed-scaling recipe used under `precision fp8`: the linear layers inside "
+              "the blocks quantise input, weight and output gradient with per-tensor scales from an "
+              "amax history (scale = fp8_max / amax / 2^margin); embeddings, norms, attention and "
+              "the head stay bf16. share/doc/fp8.md explains the recipe.",
+      .maps_to = "Transformer Engine `DelayedScaling(fp8_format, amax_history_len, margin, amax_compute_algo)`",
+      .forms = {Form{
+          .word = "",
+          .help = "",
+          .keywords = {
+              Param{.name = "format", .kind = ValueKind::choice,
+                    .help = "FP8 formats: E4M3 forward and E5M2 gradients, or E4M3 for both",
+                    .maps_to = "`fp8_format`",
+                    .choices = {{"hybrid", "Format.HYBRID"}, {"e4m3", "Format.E4M3"}},
+                    .set = [](RunConfig& c, const Value& v) { c.fp8.format = v.text; },
+                    .default_of = [](const RunConfig& c) { return c.fp8.format; }},
+              Param{.name = "amax_history", .kind = ValueKind::positive_int,
+                    .help = "iterations of amax remembered per tensor",
+                    .maps_to = "`amax_history_len`",
+                    .set = [](RunConfig& c, const Value& v) { c.fp8.amax_history = v.integer; },
+                    .default_of = [](const RunConfig& c) { return integer_text(c.fp8.amax_history); }},
+              Param{.name = "margin", .kind = ValueKind::non_negative_int,
+                    .help = "headroom: the scale is divided by 2^margin",
+                    .maps_to = "`margin`",
+                    .set = [](RunConfig& c, const Value& v) { c.fp8.margin = static_cast<std::int64_t>(v.unsigned_integer); },
+                    .default_of = [](const RunConfig& c) { return integer_text(c.fp8.margin); }},
+              Param{.name = "amax_algo", .kind = ValueKind::choice,
+                    .help = "amax from the history: its maximum, or the latest entry",
+                    .maps_to = "`amax_compute_algo`",
+                    .choices = {{"max", "\"max\""}, {"most_recent", "\"most_recent\""}},
+                    .set = [](RunConfig& c, const Value& v) { c.fp8.amax_algo = v.text; },
+                    .default_of = [](const RunConfig& c) { return c.fp8.amax_algo; }}},
+          .apply = [](RunConfig& c, const ParsedCommand& p) {
+            if (c.fp8.margin > 64) {
+              FT_USER_ERROR() << p.where.str() << ": 'fp8' margin " << c.fp8.margin
+                              << " is too large (the scale would be divided by 2^" << c.fp8.margin
+                              << "); use 0 to a few";
+            }
+            c.fp8.where = p.where;
+          }}},
+      .example = "fp8 format hybrid amax_history 1024 margin 0 amax_algo max",
   });
 
   table.push_back(Command{
@@ -150,6 +223,59 @@ std::vector<Command> build_table() {
           .apply = [](RunConfig& c, const ParsedCommand& p) {
             c.data.kind = "tokens";
             c.data.where = p.where;
+          }},
+                Form{
+          .word = "images synthetic",
+          .help = "seeded learnable synthetic images: a fixed random template per class plus noise "
+                  "(shape from the model's image_size / num_channels)",
+          .keywords = {Param{.name = "classes", .kind = ValueKind::positive_int,
+                             .help = "number of classes",
+                             .set = [](RunConfig& c, const Value& v) { c.data.images.classes = v.integer; },
+                             .default_of = [](const RunConfig&) { return std::string("(the model's num_classes)"); }},
+                       Param{.name = "samples", .kind = ValueKind::positive_int,
+                             .help = "number of distinct images (an epoch)",
+                             .set = [](RunConfig& c, const Value& v) { c.data.images.samples = v.integer; },
+                             .default_of = [](const RunConfig& c) { return integer_text(c.data.images.samples); }},
+                       Param{.name = "noise", .kind = ValueKind::non_negative_number,
+                             .help = "noise standard deviation (the class template has std 0.5)",
+                             .set = [](RunConfig& c, const Value& v) { c.data.images.noise = v.number; },
+                             .default_of = [](const RunConfig& c) { return format_number(c.data.images.noise); }},
+                       Param{.name = "shuffle", .kind = ValueKind::on_off,
+                             .help = "shuffle sample order each epoch (seeded)",
+                             .maps_to = "`DataLoader(shuffle=...)`",
+                             .set = [](RunConfig& c, const Value& v) { c.data.shuffle = v.flag; },
+                             .default_of = [](const RunConfig& c) { return on_off(c.data.shuffle); }}},
+          .apply = [](RunConfig& c, const ParsedCommand& p) {
+            c.data.kind = "images";
+            c.data.images.source = "synthetic";
+            c.data.path = "(synthetic)";
+            c.data.where = p.where;
+          }},
+                Form{
+          .word = "images hdf5",
+          .help = "HDF5 file with `images` uint8 [N, H, W, C] and `labels` int [N]; pixels become "
+                  "(u8/255 - mean) / std per channel",
+          .positionals = {Param{.name = "PATH", .kind = ValueKind::existing_path,
+                                .help = "HDF5 file",
+                                .set = [](RunConfig& c, const Value& v) { c.data.path = v.text; }}},
+          .keywords = {Param{.name = "mean", .kind = ValueKind::text,
+                             .help = "per-channel mean, comma-separated (one value for all channels)",
+                             .maps_to = "`transforms.Normalize(mean=...)`",
+                             .default_of = [](const RunConfig&) { return std::string("0"); }},
+                       Param{.name = "std", .kind = ValueKind::text,
+                             .help = "per-channel standard deviation, comma-separated",
+                             .maps_to = "`transforms.Normalize(std=...)`",
+                             .default_of = [](const RunConfig&) { return std::string("1"); }},
+                       Param{.name = "shuffle", .kind = ValueKind::on_off,
+                             .help = "shuffle sample order each epoch (seeded)",
+                             .maps_to = "`DataLoader(shuffle=...)`",
+                             .set = [](RunConfig& c, const Value& v) { c.data.shuffle = v.flag; },
+                             .default_of = [](const RunConfig& c) { return on_off(c.data.shuffle); }}},
+          .apply = [](RunConfig& c, const ParsedCommand& p) {
+            c.data.kind = "images";
+            c.data.images.source = "hdf5";
+            apply_normalisation(c.data.images, p);
+            c.data.where = p.where;
           }}},
       .example = "data tokens ${data_dir}/train.bin packing on",
   });
@@ -171,6 +297,47 @@ std::vector<Command> build_table() {
                              .set = [](RunConfig& c, const Value& v) { c.eval.every = v.integer; }}},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
             c.eval.kind = "tokens";
+            c.eval.where = p.where;
+          }},
+                Form{
+          .word = "images synthetic",
+          .help = "held-out images of the training data's synthetic task (same seed and classes)",
+          .keywords = {Param{.name = "every", .kind = ValueKind::positive_int,
+                             .help = "evaluate every N optimizer steps",
+                             .maps_to = "`eval_steps`",
+                             .required = true,
+                             .set = [](RunConfig& c, const Value& v) { c.eval.every = v.integer; }},
+                       Param{.name = "samples", .kind = ValueKind::positive_int,
+                             .help = "number of evaluation images",
+                             .set = [](RunConfig& c, const Value& v) { c.eval.images.samples = v.integer; },
+                             .default_of = [](const RunConfig& c) { return integer_text(c.eval.images.samples); }}},
+          .apply = [](RunConfig& c, const ParsedCommand& p) {
+            c.eval.kind = "images";
+            c.eval.images.source = "synthetic";
+            c.eval.path = "(synthetic)";
+            c.eval.where = p.where;
+          }},
+                Form{
+          .word = "images hdf5",
+          .help = "HDF5 file as for `data images hdf5`, read in file order",
+          .positionals = {Param{.name = "PATH", .kind = ValueKind::existing_path,
+                                .help = "HDF5 file",
+                                .set = [](RunConfig& c, const Value& v) { c.eval.path = v.text; }}},
+          .keywords = {Param{.name = "every", .kind = ValueKind::positive_int,
+                             .help = "evaluate every N optimizer steps",
+                             .maps_to = "`eval_steps`",
+                             .required = true,
+                             .set = [](RunConfig& c, const Value& v) { c.eval.every = v.integer; }},
+                       Param{.name = "mean", .kind = ValueKind::text,
+                             .help = "per-channel mean, comma-separated",
+                             .default_of = [](const RunConfig&) { return std::string("0"); }},
+                       Param{.name = "std", .kind = ValueKind::text,
+                             .help = "per-channel standard deviation, comma-separated",
+                             .default_of = [](const RunConfig&) { return std::string("1"); }}},
+          .apply = [](RunConfig& c, const ParsedCommand& p) {
+            c.eval.kind = "images";
+            c.eval.images.source = "hdf5";
+            apply_normalisation(c.eval.images, p);
             c.eval.where = p.where;
           }}},
       .example = "eval tokens val.bin every 100",
@@ -303,7 +470,8 @@ std::vector<Command> build_table() {
   table.push_back(Command{
       .name = "init",
       .help = "Initial weights: random (normal with the given std; the plugin may scale output "
-              "projections) or a Hugging Face safetensors file/directory, read shard by shard.",
+              "projections), a Hugging Face safetensors file/directory, or a consolidated HDF5 file "
+              "(save_final); each rank reads only its own shard's slices.",
       .maps_to = "`initializer_range` / `from_pretrained`",
       .forms = {Form{.word = "random",
                      .help = "normal(0, std) initialisation",
@@ -324,6 +492,16 @@ std::vector<Command> build_table() {
                          .set = [](RunConfig& c, const Value& v) { c.init.path = v.text; }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) {
                        c.init.kind = "safetensors";
+                       c.init.where = p.where;
+                     }},
+                Form{.word = "hdf5",
+                     .help = "load a consolidated HDF5 state dict (what save_final writes)",
+                     .positionals = {Param{
+                         .name = "PATH", .kind = ValueKind::existing_path,
+                         .help = "consolidated .h5 file, one dataset per parameter",
+                         .set = [](RunConfig& c, const Value& v) { c.init.path = v.text; }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) {
+                       c.init.kind = "hdf5";
                        c.init.where = p.where;
                      }}},
       .example = "init random std 0.02",
@@ -483,6 +661,73 @@ std::vector<Command> build_table() {
                          .set = [](RunConfig& c, const Value& v) { c.vocab_chunk = v.integer; },
                          .default_of = [](const RunConfig& c) { return integer_text(c.vocab_chunk); }}}}},
       .example = "cross_entropy vocab_chunk 4096",
+  });
+
+  table.push_back(Command{
+      .name = "checkpoint",
+      .help = "Sharded checkpoints: every N optimizer steps each rank writes its shard state "
+              "(master weights, AdamW moments) to PATH/step_<N>/rank_<r>.h5; the step is committed "
+              "atomically and PATH/latest names the newest. On SIGTERM/SIGUSR1 (preemption) the run "
+              "finishes its step, checkpoints and exits 0. share/doc/checkpoints.md has the schema.",
+      .maps_to = "`save_steps`, `output_dir` checkpoints, FSDP SHARDED_STATE_DICT",
+      .forms = {Form{
+          .word = "",
+          .help = "",
+          .keywords = {
+              Param{.name = "every", .kind = ValueKind::positive_int,
+                    .help = "checkpoint every N optimizer steps", .maps_to = "`save_steps`",
+                    .required = true,
+                    .set = [](RunConfig& c, const Value& v) { c.checkpoint.every = v.integer; }},
+              Param{.name = "dir", .kind = ValueKind::path, .help = "checkpoint directory",
+                    .required = true,
+                    .set = [](RunConfig& c, const Value& v) { c.checkpoint.dir = v.text; }},
+              Param{.name = "keep", .kind = ValueKind::positive_int,
+                    .help = "keep the newest K checkpoints", .maps_to = "`save_total_limit`",
+                    .set = [](RunConfig& c, const Value& v) { c.checkpoint.keep = v.integer; },
+                    .default_of = [](const RunConfig&) { return std::string("(all)"); }},
+              Param{.name = "stop_after", .kind = ValueKind::positive_int,
+                    .help = "stop after optimizer step S as on preemption (checkpoint, exit 0); "
+                            "the schedule still spans max_steps",
+                    .set = [](RunConfig& c, const Value& v) { c.checkpoint.stop_after = v.integer; },
+                    .default_of = [](const RunConfig&) { return std::string("(never)"); }},
+              Param{.name = "consolidated", .kind = ValueKind::on_off,
+                    .help = "also write step_<N>/model.h5, the full state dict (as save_final), in the same commit",
+                    .maps_to = "FSDP FULL_STATE_DICT checkpoints",
+                    .set = [](RunConfig& c, const Value& v) { c.checkpoint.consolidated = v.flag; },
+                    .default_of = [](const RunConfig& c) { return on_off(c.checkpoint.consolidated); }}},
+          .apply = [](RunConfig& c, const ParsedCommand& p) { c.checkpoint.where = p.where; }}},
+      .example = "checkpoint every 500 dir runs/llama/ckpt keep 3",
+  });
+
+  table.push_back(Command{
+      .name = "save_final",
+      .help = "At the end of training, write the full state dict as one HDF5 file: one f32 dataset "
+              "per parameter in Hugging Face naming and shape, the model config as attributes. "
+              "Written collectively with parallel HDF5; each rank writes only its own shard's slices.",
+      .maps_to = "`save_model()` with FSDP FULL_STATE_DICT",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{
+                         .name = "PATH", .kind = ValueKind::path, .help = "output .h5 file",
+                         .set = [](RunConfig& c, const Value& v) { c.save_final.path = v.text; }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) { c.save_final.where = p.where; }}},
+      .example = "save_final runs/llama/model.h5",
+  });
+
+  table.push_back(Command{
+      .name = "resume",
+      .help = "Continue from a sharded checkpoint: `auto` takes the newest complete one in the "
+              "checkpoint dir (a fresh start when there is none), PATH a step_<N> directory. Any "
+              "world size or fsdp strategy may resume any checkpoint (shards are re-partitioned).",
+      .maps_to = "`resume_from_checkpoint`",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{
+                         .name = "FROM", .kind = ValueKind::path,
+                         .help = "auto, or a checkpoint step directory",
+                         .set = [](RunConfig& c, const Value& v) { c.resume.from = v.text; }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) { c.resume.where = p.where; }}},
+      .example = "resume auto",
   });
 
   return table;
@@ -718,14 +963,35 @@ ParsedCommand parse_command(const Command& command, const std::vector<std::strin
     if (words.size() <= next) {
       fail_at(where, "'" + std::string(command.name) + "' expects " + expected + ", got nothing");
     }
+    // A selector may be two words ("images synthetic"): they must all match.
+    std::size_t selector_words = 1;
     for (const Form& form : command.forms) {
-      if (form.word == words[next]) parsed.form = &form;
+      std::string joined = words[next];
+      std::size_t n = 1;
+      for (std::size_t blank = 0; (blank = form.word.find(' ', blank)) != std::string_view::npos; ++blank) {
+        if (next + n >= words.size()) break;
+        joined += " " + words[next + n];
+        ++n;
+      }
+      if (form.word == joined) {
+        parsed.form = &form;
+        selector_words = n;
+      }
     }
     if (parsed.form == nullptr) {
-      fail_at(where, "'" + std::string(command.name) + "' expects " + expected + ", got " +
-                         quote_word(words[next]) + did_you_mean(words[next], selectors));
+      // Show the second word only when the first began a two-word selector.
+      std::string shown = words[next];
+      for (std::string_view selector : selectors) {
+        const std::size_t blank = selector.find(' ');
+        if (blank != std::string_view::npos && selector.substr(0, blank) == words[next] && next + 1 < words.size()) {
+          shown += " " + words[next + 1];
+          break;
+        }
+      }
+      fail_at(where, "'" + std::string(command.name) + "' expects " + expected + ", got " + quote_word(shown) +
+                         did_you_mean(shown, selectors));
     }
-    ++next;
+    next += selector_words;
   }
   const Form& form = *parsed.form;
   const std::string label = label_of(command, form);

@@ -28,17 +28,29 @@ struct ModelSection {  // model NAME [preset P] [KEY VALUE]...
   DeckLocation where;
 };
 
-struct DataSection {  // data tokens PATH [packing on|off] [shuffle on|off]
-  std::string kind = "tokens";
-  std::string path;
+// data images synthetic ... | data images hdf5 PATH ... (and the same for eval)
+struct ImageDataSection {
+  std::string source;              // synthetic | hdf5
+  std::int64_t classes = 0;        // synthetic: 0 = the model's output size
+  std::int64_t samples = 1024;     // synthetic: distinct images
+  double noise = 1.0;              // synthetic: noise std (class templates have std 0.5)
+  std::vector<double> mean = {0.0};  // hdf5: per channel (or one for all), on u8/255
+  std::vector<double> std = {1.0};
+};
+
+struct DataSection {  // data tokens PATH [packing on|off] [shuffle on|off] | data images ...
+  std::string kind = "tokens";     // tokens | images
+  std::string path;                // token file, HDF5 file, or "(synthetic)"
+  ImageDataSection images;
   bool packing = true;
   bool shuffle = false;
   DeckLocation where;
 };
 
-struct EvalSection {  // eval tokens PATH every N
+struct EvalSection {  // eval tokens PATH every N | eval images synthetic|hdf5 ...
   std::string kind = "tokens";
-  std::string path;  // empty = no eval
+  std::string path;  // empty = no eval; "(synthetic)" for synthetic images
+  ImageDataSection images = {.source = "", .classes = 0, .samples = 256, .noise = 1.0, .mean = {0.0}, .std = {1.0}};
   std::int64_t every = 0;
   DeckLocation where;
 };
@@ -65,7 +77,7 @@ struct ScheduleSection {  // schedule constant|linear|cosine [warmup_steps N | w
   double min_lr = 0.0;
 };
 
-struct InitSection {  // init random [std S] | init safetensors PATH
+struct InitSection {  // init random [std S] | init safetensors PATH | init hdf5 PATH
   std::string kind = "random";
   double std = 0.02;
   std::string path;
@@ -84,10 +96,38 @@ struct FsdpSection {  // fsdp STRATEGY [keyword value]...
   DeckLocation where;
 };
 
+struct CheckpointSection {  // checkpoint every N dir PATH [keep K] [stop_after S] [consolidated on|off]
+  std::int64_t every = 0;       // 0 = no periodic checkpoints
+  std::string dir;              // empty = checkpoints off (preemption then just stops)
+  std::int64_t keep = 0;        // newest K kept; 0 = all
+  std::int64_t stop_after = 0;  // stop as on preemption after this optimizer step; 0 = never
+  bool consolidated = false;    // also write step_<N>/model.h5 (the consolidated state dict)
+  DeckLocation where;
+};
+
+struct SaveFinalSection {  // save_final PATH
+  std::string path;  // empty = no consolidated file at the end
+  DeckLocation where;
+};
+
+struct ResumeSection {  // resume auto|PATH
+  std::string from;  // empty = fresh start; "auto" = newest complete checkpoint in checkpoint dir
+  DeckLocation where;
+};
+
+struct Fp8Section {  // fp8 [format hybrid|e4m3] [amax_history N] [margin M] [amax_algo max|most_recent]
+  std::string format = "hybrid";     // fp8/recipe.hpp: E4M3 forward + E5M2 gradients, or E4M3 everywhere
+  std::int64_t amax_history = 1024;  // Transformer Engine DelayedScaling defaults
+  std::int64_t margin = 0;
+  std::string amax_algo = "max";
+  DeckLocation where;
+};
+
 struct RunConfig {
   ModelSection model;
-  std::string precision = "fp32";  // precision fp32|bf16
+  std::string precision = "fp32";  // precision fp32|bf16|fp8 (fp8: block linears FP8, the rest bf16)
   std::uint64_t seed = 1234;       // seed N
+  Fp8Section fp8;                  // used when precision is fp8
   DataSection data;
   EvalSection eval;
   BatchSection batch;
@@ -104,6 +144,9 @@ struct RunConfig {
   bool per_rank_logs = false;      // log ... rank_files on
   std::optional<double> peak_tflops;  // peak_tflops X (per device, for MFU); default from a table
   std::int64_t vocab_chunk = 4096;    // cross_entropy vocab_chunk N
+  CheckpointSection checkpoint;       // checkpoint ...
+  ResumeSection resume;               // resume ...
+  SaveFinalSection save_final;        // save_final ...
 
   // Every line of the deck after variable substitution and continuation
   // joining, "file:line: text", for echoing the resolved configuration.

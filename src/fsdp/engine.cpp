@@ -58,6 +58,8 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
   ctx_.device = Device::host;
   ctx_.compute_dtype = options_.param_dtype;
   ctx_.vocab_chunk = options_.vocab_chunk;
+  ctx_.fp8 = options_.fp8;
+  ctx_.fp8_recipe = options_.fp8 ? &options_.fp8_recipe : nullptr;
 
   const int n_units = model_.num_units();
   FT_CHECK(n_units >= 2) << "model " << model_.architecture() << " has " << n_units << " units; expected >= 2";
@@ -98,18 +100,22 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
 // then the requests and buffers they used are released.
 FsdpEngine::~FsdpEngine() = default;
 
+void random_init_values(std::uint64_t seed, const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
+  switch (e.init) {
+    case InitKind::zeros: std::fill(dst, dst + count, 0.0f); break;
+    case InitKind::ones: std::fill(dst, dst + count, 1.0f); break;
+    case InitKind::normal: {
+      const std::uint64_t stream = rng::hash_name(e.name);
+      for (std::int64_t i = 0; i < count; ++i)
+        dst[i] = static_cast<float>(e.init_std * rng::normal(seed, stream, static_cast<std::uint64_t>(first + i)));
+      break;
+    }
+  }
+}
+
 void FsdpEngine::init_random(std::uint64_t seed) {
   init_from([seed](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
-    switch (e.init) {
-      case InitKind::zeros: std::fill(dst, dst + count, 0.0f); break;
-      case InitKind::ones: std::fill(dst, dst + count, 1.0f); break;
-      case InitKind::normal: {
-        const std::uint64_t stream = rng::hash_name(e.name);
-        for (std::int64_t i = 0; i < count; ++i)
-          dst[i] = static_cast<float>(e.init_std * rng::normal(seed, stream, static_cast<std::uint64_t>(first + i)));
-        break;
-      }
-    }
+    random_init_values(seed, e, first, count, dst);
   });
 }
 

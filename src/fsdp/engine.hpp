@@ -28,6 +28,7 @@
 
 #include "comm/comm_stream.hpp"
 #include "comm/communicator.hpp"
+#include "fp8/recipe.hpp"
 #include "fsdp/flat_parameter.hpp"
 #include "plugin/model.hpp"
 
@@ -49,11 +50,19 @@ struct FsdpOptions {
   int shard_group_size = 0;         // hybrid_shard: 0 = ranks of one node
   int checkpoint_every = 0;         // activation checkpointing: 0 off, 1 every unit, N every N-th block
   std::int64_t vocab_chunk = 4096;
+  bool fp8 = false;          // precision fp8: block linears run the FP8 recipe
+  fp8::Recipe fp8_recipe;
 };
 
 struct AdamWHyper {
   float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
 };
+
+// The value init_random gives element first..first+count-1 of `entry`:
+// a pure function of (seed, parameter name, element index).
+struct FlatEntry;
+void random_init_values(std::uint64_t seed, const FlatEntry& entry, std::int64_t first, std::int64_t count,
+                        float* dst);
 
 // Fills `count` f32 values of parameter `entry` starting at element `first`.
 using ParameterSource = std::function<void(const FlatEntry& entry, std::int64_t first, std::int64_t count, float* dst)>;

@@ -29,6 +29,10 @@
 
 namespace ftrain {
 
+namespace fp8 {
+struct Recipe;  // fp8/recipe.hpp
+}
+
 enum class InitKind : std::uint8_t { normal, zeros, ones };
 
 struct ParamSpec {
@@ -56,6 +60,12 @@ struct StepContext {
   DType compute_dtype = DType::f32;   // dtype of activations and gathered params
   std::int64_t vocab_chunk = 4096;    // cross-entropy chunk over the vocabulary
   bool training = true;               // false for eval: units may skip saving for backward
+  // precision fp8: the linear layers inside the blocks run FP8 GEMMs with the
+  // delayed-scaling recipe (fp8/recipe.hpp; the units keep the per-layer
+  // scaling state); embeddings, norms, attention and the head stay in
+  // compute_dtype. fp8_recipe is non-null whenever fp8 is true.
+  bool fp8 = false;
+  const fp8::Recipe* fp8_recipe = nullptr;
 };
 
 // Whatever a unit's forward keeps for its backward. The engine may clear() it

@@ -12,7 +12,17 @@ FsdpOptions fsdp_options_from(const RunConfig& c) {
   FsdpOptions o;
   if (!parse_sharding_strategy(c.fsdp.strategy, o.strategy))
     FT_USER_ERROR() << c.fsdp.where.str() << ": unknown fsdp strategy '" << c.fsdp.strategy << "'";
-  const std::string param = c.fsdp.param_dtype.empty() ? c.precision : c.fsdp.param_dtype;
+  // fp8: linears inside blocks run FP8 GEMMs; everything else (embedding,
+  // norms, attention, head) computes with bf16 parameters and activations.
+  const std::string precision = c.precision == "fp8" ? "bf16" : c.precision;
+  const std::string param = c.fsdp.param_dtype.empty() ? precision : c.fsdp.param_dtype;
+  o.fp8 = c.precision == "fp8";
+  if (!fp8::parse_format(c.fp8.format, o.fp8_recipe.format) ||
+      !fp8::parse_amax_algo(c.fp8.amax_algo, o.fp8_recipe.amax_algo))
+    FT_USER_ERROR() << c.fp8.where.str() << ": bad fp8 format '" << c.fp8.format << "' or amax_algo '"
+                    << c.fp8.amax_algo << "'";
+  o.fp8_recipe.amax_history_len = c.fp8.amax_history;
+  o.fp8_recipe.margin = static_cast<int>(c.fp8.margin);
   if (!parse_dtype(param, o.param_dtype) || (o.param_dtype != DType::f32 && o.param_dtype != DType::bf16))
     FT_USER_ERROR() << c.fsdp.where.str() << ": param_dtype must be fp32 or bf16, got '" << param << "'";
   if (!parse_dtype(c.fsdp.reduce_dtype, o.reduce_dtype) ||

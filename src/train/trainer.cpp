@@ -2,19 +2,24 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/consolidated.hpp"
 #include "ckpt/safetensors.hpp"
+#include "ckpt/sharded_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "data/image_source.hpp"
 #include "data/token_batch_source.hpp"
 #include "fsdp/engine.hpp"
 #include "kernels/blas_threads.hpp"
@@ -35,6 +40,26 @@ std::string format_duration(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, (s / 60) % 60, s % 60);
   return buf;
+}
+
+// Set by SIGTERM / SIGUSR1 (what SLURM sends before the time limit); the
+// run loop agrees on it across ranks once per step.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void ftrain_on_stop_signal(int signo) { g_stop_signal = signo; }
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = ftrain_on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGUSR1, &action, nullptr);
+}
+
+std::string joined_deck(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const auto& line : lines) text += line + "\n";
+  return text;
 }
 
 std::int64_t count_targets(const Tensor& targets) {
@@ -60,6 +85,9 @@ struct Trainer::State {
   std::ofstream rank_log;
   int ranks_per_node = 1;
   int blas_threads = 1;
+  std::string resume_dir;        // empty = fresh start
+  std::string resume_note;       // why `resume auto` skipped the checkpoint `latest` names
+  std::int64_t start_step = 0;   // optimizer steps already done (resume)
 
   State(const RunConfig& c, Communicator& w, const TrainerOptions& o) : config(c), world(w), options(o) {}
 
@@ -89,6 +117,39 @@ std::unique_ptr<data::BatchSource> make_batch_source(const std::string& kind, co
     d.seed = c.seed;
     return std::make_unique<data::TokenBatchSource>(path, d);
   }
+  if (kind == "images") {
+    if (model.data_kind() != DataKind::images)
+      FT_USER_ERROR() << where.str() << ": model '" << c.model.name << "' trains on tokens, not images";
+    // The image shape is the model's (its config() names image_size and num_channels).
+    const auto config = model.config();
+    const auto size = config.find("image_size");
+    const auto channels = config.find("num_channels");
+    if (size == config.end())
+      FT_USER_ERROR() << where.str() << ": model '" << c.model.name << "' does not report an image_size";
+    const bool eval = &where == &c.eval.where;  // the eval section's images, else the training data's
+    const ImageDataSection& images = eval ? c.eval.images : c.data.images;
+    data::ImageSourceOptions o;
+    o.height = o.width = std::stoll(size->second);
+    o.channels = channels == config.end() ? 3 : std::stoll(channels->second);
+    o.global_batch = global_batch;
+    o.shuffle = shuffle;
+    o.seed = c.seed;
+    o.eval = eval;
+    // Evaluation images are held-out draws of the training task: same classes.
+    o.classes = c.data.images.classes > 0 ? c.data.images.classes : model.output_size();
+    o.samples = images.samples;
+    o.noise = c.data.images.noise;
+    o.mean = images.mean;
+    o.std = images.std;
+    try {
+      if (images.source == "synthetic") {
+        return std::make_unique<data::ImageBatchSource>(data::make_synthetic_images(o), o);
+      }
+      return std::make_unique<data::ImageBatchSource>(data::make_hdf5_images(path, o), o);
+    } catch (const UserError& e) {
+      FT_USER_ERROR() << where.str() << ": " << e.what();
+    }
+  }
   FT_USER_ERROR() << where.str() << ": data kind '" << kind << "' is not supported by this ftrain";
 }
 
@@ -117,10 +178,56 @@ void Trainer::prepare() {
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   const int cores_per_rank = std::max(1, static_cast<int>(cores) / std::max(1, s.ranks_per_node));
   s.blas_threads = configure_blas_threads(cores_per_rank);
-  s.peak = host_peak(cores_per_rank);
+  s.peak = host_peak(std::min(cores_per_rank, s.blas_threads));
   if (c.peak_tflops) {
     s.peak.flops_per_second = *c.peak_tflops * 1e12;
     s.peak.description = "peak_tflops from the deck";
+  }
+  if (c.init.kind == "hdf5") {
+    std::vector<FlatEntry> parameters;
+    for (int u = 0; u < s.model->num_units(); ++u) {
+      for (const auto& spec : s.model->unit(u).params()) {
+        if (!spec.tied_to.empty()) continue;
+        FlatEntry e;
+        e.name = spec.name;
+        e.shape = spec.shape;
+        parameters.push_back(e);
+      }
+    }
+    try {
+      ckpt::check_consolidated(c.init.path, parameters);
+    } catch (const UserError& e) {
+      FT_USER_ERROR() << c.init.where.str() << ": " << e.what();
+    }
+  }
+  if (c.checkpoint.stop_after > 0 && c.checkpoint.stop_after >= c.max_steps)
+    FT_USER_ERROR() << c.checkpoint.where.str() << ": stop_after " << c.checkpoint.stop_after
+                    << " must be below max_steps " << c.max_steps;
+  if (!c.resume.from.empty()) {
+    std::optional<std::string> found;
+    if (c.resume.from == "auto") {
+      if (c.checkpoint.dir.empty())
+        FT_USER_ERROR() << c.resume.where.str() << ": resume auto needs a `checkpoint ... dir PATH` to look in";
+      found = ckpt::find_latest_complete(c.checkpoint.dir, &s.resume_note);
+    } else {
+      found = c.resume.from;
+    }
+    if (found) {
+      ckpt::LoadedInfo info;
+      try {
+        info = ckpt::read_checkpoint_info(*found);
+      } catch (const UserError& e) {
+        FT_USER_ERROR() << c.resume.where.str() << ": " << e.what();
+      }
+      if (info.seed != c.seed)
+        FT_USER_ERROR() << c.resume.where.str() << ": checkpoint " << *found << " was written with seed " << info.seed
+                        << ", the deck says seed " << c.seed << " (data order depends on it)";
+      if (info.step >= c.max_steps)
+        FT_USER_ERROR() << c.resume.where.str() << ": checkpoint " << *found << " is at step " << info.step
+                        << ", max_steps is " << c.max_steps << ": nothing left to train";
+      s.resume_dir = *found;
+      s.start_step = info.step;
+    }
   }
   if (s.options.check_only) return;
 
@@ -159,10 +266,17 @@ int Trainer::run() {
   const int rank = s.world.rank();
   const int world = s.world.size();
 
+  if (!c.peak_tflops) {
+    // Ranks measured concurrently; a busy moment understates one of them.
+    s.peak.flops_per_second = s.world.all_reduce_max(s.peak.flops_per_second);
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "measured f32 SGEMM, best of %d rank(s)", world);
+    s.peak.description = buf;
+  }
   if (s.is_root()) {
     std::ostringstream h;
     h << "ftrain " << FTRAIN_VERSION_STRING << " | " << world << " rank(s), " << s.ranks_per_node
-      << " per node | device: host (Kokkos, OpenBLAS " << s.blas_threads
+      << " per node | device: host (Kokkos; " << blas_kernel_description() << ", " << s.blas_threads
       << " thread(s) per rank) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "deck: " << c.deck_path << "\n";
@@ -185,8 +299,21 @@ int Trainer::run() {
   if (ec) FT_USER_ERROR() << "run_dir " << c.run_dir << ": cannot create: " << ec.message();
   if (c.per_rank_logs) s.rank_log.open(c.run_dir + "/rank_" + std::to_string(rank) + ".log");
   if (s.is_root()) {
-    s.metrics.open(c.run_dir + "/metrics.jsonl");
-    if (!s.metrics) FT_USER_ERROR() << "cannot write " << c.run_dir << "/metrics.jsonl";
+    const std::string metrics_path = c.run_dir + "/metrics.jsonl";
+    // A resumed run continues the curve: rows past the checkpoint's step (the
+    // interrupted run's tail) are dropped so every step appears once.
+    std::string kept;
+    if (!s.resume_dir.empty()) {
+      std::ifstream old(metrics_path);
+      std::string line;
+      while (std::getline(old, line)) {
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j.contains("step") && j["step"].get<std::int64_t>() <= s.start_step) kept += line + "\n";
+      }
+    }
+    s.metrics.open(metrics_path, std::ios::trunc);
+    if (!s.metrics) FT_USER_ERROR() << "cannot write " << metrics_path;
+    s.metrics << kept << std::flush;
   }
 
   // Per-rank memory before and after loading (seed 001 prints the same).
@@ -210,15 +337,59 @@ int Trainer::run() {
   gather_memory("before load");
 
   s.engine = std::make_unique<FsdpEngine>(*s.model, s.world, s.fsdp);
+  const bool sync_from_root = c.fsdp.sync_module_states && c.init.kind != "hdf5";
   if (c.init.kind == "safetensors") {
-    ckpt::SafetensorsFile file(c.init.path);
-    s.engine->init_from([&](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
-      file.read_into(e.name, first, count, dst);
+    // Each rank reads only its shard's slices (mmap: untouched pages cost no
+    // memory); with sync_module_states only rank 0 reads and scatters.
+    std::unique_ptr<ckpt::SafetensorsFile> file;
+    if (!sync_from_root || rank == 0) file = std::make_unique<ckpt::SafetensorsFile>(c.init.path);
+    ParameterSource read = [&](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
+      file->read_into(e.name, first, count, dst);
+    };
+    if (sync_from_root) s.engine->init_from_root(read); else s.engine->init_from(read);
+  } else if (c.init.kind == "hdf5") {
+    ckpt::load_consolidated(*s.engine, c.init.path);  // parallel HDF5: every rank reads its own slices
+  } else if (sync_from_root) {
+    const std::uint64_t seed = c.seed;
+    s.engine->init_from_root([seed](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
+      random_init_values(seed, e, first, count, dst);
     });
   } else {
     s.engine->init_random(c.seed);
   }
+  if (sync_from_root) s.say("sync_module_states: rank 0 initialised the model and scattered the shards\n");
+  if (!s.resume_note.empty()) s.say("resume auto: skipping the checkpoint `latest` names: " + s.resume_note + "\n");
+  if (!s.resume_dir.empty()) {
+    const auto loaded = ckpt::load_sharded(*s.engine, s.world, s.resume_dir);
+    std::ostringstream m;
+    m << "resumed from " << s.resume_dir << " at step " << loaded.step << " (written by " << loaded.world_size
+      << " rank(s), " << loaded.strategy << ", shard group " << loaded.shard_group_size << ")"
+      << (loaded.resharded ? "; resharded to shard group " + std::to_string(s.engine->shard_comm().size()) : "")
+      << "\n";
+    s.say(m.str());
+  } else if (!c.resume.from.empty()) {
+    s.say("resume " + c.resume.from + ": no complete checkpoint found; starting from step 0\n");
+  }
   gather_memory("after load");
+
+  auto save_checkpoint = [&](std::int64_t done, double loss, double lr, double norm) {
+    const auto t0 = Clock::now();
+    ckpt::SaveInfo info;
+    info.step = done;
+    info.seed = c.seed;
+    info.strategy = c.fsdp.strategy;
+    info.deck_text = joined_deck(c.resolved_lines);
+    info.scalars = {{"loss", loss}, {"lr", lr}, {"grad_norm", norm}};
+    info.consolidated = c.checkpoint.consolidated;
+    info.model_name = c.model.name;
+    info.model_config = s.model->config();
+    const std::string where = ckpt::save_sharded(*s.engine, s.world, c.checkpoint.dir, info,
+                                                 static_cast<int>(c.checkpoint.keep));
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " (%.2f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
+    s.say("checkpoint step " + std::to_string(done) + " -> " + where + buf);
+  };
+  install_stop_handlers();
 
   const std::int64_t micro = c.batch.micro_batch;
   const std::int64_t accum = c.batch.grad_accum;
@@ -261,8 +432,8 @@ int Trainer::run() {
   const auto start = Clock::now();
   double window_seconds = 0;
   std::int64_t window_steps = 0;
-  if (s.eval_data && c.eval.every > 0) evaluate(0);
-  for (std::int64_t step = 0; step < c.max_steps; ++step) {
+  if (s.eval_data && c.eval.every > 0 && s.start_step == 0) evaluate(0);
+  for (std::int64_t step = s.start_step; step < c.max_steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = optim::learning_rate(c.schedule, c.optimizer.lr, step, c.max_steps);
     s.engine->zero_grad();
@@ -300,8 +471,15 @@ int Trainer::run() {
       const double tokens_per_s = static_cast<double>(s.plan.tokens_per_step) / step_time;
       const double mfu = s.plan.flops_per_step / step_time / (s.peak.flops_per_second * world);
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      const double eta = elapsed / static_cast<double>(done) * static_cast<double>(c.max_steps - done);
+      const double eta = elapsed / static_cast<double>(done - s.start_step) * static_cast<double>(c.max_steps - done);
       const double peak_mib = s.world.all_reduce_max(to_mib(peak_rss_bytes()));
+      // Communication time on the stream and the part compute waited for,
+      // averaged over ranks (share/doc/performance.md: overlap).
+      const double steps_in_window = static_cast<double>(window_steps);
+      const double comm_per_step = s.world.all_reduce_sum(s.engine->comm_seconds()) / world / steps_in_window;
+      const double exposed_per_step =
+          s.world.all_reduce_sum(s.engine->comm_exposed_seconds()) / world / steps_in_window;
+      s.engine->reset_comm_timers();
       char buf[320];
       std::snprintf(buf, sizeof buf,
                     "step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f tok/s | MFU %.1f%% | mem %.0f MiB | "
@@ -321,14 +499,39 @@ int Trainer::run() {
         j["mfu"] = mfu;
         j["peak_rss_mib_max_rank"] = peak_mib;
         j["elapsed_s"] = elapsed;
+        j["comm_s_per_step"] = comm_per_step;
+        j["comm_exposed_s_per_step"] = exposed_per_step;
         s.metrics << j.dump() << "\n" << std::flush;
       }
       window_seconds = 0;
       window_steps = 0;
     }
     if (s.eval_data && c.eval.every > 0 && done % c.eval.every == 0) evaluate(done);
+
+    // Every rank must take the same branch: one all-reduce of the signal flag.
+    const std::int64_t signalled = s.world.all_reduce_sum(static_cast<std::int64_t>(g_stop_signal != 0));
+    const bool stopping = signalled > 0 || done == c.checkpoint.stop_after;
+    const bool has_dir = !c.checkpoint.dir.empty();
+    if (has_dir && (stopping || (c.checkpoint.every > 0 && done % c.checkpoint.every == 0) || done == c.max_steps))
+      save_checkpoint(done, loss, lr, norm);
+    if (stopping && done < c.max_steps) {
+      std::string why = signalled > 0 ? "stop signal received (SIGTERM/SIGUSR1)" : "stop_after " + std::to_string(done);
+      s.say(why + ": stopped after step " + std::to_string(done) +
+            (has_dir ? "; resume with `resume auto`\n" : "; no checkpoint dir configured, nothing saved\n"));
+      return 0;
+    }
   }
   if (s.eval_data && c.eval.every > 0 && c.max_steps % c.eval.every != 0) evaluate(c.max_steps);
+  if (!c.save_final.path.empty()) {
+    const auto t0 = Clock::now();
+    const auto parent = std::filesystem::path(c.save_final.path).parent_path();
+    if (s.is_root() && !parent.empty()) std::filesystem::create_directories(parent, ec);
+    s.world.barrier();
+    ckpt::save_consolidated(*s.engine, s.world, c.save_final.path, c.model.name, s.model->config());
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " (%.2f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
+    s.say("save_final: consolidated state dict -> " + c.save_final.path + buf);
+  }
   gather_memory("at end");
   const double total = std::chrono::duration<double>(Clock::now() - start).count();
   s.say("done: " + std::to_string(c.max_steps) + " steps in " + format_duration(total) + "; metrics in " + c.run_dir +

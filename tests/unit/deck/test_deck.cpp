@@ -421,7 +421,7 @@ TEST(DeckErrors, EnumeratedValueTypoWithSuggestion) {
   expect_error(kRequired + "precision bf61\n", 3, {"'precision'", "(did you mean 'bf16'?)"});
   expect_error(kRequired + "schedule cosin\n", 3, {"(did you mean 'cosine'?)"});
   expect_error(kRequired + "init randon\n", 3,
-               {"'init' expects random|safetensors, got 'randon' (did you mean 'random'?)"});
+               {"'init' expects random|safetensors|hdf5, got 'randon' (did you mean 'random'?)"});
   TempDir dir;
   const std::string train = dir.write("train.bin", "x");
   expect_error(kRequired + "data tokens " + train + " packing no\n", 3,

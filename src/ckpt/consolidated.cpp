@@ -1,0 +1,116 @@
+// Consolidated HDF5 state dict (see consolidated.hpp).
+#include "ckpt/consolidated.hpp"
+
+#include <mpi.h>
+
+#include <array>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include "ckpt/hdf5_util.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+
+namespace ftrain::ckpt {
+
+namespace {
+
+std::vector<hsize_t> dims_of(const FlatEntry& entry) {
+  FT_CHECK(!entry.shape.empty()) << entry.name << " has no shape";
+  return std::vector<hsize_t>(entry.shape.begin(), entry.shape.end());
+}
+
+}  // namespace
+
+void save_consolidated(FsdpEngine& engine, Communicator& world, const std::string& path,
+                       const std::string& model_name, const std::map<std::string, std::string>& model_config) {
+  auto* mpi = dynamic_cast<MpiCommunicator*>(&world);
+  FT_CHECK(mpi != nullptr) << "save_final needs an MPI communicator";
+  h5::quiet();
+  h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_fapl_mpio(fapl.id(), mpi->handle(), MPI_INFO_NULL);
+  const std::string tmp = path + ".tmp";
+  h5::Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()), H5Fclose);
+  // Every rank learns whether the create worked before anything else is collective.
+  const std::int64_t failed = world.all_reduce_sum(static_cast<std::int64_t>(file.id() < 0));
+  if (failed > 0) FT_USER_ERROR() << "save_final: cannot create " << tmp << " (on " << failed << " rank(s))";
+
+  // Attributes and dataset creation are collective metadata operations: every
+  // rank does the same calls with the same values.
+  h5::write_attr_i64(file.id(), "ftrain_consolidated_format", kConsolidatedFormatVersion, tmp);
+  h5::write_attr_i64(file.id(), "step", engine.optimizer_steps(), tmp);
+  h5::write_attr_string(file.id(), "model_type", model_name, tmp);
+  for (const auto& [key, value] : model_config) h5::write_attr_string(file.id(), key.c_str(), value, tmp);
+
+  const bool writer = engine.replica_comm() == nullptr || engine.replica_comm()->rank() == 0;
+  h5::Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  H5Pset_dxpl_mpio(dxpl.id(), H5FD_MPIO_COLLECTIVE);
+  float dummy = 0.0f;
+  for (const auto& flat : engine.units()) {
+    // This rank's piece of each entry (at most one: the shard is contiguous).
+    std::vector<std::array<std::int64_t, 3>> piece(flat->entries().size(), {0, 0, 0});
+    flat->for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
+      piece[static_cast<std::size_t>(e)] = {first, count, at};
+    });
+    for (std::size_t e = 0; e < flat->entries().size(); ++e) {
+      const FlatEntry& entry = flat->entries()[e];
+      const auto dims = dims_of(entry);
+      h5::Handle full(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+      h5::Handle set(H5Dcreate2(file.id(), entry.name.c_str(), H5T_IEEE_F32LE, full.id(), H5P_DEFAULT, H5P_DEFAULT,
+                                H5P_DEFAULT),
+                     H5Dclose);
+      if (set.id() < 0) FT_USER_ERROR() << "save_final " << tmp << ": cannot create dataset '" << entry.name << "'";
+      const std::int64_t count = writer ? piece[e][1] : 0;
+      h5::Handle space = h5::flat_range_selection(dims, piece[e][0], count);
+      const hsize_t mem_dims[1] = {static_cast<hsize_t>(std::max<std::int64_t>(1, count))};
+      h5::Handle memory(H5Screate_simple(1, mem_dims, nullptr), H5Sclose);
+      if (count == 0) H5Sselect_none(memory.id());
+      const float* src = count > 0 ? flat->master.data_as<float>() + piece[e][2] : &dummy;
+      if (H5Dwrite(set.id(), H5T_NATIVE_FLOAT, memory.id(), space.id(), dxpl.id(), src) < 0)
+        FT_USER_ERROR() << "save_final " << tmp << ": writing '" << entry.name << "' failed (disk full?)";
+    }
+  }
+  const hid_t id = file.release();
+  if (H5Fclose(id) < 0) FT_USER_ERROR() << "save_final: closing " << tmp << " failed (disk full?)";
+  world.barrier();
+  if (world.rank() == 0 && std::rename(tmp.c_str(), path.c_str()) != 0)
+    FT_USER_ERROR() << "save_final: cannot rename " << tmp << " to " << path;
+  world.barrier();
+}
+
+void check_consolidated(const std::string& path, const std::vector<FlatEntry>& parameters) {
+  h5::File file = h5::File::open_read(path);
+  for (const FlatEntry& entry : parameters) {
+    if (H5Lexists(file.id(), entry.name.c_str(), H5P_DEFAULT) <= 0)
+      FT_USER_ERROR() << path << " has no dataset '" << entry.name << "' (shape " << shape_string(entry.shape) << ")";
+    h5::Handle set(H5Dopen2(file.id(), entry.name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (set.id() < 0) FT_USER_ERROR() << path << ": dataset '" << entry.name << "' cannot be opened (damaged?)";
+    h5::Handle type(H5Dget_type(set.id()), H5Tclose);
+    if (H5Tget_class(type.id()) != H5T_FLOAT)
+      FT_USER_ERROR() << path << ": dataset '" << entry.name << "' is not floating point";
+    h5::Handle space(H5Dget_space(set.id()), H5Sclose);
+    const int rank = H5Sget_simple_extent_ndims(space.id());
+    std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(0, rank)));
+    H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr);
+    const Shape shape(dims.begin(), dims.end());
+    if (shape != entry.shape)
+      FT_USER_ERROR() << path << ": dataset '" << entry.name << "' has shape " << shape_string(shape)
+                      << ", the model expects " << shape_string(entry.shape);
+  }
+}
+
+void load_consolidated(FsdpEngine& engine, const std::string& path) {
+  h5::File file = h5::File::open_read(path);
+  engine.init_from([&](const FlatEntry& entry, std::int64_t first, std::int64_t count, float* dst) {
+    h5::Handle set(H5Dopen2(file.id(), entry.name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (set.id() < 0) FT_USER_ERROR() << path << ": dataset '" << entry.name << "' is missing";
+    h5::Handle space = h5::flat_range_selection(dims_of(entry), first, count);
+    const hsize_t mem_dims[1] = {static_cast<hsize_t>(count)};
+    h5::Handle memory(H5Screate_simple(1, mem_dims, nullptr), H5Sclose);
+    if (H5Dread(set.id(), H5T_NATIVE_FLOAT, memory.id(), space.id(), H5P_DEFAULT, dst) < 0)
+      FT_USER_ERROR() << path << ": reading '" << entry.name << "' failed (damaged file?)";
+  });
+}
+
+}  // namespace ftrain::ckpt

@@ -1,0 +1,387 @@
+// Sharded checkpoint save/load (see sharded_checkpoint.hpp). Serial HDF5,
+// one file per rank, opened with default (non-MPI) property lists even though
+// the linked library is the parallel build: each file has one writer.
+#include "ckpt/sharded_checkpoint.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/consolidated.hpp"
+#include "ckpt/hdf5_util.hpp"
+#include "core/error.hpp"
+
+namespace ftrain::ckpt {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kLatest = "latest";
+
+std::string rank_file_name(int rank) { return "rank_" + std::to_string(rank) + ".h5"; }
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) return;  // best effort: some file systems refuse directory fds
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Writes `text` to `path` through a temporary name and a rename, so readers
+// see the old or the new content, never a partial one.
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) FT_USER_ERROR() << "checkpoint: cannot write " << tmp;
+    out << text;
+    out.flush();
+    if (!out) FT_USER_ERROR() << "checkpoint: writing " << tmp << " failed (disk full?)";
+  }
+  fsync_path(tmp, false);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) FT_USER_ERROR() << "checkpoint: cannot rename " << tmp << " to " << path << ": " << ec.message();
+}
+
+json entries_json(const FlatParameter& flat) {
+  json entries = json::array();
+  for (const auto& e : flat.entries())
+    entries.push_back({{"name", e.name}, {"shape", e.shape}, {"offset", e.offset}, {"numel", e.numel}});
+  return entries;
+}
+
+void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& world, const SaveInfo& info) {
+  h5::File file = h5::File::create(path);
+  const hid_t root = file.id();
+  h5::write_attr_i64(root, "format_version", kShardedFormatVersion, path);
+  h5::write_attr_i64(root, "step", info.step, path);
+  h5::write_attr_u64(root, "seed", info.seed, path);
+  h5::write_attr_i64(root, "optimizer_steps", engine.optimizer_steps(), path);
+  h5::write_attr_i64(root, "world_size", world.size(), path);
+  h5::write_attr_i64(root, "rank", world.rank(), path);
+  h5::write_attr_i64(root, "shard_group_size", engine.shard_comm().size(), path);
+  h5::write_attr_i64(root, "shard_rank", engine.shard_comm().rank(), path);
+  h5::write_attr_i64(root, "num_units", static_cast<std::int64_t>(engine.units().size()), path);
+  h5::write_string(root, "strategy", info.strategy, path);
+  h5::write_string(root, "deck", info.deck_text, path);
+  json names = json::array();
+  for (const auto& flat : engine.units()) names.push_back(flat->unit_name());
+  h5::write_string(root, "unit_names", names.dump(), path);
+
+  h5::Group scalars = h5::Group::create(root, "scalars", path);
+  for (const auto& [name, value] : info.scalars) h5::write_attr_f64(scalars.id(), name.c_str(), value, path);
+
+  h5::Group units = h5::Group::create(root, "units", path);
+  for (const auto& flat : engine.units()) {
+    FT_CHECK(flat->unit_name().find('/') == std::string::npos) << "unit name " << flat->unit_name();
+    h5::Group g = h5::Group::create(units.id(), flat->unit_name(), path);
+    h5::write_attr_i64(g.id(), "index", flat->unit_index(), path);
+    h5::write_attr_i64(g.id(), "numel", flat->numel(), path);
+    h5::write_attr_i64(g.id(), "padded_numel", flat->padded_numel(), path);
+    h5::write_attr_i64(g.id(), "shard_offset", flat->shard_offset(), path);
+    h5::write_attr_i64(g.id(), "shard_numel", flat->shard_numel(), path);
+    h5::write_string(g.id(), "entries", entries_json(*flat).dump(), path);
+    h5::write_f32(g.id(), "master", flat->master.data_as<float>(), flat->shard_numel(), path);
+    h5::write_f32(g.id(), "exp_avg", flat->exp_avg.data_as<float>(), flat->shard_numel(), path);
+    h5::write_f32(g.id(), "exp_avg_sq", flat->exp_avg_sq.data_as<float>(), flat->shard_numel(), path);
+  }
+  file.close();
+  fsync_path(path, false);
+}
+
+std::optional<std::int64_t> step_of(const std::string& name) {
+  if (name.rfind("step_", 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(5);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
+  return std::stoll(digits);
+}
+
+// Complete checkpoints under dir, oldest first.
+std::vector<std::pair<std::int64_t, std::string>> complete_checkpoints(const std::string& dir) {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& item : fs::directory_iterator(dir, ec)) {
+    const auto step = step_of(item.path().filename().string());
+    if (!step || !item.is_directory()) continue;
+    try {
+      verify_step_directory(item.path().string());
+      out.emplace_back(*step, item.path().string());
+    } catch (const UserError&) {
+      // incomplete or damaged: not a candidate
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+json read_manifest(const std::string& step_dir) {
+  const std::string path = step_dir + "/" + kManifest;
+  std::ifstream in(path);
+  if (!in) FT_USER_ERROR() << "checkpoint " << step_dir << " is incomplete: " << path << " is missing";
+  json m;
+  try {
+    in >> m;
+  } catch (const std::exception& e) {
+    FT_USER_ERROR() << "checkpoint manifest " << path << " is not valid JSON: " << e.what();
+  }
+  return m;
+}
+
+struct UnitLayout {
+  std::int64_t numel = 0;
+  std::int64_t shard_numel = 0;
+  json entries;
+};
+
+// One old rank file, opened on first use.
+struct OldShardFile {
+  std::string path;
+  h5::File file;
+  std::int64_t shard_rank = 0;
+};
+
+}  // namespace
+
+std::string step_directory(const std::string& dir, std::int64_t step) {
+  return dir + "/step_" + std::to_string(step);
+}
+
+void verify_step_directory(const std::string& step_dir) {
+  const json m = read_manifest(step_dir);
+  const std::string path = step_dir + "/" + kManifest;
+  if (!m.is_object() || !m.value("complete", false))
+    FT_USER_ERROR() << "checkpoint manifest " << path << " is not marked complete";
+  const int version = m.value("format_version", 0);
+  if (version != kShardedFormatVersion)
+    FT_USER_ERROR() << "checkpoint " << step_dir << " has format version " << version << "; this ftrain reads version "
+                    << kShardedFormatVersion;
+  if (!m.contains("files") || !m["files"].is_array() || m["files"].size() != m.value("world_size", 0u))
+    FT_USER_ERROR() << "checkpoint manifest " << path << " does not list one file per rank";
+  json all_files = m["files"];
+  if (m.contains("consolidated")) all_files.push_back(m["consolidated"]);
+  for (const auto& f : all_files) {
+    const std::string file = step_dir + "/" + f.at("name").get<std::string>();
+    std::error_code ec;
+    const auto size = fs::file_size(file, ec);
+    if (ec) FT_USER_ERROR() << "checkpoint file " << file << " is missing (" << ec.message() << ")";
+    const auto expected = f.at("bytes").get<std::uintmax_t>();
+    if (size != expected)
+      FT_USER_ERROR() << "checkpoint file " << file << " is " << size << " bytes, the manifest says " << expected
+                      << " (truncated or overwritten); use an older checkpoint";
+  }
+}
+
+std::optional<std::string> find_latest_complete(const std::string& dir, std::string* skipped) {
+  // The newest complete checkpoint by step. `latest` normally names it; it
+  // lags by one when a save died between its commit (the rename) and the
+  // pointer update, and it names a damaged one after disk trouble: both cases
+  // are covered by the scan, and the second is reported.
+  std::ifstream latest(dir + "/" + kLatest);
+  std::string name;
+  if (skipped != nullptr && latest && std::getline(latest, name) && step_of(name)) {
+    try {
+      verify_step_directory(dir + "/" + name);
+    } catch (const UserError& e) {
+      *skipped = e.what();
+    }
+  }
+  const auto all = complete_checkpoints(dir);
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
+}
+
+std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::string& dir, const SaveInfo& info,
+                         int keep) {
+  const std::string final_dir = step_directory(dir, info.step);
+  const std::string tmp_dir = final_dir + ".tmp";
+  const bool root = world.rank() == 0;
+  if (root) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) FT_USER_ERROR() << "checkpoint dir " << dir << ": cannot create: " << ec.message();
+    // Temp directories of saves that were killed: never committed, never read.
+    for (const auto& item : fs::directory_iterator(dir, ec)) {
+      const std::string name = item.path().filename().string();
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 && step_of(name.substr(0, name.size() - 4)))
+        fs::remove_all(item.path(), ec);
+    }
+    fs::create_directories(tmp_dir, ec);
+    if (ec) FT_USER_ERROR() << "checkpoint: cannot create " << tmp_dir << ": " << ec.message();
+  }
+  world.barrier();
+
+  const std::string mine = tmp_dir + "/" + rank_file_name(world.rank());
+  write_rank_file(mine, engine, world, info);
+  Tensor sizes = Tensor::zeros({world.size()}, DType::i64);
+  sizes.data_as<std::int64_t>()[world.rank()] = static_cast<std::int64_t>(fs::file_size(mine));
+  world.all_reduce_sum(sizes).wait();  // also the barrier: every file is closed and synced
+  const std::string consolidated = tmp_dir + "/model.h5";
+  if (info.consolidated) save_consolidated(engine, world, consolidated, info.model_name, info.model_config);
+
+  if (root) {
+    json m;
+    m["format_version"] = kShardedFormatVersion;
+    m["step"] = info.step;
+    m["world_size"] = world.size();
+    m["shard_group_size"] = engine.shard_comm().size();
+    m["strategy"] = info.strategy;
+    json files = json::array();
+    for (int r = 0; r < world.size(); ++r)
+      files.push_back({{"name", rank_file_name(r)}, {"bytes", sizes.data_as<std::int64_t>()[r]}});
+    m["files"] = files;
+    if (info.consolidated) {
+      fsync_path(consolidated, false);
+      m["consolidated"] = {{"name", "model.h5"}, {"bytes", fs::file_size(consolidated)}};
+    }
+    m["complete"] = true;
+    write_atomically(tmp_dir + "/" + kManifest, m.dump(2) + "\n");
+    fsync_path(tmp_dir, true);
+    std::error_code ec;
+    // Saving a step that exists (a resumed run re-reaching it) replaces it.
+    // If the job dies between the removal and the rename, `latest` names a
+    // missing directory and `resume auto` falls back to the previous one.
+    if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);
+    fs::rename(tmp_dir, final_dir, ec);
+    if (ec) FT_USER_ERROR() << "checkpoint: cannot rename " << tmp_dir << " to " << final_dir << ": " << ec.message();
+    fsync_path(dir, true);
+    write_atomically(dir + "/" + kLatest, "step_" + std::to_string(info.step) + "\n");
+    fsync_path(dir, true);
+    if (keep > 0) {
+      auto all = complete_checkpoints(dir);
+      const std::size_t n = all.size();
+      for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < n; ++i) {
+        if (all[i].second == final_dir) continue;
+        fs::remove_all(all[i].second, ec);
+      }
+    }
+  }
+  world.barrier();
+  return final_dir;
+}
+
+LoadedInfo read_checkpoint_info(const std::string& step_dir) {
+  verify_step_directory(step_dir);
+  const json manifest = read_manifest(step_dir);
+  LoadedInfo info;
+  info.directory = step_dir;
+  info.world_size = manifest.at("world_size").get<int>();
+  info.shard_group_size = manifest.at("shard_group_size").get<int>();
+  info.strategy = manifest.value("strategy", "");
+  const std::string path = step_dir + "/" + rank_file_name(0);
+  h5::File file = h5::File::open_read(path);
+  const auto version = h5::read_attr_i64(file.id(), "format_version", path);
+  if (version != kShardedFormatVersion)
+    FT_USER_ERROR() << path << ": format version " << version << ", expected " << kShardedFormatVersion;
+  info.step = h5::read_attr_i64(file.id(), "step", path);
+  info.seed = h5::read_attr_u64(file.id(), "seed", path);
+  return info;
+}
+
+LoadedInfo load_sharded(FsdpEngine& engine, Communicator& world, const std::string& step_dir) {
+  verify_step_directory(step_dir);
+  const json manifest = read_manifest(step_dir);
+  LoadedInfo info;
+  info.directory = step_dir;
+  info.world_size = manifest.at("world_size").get<int>();
+  info.shard_group_size = manifest.at("shard_group_size").get<int>();
+  info.strategy = manifest.value("strategy", "");
+  info.resharded = info.shard_group_size != engine.shard_comm().size();
+
+  // Old shard s of every unit lives in the file of old rank s (shard groups
+  // are contiguous rank blocks; replica group 0 holds ranks 0..S-1).
+  std::map<int, std::unique_ptr<OldShardFile>> open_files;
+  auto old_file = [&](int shard) -> OldShardFile& {
+    auto& slot = open_files[shard];
+    if (!slot) {
+      slot = std::make_unique<OldShardFile>();
+      slot->path = step_dir + "/" + rank_file_name(shard);
+      slot->file = h5::File::open_read(slot->path);
+      const hid_t root = slot->file.id();
+      const auto version = h5::read_attr_i64(root, "format_version", slot->path);
+      if (version != kShardedFormatVersion)
+        FT_USER_ERROR() << slot->path << ": format version " << version << ", expected " << kShardedFormatVersion;
+      slot->shard_rank = h5::read_attr_i64(root, "shard_rank", slot->path);
+      if (slot->shard_rank != shard)
+        FT_USER_ERROR() << slot->path << ": holds shard " << slot->shard_rank << ", expected shard " << shard;
+    }
+    return *slot;
+  };
+
+  {
+    OldShardFile& first = old_file(0);
+    const hid_t root = first.file.id();
+    info.step = h5::read_attr_i64(root, "step", first.path);
+    info.seed = h5::read_attr_u64(root, "seed", first.path);
+    engine.set_optimizer_steps(h5::read_attr_i64(root, "optimizer_steps", first.path));
+    const auto units = static_cast<std::size_t>(h5::read_attr_i64(root, "num_units", first.path));
+    if (units != engine.units().size())
+      FT_USER_ERROR() << first.path << ": the checkpoint has " << units << " FSDP units, this model has "
+                      << engine.units().size() << " (a different model?)";
+  }
+
+  for (const auto& flat_ptr : engine.units()) {
+    FlatParameter& flat = *flat_ptr;
+    const std::string unit_path = "units/" + flat.unit_name();
+    OldShardFile& first = old_file(0);
+    UnitLayout old;
+    {
+      h5::Group g = h5::Group::open(first.file.id(), unit_path, first.path);
+      old.numel = h5::read_attr_i64(g.id(), "numel", first.path);
+      old.shard_numel = h5::read_attr_i64(g.id(), "shard_numel", first.path);
+      old.entries = json::parse(h5::read_string(g.id(), "entries", first.path));
+    }
+    const json expected = entries_json(flat);
+    if (old.numel != flat.numel() || old.entries != expected) {
+      // Name the first differing tensor.
+      std::ostringstream why;
+      for (std::size_t i = 0; i < std::max(old.entries.size(), expected.size()); ++i) {
+        if (i >= old.entries.size()) { why << "the model's " << expected[i]["name"] << " is not in it"; break; }
+        if (i >= expected.size()) { why << "its " << old.entries[i]["name"] << " is not in the model"; break; }
+        if (old.entries[i] != expected[i]) {
+          why << "it has " << old.entries[i].dump() << ", the model has " << expected[i].dump();
+          break;
+        }
+      }
+      FT_USER_ERROR() << first.path << ": unit " << flat.unit_name() << " does not match the model: " << why.str();
+    }
+
+    // New shard range [lo, hi) of the flat buffer; only [0, numel) holds data.
+    const std::int64_t lo = flat.shard_offset();
+    const std::int64_t hi = std::min(flat.shard_offset() + flat.shard_numel(), flat.numel());
+    float* dst[3] = {flat.master.data_as<float>(), flat.exp_avg.data_as<float>(), flat.exp_avg_sq.data_as<float>()};
+    for (float* d : dst) std::fill(d, d + flat.shard_numel(), 0.0f);
+    static const char* kNames[3] = {"master", "exp_avg", "exp_avg_sq"};
+    for (std::int64_t pos = lo; pos < hi;) {
+      const int shard = static_cast<int>(pos / old.shard_numel);
+      const std::int64_t shard_begin = shard * old.shard_numel;
+      const std::int64_t end = std::min(hi, shard_begin + old.shard_numel);
+      OldShardFile& src = old_file(shard);
+      h5::Group g = h5::Group::open(src.file.id(), unit_path, src.path);
+      for (int t = 0; t < 3; ++t)
+        h5::read_f32_range(g.id(), kNames[t], pos - shard_begin, end - pos, dst[t] + (pos - lo),
+                           src.path + ":" + unit_path);
+      pos = end;
+    }
+    flat.gathered_valid = false;
+    flat.gathered = Tensor();
+  }
+  world.barrier();
+  return info;
+}
+
+}  // namespace ftrain::ckpt

@@ -1,0 +1,84 @@
+// Sharded checkpoints: one serial-HDF5 file per rank with that rank's FSDP
+// shard state, committed atomically, resumable on any world size or strategy.
+//
+// Layout (share/doc/checkpoints.md is the full schema):
+//   DIR/step_<N>/rank_<r>.h5   master, exp_avg, exp_avg_sq per unit + metadata
+//   DIR/step_<N>/model.h5      optional consolidated state dict (consolidated on)
+//   DIR/step_<N>/manifest.json format version, world size, each file's size,
+//                              "complete": true (written last, by rank 0)
+//   DIR/latest                 "step_<N>", replaced atomically after the commit
+// A save writes into DIR/step_<N>.tmp, barriers, then rank 0 writes the
+// manifest and renames the directory; a crash at any point leaves the
+// previous checkpoint and `latest` untouched. Every dataset is chunked with
+// the Fletcher32 filter, so a flipped bit fails the read, and the manifest's
+// sizes catch truncation; both errors name the file.
+//
+// Loading never needs the old world size: each rank computes, per unit, which
+// old shards overlap its new shard range and reads only those element ranges
+// (HDF5 hyperslabs) from the old files. The flat layout of a unit (entry
+// order, offsets) depends only on the model, so only the partition differs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "fsdp/engine.hpp"
+
+namespace ftrain::ckpt {
+
+inline constexpr int kShardedFormatVersion = 1;
+
+struct SaveInfo {
+  std::int64_t step = 0;  // optimizer steps done
+  std::uint64_t seed = 0;
+  std::string strategy;   // fsdp strategy name of the writing run
+  std::string deck_text;  // the resolved deck
+  std::vector<std::pair<std::string, double>> scalars;  // loss, lr, grad_norm of the last step
+  // Also write step_<N>/model.h5, the consolidated state dict (consolidated.hpp),
+  // inside the same atomic commit.
+  bool consolidated = false;
+  std::string model_name;
+  std::map<std::string, std::string> model_config;
+};
+
+struct LoadedInfo {
+  std::int64_t step = 0;
+  std::uint64_t seed = 0;
+  int world_size = 0;
+  int shard_group_size = 0;
+  std::string strategy;
+  std::string directory;
+  bool resharded = false;  // the partition differs from this run's
+};
+
+// "DIR/step_<N>" for a step.
+std::string step_directory(const std::string& dir, std::int64_t step);
+
+// Collective over `world`. Writes, commits, updates `latest` and keeps the
+// newest `keep` checkpoints (0 = keep all). Returns the committed directory.
+std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::string& dir, const SaveInfo& info,
+                         int keep);
+
+// The newest complete checkpoint under DIR: the highest step_<N> that passes
+// verify_step_directory. Not collective. When `latest` names a damaged or
+// missing checkpoint, *skipped says why.
+std::optional<std::string> find_latest_complete(const std::string& dir, std::string* skipped = nullptr);
+
+// Checks a step directory's manifest and file sizes; throws UserError naming
+// the file that is missing, truncated or of the wrong size.
+void verify_step_directory(const std::string& step_dir);
+
+// Step, seed, world size, strategy of a verified step directory (reads the
+// manifest and rank 0's attributes only). Not collective.
+LoadedInfo read_checkpoint_info(const std::string& step_dir);
+
+// Collective over `world`. Fills every unit's master, exp_avg, exp_avg_sq and
+// the optimizer step count from `step_dir`, resharding as needed.
+LoadedInfo load_sharded(FsdpEngine& engine, Communicator& world, const std::string& step_dir);
+
+}  // namespace ftrain::ckpt

@@ -1,0 +1,391 @@
+#!/usr/bin/env python3
+"""Checkpoint regression scenarios, run by CTest (label mpi;checkpoint).
+
+Usage: checkpoint_test.py SCENARIO --ftrain BIN --prep BIN --mpirun "MPIEXEC FLAGS..."
+
+Each scenario makes its own tiny corpus with ftrain-prep in a fresh temporary
+directory and trains a ~20k-parameter Llama for 20 steps, so it runs in
+seconds. The global batch is kept equal across world sizes (micro x ranks is
+constant) so that runs on different rank counts see the same samples.
+
+Scenarios:
+  same_world   run 20 steps; run 10 + resume to 20 (np 2); metrics identical.
+  reshard_4_2  10 steps on 4 ranks, resume on 2; loss within 1e-5 of the
+               uninterrupted 2-rank run.
+  reshard_2_4  10 steps on 2 ranks, resume on 4; within 1e-5.
+  strategy     10 steps on 4 ranks full_shard, resume as hybrid_shard with
+               shard groups of 2 (two replicas read the same old shards),
+               and 2 ranks no_shard resumed as full_shard; within 1e-5.
+  damaged      a truncated shard is refused naming the file; `resume auto`
+               skips a checkpoint that a killed save left incomplete or
+               truncated and takes the previous one; keep K prunes.
+  preempt      SIGUSR1 to mpirun and SIGTERM to the ranks: the step finishes,
+               a checkpoint is written, exit status 0, `resume auto` goes on;
+               SIGKILL while checkpointing every step: `resume auto` takes the
+               newest complete checkpoint.
+  consolidated_a, consolidated_b
+               save_final on np 1, 2 and 4 with every strategy: each dataset
+               (of save_final's file and of the checkpoint's `consolidated on`
+               step_20/model.h5) equals, bit for bit, the parameter gathered
+               from the run's final sharded checkpoint (concatenated master
+               shards); the file reloads with `init hdf5` on another np and
+               reproduces the eval loss (exactly on the same np and batch
+               shape); a model of another shape is refused naming the tensor.
+               Needs h5dump (hdf5-tools).
+"""
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BASE_DECK = """\
+variable micro 2
+variable max_steps 20
+variable strategy full_shard
+variable seed 11
+variable init random
+model llama preset tiny hidden_size 32 intermediate_size 64 num_hidden_layers 2 &
+      num_attention_heads 4 num_key_value_heads 2 vocab_size 128
+seed ${seed}
+data tokens train.tok packing on shuffle on
+eval tokens eval.tok every 10
+batch micro ${micro} seq_len 32
+optimizer adamw lr 3e-3 weight_decay 0.01
+schedule cosine warmup_steps 3 min_lr 1e-4
+clip_grad_norm 1.0
+max_steps ${max_steps}
+init ${init}
+fsdp ${strategy}
+log every 1
+run_dir ${run}
+"""
+
+
+class Runner:
+    def __init__(self, args, workdir):
+        self.ftrain = args.ftrain
+        self.mpirun = shlex.split(args.mpirun)
+        self.dir = workdir
+
+    def deck(self, name, extra):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write("include base.in\n" + extra)
+        return path
+
+    def command(self, np, deck, variables):
+        cmd = self.mpirun + ["-np", str(np), self.ftrain]
+        for k, v in variables.items():
+            cmd += ["-var", k, str(v)]
+        return cmd + [deck]
+
+    def run(self, np, deck, expect_ok=True, **variables):
+        p = subprocess.run(self.command(np, deck, variables), cwd=self.dir, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=120)
+        if expect_ok and p.returncode != 0:
+            print(p.stdout)
+            fail(f"ftrain -np {np} {os.path.basename(deck)} {variables} exited {p.returncode}")
+        return p
+
+
+def fail(message):
+    print("FAIL:", message)
+    sys.exit(1)
+
+
+def metrics(path):
+    rows = [json.loads(line) for line in open(path)]
+    train = [(r["step"], r["loss"], r["lr"], r["grad_norm"]) for r in rows if "loss" in r]
+    evals = [(r["step"], r["eval_loss"]) for r in rows if "eval_loss" in r]
+    return train, evals
+
+
+def compare(reference, resumed, tolerance):
+    a, ea = metrics(reference)
+    b, eb = metrics(resumed)
+    if [r[0] for r in a] != list(range(1, 21)) or [r[0] for r in b] != list(range(1, 21)):
+        fail(f"expected steps 1..20 once each: {[r[0] for r in a]} vs {[r[0] for r in b]}")
+    if [e[0] for e in ea] != [e[0] for e in eb]:
+        fail(f"eval steps differ: {ea} vs {eb}")
+    worst = 0.0
+    for x, y in zip(a, b):
+        if x[2] != y[2]:
+            fail(f"step {x[0]}: lr {x[2]} vs {y[2]}")
+        d = max(abs(x[1] - y[1]), abs(x[3] - y[3]))
+        worst = max(worst, d)
+        if tolerance == 0 and (x[1] != y[1] or x[3] != y[3]):
+            fail(f"step {x[0]}: not bit-identical: {x} vs {y}")
+        if d > tolerance:
+            fail(f"step {x[0]}: differs by {d} > {tolerance}: {x} vs {y}")
+    for x, y in zip(ea, eb):
+        d = abs(x[1] - y[1])
+        worst = max(worst, d)
+        if d > tolerance or (tolerance == 0 and x[1] != y[1]):
+            fail(f"eval at step {x[0]}: {x[1]} vs {y[1]}")
+    print(f"ok: 20 steps compared, largest difference {worst:g} (allowed {tolerance:g})")
+
+
+def scenario_same_world(r):
+    full = r.deck("full.in", "")
+    part = r.deck("part.in", "checkpoint every 5 dir ck keep 2 stop_after 10\n")
+    cont = r.deck("cont.in", "checkpoint every 5 dir ck keep 2\nresume auto\n")
+    r.run(2, full, run="full")
+    out = r.run(2, part, run="res").stdout
+    if "stopped after step 10" not in out:
+        fail("stop_after 10 did not stop the run:\n" + out)
+    out = r.run(2, cont, run="res").stdout
+    if "resumed from ck/step_10 at step 10" not in out:
+        fail("resume auto did not take step_10:\n" + out)
+    compare(os.path.join(r.dir, "full/metrics.jsonl"), os.path.join(r.dir, "res/metrics.jsonl"), 0.0)
+    ck = os.path.join(r.dir, "ck")
+    if sorted(os.listdir(ck)) != ["latest", "step_15", "step_20"]:
+        fail(f"keep 2: expected latest, step_15, step_20, found {sorted(os.listdir(ck))}")
+    if open(os.path.join(ck, "latest")).read().strip() != "step_20":
+        fail("latest does not name step_20")
+    manifest = json.load(open(os.path.join(ck, "step_20/manifest.json")))
+    if not manifest["complete"] or manifest["world_size"] != 2 or len(manifest["files"]) != 2:
+        fail(f"manifest: {manifest}")
+    for f in manifest["files"]:
+        if os.path.getsize(os.path.join(ck, "step_20", f["name"])) != f["bytes"]:
+            fail(f"size of {f['name']} differs from the manifest")
+
+
+def scenario_reshard(r, np_from, np_to, strategy_to, strategy_from="full_shard"):
+    total = 4  # sequences per optimizer step, on any number of ranks
+    full = r.deck("full.in", "")
+    part = r.deck("part.in", "checkpoint every 5 dir ck stop_after 10\n")
+    cont = r.deck("cont.in", "checkpoint every 5 dir ck\nresume auto\n")
+    r.run(np_to, full, run="full", micro=total // np_to, strategy=strategy_to)
+    r.run(np_from, part, run="res", micro=total // np_from, strategy=strategy_from)
+    out = r.run(np_to, cont, run="res", micro=total // np_to, strategy=strategy_to).stdout
+    if "resharded" not in out:
+        fail("the resume did not report resharding:\n" + out)
+    compare(os.path.join(r.dir, "full/metrics.jsonl"), os.path.join(r.dir, "res/metrics.jsonl"), 1e-5)
+
+
+def expect_error(p, *needles):
+    if p.returncode == 0:
+        fail("expected a failure, got exit 0:\n" + p.stdout)
+    for n in needles:
+        if n not in p.stdout:
+            fail(f"expected '{n}' in the error output:\n" + p.stdout)
+
+
+def scenario_damaged(r):
+    part = r.deck("part.in", "checkpoint every 5 dir ck stop_after 15\n")
+    r.run(2, part, run="res")
+    ck = os.path.join(r.dir, "ck")
+    # What SIGKILL during the save of step 20 leaves: a partial temp dir.
+    os.makedirs(os.path.join(ck, "step_20.tmp"))
+    with open(os.path.join(ck, "step_20.tmp/rank_0.h5"), "wb") as f:
+        f.write(b"\x89HDF\r\n\x1a\n" + b"\0" * 100)
+    # A truncated shard of the newest checkpoint.
+    victim = os.path.join(ck, "step_15/rank_1.h5")
+    size = os.path.getsize(victim)
+    with open(victim, "r+b") as f:
+        f.truncate(size // 2)
+    explicit = r.deck("explicit.in", "resume ck/step_15\n")
+    expect_error(r.run(2, explicit, expect_ok=False, run="x"), "step_15/rank_1.h5", "truncated")
+    cont = r.deck("cont.in", "checkpoint every 5 dir ck\nresume auto\n")
+    out = r.run(2, cont, run="res").stdout
+    if "resumed from ck/step_10 at step 10" not in out or "skipping" not in out:
+        fail("resume auto did not fall back to step_10:\n" + out)
+    # No manifest (a save killed before its commit) is refused too.
+    os.remove(os.path.join(ck, "step_20/manifest.json"))
+    again = r.deck("again.in", "resume ck/step_20\n")
+    expect_error(r.run(2, again, expect_ok=False, run="x"), "step_20", "manifest.json is missing")
+    # A different seed is refused (the data order would differ).
+    seed = r.deck("seed.in", "resume ck/step_10\n")
+    expect_error(r.run(2, seed, expect_ok=False, run="x", seed=12), "written with seed 11")
+    print("ok: damaged checkpoints refused, auto fell back")
+
+
+def wait_for_steps(path, steps, proc, limit):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            return False
+        if os.path.exists(path):
+            rows = [l for l in open(path) if '"loss"' in l]
+            if len(rows) >= steps:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def scenario_preempt(r):
+    deck = r.deck("long.in", "checkpoint every 100000 dir ck\nresume auto\n")
+    for how in ("SIGUSR1 to mpirun", "SIGTERM to the ranks"):
+        run = "pre_" + how.split()[0]
+        proc = subprocess.Popen(r.command(2, deck, {"run": run, "max_steps": 100000}), cwd=r.dir,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if not wait_for_steps(os.path.join(r.dir, run, "metrics.jsonl"), 3, proc, 60):
+            proc.kill()
+            fail(f"{how}: the run did not reach step 3:\n" + proc.communicate()[0])
+        if how.startswith("SIGUSR1"):
+            proc.send_signal(signal.SIGUSR1)
+        else:
+            children = subprocess.run(["pgrep", "-P", str(proc.pid)], stdout=subprocess.PIPE, text=True).stdout.split()
+            if not children:
+                fail("no rank processes found under mpirun")
+            for pid in children:
+                os.kill(int(pid), signal.SIGTERM)
+        try:
+            out = proc.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            fail(f"{how}: the run did not stop")
+        if proc.returncode != 0 or "stop signal received" not in out:
+            fail(f"{how}: exit {proc.returncode}, expected 0 and a message:\n{out}")
+        latest = open(os.path.join(r.dir, "ck/latest")).read().strip()
+        train, _ = metrics(os.path.join(r.dir, run, "metrics.jsonl"))
+        if latest != f"step_{train[-1][0]}":
+            fail(f"{how}: latest is {latest}, the last logged step is {train[-1][0]}")
+        print(f"ok: {how}: stopped after step {train[-1][0]}, checkpoint {latest}")
+    # The next start continues from there.
+    step = int(latest.split("_")[1])
+    out = r.run(2, deck, run="pre_next", max_steps=step + 2).stdout
+    if f"resumed from ck/{latest} at step {step}" not in out:
+        fail("resume auto after preemption:\n" + out)
+    # SIGKILL while checkpointing every step (the kill often lands inside a
+    # save): whatever it interrupted, `resume auto` finds a complete one.
+    every = r.deck("every.in", "checkpoint every 1 dir ck_kill keep 2\nresume auto\n")
+    for attempt in range(3):
+        run = f"kill_{attempt}"
+        proc = subprocess.Popen(r.command(2, every, {"run": run, "max_steps": 100000}), cwd=r.dir,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if not wait_for_steps(os.path.join(r.dir, run, "metrics.jsonl"), 4, proc, 60):
+            proc.kill()
+            fail("SIGKILL run did not start:\n" + proc.communicate()[0])
+        time.sleep(0.013 * (attempt + 1))
+        for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], stdout=subprocess.PIPE, text=True).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        proc.communicate(timeout=60)
+        kill_dir = os.path.join(r.dir, "ck_kill")
+        left = sorted(os.listdir(kill_dir))
+        steps = [int(n[5:].split(".")[0]) for n in left if n.startswith("step_")]
+        complete = [int(n[5:]) for n in left if n.startswith("step_") and not n.endswith(".tmp")
+                    and os.path.exists(os.path.join(kill_dir, n, "manifest.json"))]
+        if not complete:
+            fail(f"SIGKILL #{attempt + 1}: no complete checkpoint left: {left}")
+        out = r.run(2, every, run="kill_resume", max_steps=max(steps) + 1).stdout
+        if f"resumed from ck_kill/step_{max(complete)} at step {max(complete)}" not in out:
+            fail(f"SIGKILL #{attempt + 1}: left {left}; resume auto did not take step_{max(complete)}:\n" + out)
+        print(f"  after SIGKILL #{attempt + 1}: {left}; resumed from step_{max(complete)}")
+    print("ok: SIGKILL during checkpointing")
+
+
+def h5dump_binary(h5dump, file, dataset, out):
+    subprocess.run([h5dump, "-d", dataset, "-b", "LE", "-o", out, file], check=True, stdout=subprocess.DEVNULL)
+    return open(out, "rb").read()
+
+
+def h5dump_string(h5dump, file, dataset):
+    text = subprocess.run([h5dump, "-w0", "-d", dataset, file], check=True, stdout=subprocess.PIPE,
+                          text=True).stdout
+    start = text.index('(0): "') + len('(0): "')
+    return text[start:text.rindex('"')]
+
+
+def eval_losses(path):
+    return {step: loss for step, loss in metrics(path)[1]}
+
+
+def scenario_consolidated(r, h5dump, part):
+    deck = r.deck("final.in", "checkpoint every 1000 dir ${ck} consolidated on\nsave_final ${out}\n")
+    reload = r.deck("reload.in", "")
+    total = 4
+    runs = [(1, "full_shard"), (2, "full_shard"), (2, "shard_grad_op"), (2, "no_shard"), (4, "full_shard"),
+            (4, "hybrid_shard shard_group_size 2")]
+    # Part a: np 1 and 2 full_shard plus the reload checks; part b: the other
+    # strategies and np 4 (two CTest entries, so each stays short).
+    chosen = [0, 1] if part == "a" else [2, 3, 4, 5]
+    for i in chosen:
+        np, strategy = runs[i]
+        out, ck = f"final_{i}.h5", f"ck_{i}"
+        r.run(np, deck, run=f"run_{i}", micro=total // np, strategy=strategy, ck=ck, out=out)
+        step_dir = os.path.join(r.dir, ck, "step_20")
+        manifest = json.load(open(os.path.join(step_dir, "manifest.json")))
+        shards = [os.path.join(step_dir, f"rank_{s}.h5") for s in range(manifest["shard_group_size"])]
+        units = json.loads(h5dump_string(h5dump, shards[0], "/unit_names"))
+        compared = 0
+        for unit in units:
+            flat = b"".join(h5dump_binary(h5dump, f, f"/units/{unit}/master", os.path.join(r.dir, "shard.bin"))
+                            for f in shards)
+            for e in json.loads(h5dump_string(h5dump, shards[0], f"/units/{unit}/entries")):
+                want = flat[4 * e["offset"]:4 * (e["offset"] + e["numel"])]
+                got = h5dump_binary(h5dump, os.path.join(r.dir, out), e["name"], os.path.join(r.dir, "final.bin"))
+                if got != want:
+                    fail(f"np {np} {strategy}: consolidated '{e['name']}' differs from the gathered shards")
+                in_step = h5dump_binary(h5dump, os.path.join(step_dir, "model.h5"), e["name"],
+                                        os.path.join(r.dir, "step.bin"))
+                if in_step != want:
+                    fail(f"np {np} {strategy}: step_20/model.h5 '{e['name']}' differs from the gathered shards")
+                compared += 1
+        print(f"ok: np {np} {strategy}: {compared} consolidated datasets equal the gathered parameters")
+    if part == "b":
+        return
+    # Reload the np 2 full_shard file: same np and batch shape -> the same eval
+    # loss exactly; 4 ranks (another eval split) -> within 1e-6.
+    trained = eval_losses(os.path.join(r.dir, "run_1/metrics.jsonl"))[20]
+    for np, strategy, tolerance in ((2, "full_shard", 0.0), (4, "hybrid_shard shard_group_size 2", 1e-6)):
+        r.run(np, reload, run=f"reload_{np}", micro=total // np, strategy=strategy, init="hdf5 final_1.h5")
+        loaded = eval_losses(os.path.join(r.dir, f"reload_{np}/metrics.jsonl"))[0]
+        if abs(loaded - trained) > tolerance:
+            fail(f"init hdf5 on np {np}: eval loss {loaded}, the trained model had {trained}")
+        print(f"ok: init hdf5 on np {np}: eval loss {loaded} (trained: {trained})")
+    # A shape mismatch is a clear error naming the tensor.
+    with open(os.path.join(r.dir, "wide.in"), "w") as f:
+        f.write(BASE_DECK.replace("hidden_size 32", "hidden_size 48"))
+    expect_error(r.run(2, os.path.join(r.dir, "wide.in"), expect_ok=False, run="x", micro=2, init="hdf5 final_1.h5"),
+                 "final_1.h5", "model.embed_tokens.weight", "[128, 48]")
+    print("ok: a mismatched model is refused naming the tensor")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scenario")
+    ap.add_argument("--ftrain", required=True)
+    ap.add_argument("--prep", required=True)
+    ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--h5dump", default=shutil.which("h5dump"))
+    args = ap.parse_args()
+    workdir = tempfile.mkdtemp(prefix=f"ftrain_ckpt_{args.scenario}_")
+    try:
+        subprocess.run([args.prep, "synthetic", "--out", "train.tok", "--tokens", "60000", "--vocab", "128",
+                        "--seed", "7", "--eval-out", "eval.tok", "--eval-tokens", "2048"],
+                       cwd=workdir, check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(workdir, "base.in"), "w") as f:
+            f.write(BASE_DECK)
+        r = Runner(args, workdir)
+        if args.scenario == "same_world":
+            scenario_same_world(r)
+        elif args.scenario == "reshard_4_2":
+            scenario_reshard(r, 4, 2, "full_shard")
+        elif args.scenario == "reshard_2_4":
+            scenario_reshard(r, 2, 4, "full_shard")
+        elif args.scenario == "strategy":
+            scenario_reshard(r, 4, 4, "hybrid_shard shard_group_size 2")
+            for d in ("full", "res", "ck"):
+                shutil.rmtree(os.path.join(workdir, d))
+            scenario_reshard(r, 2, 2, "full_shard", strategy_from="no_shard")
+        elif args.scenario == "damaged":
+            scenario_damaged(r)
+        elif args.scenario == "preempt":
+            scenario_preempt(r)
+        elif args.scenario in ("consolidated_a", "consolidated_b"):
+            scenario_consolidated(r, args.h5dump, args.scenario[-1])
+        else:
+            fail("unknown scenario " + args.scenario)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
