@@ -16,6 +16,7 @@
 
 #include "ckpt/consolidated.hpp"
 #include "ckpt/safetensors.hpp"
+#include "ckpt/safetensors_dir.hpp"
 #include "ckpt/sharded_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
@@ -170,7 +171,7 @@ void Trainer::prepare() {
   s.fsdp = fsdp_options_from(c);
   const int group = shard_group_size_for(s.fsdp, s.world.size(), s.ranks_per_node);
   if (group < 1 || s.world.size() % group != 0)
-    FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard group size " << group
+    FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard_group_size " << group
                     << " does not divide the " << s.world.size() << " ranks";
   optim::validate_schedule(c.schedule, c.optimizer.lr, c.max_steps);
   s.plan = make_plan(*s.model, c, s.fsdp, s.world.size(), s.ranks_per_node);
@@ -244,14 +245,27 @@ void Trainer::prepare() {
   if (c.init.kind == "safetensors") {
     // Validate names and shapes before any collective, so a bad file is one
     // clear message rather than a hang.
-    ckpt::SafetensorsFile file(c.init.path);
+    // A sharded directory opens only the index and each shard's header here.
+    std::optional<ckpt::SafetensorsSource> source;
+    try {
+      source.emplace(c.init.path);
+    } catch (const UserError& e) {
+      FT_USER_ERROR() << c.init.where.str() << ": " << e.what();
+    }
+    auto& file = *source;
     for (int u = 0; u < s.model->num_units(); ++u) {
       for (const auto& spec : s.model->unit(u).params()) {
         if (!spec.tied_to.empty()) continue;
         if (!file.contains(spec.name))
           FT_USER_ERROR() << c.init.where.str() << ": " << c.init.path << " has no tensor '" << spec.name
                           << "' (shape " << shape_string(spec.shape) << ")";
-        const auto& info = file.tensor(spec.name);
+        const ckpt::SafetensorsTensorInfo* found = nullptr;
+        try {
+          found = &file.tensor(spec.name);
+        } catch (const UserError& e) {
+          FT_USER_ERROR() << c.init.where.str() << ": " << e.what();
+        }
+        const auto& info = *found;
         if (info.shape != spec.shape)
           FT_USER_ERROR() << c.init.where.str() << ": " << c.init.path << ": tensor '" << spec.name << "' has shape "
                           << shape_string(info.shape) << ", the model expects " << shape_string(spec.shape);
@@ -286,7 +300,9 @@ int Trainer::run() {
     h << "fsdp: " << c.fsdp.strategy << ", param " << dtype_name(s.fsdp.param_dtype) << ", reduce "
       << dtype_name(s.fsdp.reduce_dtype) << ", backward_prefetch " << c.fsdp.backward_prefetch << ", forward_prefetch "
       << (s.fsdp.forward_prefetch ? "on" : "off") << ", limit_all_gathers " << s.fsdp.limit_all_gathers
-      << ", activation_checkpointing " << c.activation_checkpointing << "\n";
+      << ", activation_checkpointing " << c.activation_checkpointing
+      << (c.activation_checkpointing == "every" ? " " + std::to_string(c.activation_checkpointing_every) : "")
+      << "\n";
     h << format_plan(s.plan);
     h << "resolved deck:\n";
     for (const auto& line : c.resolved_lines) h << "  " << line << "\n";
@@ -341,8 +357,8 @@ int Trainer::run() {
   if (c.init.kind == "safetensors") {
     // Each rank reads only its shard's slices (mmap: untouched pages cost no
     // memory); with sync_module_states only rank 0 reads and scatters.
-    std::unique_ptr<ckpt::SafetensorsFile> file;
-    if (!sync_from_root || rank == 0) file = std::make_unique<ckpt::SafetensorsFile>(c.init.path);
+    std::unique_ptr<ckpt::SafetensorsSource> file;
+    if (!sync_from_root || rank == 0) file = std::make_unique<ckpt::SafetensorsSource>(c.init.path);
     ParameterSource read = [&](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
       file->read_into(e.name, first, count, dst);
     };
@@ -472,7 +488,14 @@ int Trainer::run() {
       const double mfu = s.plan.flops_per_step / step_time / (s.peak.flops_per_second * world);
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       const double eta = elapsed / static_cast<double>(done - s.start_step) * static_cast<double>(c.max_steps - done);
-      const double peak_mib = s.world.all_reduce_max(to_mib(peak_rss_bytes()));
+      // Peak resident memory of every rank (seed 001 reports it per rank).
+      Tensor peaks = Tensor::zeros({world}, DType::f32);
+      peaks.data_as<float>()[rank] = static_cast<float>(to_mib(peak_rss_bytes()));
+      s.world.all_reduce_sum(peaks).wait();
+      const std::vector<float> peak_per_rank = to_float_vector(peaks);
+      const double peak_mib = *std::max_element(peak_per_rank.begin(), peak_per_rank.end());
+      const bool images = s.model->data_kind() == DataKind::images;
+      const double samples_per_s = static_cast<double>(s.plan.global_batch) / step_time;
       // Communication time on the stream and the part compute waited for,
       // averaged over ranks (share/doc/performance.md: overlap).
       const double steps_in_window = static_cast<double>(window_steps);
@@ -482,10 +505,11 @@ int Trainer::run() {
       s.engine->reset_comm_timers();
       char buf[320];
       std::snprintf(buf, sizeof buf,
-                    "step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f tok/s | MFU %.1f%% | mem %.0f MiB | "
+                    "step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f %s | MFU %.1f%% | mem %.0f MiB | "
                     "ETA %s\n",
-                    static_cast<long long>(done), static_cast<long long>(c.max_steps), loss, lr, norm, tokens_per_s,
-                    100.0 * mfu, peak_mib, format_duration(eta).c_str());
+                    static_cast<long long>(done), static_cast<long long>(c.max_steps), loss, lr, norm,
+                    images ? samples_per_s : tokens_per_s, images ? "img/s" : "tok/s", 100.0 * mfu, peak_mib,
+                    format_duration(eta).c_str());
       s.say(buf);
       if (s.is_root()) {
         nlohmann::json j;
@@ -493,11 +517,16 @@ int Trainer::run() {
         j["loss"] = loss;
         j["lr"] = lr;
         j["grad_norm"] = norm;
-        j["tokens"] = s.plan.tokens_per_step * done;
+        j["samples"] = s.plan.global_batch * done;
+        j["samples_per_s"] = samples_per_s;
+        if (!images) {
+          j["tokens"] = s.plan.tokens_per_step * done;
+          j["tokens_per_s"] = tokens_per_s;
+        }
         j["step_time_s"] = step_time;
-        j["tokens_per_s"] = tokens_per_s;
         j["mfu"] = mfu;
         j["peak_rss_mib_max_rank"] = peak_mib;
+        j["peak_rss_mib_per_rank"] = peak_per_rank;
         j["elapsed_s"] = elapsed;
         j["comm_s_per_step"] = comm_per_step;
         j["comm_exposed_s_per_step"] = exposed_per_step;
