@@ -1,65 +1,32 @@
 // The C entry point of ftrain_llama.so (plugin/ftrain_plugin.h).
-//
-// Nothing may cross the C boundary as an exception: create_model turns every
-// failure into the one-line message the loader shows the user.
-#include <cstdio>
-#include <exception>
-#include <string>
-#include <utility>
-#include <vector>
+#include <memory>
 
 #include "llama_config.hpp"
 #include "llama_model.hpp"
-#include "plugin/ftrain_plugin.h"
+#include "plugin/plugin_entry.hpp"
 
 namespace {
 
-void write_error(ftrain_model_args* args, const char* message) {
-  if (args->error != nullptr && args->error_capacity > 0)
-    std::snprintf(args->error, args->error_capacity, "%s", message);
-}
-
 void* create_model(ftrain_model_args* args) {
-  try {
-    std::vector<std::pair<std::string, std::string>> overrides;
-    for (int i = 0; i < args->n_overrides; ++i) {
-      overrides.emplace_back(args->overrides[i].key, args->overrides[i].value);
-    }
-    const ftrain::llama::LlamaConfig config = ftrain::llama::make_config(args->preset, overrides);
-    // The loader receives a ftrain::Model*, so convert to the base first.
-    ftrain::Model* model = new ftrain::llama::LlamaModel(config);
-    return static_cast<void*>(model);
-  } catch (const std::exception& e) {
-    write_error(args, e.what());
-  } catch (...) {
-    write_error(args, "unknown error while creating the llama model");
-  }
-  return nullptr;
-}
-
-void destroy_model(void* model) { delete static_cast<ftrain::Model*>(model); }
-
-const char* const* preset_list() {
-  static const std::vector<const char*> list = [] {
-    std::vector<const char*> out;
-    for (const auto& name : ftrain::llama::preset_names()) out.push_back(name.c_str());
-    out.push_back(nullptr);
-    return out;
-  }();
-  return list.data();
+  return ftrain::plugin_entry::create_guarded(
+      args, "llama", [](const std::string& preset, const ftrain::plugin_entry::Overrides& overrides) {
+        return std::make_unique<ftrain::llama::LlamaModel>(ftrain::llama::make_config(preset, overrides));
+      });
 }
 
 }  // namespace
 
 extern "C" FTRAIN_PLUGIN_EXPORT const ftrain_plugin_descriptor* ftrain_plugin_entry(void) {
+  static const std::vector<const char*> presets =
+      ftrain::plugin_entry::c_string_list(ftrain::llama::preset_names());
   static const ftrain_plugin_descriptor descriptor = {
       FTRAIN_PLUGIN_ABI_VERSION,
       sizeof(ftrain_plugin_descriptor),
       "llama",
       "Llama decoder (Hugging Face LlamaForCausalLM): RMSNorm, RoPE, GQA, SwiGLU; Llama 2 / 3 / 3.2 presets",
-      preset_list(),
+      presets.data(),
       &create_model,
-      &destroy_model,
+      &ftrain::plugin_entry::destroy,
   };
   return &descriptor;
 }

@@ -36,6 +36,7 @@
 #include "kernels/ops.hpp"
 #include "plugin/ftrain_plugin.h"
 #include "plugin/model.hpp"
+#include "plugin/plugin_entry.hpp"
 
 namespace mlp_example {
 
@@ -338,31 +339,15 @@ class MlpModel final : public ftrain::Model {
 };
 
 // ---- the C entry point ------------------------------------------------------------------
-// No exception may cross the C boundary: create_model turns every failure
-// into the one-line message the loader shows the user.
-
-void write_error(ftrain_model_args* args, const char* message) {
-  if (args->error != nullptr && args->error_capacity > 0)
-    std::snprintf(args->error, args->error_capacity, "%s", message);
-}
+// plugin/plugin_entry.hpp turns every failure into the one-line message the
+// loader shows the user (no exception may cross the C boundary).
 
 void* create_model(ftrain_model_args* args) {
-  try {
-    std::vector<std::pair<std::string, std::string>> overrides;
-    for (int i = 0; i < args->n_overrides; ++i)
-      overrides.emplace_back(args->overrides[i].key, args->overrides[i].value);
-    // The loader receives a ftrain::Model*: convert to the base before void*.
-    ftrain::Model* model = new MlpModel(make_config(args->preset, overrides));
-    return static_cast<void*>(model);
-  } catch (const std::exception& e) {
-    write_error(args, e.what());
-  } catch (...) {
-    write_error(args, "unknown error while creating the mlp model");
-  }
-  return nullptr;
+  return ftrain::plugin_entry::create_guarded(
+      args, "mlp", [](const std::string& preset, const ftrain::plugin_entry::Overrides& overrides) {
+        return std::make_unique<MlpModel>(make_config(preset, overrides));
+      });
 }
-
-void destroy_model(void* model) { delete static_cast<ftrain::Model*>(model); }
 
 }  // namespace mlp_example
 
@@ -374,7 +359,7 @@ extern "C" FTRAIN_PLUGIN_EXPORT const ftrain_plugin_descriptor* ftrain_plugin_en
       "Bigram MLP (SDK example): embedding, one residual GELU MLP, tied output head",
       mlp_example::kPresets,
       &mlp_example::create_model,
-      &mlp_example::destroy_model,
+      &ftrain::plugin_entry::destroy,
   };
   return &descriptor;
 }

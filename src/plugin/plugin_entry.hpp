@@ -1,0 +1,60 @@
+// Helpers for a plugin's C entry point (plugin/ftrain_plugin.h), so that
+// every plugin gets the boundary rules right the same way:
+//  * nothing crosses the C boundary as an exception: create_model turns any
+//    failure into the one-line message the loader shows the user;
+//  * the preset list is a NULL-terminated array that outlives the call.
+//
+// Usage in a plugin (see plugins/llama/llama_plugin.cpp):
+//   void* create_model(ftrain_model_args* args) {
+//     return ftrain::plugin_entry::create_guarded(args, "llama", [](const auto& preset, const auto& overrides) {
+//       return std::make_unique<LlamaModel>(make_config(preset, overrides));
+//     });
+//   }
+#pragma once
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "plugin/ftrain_plugin.h"
+#include "plugin/model.hpp"
+
+namespace ftrain::plugin_entry {
+
+using Overrides = std::vector<std::pair<std::string, std::string>>;
+
+inline void write_error(ftrain_model_args* args, const char* message) {
+  if (args->error != nullptr && args->error_capacity > 0) std::snprintf(args->error, args->error_capacity, "%s", message);
+}
+
+// make(preset, overrides) -> std::unique_ptr<Derived of ftrain::Model>.
+template <class Make>
+void* create_guarded(ftrain_model_args* args, const char* plugin_name, Make&& make) {
+  try {
+    Overrides overrides;
+    for (int i = 0; i < args->n_overrides; ++i) overrides.emplace_back(args->overrides[i].key, args->overrides[i].value);
+    std::unique_ptr<Model> model = make(std::string(args->preset), overrides);
+    return static_cast<void*>(model.release());  // the loader receives a ftrain::Model*
+  } catch (const std::exception& e) {
+    write_error(args, e.what());
+  } catch (...) {
+    const std::string message = std::string("unknown error while creating the ") + plugin_name + " model";
+    write_error(args, message.c_str());
+  }
+  return nullptr;
+}
+
+inline void destroy(void* model) { delete static_cast<Model*>(model); }
+
+// A NULL-terminated view of `names`, which must outlive it (a static).
+inline std::vector<const char*> c_string_list(const std::vector<std::string>& names) {
+  std::vector<const char*> out;
+  for (const auto& n : names) out.push_back(n.c_str());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace ftrain::plugin_entry
