@@ -67,7 +67,9 @@ RunPlan make_plan(Model& model, const RunConfig& c, const FsdpOptions& o, int wo
     p.units.push_back(up);
   }
   p.global_batch = c.batch.micro_batch * c.batch.grad_accum * world_size;
-  p.tokens_per_step = p.global_batch * c.batch.seq_len;
+  // Images have no sequence length from the deck (tokens per image are the
+  // model's business, counted in its FLOPs): report samples only.
+  p.tokens_per_step = model.data_kind() == DataKind::tokens ? p.global_batch * c.batch.seq_len : 0;
   p.flops_per_step = model.training_flops_per_sample(c.batch.seq_len) * static_cast<double>(p.global_batch);
   const double param_bytes = static_cast<double>(dtype_size(o.param_dtype));
   // In flight at once: limit_all_gathers gathered units, plus one full f32
@@ -101,7 +103,9 @@ std::string format_plan(const RunPlan& p) {
     << p.units.size() << " units; largest unit " << human_count(static_cast<double>(p.largest_unit)) << "\n";
   s << "  ranks             " << p.world_size << ", shard group " << p.shard_group_size << ", replicas "
     << p.world_size / p.shard_group_size << "\n";
-  s << "  global batch      " << p.global_batch << " samples, " << p.tokens_per_step << " tokens per step\n";
+  s << "  global batch      " << p.global_batch << " samples";
+  if (p.tokens_per_step > 0) s << ", " << p.tokens_per_step << " tokens per step";
+  s << "\n";
   char flops[64];
   std::snprintf(flops, sizeof flops, "%.4g", p.flops_per_step);
   s << "  FLOPs per step    " << flops << " (forward + backward, model FLOPs)\n";
