@@ -2,7 +2,7 @@
 # headers (include/ftrain/...) and the CMake package (find_package(ftrain)).
 include(CMakePackageConfigHelpers)
 
-install(TARGETS ftrain_exe ftrain_prep RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS ftrain_exe ftrain_prep ftrain_convert RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # The include dir (<prefix>/include/ftrain, so that "core/tensor.hpp"
 # resolves) comes from the target's $<INSTALL_INTERFACE:...>.
 install(TARGETS ftrain EXPORT ftrainTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

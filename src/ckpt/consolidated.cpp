@@ -10,6 +10,7 @@
 
 #include "ckpt/hdf5_util.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 
 namespace ftrain::ckpt {
@@ -24,7 +25,10 @@ std::vector<hsize_t> dims_of(const FlatEntry& entry) {
 }  // namespace
 
 void save_consolidated(FsdpEngine& engine, Communicator& world, const std::string& path,
-                       const std::string& model_name, const std::map<std::string, std::string>& model_config) {
+                       const std::string& model_name, const std::map<std::string, std::string>& model_config,
+                       DType stored) {
+  FT_CHECK(stored == DType::f32 || stored == DType::bf16) << "save_final dtype " << dtype_name(stored);
+  const bool bf16_bits = stored == DType::bf16;
   auto* mpi = dynamic_cast<MpiCommunicator*>(&world);
   FT_CHECK(mpi != nullptr) << "save_final needs an MPI communicator";
   h5::quiet();
@@ -42,11 +46,13 @@ void save_consolidated(FsdpEngine& engine, Communicator& world, const std::strin
   h5::write_attr_i64(file.id(), "step", engine.optimizer_steps(), tmp);
   h5::write_attr_string(file.id(), "model_type", model_name, tmp);
   for (const auto& [key, value] : model_config) h5::write_attr_string(file.id(), key.c_str(), value, tmp);
+  if (bf16_bits) h5::write_attr_string(file.id(), kBf16AttributeName, kBf16AttributeValue, tmp);
 
   const bool writer = engine.replica_comm() == nullptr || engine.replica_comm()->rank() == 0;
   h5::Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
   H5Pset_dxpl_mpio(dxpl.id(), H5FD_MPIO_COLLECTIVE);
   float dummy = 0.0f;
+  std::vector<std::uint16_t> bits;  // one piece at a time (bf16 only)
   for (const auto& flat : engine.units()) {
     // This rank's piece of each entry (at most one: the shard is contiguous).
     std::vector<std::array<std::int64_t, 3>> piece(flat->entries().size(), {0, 0, 0});
@@ -57,17 +63,25 @@ void save_consolidated(FsdpEngine& engine, Communicator& world, const std::strin
       const FlatEntry& entry = flat->entries()[e];
       const auto dims = dims_of(entry);
       h5::Handle full(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-      h5::Handle set(H5Dcreate2(file.id(), entry.name.c_str(), H5T_IEEE_F32LE, full.id(), H5P_DEFAULT, H5P_DEFAULT,
-                                H5P_DEFAULT),
+      h5::Handle set(H5Dcreate2(file.id(), entry.name.c_str(), bf16_bits ? H5T_STD_U16LE : H5T_IEEE_F32LE, full.id(),
+                                H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                      H5Dclose);
       if (set.id() < 0) FT_USER_ERROR() << "save_final " << tmp << ": cannot create dataset '" << entry.name << "'";
+      if (bf16_bits) h5::write_attr_string(set.id(), kBf16AttributeName, kBf16AttributeValue, tmp);
       const std::int64_t count = writer ? piece[e][1] : 0;
       h5::Handle space = h5::flat_range_selection(dims, piece[e][0], count);
       const hsize_t mem_dims[1] = {static_cast<hsize_t>(std::max<std::int64_t>(1, count))};
       h5::Handle memory(H5Screate_simple(1, mem_dims, nullptr), H5Sclose);
       if (count == 0) H5Sselect_none(memory.id());
       const float* src = count > 0 ? flat->master.data_as<float>() + piece[e][2] : &dummy;
-      if (H5Dwrite(set.id(), H5T_NATIVE_FLOAT, memory.id(), space.id(), dxpl.id(), src) < 0)
+      const void* buffer = src;
+      if (bf16_bits) {
+        bits.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, count)));
+        for (std::int64_t i = 0; i < count; ++i) bits[static_cast<std::size_t>(i)] = to_bf16(src[i]).bits;
+        buffer = bits.data();
+      }
+      if (H5Dwrite(set.id(), bf16_bits ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT, memory.id(), space.id(), dxpl.id(),
+                   buffer) < 0)
         FT_USER_ERROR() << "save_final " << tmp << ": writing '" << entry.name << "' failed (disk full?)";
     }
   }
@@ -79,6 +93,43 @@ void save_consolidated(FsdpEngine& engine, Communicator& world, const std::strin
   world.barrier();
 }
 
+bool consolidated_dataset_is_bf16(hid_t dataset, const std::string& path, const std::string& name) {
+  h5::Handle type(H5Dget_type(dataset), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(type.id());
+  if (cls == H5T_FLOAT) return false;
+  bool marked = false;
+  if (H5Aexists(dataset, kBf16AttributeName) > 0) {
+    h5::Handle attr(H5Aopen(dataset, kBf16AttributeName, H5P_DEFAULT), H5Aclose);
+    h5::Handle atype(H5Aget_type(attr.id()), H5Tclose);
+    if (H5Tget_class(atype.id()) == H5T_STRING && !H5Tis_variable_str(atype.id())) {
+      std::string value(H5Tget_size(atype.id()), '\0');
+      if (H5Aread(attr.id(), atype.id(), value.data()) >= 0) marked = value.c_str() == std::string(kBf16AttributeValue);
+    }
+  }
+  if (cls == H5T_INTEGER && H5Tget_size(type.id()) == 2 && H5Tget_sign(type.id()) == H5T_SGN_NONE && marked)
+    return true;
+  FT_USER_ERROR() << path << ": dataset '" << name << "' is not floating point (nor uint16 bfloat16 bits with "
+                  << "attribute " << kBf16AttributeName << " = \"" << kBf16AttributeValue << "\")";
+}
+
+void read_consolidated_range(hid_t dataset, const std::string& path, const std::string& name,
+                             const std::vector<hsize_t>& dims, std::int64_t first, std::int64_t count, float* dst) {
+  const bool bf16_bits = consolidated_dataset_is_bf16(dataset, path, name);
+  h5::Handle space = h5::flat_range_selection(dims, first, count);
+  const hsize_t mem_dims[1] = {static_cast<hsize_t>(std::max<std::int64_t>(1, count))};
+  h5::Handle memory(H5Screate_simple(1, mem_dims, nullptr), H5Sclose);
+  if (count == 0) return;
+  if (!bf16_bits) {
+    if (H5Dread(dataset, H5T_NATIVE_FLOAT, memory.id(), space.id(), H5P_DEFAULT, dst) < 0)
+      FT_USER_ERROR() << path << ": reading '" << name << "' failed (damaged file?)";
+    return;
+  }
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(count));
+  if (H5Dread(dataset, H5T_NATIVE_UINT16, memory.id(), space.id(), H5P_DEFAULT, bits.data()) < 0)
+    FT_USER_ERROR() << path << ": reading '" << name << "' failed (damaged file?)";
+  for (std::size_t i = 0; i < bits.size(); ++i) dst[i] = to_float(bf16{bits[i]});
+}
+
 void check_consolidated(const std::string& path, const std::vector<FlatEntry>& parameters) {
   h5::File file = h5::File::open_read(path);
   for (const FlatEntry& entry : parameters) {
@@ -86,9 +137,7 @@ void check_consolidated(const std::string& path, const std::vector<FlatEntry>& p
       FT_USER_ERROR() << path << " has no dataset '" << entry.name << "' (shape " << shape_string(entry.shape) << ")";
     h5::Handle set(H5Dopen2(file.id(), entry.name.c_str(), H5P_DEFAULT), H5Dclose);
     if (set.id() < 0) FT_USER_ERROR() << path << ": dataset '" << entry.name << "' cannot be opened (damaged?)";
-    h5::Handle type(H5Dget_type(set.id()), H5Tclose);
-    if (H5Tget_class(type.id()) != H5T_FLOAT)
-      FT_USER_ERROR() << path << ": dataset '" << entry.name << "' is not floating point";
+    consolidated_dataset_is_bf16(set.id(), path, entry.name);
     h5::Handle space(H5Dget_space(set.id()), H5Sclose);
     const int rank = H5Sget_simple_extent_ndims(space.id());
     std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(0, rank)));
@@ -105,11 +154,7 @@ void load_consolidated(FsdpEngine& engine, const std::string& path) {
   engine.init_from([&](const FlatEntry& entry, std::int64_t first, std::int64_t count, float* dst) {
     h5::Handle set(H5Dopen2(file.id(), entry.name.c_str(), H5P_DEFAULT), H5Dclose);
     if (set.id() < 0) FT_USER_ERROR() << path << ": dataset '" << entry.name << "' is missing";
-    h5::Handle space = h5::flat_range_selection(dims_of(entry), first, count);
-    const hsize_t mem_dims[1] = {static_cast<hsize_t>(count)};
-    h5::Handle memory(H5Screate_simple(1, mem_dims, nullptr), H5Sclose);
-    if (H5Dread(set.id(), H5T_NATIVE_FLOAT, memory.id(), space.id(), H5P_DEFAULT, dst) < 0)
-      FT_USER_ERROR() << path << ": reading '" << entry.name << "' failed (damaged file?)";
+    read_consolidated_range(set.id(), path, entry.name, dims_of(entry), first, count, dst);
   });
 }
 

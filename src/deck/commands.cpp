@@ -710,8 +710,16 @@ std::vector<Command> build_table() {
                      .positionals = {Param{
                          .name = "PATH", .kind = ValueKind::path, .help = "output .h5 file",
                          .set = [](RunConfig& c, const Value& v) { c.save_final.path = v.text; }}},
+                     .keywords = {Param{
+                         .name = "dtype", .kind = ValueKind::choice,
+                         .help = "stored type: f32, or bf16 (uint16 bfloat16 bits with attribute "
+                                 "ftrain_dtype = \"bfloat16\"; init hdf5 reads both)",
+                         .maps_to = "`torch_dtype` of the saved state dict",
+                         .choices = {{"f32", "torch.float32"}, {"bf16", "torch.bfloat16"}},
+                         .set = [](RunConfig& c, const Value& v) { c.save_final.dtype = v.text; },
+                         .default_of = [](const RunConfig& c) { return c.save_final.dtype; }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) { c.save_final.where = p.where; }}},
-      .example = "save_final runs/llama/model.h5",
+      .example = "save_final runs/llama/model.h5 dtype bf16",
   });
 
   table.push_back(Command{

@@ -105,8 +105,9 @@ struct CheckpointSection {  // checkpoint every N dir PATH [keep K] [stop_after 
   DeckLocation where;
 };
 
-struct SaveFinalSection {  // save_final PATH
+struct SaveFinalSection {  // save_final PATH [dtype f32|bf16]
   std::string path;  // empty = no consolidated file at the end
+  std::string dtype = "f32";  // bf16: datasets hold bfloat16 bits (ckpt/consolidated.hpp)
   DeckLocation where;
 };
 

@@ -353,8 +353,14 @@ int Trainer::run() {
   gather_memory("before load");
 
   s.engine = std::make_unique<FsdpEngine>(*s.model, s.world, s.fsdp);
-  const bool sync_from_root = c.fsdp.sync_module_states && c.init.kind != "hdf5";
-  if (c.init.kind == "safetensors") {
+  // Resuming overwrites every master shard from the checkpoint: reading the
+  // initial weights first (minutes for a 70B safetensors set, on every
+  // requeue) would be wasted.
+  const bool resuming = !s.resume_dir.empty();
+  const bool sync_from_root = c.fsdp.sync_module_states && c.init.kind != "hdf5" && !resuming;
+  if (resuming) {
+    // nothing: load_sharded below fills master, exp_avg and exp_avg_sq
+  } else if (c.init.kind == "safetensors") {
     // Each rank reads only its shard's slices (mmap: untouched pages cost no
     // memory); with sync_module_states only rank 0 reads and scatters.
     std::unique_ptr<ckpt::SafetensorsSource> file;
@@ -556,7 +562,8 @@ int Trainer::run() {
     const auto parent = std::filesystem::path(c.save_final.path).parent_path();
     if (s.is_root() && !parent.empty()) std::filesystem::create_directories(parent, ec);
     s.world.barrier();
-    ckpt::save_consolidated(*s.engine, s.world, c.save_final.path, c.model.name, s.model->config());
+    ckpt::save_consolidated(*s.engine, s.world, c.save_final.path, c.model.name, s.model->config(),
+                            c.save_final.dtype == "bf16" ? DType::bf16 : DType::f32);
     char buf[64];
     std::snprintf(buf, sizeof buf, " (%.2f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
     s.say("save_final: consolidated state dict -> " + c.save_final.path + buf);

@@ -1,0 +1,56 @@
+// ftrain-convert: consolidated HDF5 state dict <-> Hugging Face safetensors.
+//
+// Both directions stream tensor by tensor: memory is bounded by the largest
+// tensor (one read buffer plus one converted copy), whatever the model size.
+//
+// h5_to_safetensors writes OUTDIR/model-0000K-of-0000N.safetensors, filled in
+// dataset-name order, a new shard starting when the next tensor would push
+// the current one past `shard_bytes` (a tensor larger than that gets a shard
+// of its own), plus model.safetensors.index.json ({"metadata": {"total_size":
+// bytes of all tensors}, "weight_map": {...}}). Every shard's __metadata__
+// has "format": "pt" (transformers requires it) and the consolidated file's
+// root attributes as "ftrain.<name>" (step, model_type, config keys), which
+// safetensors_to_h5 restores. For model_type "llama" it also writes
+// config.json in Hugging Face naming (LlamaForCausalLM).
+//
+// safetensors_to_h5 takes a .safetensors file or a directory (as `init
+// safetensors`) and writes a consolidated file in the layout save_final
+// writes (consolidated.hpp): root datasets in HF naming and shape, contiguous,
+// no filters, f32 (or bf16 bits, see consolidated.hpp), and the root
+// attributes. Serial HDF5; the file appears under its name only when complete
+// (written as OUT.tmp, renamed).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/dtype.hpp"
+
+namespace ftrain::ckpt {
+
+// "5GB" (10^9), "500MB", "2GiB" (2^30), "4096" (bytes), ...; UserError on
+// anything else or zero.
+std::uint64_t parse_byte_size(std::string_view text);
+
+struct ConvertSummary {
+  std::int64_t tensors = 0;
+  std::int64_t files = 0;
+  std::uint64_t bytes = 0;  // tensor data written
+};
+
+// `dtype` f32 or bf16; empty keeps each dataset's stored type.
+ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& out_dir, std::uint64_t shard_bytes,
+                                 std::optional<DType> dtype);
+
+// `dtype` f32 or bf16; empty: bf16 for BF16 tensors, f32 for every other type.
+ConvertSummary safetensors_to_h5(const std::string& in, const std::string& out_h5, std::optional<DType> dtype);
+
+// Hugging Face config.json for a Llama from ftrain's config keys (the
+// consolidated file's attributes, LlamaConfig::to_map naming).
+nlohmann::json llama_hf_config(const std::map<std::string, std::string>& config, std::string_view torch_dtype);
+
+}  // namespace ftrain::ckpt

@@ -1,0 +1,90 @@
+// ftrain-convert command line (see convert_cli.hpp).
+#include "ckpt/convert_cli.hpp"
+
+#include <cstdio>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ckpt/convert.hpp"
+#include "core/error.hpp"
+
+namespace ftrain::ckpt {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage:\n"
+    "  ftrain-convert h5-to-safetensors IN.h5 OUTDIR [--shard-size 5GB] [--dtype f32|bf16]\n"
+    "      consolidated HDF5 (save_final) -> Hugging Face sharded safetensors:\n"
+    "      OUTDIR/model-0000K-of-0000N.safetensors, model.safetensors.index.json,\n"
+    "      and config.json for a Llama. --shard-size: KB/MB/GB (10^3..) or KiB/MiB/GiB;\n"
+    "      --dtype: the stored tensors' type (default: as stored in IN.h5)\n"
+    "  ftrain-convert safetensors-to-h5 IN OUT.h5 [--dtype f32|bf16]\n"
+    "      a .safetensors file or a directory (with model.safetensors.index.json)\n"
+    "      -> a consolidated HDF5 file for `init hdf5`. --dtype default: bf16 for\n"
+    "      BF16 tensors, f32 otherwise\n";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::optional<DType> parse_dtype_option(const std::string& text) {
+  if (text == "f32") return DType::f32;
+  if (text == "bf16") return DType::bf16;
+  throw UsageError("--dtype '" + text + "': expected f32 or bf16");
+}
+
+}  // namespace
+
+int convert_main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    for (const auto& a : args)
+      if (a == "--help" || a == "-h" || a == "help") {
+        std::fputs(kUsage, stdout);
+        return 0;
+      }
+    if (args.empty()) throw UsageError("missing command");
+    const std::string command = args[0];
+    std::vector<std::string> positional;
+    std::optional<DType> dtype;
+    std::string shard_size = "5GB";
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      const std::string& a = args[i];
+      if (a == "--dtype" || a == "--shard-size") {
+        if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
+        if (a == "--dtype") dtype = parse_dtype_option(args[++i]);
+        else shard_size = args[++i];
+      } else if (a.rfind("--", 0) == 0) {
+        throw UsageError("unknown option '" + a + "'");
+      } else {
+        positional.push_back(a);
+      }
+    }
+    if (command != "h5-to-safetensors" && command != "safetensors-to-h5")
+      throw UsageError("unknown command '" + command + "' (expected h5-to-safetensors or safetensors-to-h5)");
+    if (positional.size() != 2) throw UsageError(command + " takes exactly two paths, IN and OUT");
+    ConvertSummary done;
+    if (command == "h5-to-safetensors") {
+      done = h5_to_safetensors(positional[0], positional[1], parse_byte_size(shard_size), dtype);
+    } else {
+      for (std::size_t i = 1; i < args.size(); ++i)
+        if (args[i] == "--shard-size") throw UsageError("--shard-size applies to h5-to-safetensors only");
+      done = safetensors_to_h5(positional[0], positional[1], dtype);
+    }
+    std::printf("%s -> %s: %lld tensors, %.1f MB in %lld file(s)\n", positional[0].c_str(), positional[1].c_str(),
+                static_cast<long long>(done.tensors), static_cast<double>(done.bytes) / 1e6,
+                static_cast<long long>(done.files));
+    return 0;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "ftrain-convert: %s\n\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const UserError& e) {
+    std::fprintf(stderr, "ftrain-convert: error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace ftrain::ckpt
