@@ -258,13 +258,28 @@ class DecoderLayerUnit final : public Unit {
   // the first FP8 step.
   fp8::LinearState& fp8_layer(const StepContext& ctx, Param weight) {
     FT_CHECK(ctx.fp8_recipe != nullptr) << "unit " << prefix_ << ": StepContext::fp8 without a recipe";
-    if (fp8_.empty()) {
-      fp8_.resize(kNumParams);
-      for (Param m : {kQ, kK, kV, kO, kGate, kUp, kDown})
-        fp8_[m] = fp8::LinearState::create(ctx.fp8_recipe->amax_history_len);
-    }
+    create_fp8_states(*ctx.fp8_recipe);
     return fp8_[weight];
   }
+  void create_fp8_states(const fp8::Recipe& recipe) {
+    if (!fp8_.empty()) return;
+    fp8_.resize(kNumParams);
+    for (Param m : kFp8Linears) fp8_[m] = fp8::LinearState::create(recipe.amax_history_len);
+  }
+
+ public:
+  std::vector<Fp8StateRef> fp8_states(const fp8::Recipe& recipe) override {
+    create_fp8_states(recipe);
+    static const char* const kNames[kNumParams] = {nullptr, ".self_attn.q_proj", ".self_attn.k_proj",
+                                                   ".self_attn.v_proj", ".self_attn.o_proj", nullptr,
+                                                   ".mlp.gate_proj", ".mlp.up_proj", ".mlp.down_proj"};
+    std::vector<Fp8StateRef> out;
+    for (Param m : kFp8Linears) out.push_back({prefix_ + kNames[m], &fp8_[m]});
+    return out;
+  }
+
+ private:
+  static constexpr Param kFp8Linears[] = {kQ, kK, kV, kO, kGate, kUp, kDown};
   void linear_forward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, Tensor& y) {
     if (!ctx.fp8) return ops::linear_forward(x, w, nullptr, y);
     fp8::linear_forward(*ctx.fp8_recipe, fp8_layer(ctx, weight), /*record=*/ctx.training, x, w, nullptr, y);
@@ -274,7 +289,7 @@ class DecoderLayerUnit final : public Unit {
     if (!ctx.fp8) return ops::linear_backward(x, w, dy, dx, dw, nullptr);
     fp8::LinearState& state = fp8_layer(ctx, weight);
     fp8::linear_backward(*ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, nullptr);
-    state.update_scales(*ctx.fp8_recipe);
+    // Scales are updated by the engine after the step (model.hpp: fp8_states).
   }
 
   LlamaConfig config_;

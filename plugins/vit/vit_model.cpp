@@ -365,24 +365,28 @@ class BlockUnit final : public Unit {
 
  public:
   enum Fp8Layer { kQkvLayer, kProjLayer, kFc1Layer, kFc2Layer, kNumFp8Layers };
-  // The FP8 scaling state of this block's linears as named tensors
-  // ("blocks.i.attn.qkv.fp8.scale", ...), empty before the first FP8 step.
-  std::vector<std::pair<std::string, Tensor>> fp8_state() const {
-    std::vector<std::pair<std::string, Tensor>> out;
-    static const char* const names[kNumFp8Layers] = {".attn.qkv", ".attn.proj", ".mlp.fc1", ".mlp.fc2"};
-    for (std::size_t i = 0; i < fp8_.size(); ++i)
-      for (auto& named : fp8_[i].named_tensors(prefix_ + names[i])) out.push_back(std::move(named));
-    return out;
-  }
 
  private:
   fp8::LinearState& fp8_layer(const StepContext& ctx, Fp8Layer layer) {
     FT_CHECK(ctx.fp8_recipe != nullptr) << "unit " << prefix_ << ": StepContext::fp8 without a recipe";
-    if (fp8_.empty()) {
-      for (int i = 0; i < kNumFp8Layers; ++i) fp8_.push_back(fp8::LinearState::create(ctx.fp8_recipe->amax_history_len));
-    }
+    create_fp8_states(*ctx.fp8_recipe);
     return fp8_[layer];
   }
+  void create_fp8_states(const fp8::Recipe& recipe) {
+    if (!fp8_.empty()) return;
+    for (int i = 0; i < kNumFp8Layers; ++i) fp8_.push_back(fp8::LinearState::create(recipe.amax_history_len));
+  }
+
+ public:
+  std::vector<Fp8StateRef> fp8_states(const fp8::Recipe& recipe) override {
+    create_fp8_states(recipe);
+    static const char* const kNames[kNumFp8Layers] = {".attn.qkv", ".attn.proj", ".mlp.fc1", ".mlp.fc2"};
+    std::vector<Fp8StateRef> out;
+    for (int i = 0; i < kNumFp8Layers; ++i) out.push_back({prefix_ + kNames[i], &fp8_[static_cast<std::size_t>(i)]});
+    return out;
+  }
+
+ private:
   void linear_forward(const StepContext& ctx, Fp8Layer layer, const Tensor& x, const Tensor& w, const Tensor* b,
                       Tensor& y) {
     if (!ctx.fp8) return ops::linear_forward(x, w, b, y);
@@ -393,7 +397,7 @@ class BlockUnit final : public Unit {
     if (!ctx.fp8) return ops::linear_backward(x, w, dy, dx, dw, db);
     fp8::LinearState& state = fp8_layer(ctx, layer);
     fp8::linear_backward(*ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, db);
-    if (last_call_of_iteration) state.update_scales(*ctx.fp8_recipe);
+    (void)last_call_of_iteration;  // scales are updated by the engine after the step (model.hpp: fp8_states)
   }
 
   VitConfig config_;

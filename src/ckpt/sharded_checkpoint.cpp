@@ -76,6 +76,11 @@ void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& 
   h5::write_attr_i64(root, "shard_group_size", engine.shard_comm().size(), path);
   h5::write_attr_i64(root, "shard_rank", engine.shard_comm().rank(), path);
   h5::write_attr_i64(root, "num_units", static_cast<std::int64_t>(engine.units().size()), path);
+  // FP8 delayed-scaling state (identical on every rank after the amax
+  // all-reduce): 0 = the run did not use precision fp8.
+  const bool fp8 = engine.options().fp8;
+  h5::write_attr_i64(root, "fp8_amax_history_len", fp8 ? engine.options().fp8_recipe.amax_history_len : 0, path);
+  const auto fp8_states = fp8 ? engine.fp8_states() : std::vector<std::vector<Fp8StateRef>>{};
   h5::write_string(root, "strategy", info.strategy, path);
   h5::write_string(root, "deck", info.deck_text, path);
   json names = json::array();
@@ -98,6 +103,14 @@ void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& 
     h5::write_f32(g.id(), "master", flat->master.data_as<float>(), flat->shard_numel(), path);
     h5::write_f32(g.id(), "exp_avg", flat->exp_avg.data_as<float>(), flat->shard_numel(), path);
     h5::write_f32(g.id(), "exp_avg_sq", flat->exp_avg_sq.data_as<float>(), flat->shard_numel(), path);
+    if (fp8) {
+      for (const auto& ref : fp8_states[static_cast<std::size_t>(flat->unit_index())]) {
+        h5::write_f32(g.id(), (ref.name + ".fp8.amax_history").c_str(), ref.state->amax_history.data_as<float>(),
+                      ref.state->amax_history.numel(), path);
+        h5::write_f32(g.id(), (ref.name + ".fp8.scale").c_str(), ref.state->scale.data_as<float>(),
+                      ref.state->scale.numel(), path);
+      }
+    }
   }
   file.close();
   fsync_path(path, false);
@@ -292,6 +305,33 @@ LoadedInfo read_checkpoint_info(const std::string& step_dir) {
   return info;
 }
 
+// FP8 scaling state is replicated (every rank holds the reduced amaxes), so
+// any world size restores it from shard 0's file.
+void load_fp8_state(FsdpEngine& engine, OldShardFile& first, LoadedInfo& info) {
+  const hid_t root = first.file.id();
+  const std::int64_t saved_len =
+      H5Aexists(root, "fp8_amax_history_len") > 0 ? h5::read_attr_i64(root, "fp8_amax_history_len", first.path) : 0;
+  if (saved_len == 0) {
+    info.fp8_note = "the checkpoint was written without precision fp8: FP8 scales start at 1";
+    return;
+  }
+  const std::int64_t len = engine.options().fp8_recipe.amax_history_len;
+  if (saved_len != len)
+    FT_USER_ERROR() << first.path << ": FP8 amax history of " << saved_len << " steps, the deck's fp8 amax_history is "
+                    << len << " (resume with the same fp8 settings)";
+  const auto states = engine.fp8_states();
+  for (const auto& flat : engine.units()) {
+    const std::string unit_path = "units/" + flat->unit_name();
+    h5::Group g = h5::Group::open(first.file.id(), unit_path, first.path);
+    for (const auto& ref : states[static_cast<std::size_t>(flat->unit_index())]) {
+      h5::read_f32_range(g.id(), (ref.name + ".fp8.amax_history").c_str(), 0, ref.state->amax_history.numel(),
+                         ref.state->amax_history.data_as<float>(), first.path + ":" + unit_path);
+      h5::read_f32_range(g.id(), (ref.name + ".fp8.scale").c_str(), 0, ref.state->scale.numel(),
+                         ref.state->scale.data_as<float>(), first.path + ":" + unit_path);
+    }
+  }
+}
+
 LoadedInfo load_sharded(FsdpEngine& engine, Communicator& world, const std::string& step_dir) {
   verify_step_directory(step_dir);
   const json manifest = read_manifest(step_dir);
@@ -380,6 +420,7 @@ LoadedInfo load_sharded(FsdpEngine& engine, Communicator& world, const std::stri
     flat.gathered_valid = false;
     flat.gathered = Tensor();
   }
+  if (engine.options().fp8) load_fp8_state(engine, old_file(0), info);
   world.barrier();
   return info;
 }

@@ -54,6 +54,7 @@ struct LoadedInfo {
   std::string strategy;
   std::string directory;
   bool resharded = false;  // the partition differs from this run's
+  std::string fp8_note;    // non-empty: why FP8 scaling state was not restored
 };
 
 // "DIR/step_<N>" for a step.

@@ -56,6 +56,8 @@ class Communicator {
   virtual Request reduce_scatter_sum(const Tensor& send, Tensor& recv) = 0;
   // inout = sum over ranks of inout.
   virtual Request all_reduce_sum(Tensor& inout) = 0;
+  // inout = element-wise max over ranks (f32: FP8 amaxes).
+  virtual Request all_reduce_max(Tensor& inout) = 0;
   // Splits into sub-communicators; ranks with equal color form one, ordered by key.
   virtual std::unique_ptr<Communicator> split(int color, int key) const = 0;
   // The ranks that share this rank's node (MPI_COMM_TYPE_SHARED).

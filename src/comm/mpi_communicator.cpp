@@ -132,6 +132,13 @@ Request MpiCommunicator::all_reduce_sum(Tensor& inout) {
   return Request(std::make_unique<MpiRequest>(r));
 }
 
+Request MpiCommunicator::all_reduce_max(Tensor& inout) {
+  FT_CHECK(inout.dtype() == DType::f32) << "all_reduce_max: " << inout.describe() << " (f32 only)";
+  MPI_Request r;
+  FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), MPI_FLOAT, MPI_MAX, comm_, &r));
+  return Request(std::make_unique<MpiRequest>(r));
+}
+
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) const {
   MPI_Comm sub;
   FT_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));

@@ -23,6 +23,7 @@ class MpiCommunicator final : public Communicator {
   Request all_gather(const Tensor& send, Tensor& recv) override;
   Request reduce_scatter_sum(const Tensor& send, Tensor& recv) override;
   Request all_reduce_sum(Tensor& inout) override;
+  Request all_reduce_max(Tensor& inout) override;
   std::unique_ptr<Communicator> split(int color, int key) const override;
   std::unique_ptr<Communicator> split_node() const override;
   void barrier() override;

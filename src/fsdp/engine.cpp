@@ -353,6 +353,7 @@ double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
   }
   if (options_.strategy != ShardingStrategy::no_shard) release(0);
   drain();
+  if (options_.fp8) update_fp8_scales();
   return loss_sum;
 }
 
@@ -380,6 +381,34 @@ double FsdpEngine::forward_only(const Batch& batch) {
   drain();
   ctx_.training = true;
   return to_float_vector(loss)[0];
+}
+
+std::vector<std::vector<Fp8StateRef>> FsdpEngine::fp8_states() {
+  std::vector<std::vector<Fp8StateRef>> out;
+  for (int u = 0; u < model_.num_units(); ++u) out.push_back(model_.unit(u).fp8_states(options_.fp8_recipe));
+  return out;
+}
+
+// Delayed scaling across ranks: each rank recorded the amaxes of its own
+// micro-batch; the max over all ranks is the amax of the global batch, the
+// one a single rank would have seen. One all-reduce for every FP8 tensor of
+// the model, then each layer computes its new scales (fp8/recipe.hpp).
+void FsdpEngine::update_fp8_scales() {
+  std::vector<fp8::LinearState*> states;
+  for (auto& unit_states : fp8_states())
+    for (auto& ref : unit_states) states.push_back(ref.state);
+  if (states.empty()) return;
+  constexpr int k = fp8::kNumOperands;
+  if (world_.size() > 1) {
+    Tensor amax = Tensor::empty({static_cast<std::int64_t>(states.size()) * k}, DType::f32, Device::host, "fp8.amax");
+    float* a = amax.data_as<float>();
+    for (std::size_t i = 0; i < states.size(); ++i)
+      std::memcpy(a + i * k, states[i]->amax_history.data_as<float>(), k * sizeof(float));  // row 0: this step
+    world_.all_reduce_max(amax).wait();
+    for (std::size_t i = 0; i < states.size(); ++i)
+      std::memcpy(states[i]->amax_history.data_as<float>(), a + i * k, k * sizeof(float));
+  }
+  for (auto* state : states) state->update_scales(options_.fp8_recipe);
 }
 
 void FsdpEngine::zero_grad() {

@@ -103,6 +103,8 @@ class FsdpEngine {
   Communicator& shard_comm() { return *shard_comm_; }
   Communicator* replica_comm() { return replica_comm_.get(); }
   const FsdpOptions& options() const { return options_; }
+  // precision fp8: every unit's FP8 states, in unit order (checkpoints).
+  std::vector<std::vector<Fp8StateRef>> fp8_states();
 
   // Communication time of the stream and the part of it the compute thread
   // waited for (not hidden behind compute), since the last reset.
@@ -121,6 +123,7 @@ class FsdpEngine {
   int gathered_count() const;
   void reduce_gradients(int u);
   void finish_reductions(std::size_t keep_pending);
+  void update_fp8_scales();
   void drain();
   bool is_checkpointed(int u) const;
   std::vector<int> owners_needed(int u) const;

@@ -30,7 +30,8 @@
 namespace ftrain {
 
 namespace fp8 {
-struct Recipe;  // fp8/recipe.hpp
+struct Recipe;       // fp8/recipe.hpp
+struct LinearState;  // fp8/recipe.hpp
 }
 
 enum class InitKind : std::uint8_t { normal, zeros, ones };
@@ -75,6 +76,14 @@ struct UnitCache {
   void clear() { saved.clear(); }
 };
 
+// One FP8 linear's delayed-scaling state, owned by its unit, and the name it
+// is checkpointed under (the linear's Hugging Face / timm prefix, e.g.
+// "model.layers.0.self_attn.q_proj").
+struct Fp8StateRef {
+  std::string name;
+  fp8::LinearState* state = nullptr;
+};
+
 class Unit {
  public:
   virtual ~Unit() = default;
@@ -84,6 +93,16 @@ class Unit {
                          const Tensor& x, UnitCache& cache) = 0;
   virtual Tensor backward(const StepContext& ctx, const std::vector<Tensor>& params, std::vector<Tensor>& grads,
                           const Batch& batch, const Tensor& x, const Tensor& dy, UnitCache& cache) = 0;
+  // precision fp8: the state of every FP8 linear of this unit, created on
+  // first use. Units only RECORD amaxes (forward: input, weight; backward:
+  // output gradient); the engine reduces the current amaxes over all ranks
+  // and updates the scales after each forward + backward, so every rank uses
+  // the scales a single rank would have (Transformer Engine's amax reduction
+  // over the data-parallel group), and checkpoints save the states.
+  virtual std::vector<Fp8StateRef> fp8_states(const fp8::Recipe& recipe) {
+    (void)recipe;
+    return {};
+  }
 };
 
 enum class DataKind : std::uint8_t { tokens, images };

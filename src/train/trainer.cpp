@@ -388,6 +388,7 @@ int Trainer::run() {
       << " rank(s), " << loaded.strategy << ", shard group " << loaded.shard_group_size << ")"
       << (loaded.resharded ? "; resharded to shard group " + std::to_string(s.engine->shard_comm().size()) : "")
       << "\n";
+    if (!loaded.fp8_note.empty()) m << "resume: " << loaded.fp8_note << "\n";
     s.say(m.str());
   } else if (!c.resume.from.empty()) {
     s.say("resume " + c.resume.from + ": no complete checkpoint found; starting from step 0\n");

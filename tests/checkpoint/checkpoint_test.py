@@ -10,6 +10,8 @@ constant) so that runs on different rank counts see the same samples.
 
 Scenarios:
   same_world   run 20 steps; run 10 + resume to 20 (np 2); metrics identical.
+  fp8_same_world  the same under precision fp8: the FP8 scaling state is
+               checkpointed, so the resumed curve is identical.
   reshard_4_2  10 steps on 4 ranks, resume on 2; loss within 1e-5 of the
                uninterrupted 2-rank run.
   reshard_2_4  10 steps on 2 ranks, resume on 4; within 1e-5.
@@ -154,6 +156,21 @@ def scenario_same_world(r):
     for f in manifest["files"]:
         if os.path.getsize(os.path.join(ck, "step_20", f["name"])) != f["bytes"]:
             fail(f"size of {f['name']} differs from the manifest")
+
+
+def scenario_fp8_same_world(r):
+    # precision fp8: the delayed-scaling state (amax histories, scales) is
+    # part of the checkpoint; without it the resumed run would restart from
+    # scale 1 and its curve would differ.
+    full = r.deck("full.in", "precision fp8\n")
+    part = r.deck("part.in", "precision fp8\ncheckpoint every 5 dir ck stop_after 10\n")
+    cont = r.deck("cont.in", "precision fp8\ncheckpoint every 5 dir ck\nresume auto\n")
+    r.run(2, full, run="full")
+    r.run(2, part, run="res")
+    out = r.run(2, cont, run="res").stdout
+    if "resumed from ck/step_10 at step 10" not in out or "FP8 scales start at 1" in out:
+        fail("resume did not restore the FP8 state:\n" + out)
+    compare(os.path.join(r.dir, "full/metrics.jsonl"), os.path.join(r.dir, "res/metrics.jsonl"), 0.0)
 
 
 def scenario_reshard(r, np_from, np_to, strategy_to, strategy_from="full_shard"):
@@ -375,6 +392,8 @@ def main():
             for d in ("full", "res", "ck"):
                 shutil.rmtree(os.path.join(workdir, d))
             scenario_reshard(r, 2, 2, "full_shard", strategy_from="no_shard")
+        elif args.scenario == "fp8_same_world":
+            scenario_fp8_same_world(r)
         elif args.scenario == "damaged":
             scenario_damaged(r)
         elif args.scenario == "preempt":

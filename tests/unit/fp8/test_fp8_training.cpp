@@ -81,6 +81,10 @@ class Trainer {
     const double loss = to_float_vector(x[units])[0] / static_cast<double>(labelled);
     Tensor dy = from_floats({1}, {1.0f / static_cast<float>(labelled)});
     for (int u = units - 1; u >= 0; --u) dy = model_.unit(u).backward(ctx_, params[u], grads[u], batch, x[u], dy, caches[u]);
+    // What the engine does after each forward + backward (one rank: no amax reduction).
+    if (ctx_.fp8)
+      for (int u = 0; u < units; ++u)
+        for (auto& ref : model_.unit(u).fp8_states(*ctx_.fp8_recipe)) ref.state->update_scales(*ctx_.fp8_recipe);
     for (auto& [name, s] : slots_) {
       ops::adamw_update(s.param, s.grad, s.m, s.v, lr, 0.9f, 0.95f, 1e-8f, s.decay ? 0.01f : 0.0f, step_index + 1, 1.0f);
       ops::fill(s.grad, 0.0f);
