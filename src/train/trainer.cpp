@@ -12,6 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "ckpt/consolidated.hpp"
@@ -95,9 +97,26 @@ struct Trainer::State {
   bool is_root() const { return world.rank() == 0; }
   // Rank 0 prints; every rank may also write its own log file.
   void say(const std::string& text) {
-    if (is_root()) std::cout << text << std::flush;
+    if (is_root()) {
+      if (progress_shown) std::cout << "\r\033[K";  // the log line replaces the progress line
+      progress_shown = false;
+      std::cout << text << std::flush;
+    }
     if (rank_log.is_open()) rank_log << text << std::flush;
   }
+  // On a terminal only, rank 0 keeps one line updated in place between log
+  // lines; files and batch logs (SLURM, PBS) get plain lines only.
+  void progress(std::int64_t done, std::int64_t total, double eta_seconds) {
+    if (!is_root() || !stdout_is_tty) return;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * done / std::max<std::int64_t>(1, total));
+    std::cout << "\r\033[K" << "step " << done << "/" << total << " [" << std::string(filled, '=')
+              << std::string(kWidth - filled, ' ') << "] " << (100 * done / std::max<std::int64_t>(1, total))
+              << "% ETA " << format_duration(eta_seconds) << std::flush;
+    progress_shown = true;
+  }
+  bool stdout_is_tty = isatty(STDOUT_FILENO) != 0;
+  bool progress_shown = false;
   void say_rank(const std::string& text) {
     if (rank_log.is_open()) rank_log << text << std::flush;
   }
@@ -439,8 +458,9 @@ int Trainer::run() {
     const std::int64_t total_tokens = s.world.all_reduce_sum(tokens);
     const double mean = total / static_cast<double>(std::max<std::int64_t>(1, total_tokens));
     char buf[128];
-    std::snprintf(buf, sizeof buf, "eval step %lld | eval_loss %.9g | %lld tokens\n", static_cast<long long>(step), mean,
-                  static_cast<long long>(total_tokens));
+    std::snprintf(buf, sizeof buf, "eval step %lld | eval_loss %.9g | %lld %s\n", static_cast<long long>(step), mean,
+                  static_cast<long long>(total_tokens),
+                  s.model->data_kind() == DataKind::images ? "images" : "tokens");
     s.say(buf);
     if (s.is_root()) {
       nlohmann::json j;
@@ -543,6 +563,11 @@ int Trainer::run() {
       window_steps = 0;
     }
     if (s.eval_data && c.eval.every > 0 && done % c.eval.every == 0) evaluate(done);
+    if (done % c.log_every != 0 && done != c.max_steps) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      s.progress(done, c.max_steps,
+                 elapsed / static_cast<double>(done - s.start_step) * static_cast<double>(c.max_steps - done));
+    }
 
     // Every rank must take the same branch: one all-reduce of the signal flag.
     const std::int64_t signalled = s.world.all_reduce_sum(static_cast<std::int64_t>(g_stop_signal != 0));
