@@ -66,6 +66,35 @@ std::string integer_text(std::int64_t value) { return std::to_string(value); }
 
 // ---- the table ----------------------------------------------------------------
 
+// Keywords that several forms share (one definition, one help text).
+Param data_shuffle_param() {
+  return Param{.name = "shuffle", .kind = ValueKind::on_off,
+               .help = "shuffle sample order each epoch (seeded)",
+               .maps_to = "`DataLoader(shuffle=...)`",
+               .set = [](RunConfig& c, const Value& v) { c.data.shuffle = v.flag; },
+               .default_of = [](const RunConfig& c) { return on_off(c.data.shuffle); }};
+}
+Param eval_every_param() {
+  return Param{.name = "every", .kind = ValueKind::positive_int,
+               .help = "evaluate every N optimizer steps",
+               .maps_to = "`eval_steps`",
+               .required = true,
+               .set = [](RunConfig& c, const Value& v) { c.eval.every = v.integer; }};
+}
+// Read by apply_normalisation (the values are lists, parsed there).
+Param normalise_mean_param() {
+  return Param{.name = "mean", .kind = ValueKind::text,
+               .help = "per-channel mean, comma-separated (one value for all channels)",
+               .maps_to = "`transforms.Normalize(mean=...)`",
+               .default_of = [](const RunConfig&) { return std::string("0"); }};
+}
+Param normalise_std_param() {
+  return Param{.name = "std", .kind = ValueKind::text,
+               .help = "per-channel standard deviation, comma-separated (one value for all channels)",
+               .maps_to = "`transforms.Normalize(std=...)`",
+               .default_of = [](const RunConfig&) { return std::string("1"); }};
+}
+
 std::vector<Command> build_table() {
   std::vector<Command> table;
 
@@ -215,11 +244,7 @@ std::vector<Command> build_table() {
                              .maps_to = "TRL `SFTConfig.packing`",
                              .set = [](RunConfig& c, const Value& v) { c.data.packing = v.flag; },
                              .default_of = [](const RunConfig& c) { return on_off(c.data.packing); }},
-                       Param{.name = "shuffle", .kind = ValueKind::on_off,
-                             .help = "shuffle sample order each epoch (seeded)",
-                             .maps_to = "`DataLoader(shuffle=...)`",
-                             .set = [](RunConfig& c, const Value& v) { c.data.shuffle = v.flag; },
-                             .default_of = [](const RunConfig& c) { return on_off(c.data.shuffle); }}},
+                       data_shuffle_param()},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
             c.data.kind = "tokens";
             c.data.where = p.where;
@@ -240,11 +265,7 @@ std::vector<Command> build_table() {
                              .help = "noise standard deviation (the class template has std 0.5)",
                              .set = [](RunConfig& c, const Value& v) { c.data.images.noise = v.number; },
                              .default_of = [](const RunConfig& c) { return format_number(c.data.images.noise); }},
-                       Param{.name = "shuffle", .kind = ValueKind::on_off,
-                             .help = "shuffle sample order each epoch (seeded)",
-                             .maps_to = "`DataLoader(shuffle=...)`",
-                             .set = [](RunConfig& c, const Value& v) { c.data.shuffle = v.flag; },
-                             .default_of = [](const RunConfig& c) { return on_off(c.data.shuffle); }}},
+                       data_shuffle_param()},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
             c.data.kind = "images";
             c.data.images.source = "synthetic";
@@ -258,19 +279,8 @@ std::vector<Command> build_table() {
           .positionals = {Param{.name = "PATH", .kind = ValueKind::existing_path,
                                 .help = "HDF5 file",
                                 .set = [](RunConfig& c, const Value& v) { c.data.path = v.text; }}},
-          .keywords = {Param{.name = "mean", .kind = ValueKind::text,
-                             .help = "per-channel mean, comma-separated (one value for all channels)",
-                             .maps_to = "`transforms.Normalize(mean=...)`",
-                             .default_of = [](const RunConfig&) { return std::string("0"); }},
-                       Param{.name = "std", .kind = ValueKind::text,
-                             .help = "per-channel standard deviation, comma-separated",
-                             .maps_to = "`transforms.Normalize(std=...)`",
-                             .default_of = [](const RunConfig&) { return std::string("1"); }},
-                       Param{.name = "shuffle", .kind = ValueKind::on_off,
-                             .help = "shuffle sample order each epoch (seeded)",
-                             .maps_to = "`DataLoader(shuffle=...)`",
-                             .set = [](RunConfig& c, const Value& v) { c.data.shuffle = v.flag; },
-                             .default_of = [](const RunConfig& c) { return on_off(c.data.shuffle); }}},
+          .keywords = {normalise_mean_param(), normalise_std_param(),
+                       data_shuffle_param()},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
             c.data.kind = "images";
             c.data.images.source = "hdf5";
@@ -290,11 +300,7 @@ std::vector<Command> build_table() {
           .positionals = {Param{.name = "PATH", .kind = ValueKind::existing_path,
                                 .help = "token file",
                                 .set = [](RunConfig& c, const Value& v) { c.eval.path = v.text; }}},
-          .keywords = {Param{.name = "every", .kind = ValueKind::positive_int,
-                             .help = "evaluate every N optimizer steps",
-                             .maps_to = "`eval_steps`",
-                             .required = true,
-                             .set = [](RunConfig& c, const Value& v) { c.eval.every = v.integer; }}},
+          .keywords = {eval_every_param()},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
             c.eval.kind = "tokens";
             c.eval.where = p.where;
@@ -302,11 +308,7 @@ std::vector<Command> build_table() {
                 Form{
           .word = "images synthetic",
           .help = "held-out images of the training data's synthetic task (same seed and classes)",
-          .keywords = {Param{.name = "every", .kind = ValueKind::positive_int,
-                             .help = "evaluate every N optimizer steps",
-                             .maps_to = "`eval_steps`",
-                             .required = true,
-                             .set = [](RunConfig& c, const Value& v) { c.eval.every = v.integer; }},
+          .keywords = {eval_every_param(),
                        Param{.name = "samples", .kind = ValueKind::positive_int,
                              .help = "number of evaluation images",
                              .set = [](RunConfig& c, const Value& v) { c.eval.images.samples = v.integer; },
@@ -323,17 +325,8 @@ std::vector<Command> build_table() {
           .positionals = {Param{.name = "PATH", .kind = ValueKind::existing_path,
                                 .help = "HDF5 file",
                                 .set = [](RunConfig& c, const Value& v) { c.eval.path = v.text; }}},
-          .keywords = {Param{.name = "every", .kind = ValueKind::positive_int,
-                             .help = "evaluate every N optimizer steps",
-                             .maps_to = "`eval_steps`",
-                             .required = true,
-                             .set = [](RunConfig& c, const Value& v) { c.eval.every = v.integer; }},
-                       Param{.name = "mean", .kind = ValueKind::text,
-                             .help = "per-channel mean, comma-separated",
-                             .default_of = [](const RunConfig&) { return std::string("0"); }},
-                       Param{.name = "std", .kind = ValueKind::text,
-                             .help = "per-channel standard deviation, comma-separated",
-                             .default_of = [](const RunConfig&) { return std::string("1"); }}},
+          .keywords = {eval_every_param(),
+                       normalise_mean_param(), normalise_std_param()},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
             c.eval.kind = "images";
             c.eval.images.source = "hdf5";
