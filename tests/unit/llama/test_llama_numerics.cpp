@@ -18,6 +18,7 @@
 #include "kernels/ops.hpp"
 #include "plugin/loader.hpp"
 #include "support/op_test_util.hpp"
+#include "support/unit_driver.hpp"
 
 using namespace ftrain;
 using ftrain::testing::relative_error;
@@ -199,105 +200,13 @@ double ref_loss(const RefConfig& c, const RefParams& P, const std::vector<int>& 
 
 // ---- the engine stand-in --------------------------------------------------------------
 
-struct Slot {
-  Tensor param;  // f32 master
-  Tensor grad;   // f32
-};
-
-class Driver {
+// The engine's role (tests/support/unit_driver.hpp), initialised as the engine
+// does; vocab_chunk 96 does not divide the vocabulary, so the cross entropy's
+// ragged last chunk is exercised.
+class Driver : public ftrain::testing::UnitDriver {
  public:
-  Driver(Model& model, DType compute_dtype) : model_(model) {
-    ctx_.compute_dtype = compute_dtype;
-    ctx_.vocab_chunk = 96;  // not a divisor of the vocabulary: exercises the ragged last chunk
-    for (int u = 0; u < model.num_units(); ++u) {
-      std::vector<std::string> names;
-      for (const auto& spec : model.unit(u).params()) {
-        if (!spec.tied_to.empty()) {
-          EXPECT_EQ(slots_.count(spec.tied_to), 1u) << spec.name << " tied to an unknown parameter";
-          EXPECT_EQ(slots_.at(spec.tied_to).param.shape(), spec.shape);
-          names.push_back(spec.tied_to);
-          continue;
-        }
-        Tensor p = Tensor::empty(spec.shape, DType::f32, Device::host, spec.name);
-        float* data = p.data_as<float>();
-        for (std::int64_t i = 0; i < p.numel(); ++i) {
-          switch (spec.init) {
-            case InitKind::normal:
-              data[i] = static_cast<float>(spec.init_std * rng::normal(kSeed, rng::hash_name(spec.name), i));
-              break;
-            case InitKind::ones:
-              data[i] = 1.0f;
-              break;
-            case InitKind::zeros:
-              data[i] = 0.0f;
-              break;
-          }
-        }
-        slots_[spec.name] = Slot{p, Tensor::zeros(spec.shape, DType::f32)};
-        order_.push_back(spec.name);
-        names.push_back(spec.name);
-      }
-      unit_names_.push_back(names);
-    }
-  }
-
-  RefParams ref_params() const {
-    RefParams out;
-    for (const auto& [name, slot] : slots_) out[name] = ftrain::testing::to_doubles(slot.param);
-    return out;
-  }
-  const std::vector<std::string>& names() const { return order_; }
-  const Tensor& grad(const std::string& name) const { return slots_.at(name).grad; }
-
-  // Forward through every unit, then (if backward) backward in reverse with
-  // dy = 1 / ntokens. Returns the head's output: the SUM of token losses.
-  double run(const Batch& batch, bool backward) {
-    const int units = model_.num_units();
-    std::vector<std::vector<Tensor>> params(units), grads(units);
-    for (int u = 0; u < units; ++u) {
-      for (const auto& name : unit_names_[u]) {
-        const Slot& s = slots_.at(name);
-        if (ctx_.compute_dtype == DType::f32) {
-          params[u].push_back(s.param);
-        } else {  // what the engine gathers: a compute-dtype copy of the master
-          Tensor p = Tensor::empty(s.param.shape(), ctx_.compute_dtype);
-          ops::cast(s.param, p);
-          params[u].push_back(p);
-        }
-        grads[u].push_back(s.grad);
-      }
-    }
-    std::vector<Tensor> inputs(units + 1);
-    std::vector<UnitCache> caches(units);
-    for (int u = 0; u < units; ++u) {
-      inputs[u + 1] = model_.unit(u).forward(ctx_, params[u], batch, inputs[u], caches[u]);
-    }
-    const Tensor& loss = inputs[units];
-    EXPECT_EQ(loss.shape(), (Shape{1}));
-    EXPECT_EQ(loss.dtype(), DType::f32);
-    const double total = to_float_vector(loss)[0];
-    if (backward) {
-      int ntokens = 0;
-      for (float t : to_float_vector(batch.targets)) ntokens += t != kIgnoreIndex;
-      Tensor dy = from_floats({1}, {1.0f / static_cast<float>(ntokens)});
-      for (int u = units - 1; u >= 0; --u) {
-        dy = model_.unit(u).backward(ctx_, params[u], grads[u], batch, inputs[u], dy, caches[u]);
-        if (u > 0) {
-          EXPECT_EQ(dy.shape(), inputs[u].shape()) << "unit " << u;
-          EXPECT_EQ(dy.dtype(), ctx_.compute_dtype) << "unit " << u;
-        }
-      }
-      EXPECT_FALSE(dy.defined()) << "the embedding unit returns no input gradient";
-    }
-    return total;
-  }
-
- private:
-  Model& model_;
-  StepContext ctx_;
-  std::map<std::string, Slot> slots_;
-  std::vector<std::string> order_;
-  std::vector<std::vector<std::string>> unit_names_;
+  Driver(Model& model, DType compute_dtype)
+      : UnitDriver(model, compute_dtype, /*vocab_chunk=*/96, ftrain::testing::engine_init(kSeed)) {}
 };
 
 struct FixedBatch {

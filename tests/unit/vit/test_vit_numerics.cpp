@@ -18,6 +18,7 @@
 #include "kernels/ops.hpp"
 #include "plugin/loader.hpp"
 #include "support/op_test_util.hpp"
+#include "support/unit_driver.hpp"
 
 using namespace ftrain;
 using ftrain::testing::relative_error;
@@ -164,92 +165,27 @@ double ref_loss(const RefConfig& c, const RefParams& P, const std::vector<double
 
 // ---- the engine stand-in --------------------------------------------------------------
 
-struct Slot {
-  Tensor param, grad;
-};
-
-class Driver {
+// The engine's role (tests/support/unit_driver.hpp). vocab_chunk 4 does not
+// divide the 10 classes (ragged last chunk). Biases and norms are perturbed
+// from their zero/one init so that a bias dropped or applied twice changes
+// the loss.
+class Driver : public ftrain::testing::UnitDriver {
  public:
-  Driver(Model& model, DType compute_dtype) : model_(model) {
-    ctx_.compute_dtype = compute_dtype;
-    ctx_.vocab_chunk = 4;  // not a divisor of the 10 classes: exercises the ragged last chunk
-    for (int u = 0; u < model.num_units(); ++u) {
-      std::vector<std::string> names;
-      for (const auto& spec : model.unit(u).params()) {
-        EXPECT_TRUE(spec.tied_to.empty());
-        Tensor p = Tensor::empty(spec.shape, DType::f32, Device::host, spec.name);
-        float* data = p.data_as<float>();
-        for (std::int64_t i = 0; i < p.numel(); ++i) {
-          // Biases and norms are perturbed from their zero/one init so that
-          // a bias dropped or applied twice changes the loss.
-          const double r = rng::normal(kSeed, rng::hash_name(spec.name), i);
-          switch (spec.init) {
-            case InitKind::normal: data[i] = static_cast<float>(std::max(spec.init_std, 0.02f) * r); break;
-            case InitKind::ones: data[i] = static_cast<float>(1.0 + 0.1 * r); break;
-            case InitKind::zeros: data[i] = static_cast<float>(0.1 * r); break;
-          }
-        }
-        slots_[spec.name] = Slot{p, Tensor::zeros(spec.shape, DType::f32)};
-        order_.push_back(spec.name);
-        names.push_back(spec.name);
-      }
-      unit_names_.push_back(names);
-    }
-  }
-
-  RefParams ref_params() const {
-    RefParams out;
-    for (const auto& [name, slot] : slots_) out[name] = ftrain::testing::to_doubles(slot.param);
-    return out;
-  }
-  const std::vector<std::string>& names() const { return order_; }
-  const Tensor& grad(const std::string& name) const { return slots_.at(name).grad; }
-  StepContext& ctx() { return ctx_; }
-
-  double run(const Batch& batch, bool backward) {
-    const int units = model_.num_units();
-    std::vector<std::vector<Tensor>> params(units), grads(units);
-    for (int u = 0; u < units; ++u) {
-      for (const auto& name : unit_names_[u]) {
-        const Slot& s = slots_.at(name);
-        if (ctx_.compute_dtype == DType::f32) {
-          params[u].push_back(s.param);
-        } else {
-          Tensor p = Tensor::empty(s.param.shape(), ctx_.compute_dtype);
-          ops::cast(s.param, p);
-          params[u].push_back(p);
-        }
-        grads[u].push_back(s.grad);
-      }
-    }
-    std::vector<Tensor> inputs(units + 1);
-    std::vector<UnitCache> caches(units);
-    for (int u = 0; u < units; ++u) inputs[u + 1] = model_.unit(u).forward(ctx_, params[u], batch, inputs[u], caches[u]);
-    const Tensor& loss = inputs[units];
-    EXPECT_EQ(loss.shape(), (Shape{1}));
-    const double total = to_float_vector(loss)[0];
-    if (backward) {
-      int labelled = 0;
-      for (float t : to_float_vector(batch.targets)) labelled += t != kIgnoreIndex;
-      Tensor dy = from_floats({1}, {1.0f / static_cast<float>(labelled)});
-      for (int u = units - 1; u >= 0; --u) {
-        dy = model_.unit(u).backward(ctx_, params[u], grads[u], batch, inputs[u], dy, caches[u]);
-        if (u > 0) {
-          EXPECT_EQ(dy.shape(), inputs[u].shape()) << "unit " << u;
-          EXPECT_EQ(dy.dtype(), ctx_.compute_dtype) << "unit " << u;
-        }
-      }
-      EXPECT_FALSE(dy.defined()) << "the patch embedding returns no input gradient";
-    }
-    return total;
+  Driver(Model& model, DType compute_dtype) : UnitDriver(model, compute_dtype, /*vocab_chunk=*/4, &perturbed_init) {
+    for (int u = 0; u < model.num_units(); ++u)
+      for (const auto& spec : model.unit(u).params()) EXPECT_TRUE(spec.tied_to.empty()) << spec.name;
   }
 
  private:
-  Model& model_;
-  StepContext ctx_;
-  std::map<std::string, Slot> slots_;
-  std::vector<std::string> order_;
-  std::vector<std::vector<std::string>> unit_names_;
+  static float perturbed_init(const ParamSpec& spec, std::int64_t i) {
+    const double r = rng::normal(kSeed, rng::hash_name(spec.name), static_cast<std::uint64_t>(i));
+    switch (spec.init) {
+      case InitKind::normal: return static_cast<float>(std::max(spec.init_std, 0.02f) * r);
+      case InitKind::ones: return static_cast<float>(1.0 + 0.1 * r);
+      case InitKind::zeros: return static_cast<float>(0.1 * r);
+    }
+    return 0.0f;
+  }
 };
 
 struct FixedBatch {
