@@ -13,7 +13,7 @@ packages=(
   libgtest-dev libgmock-dev
   nlohmann-json3-dev
   libsentencepiece-dev sentencepiece
-  python3 python3-numpy python3-matplotlib
+  python3 python3-numpy python3-h5py python3-matplotlib
 )
 
 missing=()
