@@ -5,12 +5,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/error.hpp"
 #include "data/synthetic_corpus.hpp"
+#include "data/text_prep.hpp"
+#include "data/text_tokenizer.hpp"
 #include "data/token_file.hpp"
 
 namespace ftrain::data {
@@ -21,6 +24,9 @@ constexpr const char* kUsage =
     "usage: ftrain-prep synthetic --out PATH --tokens N --vocab V --seed S\n"
     "                             [--eval-out PATH --eval-tokens N]\n"
     "                             [--successors K] [--doc-len L]\n"
+    "       ftrain-prep text --out PATH (--tokenizer spm --model FILE | --tokenizer bytes)\n"
+    "                        [--jsonl [--text-field NAME]] [--doc-per-line]\n"
+    "                        [--eval-out PATH [--eval-every N]] INPUT...\n"
     "       ftrain-prep info PATH\n"
     "       ftrain-prep --help\n"
     "\n"
@@ -35,6 +41,18 @@ constexpr const char* kUsage =
     "  --eval-tokens N     its number of tokens (required with --eval-out)\n"
     "  --successors K      next-token choices per token (default 4)\n"
     "  --doc-len L         mean document length in tokens (default 64)\n"
+    "text       tokenizes text files into a token file, an eos after each document.\n"
+    "           Inputs are streamed: memory is bounded by the longest document.\n"
+    "  --out PATH          training token file to write\n"
+    "  --tokenizer KIND    spm (a SentencePiece model, e.g. Llama's tokenizer.model)\n"
+    "                      or bytes (UTF-8 bytes 0..255, eos 256, vocab 257)\n"
+    "  --model FILE        the SentencePiece model (with --tokenizer spm)\n"
+    "  --jsonl             inputs are JSON lines, one document per line\n"
+    "  --text-field NAME   the string field holding the text (default \"text\")\n"
+    "  --doc-per-line      plain text: one document per non-empty line\n"
+    "                      (default: one document per input file)\n"
+    "  --eval-out PATH     send every N-th document to this evaluation file\n"
+    "  --eval-every N      that N (default 100)\n"
     "info       validates a token file and prints its header\n";
 
 class UsageError : public UserError {
@@ -136,6 +154,62 @@ int run_synthetic(const std::vector<std::string>& args) {
   return 0;
 }
 
+int run_text(const std::vector<std::string>& args) {
+  // Options first, then the inputs; flags (--jsonl, --doc-per-line) take no value.
+  std::vector<std::string> valued;
+  std::vector<std::string> inputs;
+  TextPrepOptions prep;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--jsonl") {
+      prep.jsonl = true;
+    } else if (a == "--doc-per-line") {
+      prep.doc_per_line = true;
+    } else if (a.rfind("--", 0) == 0) {
+      valued.push_back(a);
+      if (i + 1 < args.size()) valued.push_back(args[++i]);
+    } else {
+      inputs.push_back(a);
+    }
+  }
+  const auto options =
+      parse_options(valued, {"--out", "--tokenizer", "--model", "--text-field", "--eval-out", "--eval-every"});
+  prep.out_path = required(options, "--out");
+  const std::string kind = required(options, "--tokenizer");
+  if (kind != "spm" && kind != "bytes") usage_error("--tokenizer must be spm or bytes, got '" + kind + "'");
+  if ((kind == "spm") != (options.count("--model") != 0)) usage_error("--model goes with --tokenizer spm (only)");
+  if (options.count("--text-field") != 0) {
+    if (!prep.jsonl) usage_error("--text-field needs --jsonl");
+    prep.text_field = options.at("--text-field");
+  }
+  if (prep.doc_per_line && prep.jsonl)
+    usage_error("--doc-per-line is for plain text; JSON lines are one document each");
+  if (options.count("--eval-every") != 0 && options.count("--eval-out") == 0)
+    usage_error("--eval-every needs --eval-out");
+  if (options.count("--eval-out") != 0) {
+    prep.eval_out_path = options.at("--eval-out");
+    if (prep.eval_out_path == prep.out_path) usage_error("--eval-out must differ from --out");
+    if (options.count("--eval-every") != 0) prep.eval_every = parse_int("--eval-every", options.at("--eval-every"), 2);
+  }
+  if (inputs.empty()) usage_error("text needs at least one INPUT file");
+
+  const std::unique_ptr<TextTokenizer> tokenizer =
+      kind == "spm" ? load_sentencepiece_tokenizer(options.at("--model")) : make_byte_tokenizer();
+  const TextPrepStats s = prepare_text(inputs, *tokenizer, prep);
+  std::printf("tokenizer %s: vocab %llu, eos id %u\n", tokenizer->describe().c_str(),
+              static_cast<unsigned long long>(tokenizer->vocab_size()), tokenizer->eos_id());
+  std::printf("read %zu input file(s): %lld documents, %lld tokens (eos included), %lld empty documents skipped\n",
+              inputs.size(), static_cast<long long>(s.documents), static_cast<long long>(s.tokens),
+              static_cast<long long>(s.empty_documents));
+  std::printf("wrote %s: %lld documents, %lld tokens\n", prep.out_path.c_str(),
+              static_cast<long long>(s.train_documents), static_cast<long long>(s.train_tokens));
+  if (!prep.eval_out_path.empty())
+    std::printf("wrote %s: %lld documents, %lld tokens (every %lld-th document)\n", prep.eval_out_path.c_str(),
+                static_cast<long long>(s.eval_documents), static_cast<long long>(s.eval_tokens),
+                static_cast<long long>(prep.eval_every));
+  return 0;
+}
+
 int run_info(const std::vector<std::string>& args) {
   if (args.size() != 1) usage_error("info takes exactly one PATH");
   const TokenFile file(args[0]);
@@ -170,8 +244,9 @@ int prep_main(int argc, char** argv) {
     const std::string command = args[0];
     args.erase(args.begin());
     if (command == "synthetic") return run_synthetic(args);
+    if (command == "text") return run_text(args);
     if (command == "info") return run_info(args);
-    usage_error("unknown command '" + command + "' (expected synthetic or info)");
+    usage_error("unknown command '" + command + "' (expected synthetic, text or info)");
   } catch (const UsageError& e) {
     std::fprintf(stderr, "ftrain-prep: %s\n\n%s", e.what(), kUsage);
     return 2;

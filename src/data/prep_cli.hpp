@@ -4,6 +4,9 @@
 //   ftrain-prep synthetic --out PATH --tokens N --vocab V --seed S
 //                         [--eval-out PATH --eval-tokens N]
 //                         [--successors K] [--doc-len L]
+//   ftrain-prep text --out PATH (--tokenizer spm --model FILE | --tokenizer bytes)
+//                    [--jsonl [--text-field NAME]] [--doc-per-line]
+//                    [--eval-out PATH [--eval-every N]] INPUT...
 //   ftrain-prep info PATH
 //
 // Returns the process exit code: 0 on success, 2 for a usage error, 1 when

@@ -1,0 +1,76 @@
+// Byte and SentencePiece tokenizers (see text_tokenizer.hpp).
+#include "data/text_tokenizer.hpp"
+
+#include <sentencepiece_processor.h>
+
+#include <filesystem>
+
+#include "core/error.hpp"
+
+namespace ftrain::data {
+
+namespace {
+
+class ByteTokenizer final : public TextTokenizer {
+ public:
+  std::uint64_t vocab_size() const override { return kByteTokenizerVocab; }
+  std::uint32_t eos_id() const override { return kByteTokenizerEos; }
+  void encode(std::string_view text, std::vector<std::uint32_t>& ids) const override {
+    ids.resize(text.size());
+    for (std::size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+  }
+  std::string decode(const std::vector<std::uint32_t>& ids) const override {
+    std::string text;
+    text.reserve(ids.size());
+    for (const std::uint32_t id : ids) {
+      FT_CHECK(id < 256) << "byte tokenizer cannot decode id " << id;
+      text.push_back(static_cast<char>(id));
+    }
+    return text;
+  }
+  std::string describe() const override { return "bytes"; }
+};
+
+class SentencePieceTokenizer final : public TextTokenizer {
+ public:
+  explicit SentencePieceTokenizer(const std::string& path) : path_(path) {
+    if (!std::filesystem::is_regular_file(path))
+      FT_USER_ERROR() << path << ": SentencePiece model file not found";
+    const auto status = processor_.Load(path);
+    if (!status.ok()) FT_USER_ERROR() << path << ": cannot load SentencePiece model (" << status.ToString() << ")";
+    if (processor_.eos_id() < 0)
+      FT_USER_ERROR() << path << ": the SentencePiece model defines no eos piece; ftrain-prep needs one to mark "
+                      << "document ends (train it with --eos_id=N)";
+  }
+  std::uint64_t vocab_size() const override { return static_cast<std::uint64_t>(processor_.GetPieceSize()); }
+  std::uint32_t eos_id() const override { return static_cast<std::uint32_t>(processor_.eos_id()); }
+  void encode(std::string_view text, std::vector<std::uint32_t>& ids) const override {
+    const auto status = processor_.Encode(text, &scratch_);
+    FT_CHECK(status.ok()) << path_ << ": SentencePiece encode failed: " << status.ToString();
+    ids.resize(scratch_.size());
+    for (std::size_t i = 0; i < scratch_.size(); ++i) ids[i] = static_cast<std::uint32_t>(scratch_[i]);
+  }
+  std::string decode(const std::vector<std::uint32_t>& ids) const override {
+    const std::vector<int> as_int(ids.begin(), ids.end());
+    std::string text;
+    const auto status = processor_.Decode(as_int, &text);
+    FT_CHECK(status.ok()) << path_ << ": SentencePiece decode failed: " << status.ToString();
+    return text;
+  }
+  std::string describe() const override { return "sentencepiece " + path_; }
+
+ private:
+  std::string path_;
+  sentencepiece::SentencePieceProcessor processor_;
+  mutable std::vector<int> scratch_;  // reused across documents: no allocation per document
+};
+
+}  // namespace
+
+std::unique_ptr<TextTokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
+
+std::unique_ptr<TextTokenizer> load_sentencepiece_tokenizer(const std::string& model_path) {
+  return std::make_unique<SentencePieceTokenizer>(model_path);
+}
+
+}  // namespace ftrain::data

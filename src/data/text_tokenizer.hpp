@@ -1,0 +1,43 @@
+// Text tokenizers for ftrain-prep: text in, token ids out.
+//
+//   bytes  the UTF-8 bytes of the text as ids 0..255, eos id 256, vocab 257;
+//          needs no model and round-trips any byte string exactly.
+//   spm    a SentencePiece model file (Llama's tokenizer.model): ids from
+//          SentencePieceProcessor::Encode, vocab = GetPieceSize(), eos =
+//          the model's eos_id(). A model without an eos piece is refused: the
+//          token file marks document ends with it.
+//
+// encode() never produces the eos id for ordinary text (it is a control
+// symbol in SentencePiece and outside 0..255 for bytes), so the writer's
+// appended eos is the only document boundary.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ftrain::data {
+
+class TextTokenizer {
+ public:
+  virtual ~TextTokenizer() = default;
+  virtual std::uint64_t vocab_size() const = 0;
+  virtual std::uint32_t eos_id() const = 0;
+  // Replaces `ids` with the tokens of `text`.
+  virtual void encode(std::string_view text, std::vector<std::uint32_t>& ids) const = 0;
+  // The text of `ids` (eos excluded by the caller); for tests and inspection.
+  virtual std::string decode(const std::vector<std::uint32_t>& ids) const = 0;
+  // "bytes" or "sentencepiece <path>", for messages.
+  virtual std::string describe() const = 0;
+};
+
+inline constexpr std::uint32_t kByteTokenizerEos = 256;
+inline constexpr std::uint64_t kByteTokenizerVocab = 257;
+
+std::unique_ptr<TextTokenizer> make_byte_tokenizer();
+// UserError naming the path when the model cannot be loaded or has no eos.
+std::unique_ptr<TextTokenizer> load_sentencepiece_tokenizer(const std::string& model_path);
+
+}  // namespace ftrain::data
