@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -127,5 +129,43 @@ class UnitDriver {
   std::vector<std::string> order_;
   std::vector<std::vector<std::string>> unit_names_;
 };
+
+// Checks the driver's gradients (after run(batch, true)) against central
+// differences of a float64 reference loss, along one random direction per
+// parameter tensor (each tensor checked on its own) and one through all of
+// them. `reference_sum_loss` must return the same quantity the gradients are
+// of (sum of losses / target count). A direction that happens to cancel
+// (|numeric| << ||g||) is judged against ||g||, since f32 gradients are
+// accurate relative to ||g||, not to 0; a vanishing ||g|| fails the test, as
+// the check would be vacuous.
+inline void expect_gradients_match_reference(
+    const UnitDriver& driver, const std::function<double(const std::map<std::string, std::vector<double>>&)>& reference_loss,
+    std::uint64_t direction_seed, double min_gradient_norm, const std::string& label) {
+  using RefParams = std::map<std::string, std::vector<double>>;
+  const RefParams base = driver.ref_params();
+  std::vector<std::vector<std::string>> groups;
+  for (const auto& name : driver.names()) groups.push_back({name});
+  groups.push_back(driver.names());
+  for (const auto& group : groups) {
+    RefParams plus = base, minus = base;
+    double analytic = 0, gradient_norm_sq = 0;
+    const double h = 1e-5;
+    for (const auto& name : group) {
+      const auto u = random_vector(base.at(name).size(), ++direction_seed);
+      const auto g = to_doubles(driver.grad(name));
+      analytic += dot(g, u);
+      gradient_norm_sq += dot(g, g);
+      for (std::size_t i = 0; i < u.size(); ++i) {
+        plus[name][i] += h * u[i];
+        minus[name][i] -= h * u[i];
+      }
+    }
+    const double numeric = (reference_loss(plus) - reference_loss(minus)) / (2 * h);
+    const std::string what = label + ": " + (group.size() == 1 ? group[0] : "all parameters");
+    const double gradient_norm = std::sqrt(gradient_norm_sq);
+    EXPECT_GT(gradient_norm, min_gradient_norm) << what << ": vanishing gradient, the check would be vacuous";
+    EXPECT_NEAR(analytic, numeric, 1e-4 * std::max(std::abs(numeric), gradient_norm)) << what;
+  }
+}
 
 }  // namespace ftrain::testing

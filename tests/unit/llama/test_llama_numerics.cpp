@@ -294,38 +294,9 @@ TEST(LlamaNumerics, GradientsMatchFiniteDifferences) {
     const FixedBatch fb = make_batch(rc.V);
     Driver driver(*model, DType::f32);
     driver.run(fb.batch, /*backward=*/true);
-    const RefParams base = driver.ref_params();
-
-    // One random direction per parameter tensor (so each tensor's gradient is
-    // checked on its own), then one direction through all of them at once.
-    std::vector<std::vector<std::string>> groups;
-    for (const auto& name : driver.names()) groups.push_back({name});
-    groups.push_back(driver.names());
-    std::uint64_t direction_seed = 7;
-    for (const auto& group : groups) {
-      RefParams plus = base, minus = base;
-      double analytic = 0, gradient_norm_sq = 0;
-      const double h = 1e-5;
-      for (const auto& name : group) {
-        const auto u = ftrain::testing::random_vector(base.at(name).size(), ++direction_seed);
-        const auto g = ftrain::testing::to_doubles(driver.grad(name));
-        analytic += ftrain::testing::dot(g, u);
-        gradient_norm_sq += ftrain::testing::dot(g, g);
-        for (std::size_t i = 0; i < u.size(); ++i) {
-          plus[name][i] += h * u[i];
-          minus[name][i] -= h * u[i];
-        }
-      }
-      const double numeric =
-          (ref_loss(rc, plus, fb.tokens, fb.targets) - ref_loss(rc, minus, fb.tokens, fb.targets)) / (2 * h);
-      const std::string what = std::string(c.label) + ": " + (group.size() == 1 ? group[0] : "all parameters");
-      // For a unit-normal direction the derivative is ~ ||g||; a direction
-      // that happens to cancel (|numeric| << ||g||) is judged against ||g||,
-      // since f32 gradients are accurate relative to ||g||, not to 0.
-      const double gradient_norm = std::sqrt(gradient_norm_sq);
-      EXPECT_GT(gradient_norm, 1e-4) << what << ": vanishing gradient, the check would be vacuous";
-      EXPECT_NEAR(analytic, numeric, 1e-4 * std::max(std::abs(numeric), gradient_norm)) << what;
-    }
+    ftrain::testing::expect_gradients_match_reference(
+        driver, [&](const RefParams& p) { return ref_loss(rc, p, fb.tokens, fb.targets); },
+        /*direction_seed=*/7, /*min_gradient_norm=*/1e-4, c.label);
   }
 }
 
