@@ -19,11 +19,4 @@ std::int64_t status_field_kib(const char* key) {
 std::int64_t current_rss_bytes() { return status_field_kib("VmRSS") * 1024; }
 std::int64_t peak_rss_bytes() { return status_field_kib("VmHWM") * 1024; }
 
-bool reset_peak_rss() {
-  std::ofstream out("/proc/self/clear_refs");
-  if (!out) return false;
-  out << "5";
-  return static_cast<bool>(out);
-}
-
 }  // namespace ftrain

@@ -8,9 +8,6 @@ namespace ftrain {
 
 std::int64_t current_rss_bytes();  // VmRSS
 std::int64_t peak_rss_bytes();     // VmHWM: high-water mark since start (or last reset)
-// Resets the high-water mark so a phase's own peak can be read (Linux >= 4.0;
-// returns false where the kernel refuses).
-bool reset_peak_rss();
 
 inline double to_mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 

@@ -30,15 +30,4 @@ DevicePeak host_peak(int cores_per_rank) {
   return p;
 }
 
-double gpu_bf16_peak(const std::string& name) {
-  struct Entry {
-    const char* key;
-    double tflops;
-  };
-  static constexpr Entry kTable[] = {{"H200", 989.0}, {"H100", 989.0}, {"A100", 312.0}};
-  for (const auto& e : kTable)
-    if (name.find(e.key) != std::string::npos) return e.tflops * 1e12;
-  return 0.0;
-}
-
 }  // namespace ftrain

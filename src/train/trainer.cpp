@@ -122,10 +122,16 @@ struct Trainer::State {
   }
 };
 
-// The data source a deck's `data` / `eval` command names.
-std::unique_ptr<data::BatchSource> make_batch_source(const std::string& kind, const std::string& path,
-                                                     const RunConfig& c, std::int64_t global_batch, bool shuffle,
-                                                     Model& model, const DeckLocation& where) {
+enum class DataRole { training, evaluation };
+
+// The data source the deck's `data` (training) or `eval` command names.
+std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRole role, std::int64_t global_batch,
+                                                     Model& model) {
+  const bool eval = role == DataRole::evaluation;
+  const std::string& kind = eval ? c.eval.kind : c.data.kind;
+  const std::string& path = eval ? c.eval.path : c.data.path;
+  const DeckLocation& where = eval ? c.eval.where : c.data.where;
+  const bool shuffle = !eval && c.data.shuffle;  // evaluation always reads in file order
   if (kind == "tokens") {
     if (model.data_kind() != DataKind::tokens)
       FT_USER_ERROR() << where.str() << ": model '" << c.model.name << "' trains on images, not tokens";
@@ -146,7 +152,6 @@ std::unique_ptr<data::BatchSource> make_batch_source(const std::string& kind, co
     const auto channels = config.find("num_channels");
     if (size == config.end())
       FT_USER_ERROR() << where.str() << ": model '" << c.model.name << "' does not report an image_size";
-    const bool eval = &where == &c.eval.where;  // the eval section's images, else the training data's
     const ImageDataSection& images = eval ? c.eval.images : c.data.images;
     data::ImageSourceOptions o;
     o.height = o.width = std::stoll(size->second);
@@ -252,10 +257,8 @@ void Trainer::prepare() {
   if (s.options.check_only) return;
 
   const std::int64_t outputs = s.model->output_size();
-  s.train_data = make_batch_source(c.data.kind, c.data.path, c, s.plan.global_batch, c.data.shuffle, *s.model,
-                                   c.data.where);
-  if (!c.eval.path.empty())
-    s.eval_data = make_batch_source(c.eval.kind, c.eval.path, c, s.plan.global_batch, false, *s.model, c.eval.where);
+  s.train_data = make_batch_source(c, DataRole::training, s.plan.global_batch, *s.model);
+  if (!c.eval.path.empty()) s.eval_data = make_batch_source(c, DataRole::evaluation, s.plan.global_batch, *s.model);
   for (auto* source : {s.train_data.get(), s.eval_data.get()}) {
     if (source != nullptr && source->label_space() > outputs)
       FT_USER_ERROR() << (source == s.train_data.get() ? c.data.where : c.eval.where).str() << ": the data has "
