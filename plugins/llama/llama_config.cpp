@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "plugin/plugin_entry.hpp"
 
 namespace ftrain::llama {
 
@@ -70,10 +71,7 @@ LlamaConfig llama3_2(std::int64_t hidden, std::int64_t layers, std::int64_t head
   return c;
 }
 
-struct Preset {
-  const char* name;
-  LlamaConfig (*make)();
-};
+using Preset = plugin_entry::Preset<LlamaConfig>;
 
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> table = {
@@ -214,22 +212,11 @@ const char* alias_of(const std::string& key) {
 }  // namespace
 
 const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    for (const auto& p : presets()) out.emplace_back(p.name);
-    return out;
-  }();
+  static const std::vector<std::string> names = plugin_entry::preset_names(presets());
   return names;
 }
 
-LlamaConfig preset_config(const std::string& preset) {
-  for (const auto& p : presets()) {
-    if (preset == p.name) return p.make();
-  }
-  std::ostringstream known;
-  for (const auto& n : preset_names()) known << (known.tellp() > 0 ? ", " : "") << n;
-  FT_USER_ERROR() << "unknown llama preset '" << preset << "'; presets are: " << known.str();
-}
+LlamaConfig preset_config(const std::string& preset) { return plugin_entry::make_preset(presets(), preset, "llama"); }
 
 LlamaConfig make_config(const std::string& preset, const std::vector<std::pair<std::string, std::string>>& overrides) {
   LlamaConfig config = preset_config(preset);

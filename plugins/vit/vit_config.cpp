@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "plugin/plugin_entry.hpp"
 
 namespace ftrain::vit {
 
@@ -32,10 +33,7 @@ VitConfig imagenet(std::int64_t patch, std::int64_t embed, std::int64_t depth, s
   return c;
 }
 
-struct Preset {
-  const char* name;
-  VitConfig (*make)();
-};
+using Preset = plugin_entry::Preset<VitConfig>;
 
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> table = {
@@ -119,21 +117,11 @@ std::string format_double(double v) {
 }  // namespace
 
 const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    for (const auto& p : presets()) out.emplace_back(p.name);
-    return out;
-  }();
+  static const std::vector<std::string> names = plugin_entry::preset_names(presets());
   return names;
 }
 
-VitConfig preset_config(const std::string& preset) {
-  for (const auto& p : presets())
-    if (preset == p.name) return p.make();
-  std::ostringstream known;
-  for (const auto& n : preset_names()) known << (known.tellp() > 0 ? ", " : "") << n;
-  FT_USER_ERROR() << "unknown vit preset '" << preset << "'; presets are: " << known.str();
-}
+VitConfig preset_config(const std::string& preset) { return plugin_entry::make_preset(presets(), preset, "vit"); }
 
 VitConfig make_config(const std::string& preset, const std::vector<std::pair<std::string, std::string>>& overrides) {
   VitConfig config = preset_config(preset.empty() ? "tiny" : preset);

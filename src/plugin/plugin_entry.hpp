@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.hpp"
 #include "plugin/ftrain_plugin.h"
 #include "plugin/model.hpp"
 
@@ -48,6 +49,30 @@ void* create_guarded(ftrain_model_args* args, const char* plugin_name, Make&& ma
 }
 
 inline void destroy(void* model) { delete static_cast<Model*>(model); }
+
+// A plugin's preset table: name -> function building the configuration.
+template <class Config>
+struct Preset {
+  const char* name;
+  Config (*make)();
+};
+
+template <class Config>
+std::vector<std::string> preset_names(const std::vector<Preset<Config>>& presets) {
+  std::vector<std::string> names;
+  for (const auto& p : presets) names.emplace_back(p.name);
+  return names;
+}
+
+// The configuration of preset `name`, or a UserError listing the presets.
+template <class Config>
+Config make_preset(const std::vector<Preset<Config>>& presets, const std::string& name, const char* plugin_name) {
+  for (const auto& p : presets)
+    if (name == p.name) return p.make();
+  std::string known;
+  for (const auto& p : presets) known += (known.empty() ? "" : ", ") + std::string(p.name);
+  FT_USER_ERROR() << "unknown " << plugin_name << " preset '" << name << "'; presets are: " << known;
+}
 
 // A NULL-terminated view of `names`, which must outlive it (a static).
 inline std::vector<const char*> c_string_list(const std::vector<std::string>& names) {
