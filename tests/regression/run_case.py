@@ -53,6 +53,10 @@ here with ftrain-prep from "corpus") and -var run_dir (a fresh directory
 under --workdir) plus the case's "variables". Metric values are compared as
 JSON text (parse_float=str) so "repeat" compares exactly what was written.
 
+The runner is tested itself: selftest/*.json are broken cases it must reject
+(harness_selftest.py), harness_unit_test.py checks its metric checks on
+hand-written metrics files.
+
 --regenerate rewrites the "golden" block of a train case from this run (and
 does not compare); review the diff before committing it. Python 3 standard
 library only. Exit status: 0 pass, 1 fail, 2 usage or harness error.
