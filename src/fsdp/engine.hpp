@@ -26,7 +26,6 @@
 #include <string>
 #include <vector>
 
-#include "comm/comm_stream.hpp"
 #include "comm/communicator.hpp"
 #include "fp8/recipe.hpp"
 #include "fsdp/flat_parameter.hpp"
@@ -106,11 +105,12 @@ class FsdpEngine {
   // precision fp8: every unit's FP8 states, in unit order (checkpoints).
   std::vector<std::vector<Fp8StateRef>> fp8_states();
 
-  // Communication time of the stream and the part of it the compute thread
-  // waited for (not hidden behind compute), since the last reset.
-  double comm_seconds() const { return stream_.busy_seconds(); }
-  double comm_exposed_seconds() const { return stream_.exposed_seconds(); }
-  void reset_comm_timers() { stream_.reset_timers(); }
+  // Time the engine's collectives ran (shard and replica groups) and the
+  // part of it the compute thread waited for (not hidden behind compute),
+  // since the last reset (Communicator::times()).
+  double comm_seconds() const;
+  double comm_exposed_seconds() const;
+  void reset_comm_timers();
 
  private:
   std::vector<Tensor> unit_params(int u);
@@ -139,13 +139,13 @@ class FsdpEngine {
   std::vector<Tensor> inputs_;
   struct PendingReduction {
     int unit;
-    Tensor shard;  // reduced shard in the reduce dtype, valid once done
-    Request done;
+    Tensor shard;       // reduced shard in the reduce dtype, valid once both requests are done
+    Request scattered;  // reduce-scatter over the shard group
+    Request replicated; // then all-reduce over the replica group (stream order: issued at once)
   };
   std::deque<PendingReduction> pending_reductions_;
   static constexpr std::size_t kMaxPendingReductions = 2;  // full gradients in flight
   StepContext ctx_;
-  CommStream stream_;  // declared last: destroyed first, after its tasks finished
   std::int64_t optimizer_step_count_ = 0;
 };
 
