@@ -92,6 +92,9 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
     flats_.push_back(std::move(flat));
     slots_.push_back(std::move(slots));
   }
+  tied_owner_.assign(static_cast<std::size_t>(n_units), false);
+  for (int u = 0; u < n_units; ++u)
+    for (int o : owners_needed(u)) tied_owner_[static_cast<std::size_t>(o)] = true;
   caches_.resize(static_cast<std::size_t>(n_units));
   inputs_.resize(static_cast<std::size_t>(n_units));
 }
@@ -173,9 +176,12 @@ bool FsdpEngine::keep_gathered_after_forward() const {
   return options_.strategy == ShardingStrategy::shard_grad_op || options_.strategy == ShardingStrategy::no_shard;
 }
 
+// Units gathered or gathering, except tied owners: the embedding stays
+// gathered from the head's forward until its own backward, and counting it
+// made backward prefetch never fire with tied embeddings (issue 22 s3).
 int FsdpEngine::gathered_count() const {
   int n = 0;
-  for (const auto& f : flats_) n += f->gathered.defined() ? 1 : 0;
+  for (std::size_t u = 0; u < flats_.size(); ++u) n += flats_[u]->gathered.defined() && !tied_owner_[u] ? 1 : 0;
   return n;
 }
 
@@ -213,6 +219,7 @@ void FsdpEngine::prefetch(int u) {
   if (flats_[static_cast<std::size_t>(u)]->gathered_valid) return;
   if (gathered_count() >= options_.limit_all_gathers) return;
   start_gather(u);
+  ++prefetches_issued_;
 }
 
 void FsdpEngine::release(int u) {

@@ -45,7 +45,7 @@ struct FsdpOptions {
   DType reduce_dtype = DType::f32;  // gradient communication
   BackwardPrefetch backward_prefetch = BackwardPrefetch::backward_pre;
   bool forward_prefetch = false;
-  int limit_all_gathers = 2;        // units gathered or gathering at once (>= 1)
+  int limit_all_gathers = 2;        // units gathered or gathering at once (>= 1), tied owners not counted
   int shard_group_size = 0;         // hybrid_shard: 0 = ranks of one node
   int checkpoint_every = 0;         // activation checkpointing: 0 off, 1 every unit, N every N-th block
   std::int64_t vocab_chunk = 4096;
@@ -111,6 +111,8 @@ class FsdpEngine {
   double comm_seconds() const;
   double comm_exposed_seconds() const;
   void reset_comm_timers();
+  // Gathers started ahead of need by forward/backward prefetch, since construction.
+  std::int64_t prefetches_issued() const { return prefetches_issued_; }
 
  private:
   std::vector<Tensor> unit_params(int u);
@@ -147,6 +149,8 @@ class FsdpEngine {
   static constexpr std::size_t kMaxPendingReductions = 2;  // full gradients in flight
   StepContext ctx_;
   std::int64_t optimizer_step_count_ = 0;
+  std::vector<bool> tied_owner_;  // per unit: a later unit ties parameters to it
+  std::int64_t prefetches_issued_ = 0;
 };
 
 }  // namespace ftrain
