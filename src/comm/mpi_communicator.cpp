@@ -87,6 +87,7 @@ struct FaultInjection {
   std::string collective;
   std::int64_t nth = 0;
   std::int64_t seen = 0;
+  int rank = -1;  // world rank that fails; -1: every rank
 };
 
 FaultInjection& fault_injection() {
@@ -108,31 +109,46 @@ void read_fault_environment(FaultInjection& f) {
   if (value == nullptr || *value == '\0') return;
   const std::string text(value);
   const auto colon = text.find(':');
+  const auto at = text.find('@');
   std::int64_t nth = 0;
+  long long rank = -1;
   try {
     std::size_t used = 0;
-    if (colon != std::string::npos) nth = std::stoll(text.substr(colon + 1), &used);
-    if (colon == std::string::npos || used != text.size() - colon - 1) nth = 0;
+    const std::string count = colon == std::string::npos ? "" : text.substr(colon + 1, at == std::string::npos ? std::string::npos : at - colon - 1);
+    nth = std::stoll(count, &used);
+    if (used != count.size()) nth = 0;
+    if (at != std::string::npos) {
+      const std::string r = text.substr(at + 1);
+      rank = std::stoll(r, &used);
+      if (used != r.size() || rank < 0) nth = 0;
+    }
   } catch (const std::exception&) {
     nth = 0;
   }
   const std::string name = colon == std::string::npos ? text : text.substr(0, colon);
   FT_CHECK(is_collective_name(name) && nth >= 1)
       << kFaultVariable << "='" << text
-      << "': expected <collective>:<n>, collective one of all_gather, reduce_scatter_sum, all_reduce_sum, "
-         "all_reduce_max and n >= 1";
+      << "': expected <collective>:<n>[@<rank>], collective one of all_gather, reduce_scatter_sum, all_reduce_sum, "
+         "all_reduce_max, n >= 1, rank a world rank";
   f.collective = name;
   f.nth = nth;
   f.seen = 0;
+  f.rank = static_cast<int>(rank);
 }
 
-// The ordinal of this issue of `collective` when it is the one to fail, else 0.
-std::int64_t injected_fault(const char* collective) {
+struct InjectedFault {
+  std::int64_t ordinal = 0;  // 0: this issue runs normally
+  int rank = -1;             // only this world rank fails (-1: every rank)
+};
+
+// Whether this issue of `collective` is the one to fail. The world rank is
+// compared on the progress thread (the caller may not call MPI).
+InjectedFault injected_fault(const char* collective) {
   FaultInjection& f = fault_injection();
   std::lock_guard<std::mutex> lock(f.mutex);
   read_fault_environment(f);
-  if (f.nth <= 0 || f.collective != collective) return 0;
-  return ++f.seen == f.nth ? f.seen : 0;
+  if (f.nth <= 0 || f.collective != collective || ++f.seen != f.nth) return {};
+  return {f.seen, f.rank};
 }
 
 }  // namespace
@@ -145,6 +161,7 @@ void set_collective_fault_for_testing(const std::string& collective, std::int64_
   f.collective = collective;
   f.nth = nth;
   f.seen = 0;
+  f.rank = -1;
 }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned)
@@ -185,16 +202,17 @@ void MpiCommunicator::reset_times() {
 
 Request MpiCommunicator::issue(const char* collective, const std::string& what,
                                std::function<void(MPI_Request*)> start) {
-  const std::int64_t fault = injected_fault(collective);
+  const InjectedFault fault = injected_fault(collective);
   std::string where = describe();
   return progress_->submit(
       [collective, what, where = std::move(where), start = std::move(start), fault] {
-        if (fault > 0) {
+        if (fault.ordinal > 0) {
           int world_rank = -1;
           MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-          throw Error("rank " + std::to_string(world_rank) + " (" + where + "): " + collective + " of " + what +
-                      " failed: injected fault at call " + std::to_string(fault) + " (" + kFaultVariable +
-                      ", test only)");
+          if (fault.rank < 0 || fault.rank == world_rank)
+            throw Error("rank " + std::to_string(world_rank) + " (" + where + "): " + collective + " of " + what +
+                        " failed: injected fault at call " + std::to_string(fault.ordinal) + " (" + kFaultVariable +
+                        ", test only)");
         }
         MPI_Request request = MPI_REQUEST_NULL;
         start(&request);

@@ -75,9 +75,11 @@ void check_mpi(int code, const char* call, const char* file, int line);
 // "reduce_scatter_sum", "all_reduce_sum", "all_reduce_max") issued after this
 // call fails on the progress thread with an ftrain::Error instead of running,
 // as a broken network would; its Request rethrows the error. nth = 0 turns
-// injection off. The environment variable FTRAIN_TEST_FAIL_COLLECTIVE=<collective>:<nth>
-// sets the same from outside (read once, when the first communicator is
-// made). Tests use it to prove that a failed collective stops the job
+// injection off. The environment variable
+// FTRAIN_TEST_FAIL_COLLECTIVE=<collective>:<nth>[@<world rank>] sets the same
+// from outside (read once, at the first collective), optionally on one rank
+// only (the others then wait in the collective until the job is aborted).
+// Tests use it to prove that a failed collective stops the job
 // (tests/mpi/collective_fault_stops_job.sh, tests/mpi/test_comm.cpp).
 void set_collective_fault_for_testing(const std::string& collective, std::int64_t nth);
 

@@ -4,7 +4,7 @@
 # the error and the engine added a never-written buffer to the gradient, so
 # training went on with a wrong grad_norm and exited 0.
 # The test-only switch FTRAIN_TEST_FAIL_COLLECTIVE makes the 6th reduce-scatter
-# of every rank fail: the model has 4 units, so step 1 completes and step 2's
+# fail: the model has 4 units, so step 1 completes and step 2's
 # backward fails.
 # Usage: collective_fault_stops_job.sh FTRAIN FTRAIN_PREP WORKDIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
@@ -20,13 +20,19 @@ max_steps 4
 log every 1
 run_dir $work/run
 DECK
-status=0
-timeout 60 "$mpiexec" "$@" -x FTRAIN_TEST_FAIL_COLLECTIVE=reduce_scatter_sum:6 -np 2 "$ftrain" "$work/fault.in" \
-  > "$work/out.log" 2>&1 || status=$?
 fail() { echo "FAIL: $*"; cat "$work/out.log"; exit 1; }
-[[ $status -ne 124 ]] || fail "the job hung after the failed reduce-scatter"
-[[ $status -ne 0 ]] || fail "the job exited 0 although a reduce-scatter failed"
-grep -q "reduce_scatter_sum of .* failed: injected fault" "$work/out.log" || fail "no error message names the failed reduce-scatter"
-grep -q '"step":1,' "$work/run/metrics.jsonl" || fail "step 1 (before the fault) was not logged"
-if grep -q '"step":[2-9]' "$work/run/metrics.jsonl"; then fail "a step after the failed reduce-scatter was logged"; fi
-echo "PASS: the failed reduce-scatter stopped the job (exit $status) with its message"
+# on every rank, then on rank 1 only (rank 0 waits in the reduce-scatter
+# until rank 1's error aborts the job: it must not hang)
+for spec in reduce_scatter_sum:6 reduce_scatter_sum:6@1; do
+  rm -rf "$work/run"
+  status=0
+  timeout 60 "$mpiexec" "$@" -x FTRAIN_TEST_FAIL_COLLECTIVE=$spec -np 2 "$ftrain" "$work/fault.in" \
+    > "$work/out.log" 2>&1 || status=$?
+  [[ $status -ne 124 ]] || fail "$spec: the job hung after the failed reduce-scatter"
+  [[ $status -ne 0 ]] || fail "$spec: the job exited 0 although a reduce-scatter failed"
+  grep -q "rank 1 .*reduce_scatter_sum of .* failed: injected fault" "$work/out.log" \
+    || fail "$spec: no error message names the failed reduce-scatter"
+  grep -q '"step":1,' "$work/run/metrics.jsonl" || fail "$spec: step 1 (before the fault) was not logged"
+  if grep -q '"step":[2-9]' "$work/run/metrics.jsonl"; then fail "$spec: a step after the failed reduce-scatter was logged"; fi
+  echo "PASS: $spec: the failed reduce-scatter stopped the job (exit $status) with its message"
+done
