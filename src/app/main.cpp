@@ -118,8 +118,8 @@ bool any_rank_failed(const std::string& message, int rank, int size) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // SERIALIZED: the FSDP engine's communication thread calls MPI while the
-  // main thread computes, never both at once (comm/comm_stream.hpp).
+  // SERIALIZED: the communicators' progress thread calls MPI while the main
+  // thread computes, never both at once (comm/mpi_progress.hpp).
   int thread_level = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &thread_level);
   int rank = 0, size = 1;

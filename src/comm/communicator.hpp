@@ -3,10 +3,26 @@
 // communication stream) implement (DESIGN.md §3).
 //
 // Every collective returns a Request; the caller may compute meanwhile and
-// must wait() before touching the buffers. Nothing here blocks except wait()
-// and the explicitly blocking helpers at the end. Reductions are sums.
-// Supported element types: f32, bf16 (summed in f32 per element, then
-// rounded), i64 (counts).
+// must wait() (or test() until true) before touching the buffers. Nothing
+// here blocks except wait() and the explicitly blocking helpers at the end.
+// Reductions are sums. Supported element types: f32, bf16 (summed in f32 per
+// element, then rounded), i64 (counts).
+//
+// Who makes progress: the communicator, never the caller. A Request
+// completes on the communicator's own progress mechanism (MPI: one progress
+// thread per process, comm/mpi_progress.hpp; NCCL: its stream), so a caller
+// only issues and later waits or tests.
+//
+// Stream order: the collectives of a communicator and of every communicator
+// split from it run one after another in the order they were issued, like
+// kernels on one CUDA stream. A collective may therefore read the output of
+// one issued before it without waiting for it (reduce-scatter on the shard
+// group, then all-reduce of the result over the replica group).
+//
+// Errors: a collective that fails on the progress mechanism fails its
+// Request; wait(), or the test() that finds it complete, rethrows the error
+// on the caller's thread. A request is finished exactly once, whichever of
+// the two finishes it.
 #pragma once
 
 #include <memory>
@@ -21,26 +37,38 @@ class Request {
   class Impl {
    public:
     virtual ~Impl() = default;
+    // Blocks until complete, then rethrows the collective's error, if any.
     virtual void wait() = 0;
-    virtual bool test() = 0;  // true when complete (drives progress)
+    // True when complete; never throws for the collective's own error
+    // (Request::test() finishes a complete request through wait()).
+    virtual bool test() = 0;
   };
   Request() = default;
   explicit Request(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
   bool pending() const { return impl_ != nullptr; }
+  // Blocks until complete; rethrows the collective's error.
   void wait() {
-    if (impl_) {
-      impl_->wait();
-      impl_.reset();
-    }
+    if (auto impl = std::move(impl_)) impl->wait();
   }
-  // Lets the library make progress; returns true once complete.
+  // Returns true once complete (the buffers are then valid); a complete
+  // request that failed rethrows its error here, so a failure can never be
+  // mistaken for a finished collective.
   bool test() {
-    if (impl_ && impl_->test()) impl_.reset();
+    if (impl_ && impl_->test()) wait();
     return impl_ == nullptr;
   }
 
  private:
   std::unique_ptr<Impl> impl_;
+};
+
+// Time of a communicator's non-blocking collectives since the last reset:
+// busy = time they ran, exposed = the part of it a thread spent blocked in
+// Request::wait() (communication compute did not hide). The blocking helpers
+// (scalar reductions, barrier, split) are not counted.
+struct CommTimes {
+  double busy_seconds = 0;
+  double exposed_seconds = 0;
 };
 
 class Communicator {
@@ -63,9 +91,9 @@ class Communicator {
   // The ranks that share this rank's node (MPI_COMM_TYPE_SHARED).
   virtual std::unique_ptr<Communicator> split_node() const = 0;
   virtual void barrier() = 0;
-  // True when collectives may be run from a communication thread
-  // (the MPI library provides at least MPI_THREAD_SERIALIZED).
-  virtual bool supports_threaded_progress() const = 0;
+
+  virtual CommTimes times() const = 0;
+  virtual void reset_times() = 0;
 
   // Blocking scalar reductions (losses, norms, counts), in f64 / i64.
   virtual double all_reduce_sum(double value) = 0;

@@ -1,10 +1,13 @@
 #include "comm/mpi_communicator.hpp"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
-#include <thread>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
+#include "comm/mpi_progress.hpp"
 #include "core/error.hpp"
 
 namespace ftrain {
@@ -33,7 +36,7 @@ struct MpiTypes {
   MPI_Op bf16_sum_op = MPI_OP_NULL;
 };
 
-// Created on first use (after MPI_Init); freed by MPI_Finalize.
+// Created on first use, on the progress thread; freed by MPI_Finalize.
 const MpiTypes& mpi_types() {
   static MpiTypes types = [] {
     MpiTypes t;
@@ -45,6 +48,9 @@ const MpiTypes& mpi_types() {
   return types;
 }
 
+bool has_mpi_type(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::i32 || t == DType::i64; }
+
+// Progress thread only (mpi_types() makes MPI calls on first use).
 MPI_Datatype mpi_type(const Tensor& t) {
   switch (t.dtype()) {
     case DType::f32: return MPI_FLOAT;
@@ -57,48 +63,123 @@ MPI_Datatype mpi_type(const Tensor& t) {
 
 MPI_Op mpi_sum(const Tensor& t) { return t.dtype() == DType::bf16 ? mpi_types().bf16_sum_op : MPI_SUM; }
 
-class MpiRequest final : public Request::Impl {
- public:
-  explicit MpiRequest(MPI_Request r) : request_(r) {}
-  ~MpiRequest() override {
-    // A request dropped unfinished would leave MPI writing into freed memory.
-    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+// Drives one request to completion. Polls with a short sleep instead of
+// MPI_Wait's busy loop: the progress thread must not take the core away from
+// the computing thread while its peers catch up.
+void drive(MPI_Request& request) {
+  int done = 0;
+  for (int spins = 0;; ++spins) {
+    FT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  // Polls with a short sleep instead of MPI_Wait's busy loop: the waiter is
-  // usually the communication thread, which must not take the core away
-  // from the computing thread while its peers catch up.
-  void wait() override {
-    int done = 0;
-    for (int spins = 0;; ++spins) {
-      FT_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
-      if (done) return;
-      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-  }
-  bool test() override {
-    int done = 0;
-    FT_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
-    return done != 0;
-  }
-
- private:
-  MPI_Request request_;
-};
+}
 
 int checked_count(const Tensor& t) {
   FT_CHECK(t.numel() <= 2147483647) << t.describe() << " is too large for one MPI call";
   return static_cast<int>(t.numel());
 }
 
+// Test-only fault injection (mpi_communicator.hpp).
+struct FaultInjection {
+  std::mutex mutex;
+  bool environment_read = false;
+  std::string collective;
+  std::int64_t nth = 0;
+  std::int64_t seen = 0;
+  int rank = -1;  // world rank that fails; -1: every rank
+};
+
+FaultInjection& fault_injection() {
+  static FaultInjection f;
+  return f;
+}
+
+constexpr const char* kFaultVariable = "FTRAIN_TEST_FAIL_COLLECTIVE";
+
+bool is_collective_name(const std::string& name) {
+  return name == "all_gather" || name == "reduce_scatter_sum" || name == "all_reduce_sum" ||
+         name == "all_reduce_max";
+}
+
+void read_fault_environment(FaultInjection& f) {
+  if (f.environment_read) return;
+  f.environment_read = true;
+  const char* value = std::getenv(kFaultVariable);
+  if (value == nullptr || *value == '\0') return;
+  const std::string text(value);
+  const auto colon = text.find(':');
+  const auto at = text.find('@');
+  std::int64_t nth = 0;
+  long long rank = -1;
+  try {
+    std::size_t used = 0;
+    const std::string count = colon == std::string::npos ? "" : text.substr(colon + 1, at == std::string::npos ? std::string::npos : at - colon - 1);
+    nth = std::stoll(count, &used);
+    if (used != count.size()) nth = 0;
+    if (at != std::string::npos) {
+      const std::string r = text.substr(at + 1);
+      rank = std::stoll(r, &used);
+      if (used != r.size() || rank < 0) nth = 0;
+    }
+  } catch (const std::exception&) {
+    nth = 0;
+  }
+  const std::string name = colon == std::string::npos ? text : text.substr(0, colon);
+  FT_CHECK(is_collective_name(name) && nth >= 1)
+      << kFaultVariable << "='" << text
+      << "': expected <collective>:<n>[@<rank>], collective one of all_gather, reduce_scatter_sum, all_reduce_sum, "
+         "all_reduce_max, n >= 1, rank a world rank";
+  f.collective = name;
+  f.nth = nth;
+  f.seen = 0;
+  f.rank = static_cast<int>(rank);
+}
+
+struct InjectedFault {
+  std::int64_t ordinal = 0;  // 0: this issue runs normally
+  int rank = -1;             // only this world rank fails (-1: every rank)
+};
+
+// Whether this issue of `collective` is the one to fail. The world rank is
+// compared on the progress thread (the caller may not call MPI).
+InjectedFault injected_fault(const char* collective) {
+  FaultInjection& f = fault_injection();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  read_fault_environment(f);
+  if (f.nth <= 0 || f.collective != collective || ++f.seen != f.nth) return {};
+  return {f.seen, f.rank};
+}
+
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
-  FT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-  FT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+void set_collective_fault_for_testing(const std::string& collective, std::int64_t nth) {
+  FT_CHECK(nth == 0 || is_collective_name(collective)) << "no collective named '" << collective << "'";
+  FaultInjection& f = fault_injection();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  f.environment_read = true;  // the hook wins over the environment
+  f.collective = collective;
+  f.nth = nth;
+  f.seen = 0;
+  f.rank = -1;
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned)
+    : progress_(MpiProgress::acquire()), clock_(std::make_shared<CommClock>()), comm_(comm), owned_(owned) {
+  progress_->run([this] {
+    FT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    FT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  });
 }
 
 MpiCommunicator::~MpiCommunicator() {
-  if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (!owned_ || comm_ == MPI_COMM_NULL) return;
+  try {
+    // Queued behind every collective still pending on it.
+    progress_->run([comm = comm_]() mutable { MPI_Comm_free(&comm); });
+  } catch (const std::exception&) {
+    // A destructor cannot report; MPI_Finalize reclaims the handle.
+  }
 }
 
 std::string MpiCommunicator::describe() const {
@@ -107,73 +188,109 @@ std::string MpiCommunicator::describe() const {
   return s.str();
 }
 
+bool MpiCommunicator::threaded_progress() const { return progress_->threaded(); }
+
+CommTimes MpiCommunicator::times() const {
+  std::lock_guard<std::mutex> lock(clock_->mutex);
+  return clock_->times;
+}
+
+void MpiCommunicator::reset_times() {
+  std::lock_guard<std::mutex> lock(clock_->mutex);
+  clock_->times = CommTimes{};
+}
+
+Request MpiCommunicator::issue(const char* collective, const std::string& what,
+                               std::function<void(MPI_Request*)> start) {
+  const InjectedFault fault = injected_fault(collective);
+  std::string where = describe();
+  return progress_->submit(
+      [collective, what, where = std::move(where), start = std::move(start), fault] {
+        if (fault.ordinal > 0) {
+          int world_rank = -1;
+          MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+          if (fault.rank < 0 || fault.rank == world_rank)
+            throw Error("rank " + std::to_string(world_rank) + " (" + where + "): " + collective + " of " + what +
+                        " failed: injected fault at call " + std::to_string(fault.ordinal) + " (" + kFaultVariable +
+                        ", test only)");
+        }
+        MPI_Request request = MPI_REQUEST_NULL;
+        start(&request);
+        drive(request);
+      },
+      clock_);
+}
+
+// The lambdas hold the tensors (shared storage) until the collective has run.
 Request MpiCommunicator::all_gather(const Tensor& send, Tensor& recv) {
-  FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size_)
+  FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size_ && has_mpi_type(send.dtype()))
       << "all_gather: send " << send.describe() << ", recv " << recv.describe() << ", " << size_ << " ranks";
-  MPI_Request r;
-  FT_MPI_CHECK(MPI_Iallgather(send.data(), checked_count(send), mpi_type(send), recv.data(), checked_count(send),
-                              mpi_type(recv), comm_, &r));
-  return Request(std::make_unique<MpiRequest>(r));
+  checked_count(recv);
+  return issue("all_gather", send.describe(), [send, recv, comm = comm_](MPI_Request* r) {
+    FT_MPI_CHECK(MPI_Iallgather(send.data(), checked_count(send), mpi_type(send), recv.data(), checked_count(send),
+                                mpi_type(recv), comm, r));
+  });
 }
 
 Request MpiCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv) {
-  FT_CHECK(send.dtype() == recv.dtype() && send.numel() == recv.numel() * size_)
+  FT_CHECK(send.dtype() == recv.dtype() && send.numel() == recv.numel() * size_ && has_mpi_type(send.dtype()))
       << "reduce_scatter: send " << send.describe() << ", recv " << recv.describe() << ", " << size_ << " ranks";
-  MPI_Request r;
-  FT_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), checked_count(recv), mpi_type(send),
-                                         mpi_sum(send), comm_, &r));
-  return Request(std::make_unique<MpiRequest>(r));
+  checked_count(send);
+  return issue("reduce_scatter_sum", send.describe(), [send, recv, comm = comm_](MPI_Request* r) {
+    FT_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), checked_count(recv), mpi_type(send),
+                                           mpi_sum(send), comm, r));
+  });
 }
 
 Request MpiCommunicator::all_reduce_sum(Tensor& inout) {
-  MPI_Request r;
-  FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), mpi_type(inout), mpi_sum(inout),
-                              comm_, &r));
-  return Request(std::make_unique<MpiRequest>(r));
+  FT_CHECK(has_mpi_type(inout.dtype())) << "all_reduce_sum: no MPI type for " << inout.describe();
+  checked_count(inout);
+  return issue("all_reduce_sum", inout.describe(), [inout, comm = comm_](MPI_Request* r) {
+    FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), mpi_type(inout), mpi_sum(inout),
+                                comm, r));
+  });
 }
 
 Request MpiCommunicator::all_reduce_max(Tensor& inout) {
   FT_CHECK(inout.dtype() == DType::f32) << "all_reduce_max: " << inout.describe() << " (f32 only)";
-  MPI_Request r;
-  FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), MPI_FLOAT, MPI_MAX, comm_, &r));
-  return Request(std::make_unique<MpiRequest>(r));
+  checked_count(inout);
+  return issue("all_reduce_max", inout.describe(), [inout, comm = comm_](MPI_Request* r) {
+    FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), MPI_FLOAT, MPI_MAX, comm, r));
+  });
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) const {
-  MPI_Comm sub;
-  FT_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
+  MPI_Comm sub = MPI_COMM_NULL;
+  progress_->run([&] { FT_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub)); });
   return std::make_unique<MpiCommunicator>(sub, /*owned=*/true);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split_node() const {
-  MPI_Comm sub;
-  FT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &sub));
+  MPI_Comm sub = MPI_COMM_NULL;
+  progress_->run(
+      [&] { FT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &sub)); });
   return std::make_unique<MpiCommunicator>(sub, /*owned=*/true);
 }
 
-bool MpiCommunicator::supports_threaded_progress() const {
-  int provided = MPI_THREAD_SINGLE;
-  MPI_Query_thread(&provided);
-  return provided >= MPI_THREAD_SERIALIZED;
+void MpiCommunicator::barrier() {
+  progress_->run([&] { FT_MPI_CHECK(MPI_Barrier(comm_)); });
 }
-
-void MpiCommunicator::barrier() { FT_MPI_CHECK(MPI_Barrier(comm_)); }
 
 double MpiCommunicator::all_reduce_sum(double value) {
   double out = 0;
-  FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_SUM, comm_));
+  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_SUM, comm_)); });
   return out;
 }
 
 double MpiCommunicator::all_reduce_max(double value) {
   double out = 0;
-  FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, comm_));
+  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, comm_)); });
   return out;
 }
 
 std::int64_t MpiCommunicator::all_reduce_sum(std::int64_t value) {
   std::int64_t out = 0;
-  FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, comm_));
+  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, comm_)); });
   return out;
 }
 

@@ -1,13 +1,29 @@
 // Communicator over MPI for host buffers: MPI_Iallgather,
 // MPI_Ireduce_scatter_block, MPI_Iallreduce. bf16 travels as 16-bit words
 // and is summed by a user-defined MPI_Op (f32 arithmetic, RNE rounding).
+//
+// Every MPI call runs on the process's progress thread (comm/mpi_progress.hpp),
+// which is what makes non-blocking collectives progress while the caller
+// computes. Arguments are checked on the caller's thread (a bad call throws
+// at once); a collective keeps its tensors alive until it has run, so a
+// caller may drop its handles early. MPI must be initialised with at least
+// MPI_THREAD_SERIALIZED for overlap; with less, collectives run inside the
+// call that issues them.
 #pragma once
 
 #include <mpi.h>
 
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
 #include "comm/communicator.hpp"
 
 namespace ftrain {
+
+class MpiProgress;
+struct CommClock;
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -27,14 +43,23 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) const override;
   std::unique_ptr<Communicator> split_node() const override;
   void barrier() override;
-  bool supports_threaded_progress() const override;
+  CommTimes times() const override;
+  void reset_times() override;
   double all_reduce_sum(double value) override;
   double all_reduce_max(double value) override;
   std::int64_t all_reduce_sum(std::int64_t value) override;
 
+  // True when collectives progress on a thread of their own (overlap).
+  bool threaded_progress() const;
   MPI_Comm handle() const { return comm_; }
 
  private:
+  // Queues one collective: `start` issues the MPI_I* call on the progress
+  // thread, which then drives it to completion. `what` names it in errors.
+  Request issue(const char* collective, const std::string& what, std::function<void(MPI_Request*)> start);
+
+  std::shared_ptr<MpiProgress> progress_;
+  std::shared_ptr<CommClock> clock_;
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0;
@@ -44,5 +69,18 @@ class MpiCommunicator final : public Communicator {
 // Throws ftrain::Error naming the call and MPI's error string.
 void check_mpi(int code, const char* call, const char* file, int line);
 #define FT_MPI_CHECK(call) ::ftrain::check_mpi((call), #call, __FILE__, __LINE__)
+
+// TEST ONLY: fault injection. The nth (1-based, counted per process over
+// every communicator) non-blocking `collective` ("all_gather",
+// "reduce_scatter_sum", "all_reduce_sum", "all_reduce_max") issued after this
+// call fails on the progress thread with an ftrain::Error instead of running,
+// as a broken network would; its Request rethrows the error. nth = 0 turns
+// injection off. The environment variable
+// FTRAIN_TEST_FAIL_COLLECTIVE=<collective>:<nth>[@<world rank>] sets the same
+// from outside (read once, at the first collective), optionally on one rank
+// only (the others then wait in the collective until the job is aborted).
+// Tests use it to prove that a failed collective stops the job
+// (tests/mpi/collective_fault_stops_job.sh, tests/mpi/test_comm.cpp).
+void set_collective_fault_for_testing(const std::string& collective, std::int64_t nth);
 
 }  // namespace ftrain

@@ -35,7 +35,7 @@ const char* sharding_strategy_name(ShardingStrategy s) {
 }
 
 FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& options)
-    : model_(model), world_(world), options_(options), stream_(world.supports_threaded_progress()) {
+    : model_(model), world_(world), options_(options) {
   FT_CHECK(options_.limit_all_gathers >= 1) << "limit_all_gathers must be >= 1";
   const int world_size = world_.size();
   int group_size = world_size;
@@ -92,13 +92,29 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
     flats_.push_back(std::move(flat));
     slots_.push_back(std::move(slots));
   }
+  tied_owner_.assign(static_cast<std::size_t>(n_units), false);
+  for (int u = 0; u < n_units; ++u)
+    for (int o : owners_needed(u)) tied_owner_[static_cast<std::size_t>(o)] = true;
   caches_.resize(static_cast<std::size_t>(n_units));
   inputs_.resize(static_cast<std::size_t>(n_units));
 }
 
-// Members go in reverse order: the stream finishes its queued tasks first,
-// then the requests and buffers they used are released.
+// A destroyed Request waits for its collective, and a queued collective
+// holds its own references to the buffers it uses.
 FsdpEngine::~FsdpEngine() = default;
+
+double FsdpEngine::comm_seconds() const {
+  return shard_comm_->times().busy_seconds + (replica_comm_ ? replica_comm_->times().busy_seconds : 0.0);
+}
+
+double FsdpEngine::comm_exposed_seconds() const {
+  return shard_comm_->times().exposed_seconds + (replica_comm_ ? replica_comm_->times().exposed_seconds : 0.0);
+}
+
+void FsdpEngine::reset_comm_timers() {
+  shard_comm_->reset_times();
+  if (replica_comm_) replica_comm_->reset_times();
+}
 
 void random_init_values(std::uint64_t seed, const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
   switch (e.init) {
@@ -151,19 +167,15 @@ void FsdpEngine::init_from_root(const ParameterSource& source) {
       float* dst = full.data_as<float>();
       for (const auto& entry : flat->entries()) source(entry, 0, entry.numel, dst + entry.offset);
     }
-    Communicator* shard_comm = shard_comm_.get();
-    Communicator* replica_comm = replica_comm_.get();
-    Tensor shard = flat->master;
-    stream_
-        .submit([shard_comm, replica_comm, full, shard]() mutable {
-          if (shard_comm->size() > 1) {
-            shard_comm->reduce_scatter_sum(full, shard).wait();
-          } else {
-            std::memcpy(shard.data(), full.data(), shard.nbytes());
-          }
-          if (replica_comm != nullptr) replica_comm->all_reduce_sum(shard).wait();
-        })
-        .wait();
+    Request scattered, replicated;
+    if (shard_comm_->size() > 1) {
+      scattered = shard_comm_->reduce_scatter_sum(full, flat->master);
+    } else {
+      std::memcpy(flat->master.data(), full.data(), flat->master.nbytes());
+    }
+    if (replica_comm_) replicated = replica_comm_->all_reduce_sum(flat->master);  // stream order: after the scatter
+    scattered.wait();
+    replicated.wait();
     flat->gathered_valid = false;
     flat->gathered = Tensor();
   }
@@ -173,9 +185,12 @@ bool FsdpEngine::keep_gathered_after_forward() const {
   return options_.strategy == ShardingStrategy::shard_grad_op || options_.strategy == ShardingStrategy::no_shard;
 }
 
+// Units gathered or gathering, except tied owners: the embedding stays
+// gathered from the head's forward until its own backward, and counting it
+// made backward prefetch never fire with tied embeddings (issue 22 s3).
 int FsdpEngine::gathered_count() const {
   int n = 0;
-  for (const auto& f : flats_) n += f->gathered.defined() ? 1 : 0;
+  for (std::size_t u = 0; u < flats_.size(); ++u) n += flats_[u]->gathered.defined() && !tied_owner_[u] ? 1 : 0;
   return n;
 }
 
@@ -197,9 +212,7 @@ bool FsdpEngine::start_gather(int u) {
       f.gather_send = Tensor::empty({f.shard_numel()}, dt, Device::host, f.unit_name() + ".gather_send");
       ops::cast(f.master, f.gather_send);
     }
-    Communicator* comm = shard_comm_.get();
-    Tensor send = f.gather_send, recv = f.gathered;
-    f.gather_request = stream_.submit([comm, send, recv]() mutable { comm->all_gather(send, recv).wait(); });
+    f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered);
     issued = true;
   }
   f.gathered_valid = true;
@@ -283,16 +296,12 @@ void FsdpEngine::reduce_gradients(int u) {
   if (shard_comm_->size() == 1 && !replica_comm_) {
     p.shard = send;  // nothing to communicate
   } else {
-    Communicator* shard_comm = shard_comm_.get();
-    Communicator* replica_comm = replica_comm_.get();
-    p.shard = shard_comm->size() == 1
+    p.shard = shard_comm_->size() == 1
                   ? send
                   : Tensor::empty({f.shard_numel()}, send.dtype(), Device::host, f.unit_name() + ".grad_shard");
-    Tensor shard = p.shard;
-    p.done = stream_.submit([shard_comm, replica_comm, send, shard]() mutable {
-      if (shard_comm->size() > 1) shard_comm->reduce_scatter_sum(send, shard).wait();
-      if (replica_comm != nullptr) replica_comm->all_reduce_sum(shard).wait();
-    });
+    if (shard_comm_->size() > 1) p.scattered = shard_comm_->reduce_scatter_sum(send, p.shard);
+    // Stream order: the all-reduce runs after the reduce-scatter wrote p.shard.
+    if (replica_comm_) p.replicated = replica_comm_->all_reduce_sum(p.shard);
   }
   pending_reductions_.push_back(std::move(p));
   finish_reductions(kMaxPendingReductions);
@@ -300,12 +309,14 @@ void FsdpEngine::reduce_gradients(int u) {
 
 // Completes the oldest reductions (in order, so gradient sums are
 // bit-reproducible) until at most keep_pending remain; completed ones are
-// finished without waiting.
+// finished without waiting. A failed reduction throws here (from test() or
+// wait()), before its buffer could reach the gradient.
 void FsdpEngine::finish_reductions(std::size_t keep_pending) {
   while (!pending_reductions_.empty()) {
     PendingReduction& p = pending_reductions_.front();
-    if (pending_reductions_.size() <= keep_pending && !p.done.test()) break;
-    p.done.wait();
+    if (pending_reductions_.size() <= keep_pending && !(p.scattered.test() && p.replicated.test())) break;
+    p.scattered.wait();
+    p.replicated.wait();
     FlatParameter& f = *flats_[static_cast<std::size_t>(p.unit)];
     if (p.shard.dtype() == DType::f32) {
       ops::add_inplace(f.grad, p.shard);
@@ -323,7 +334,6 @@ void FsdpEngine::drain() {
   for (auto& f : flats_) {
     f->gather_request.wait();
   }
-  stream_.synchronize();
 }
 
 double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {

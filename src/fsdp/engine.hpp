@@ -26,7 +26,6 @@
 #include <string>
 #include <vector>
 
-#include "comm/comm_stream.hpp"
 #include "comm/communicator.hpp"
 #include "fp8/recipe.hpp"
 #include "fsdp/flat_parameter.hpp"
@@ -46,7 +45,7 @@ struct FsdpOptions {
   DType reduce_dtype = DType::f32;  // gradient communication
   BackwardPrefetch backward_prefetch = BackwardPrefetch::backward_pre;
   bool forward_prefetch = false;
-  int limit_all_gathers = 2;        // units gathered or gathering at once (>= 1)
+  int limit_all_gathers = 2;        // units gathered or gathering at once (>= 1), tied owners not counted
   int shard_group_size = 0;         // hybrid_shard: 0 = ranks of one node
   int checkpoint_every = 0;         // activation checkpointing: 0 off, 1 every unit, N every N-th block
   std::int64_t vocab_chunk = 4096;
@@ -122,13 +121,18 @@ class FsdpEngine {
   // precision fp8: every unit's FP8 states, in unit order (checkpoints).
   std::vector<std::vector<Fp8StateRef>> fp8_states();
 
-  // Communication time of the stream and the part of it the compute thread
-  // waited for (not hidden behind compute), since the last reset.
-  double comm_seconds() const { return stream_.busy_seconds(); }
-  double comm_exposed_seconds() const { return stream_.exposed_seconds(); }
-  void reset_comm_timers() { stream_.reset_timers(); }
+  // Time the engine's collectives ran (shard and replica groups) and the
+  // part of it the compute thread waited for (not hidden behind compute),
+  // since the last reset (Communicator::times()).
+  double comm_seconds() const;
+  double comm_exposed_seconds() const;
+  void reset_comm_timers();
   const FsdpCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = FsdpCounters{}; }
+  // Gathers started ahead of need by forward/backward prefetch, since the last reset_counters().
+  std::int64_t prefetches_issued() const {
+    return counters_.forward_prefetch_gathers + counters_.backward_prefetch_gathers;
+  }
 
  private:
   std::vector<Tensor> unit_params(int u);
@@ -160,15 +164,16 @@ class FsdpEngine {
   std::vector<Tensor> inputs_;
   struct PendingReduction {
     int unit;
-    Tensor shard;  // reduced shard in the reduce dtype, valid once done
-    Request done;
+    Tensor shard;       // reduced shard in the reduce dtype, valid once both requests are done
+    Request scattered;  // reduce-scatter over the shard group
+    Request replicated; // then all-reduce over the replica group (stream order: issued at once)
   };
   std::deque<PendingReduction> pending_reductions_;
   static constexpr std::size_t kMaxPendingReductions = 2;  // full gradients in flight
   StepContext ctx_;
-  CommStream stream_;  // declared last: destroyed first, after its tasks finished
   std::int64_t optimizer_step_count_ = 0;
   FsdpCounters counters_;
+  std::vector<bool> tied_owner_;  // per unit: a later unit ties parameters to it
 };
 
 }  // namespace ftrain

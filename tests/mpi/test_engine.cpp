@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstring>
+#include <map>
 
 #include "comm/mpi_communicator.hpp"
 #include "core/rng.hpp"
@@ -91,5 +92,38 @@ INSTANTIATE_TEST_SUITE_P(Strategies, EngineInit,
                                                               ShardingStrategy::no_shard,
                                                               ShardingStrategy::hybrid_shard),
                                             ::testing::Bool()));
+
+}  // namespace
+
+namespace {
+
+// With tied embeddings the embedding unit stays gathered from the head's
+// forward until its own backward; it must not use up limit_all_gathers, or
+// backward prefetch never fires (issue 22 s3). Every unit but the embedding
+// is prefetched in backward, tied or not.
+TEST(EnginePrefetch, TiedEmbeddingsDoNotBlockBackwardPrefetch) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  // One rank holds every unit whole: nothing is gathered, so nothing is prefetched.
+  if (world.size() == 1) GTEST_SKIP() << "prefetch issues all-gathers, which need two or more ranks";
+  Batch batch;
+  batch.inputs = Tensor::empty({2, 8}, DType::i32);
+  batch.targets = Tensor::empty({2, 8}, DType::i32);
+  for (int i = 0; i < 16; ++i) {
+    batch.inputs.data_as<std::int32_t>()[i] = (i * 7 + world.rank()) % 37;
+    batch.targets.data_as<std::int32_t>()[i] = (i * 5 + 3) % 37;
+  }
+  std::map<bool, std::int64_t> prefetches;
+  for (bool tied : {false, true}) {
+    auto model = tiny_llama(tied);
+    FsdpOptions options;  // full_shard, backward_pre, limit_all_gathers 2, no forward prefetch
+    FsdpEngine engine(*model, world, options);
+    engine.init_random(5);
+    engine.forward_backward(batch, 1.0f / 32.0f);
+    prefetches[tied] = engine.prefetches_issued();
+  }
+  const std::int64_t units = 4;  // embedding, 2 blocks, head
+  EXPECT_EQ(prefetches[false], units - 1) << "untied: every unit below the head prefetched in backward";
+  EXPECT_EQ(prefetches[true], units - 2) << "tied: every unit below the head but the (still gathered) embedding";
+}
 
 }  // namespace

@@ -1,0 +1,138 @@
+#include "comm/mpi_progress.hpp"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <iostream>
+
+namespace ftrain {
+
+using Clock = std::chrono::steady_clock;
+
+void CommClock::add_busy(double s) {
+  std::lock_guard<std::mutex> lock(mutex);
+  times.busy_seconds += s;
+}
+
+void CommClock::add_exposed(double s) {
+  std::lock_guard<std::mutex> lock(mutex);
+  times.exposed_seconds += s;
+}
+
+namespace {
+
+class ProgressRequest final : public Request::Impl {
+ public:
+  ProgressRequest(std::future<void> done, std::shared_ptr<CommClock> clock)
+      : done_(std::move(done)), clock_(std::move(clock)) {}
+  ~ProgressRequest() override {
+    if (!done_.valid()) return;
+    // Dropped without wait(): let it finish (callers rely on a destroyed
+    // request being done with its buffers), and never lose its error quietly.
+    try {
+      done_.get();
+    } catch (const std::exception& e) {
+      std::cerr << "ftrain: warning: a failed collective was dropped without wait(): " << e.what() << "\n";
+    }
+  }
+  void wait() override {
+    if (done_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      const auto t0 = Clock::now();
+      done_.wait();
+      if (clock_) clock_->add_exposed(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    done_.get();  // rethrows the job's error on this thread
+  }
+  bool test() override { return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+
+ private:
+  std::future<void> done_;
+  std::shared_ptr<CommClock> clock_;
+};
+
+}  // namespace
+
+std::shared_ptr<MpiProgress> MpiProgress::acquire() {
+  static std::mutex mutex;
+  static std::weak_ptr<MpiProgress> current;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto existing = current.lock()) return existing;
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);  // no progress thread exists yet: this thread may call MPI
+  auto progress = std::make_shared<MpiProgress>(provided >= MPI_THREAD_SERIALIZED);
+  current = progress;
+  return progress;
+}
+
+MpiProgress::MpiProgress(bool threaded) : threaded_(threaded) {
+  if (threaded_) thread_ = std::thread([this] { worker(); });
+}
+
+MpiProgress::~MpiProgress() {
+  if (!threaded_) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();  // runs what is still queued first
+}
+
+Request MpiProgress::submit(std::function<void()> job, std::shared_ptr<CommClock> clock) {
+  // Busy time is booked before the request completes, so a waiter that
+  // returns sees its collective counted.
+  std::packaged_task<void()> task([job = std::move(job), clock] {
+    struct BookBusy {
+      CommClock* clock;
+      Clock::time_point t0 = Clock::now();
+      ~BookBusy() {
+        if (clock) clock->add_busy(std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+    } book{clock.get()};
+    job();
+  });
+  auto done = task.get_future();
+  if (!threaded_) {
+    const auto t0 = Clock::now();
+    task();  // an exception is stored in the future
+    if (clock) clock->add_exposed(std::chrono::duration<double>(Clock::now() - t0).count());
+    return Request(std::make_unique<ProgressRequest>(std::move(done), std::move(clock)));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(task));
+  }
+  wake_.notify_one();
+  return Request(std::make_unique<ProgressRequest>(std::move(done), std::move(clock)));
+}
+
+void MpiProgress::run(std::function<void()> job) {
+  if (!threaded_) {
+    job();
+    return;
+  }
+  std::packaged_task<void()> task(std::move(job));
+  auto done = task.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(task));
+  }
+  wake_.notify_one();
+  done.get();
+}
+
+void MpiProgress::worker() {
+  for (;;) {
+    std::packaged_task<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and nothing left
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();  // exceptions are stored in the future
+  }
+}
+
+}  // namespace ftrain

@@ -1,0 +1,80 @@
+// MpiProgress: the thread that runs every MPI call of the process's
+// MpiCommunicators: the host backend's "communication stream". Internal to
+// comm/: callers see only Communicator and Request.
+//
+// Why a thread: Open MPI progresses a non-blocking collective only while
+// some thread is inside an MPI call. An MPI_Iallgather issued before a unit
+// computes and waited for after it overlaps nothing: the data moves during
+// the wait. The progress thread stays inside MPI (MPI_Test with short
+// sleeps, so it does not take the computing core) while the caller computes,
+// which is what makes prefetching hide communication.
+//
+// Why one per process, running jobs one at a time in issue order:
+// - MPI_THREAD_SERIALIZED suffices (one thread calls MPI at a time); the
+//   blocking helpers (scalar reductions, barrier, split, MPI_Comm_free) run
+//   here too, so they never race a pending collective;
+// - every rank issues the same collectives in the same program order, so
+//   collectives on any communicator stay matched across ranks, and a
+//   collective may consume the output of the one issued before it (stream
+//   order, communicator.hpp).
+// Code outside comm/ that calls MPI itself (HDF5 I/O, main's startup
+// agreement) must do so with no request in flight.
+//
+// Without MPI_THREAD_SERIALIZED (MPI_Query_thread) jobs run inside submit():
+// correct, just without overlap.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "comm/communicator.hpp"
+
+namespace ftrain {
+
+// Busy and exposed time of one communicator, shared with its requests.
+struct CommClock {
+  std::mutex mutex;
+  CommTimes times;
+  void add_busy(double s);
+  void add_exposed(double s);
+};
+
+class MpiProgress {
+ public:
+  // The process's instance, started on first use (after MPI_Init). Every
+  // MpiCommunicator holds a reference; the thread ends with the last one,
+  // so communicators must be gone before MPI_Finalize.
+  static std::shared_ptr<MpiProgress> acquire();
+
+  explicit MpiProgress(bool threaded);
+  ~MpiProgress();
+  MpiProgress(const MpiProgress&) = delete;
+  MpiProgress& operator=(const MpiProgress&) = delete;
+
+  // Queues `job`; the Request completes when it has run. An exception thrown
+  // by the job fails the Request (wait()/test() rethrow it). Run time is
+  // added to clock->busy, time a waiter blocks to clock->exposed.
+  Request submit(std::function<void()> job, std::shared_ptr<CommClock> clock);
+  // Runs `job` after everything queued before it and returns when it has
+  // run; rethrows its exception. Not timed (the blocking helpers).
+  void run(std::function<void()> job);
+
+  bool threaded() const { return threaded_; }
+
+ private:
+  void worker();
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stop_ = false;
+  bool threaded_ = true;
+  std::thread thread_;
+};
+
+}  // namespace ftrain

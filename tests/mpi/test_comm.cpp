@@ -1,0 +1,364 @@
+// Direct tests of src/comm against a straightforward reference (issue 22 s1):
+// every collective of Communicator on f32 / bf16 / i64 with odd and zero
+// sizes, split and split_node, requests in flight together, wait and test,
+// the blocking scalar reductions, the timers, and errors from the progress
+// thread reaching the caller. Run at np 1, 2, 3 and 4.
+//
+// Every element's value is an integer that depends on both the rank that
+// contributes it and its index, small enough that every partial sum is exact
+// in the element type: any rank or block placed wrongly, any element not
+// written, and any rounding changes a value the reference predicts exactly.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+
+using namespace ftrain;
+
+namespace {
+
+// The value rank q contributes at element j (an exact integer in every type).
+std::int64_t value_of(DType dt, int q, std::int64_t j) {
+  switch (dt) {
+    case DType::f32: return q * 1000 + j % 997;                         // sums < 2^24
+    case DType::bf16: return (q + 1) + 2 * (j % 29);                     // every partial sum < 256
+    case DType::i64: return (std::int64_t{1} << 58) + q * 1000003 + j;  // beyond f64's 2^53
+    default: ADD_FAILURE() << "no test values for " << dtype_name(dt); return 0;
+  }
+}
+
+void store(Tensor& t, std::int64_t i, std::int64_t v) {
+  switch (t.dtype()) {
+    case DType::f32: t.data_as<float>()[i] = static_cast<float>(v); break;
+    case DType::bf16: t.data_as<bf16>()[i] = to_bf16(static_cast<float>(v)); break;
+    case DType::i64: t.data_as<std::int64_t>()[i] = v; break;
+    default: FAIL() << "store: " << t.describe();
+  }
+}
+
+std::int64_t load(const Tensor& t, std::int64_t i) {
+  switch (t.dtype()) {
+    case DType::f32: return std::llround(t.data_as<float>()[i]);
+    case DType::bf16: return std::llround(to_float(t.data_as<bf16>()[i]));
+    case DType::i64: return t.data_as<std::int64_t>()[i];
+    default: ADD_FAILURE() << "load: " << t.describe(); return 0;
+  }
+}
+
+// A tensor holding rank q's contribution at elements [first, first + n).
+Tensor contribution(DType dt, int q, std::int64_t n, std::int64_t first = 0) {
+  Tensor t = Tensor::empty({n}, dt, Device::host, "send");
+  for (std::int64_t i = 0; i < n; ++i) store(t, i, value_of(dt, q, first + i));
+  return t;
+}
+
+// A tensor filled with a value no collective result equals (unwritten output shows).
+Tensor poisoned(DType dt, std::int64_t n) {
+  Tensor t = Tensor::empty({n}, dt, Device::host, "recv");
+  for (std::int64_t i = 0; i < n; ++i) store(t, i, dt == DType::i64 ? -7 : 255);
+  return t;
+}
+
+std::int64_t sum_over_ranks(DType dt, int size, std::int64_t j) {
+  std::int64_t s = 0;
+  for (int q = 0; q < size; ++q) s += value_of(dt, q, j);
+  return s;
+}
+
+// Element-wise max test values: the maximum sits on a different rank per element.
+float max_value_of(int q, std::int64_t j, int size) {
+  return static_cast<float>(((q + j) % size) * 10 - j % 5) - 0.25f * static_cast<float>(q);
+}
+
+const std::vector<std::int64_t> kCounts = {0, 1, 7, 1000};  // per-rank elements
+
+class CommByDType : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CommByDType, AllGatherConcatenatesInRankOrder) {
+  const DType dt = GetParam();
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int size = world.size();
+  for (std::int64_t n : kCounts) {
+    Tensor send = contribution(dt, world.rank(), n);
+    Tensor recv = poisoned(dt, n * size);
+    world.all_gather(send, recv).wait();
+    for (int q = 0; q < size; ++q)
+      for (std::int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(load(recv, q * n + j), value_of(dt, q, j)) << "n " << n << ": block of rank " << q << ", element " << j;
+  }
+}
+
+TEST_P(CommByDType, ReduceScatterGivesThisRanksBlockOfTheSum) {
+  const DType dt = GetParam();
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int size = world.size(), rank = world.rank();
+  for (std::int64_t k : kCounts) {
+    Tensor send = contribution(dt, rank, k * size);
+    Tensor recv = poisoned(dt, k);
+    world.reduce_scatter_sum(send, recv).wait();
+    for (std::int64_t i = 0; i < k; ++i)
+      ASSERT_EQ(load(recv, i), sum_over_ranks(dt, size, rank * k + i)) << "block " << k << ", element " << i;
+  }
+}
+
+TEST_P(CommByDType, AllReduceSumsEveryElement) {
+  const DType dt = GetParam();
+  MpiCommunicator world(MPI_COMM_WORLD);
+  for (std::int64_t n : kCounts) {
+    Tensor inout = contribution(dt, world.rank(), n);
+    world.all_reduce_sum(inout).wait();
+    for (std::int64_t j = 0; j < n; ++j) ASSERT_EQ(load(inout, j), sum_over_ranks(dt, world.size(), j)) << "element " << j;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, CommByDType, ::testing::Values(DType::f32, DType::bf16, DType::i64),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Comm, AllReduceMaxTakesTheLargestPerElement) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int size = world.size();
+  for (std::int64_t n : kCounts) {
+    Tensor inout = Tensor::empty({n}, DType::f32);
+    for (std::int64_t j = 0; j < n; ++j) inout.data_as<float>()[j] = max_value_of(world.rank(), j, size);
+    world.all_reduce_max(inout).wait();
+    for (std::int64_t j = 0; j < n; ++j) {
+      float expected = max_value_of(0, j, size);
+      for (int q = 1; q < size; ++q) expected = std::max(expected, max_value_of(q, j, size));
+      ASSERT_EQ(inout.data_as<float>()[j], expected) << "element " << j;
+    }
+  }
+  Tensor not_f32 = contribution(DType::bf16, 0, 4);
+  EXPECT_THROW(world.all_reduce_max(not_f32), Error);
+}
+
+// Bad arguments fail at once on the caller's thread, and queue nothing.
+TEST(Comm, BadArgumentsThrowBeforeAnythingIsIssued) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int size = world.size();
+  Tensor send = contribution(DType::f32, world.rank(), 3);
+  Tensor wrong_size = poisoned(DType::f32, 3 * size + 1);
+  Tensor wrong_dtype = poisoned(DType::bf16, 3 * size);
+  EXPECT_THROW(world.all_gather(send, wrong_size), Error);
+  EXPECT_THROW(world.all_gather(send, wrong_dtype), Error);
+  Tensor big = contribution(DType::f32, world.rank(), 3 * size + 1);
+  Tensor block = poisoned(DType::f32, 3);
+  EXPECT_THROW(world.reduce_scatter_sum(big, block), Error);
+  Tensor halves = Tensor::empty({4}, DType::f16);
+  EXPECT_THROW(world.all_reduce_sum(halves), Error);
+  // Still matched across ranks: nothing above reached MPI.
+  Tensor inout = contribution(DType::f32, world.rank(), 5);
+  world.all_reduce_sum(inout).wait();
+  EXPECT_EQ(load(inout, 4), sum_over_ranks(DType::f32, size, 4));
+}
+
+TEST(Comm, SplitGroupsByColorAndOrdersByKey) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int rank = world.rank(), size = world.size();
+  // Even and odd ranks, each group in descending world-rank order.
+  auto sub = world.split(rank % 2, -rank);
+  std::vector<std::int64_t> expected;
+  for (int q = size - 1; q >= 0; --q)
+    if (q % 2 == rank % 2) expected.push_back(q);
+  ASSERT_EQ(sub->size(), static_cast<int>(expected.size()));
+  EXPECT_EQ(sub->rank(), static_cast<int>(std::find(expected.begin(), expected.end(), rank) - expected.begin()));
+  Tensor mine = Tensor::empty({1}, DType::i64);
+  mine.data_as<std::int64_t>()[0] = rank;
+  Tensor all = poisoned(DType::i64, sub->size());
+  sub->all_gather(mine, all).wait();
+  for (int i = 0; i < sub->size(); ++i) EXPECT_EQ(load(all, i), expected[static_cast<std::size_t>(i)]) << "sub rank " << i;
+  EXPECT_EQ(sub->all_reduce_sum(std::int64_t{1}), sub->size());
+}
+
+TEST(Comm, SplitNodeHoldsExactlyTheRanksOfThisHost) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  Tensor mine = Tensor::empty({1}, DType::i64);
+  mine.data_as<std::int64_t>()[0] = static_cast<std::int64_t>(std::hash<std::string>{}(std::string(name, length)) >> 1);
+  Tensor hosts = poisoned(DType::i64, world.size());
+  world.all_gather(mine, hosts).wait();
+  std::vector<int> same_host;
+  for (int q = 0; q < world.size(); ++q)
+    if (load(hosts, q) == load(mine, 0)) same_host.push_back(q);
+  auto node = world.split_node();
+  ASSERT_EQ(node->size(), static_cast<int>(same_host.size()));
+  EXPECT_EQ(node->rank(), static_cast<int>(std::find(same_host.begin(), same_host.end(), world.rank()) - same_host.begin()));
+  Tensor ranks = poisoned(DType::i64, node->size());
+  Tensor me = Tensor::empty({1}, DType::i64);
+  me.data_as<std::int64_t>()[0] = world.rank();
+  node->all_gather(me, ranks).wait();
+  for (int i = 0; i < node->size(); ++i) EXPECT_EQ(load(ranks, i), same_host[static_cast<std::size_t>(i)]);
+}
+
+// Many requests on two communicators in flight at once, finished in an
+// order other than the one they were issued in.
+TEST(Comm, ConcurrentRequestsAllComplete) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int rank = world.rank(), size = world.size();
+  auto sub = world.split(0, size - rank);  // every rank, reversed
+  const std::int64_t n = 333;
+  std::vector<Tensor> gather_send, gather_recv, sums, sub_sums;
+  std::vector<Request> requests;
+  for (int i = 0; i < 4; ++i) {
+    gather_send.push_back(contribution(DType::f32, rank, n, i));
+    gather_recv.push_back(poisoned(DType::f32, n * size));
+    sums.push_back(contribution(DType::i64, rank, n, i));
+    sub_sums.push_back(contribution(DType::bf16, sub->rank(), n, i));
+    requests.push_back(world.all_gather(gather_send.back(), gather_recv.back()));
+    requests.push_back(world.all_reduce_sum(sums.back()));
+    requests.push_back(sub->all_reduce_sum(sub_sums.back()));
+  }
+  std::reverse(requests.begin(), requests.end());
+  for (auto& r : requests) r.wait();
+  for (int i = 0; i < 4; ++i) {
+    for (int q = 0; q < size; ++q)
+      for (std::int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(load(gather_recv[i], q * n + j), value_of(DType::f32, q, i + j)) << "gather " << i << " rank " << q;
+    for (std::int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(load(sums[i], j), sum_over_ranks(DType::i64, size, i + j)) << "sum " << i;
+      ASSERT_EQ(load(sub_sums[i], j), sum_over_ranks(DType::bf16, size, i + j)) << "sub sum " << i;
+    }
+  }
+}
+
+// Stream order (communicator.hpp): a collective issued right behind another
+// one, without waiting, sees its output, also across split communicators.
+TEST(Comm, LaterCollectiveReadsTheOutputOfAnEarlierOne) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int rank = world.rank(), size = world.size();
+  auto alone = world.split(rank, 0);    // each rank alone
+  auto all = world.split(0, rank);      // every rank again
+  const std::int64_t k = 64;
+  Tensor send = contribution(DType::f32, rank, k * size);
+  Tensor block = poisoned(DType::f32, k);
+  Request scattered = all->reduce_scatter_sum(send, block);
+  Request summed = world.all_reduce_sum(block);  // sum over ranks of every rank's block
+  Request touched = alone->all_reduce_sum(block);  // a no-op sum of one rank, queued behind
+  summed.wait();
+  touched.wait();
+  scattered.wait();
+  for (std::int64_t i = 0; i < k; ++i) {
+    std::int64_t expected = 0;
+    for (int r = 0; r < size; ++r) expected += sum_over_ranks(DType::f32, size, r * k + i);
+    ASSERT_EQ(load(block, i), expected) << "element " << i;
+  }
+}
+
+TEST(Comm, WaitAndTestFinishARequestOnce) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  Request empty;
+  EXPECT_FALSE(empty.pending());
+  EXPECT_TRUE(empty.test());
+  empty.wait();
+
+  Tensor inout = contribution(DType::f32, world.rank(), 1000);
+  Request r = world.all_reduce_sum(inout);
+  EXPECT_TRUE(r.pending());
+  while (!r.test()) {
+  }
+  EXPECT_FALSE(r.pending());
+  EXPECT_TRUE(r.test());
+  r.wait();
+  EXPECT_EQ(load(inout, 999), sum_over_ranks(DType::f32, world.size(), 999));
+
+  Tensor again = contribution(DType::f32, world.rank(), 10);
+  Request w = world.all_reduce_sum(again);
+  w.wait();
+  EXPECT_FALSE(w.pending());
+  EXPECT_TRUE(w.test());
+  EXPECT_EQ(load(again, 9), sum_over_ranks(DType::f32, world.size(), 9));
+}
+
+// Errors of the progress thread reach the caller through test() and wait()
+// (issue 22 s3), and a communicator stays usable when every rank saw the
+// same failure.
+class CommFault : public ::testing::Test {
+ protected:
+  void TearDown() override { set_collective_fault_for_testing("", 0); }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(CommFault, TestRethrowsTheErrorOfACompleteRequest) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  set_collective_fault_for_testing("reduce_scatter_sum", 2);
+  const int size = world.size();
+  Tensor send = contribution(DType::f32, world.rank(), 4 * size);
+  Tensor first = poisoned(DType::f32, 4), second = poisoned(DType::f32, 4);
+  Request ok = world.reduce_scatter_sum(send, first);
+  Request failing = world.reduce_scatter_sum(send, second);
+  ok.wait();
+  const std::string message = error_of([&] {
+    while (!failing.test()) {
+    }
+  });
+  EXPECT_NE(message.find("reduce_scatter_sum of"), std::string::npos) << message;
+  EXPECT_NE(message.find("injected fault"), std::string::npos) << message;
+  EXPECT_FALSE(failing.pending());  // finished once: its error is not raised again
+  EXPECT_TRUE(failing.test());
+  EXPECT_EQ(load(first, 3), sum_over_ranks(DType::f32, size, world.rank() * 4 + 3));
+  EXPECT_EQ(load(second, 3), 255) << "the failed collective must not have run";
+}
+
+TEST_F(CommFault, WaitRethrowsAndLaterCollectivesStillWork) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  set_collective_fault_for_testing("all_gather", 1);
+  Tensor send = contribution(DType::i64, world.rank(), 3);
+  Tensor recv = poisoned(DType::i64, 3 * world.size());
+  Request failing = world.all_gather(send, recv);
+  const std::string message = error_of([&] { failing.wait(); });
+  EXPECT_NE(message.find("all_gather of"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank " + std::to_string(world.rank())), std::string::npos) << message;
+  world.all_gather(send, recv).wait();
+  for (int q = 0; q < world.size(); ++q) EXPECT_EQ(load(recv, q * 3 + 2), value_of(DType::i64, q, 2));
+}
+
+TEST(Comm, ScalarReductions) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int rank = world.rank(), size = world.size();
+  double expected_sum = 0, expected_max = -1e300;
+  std::int64_t expected_i64 = 0;
+  for (int q = 0; q < size; ++q) {
+    expected_sum += q + 0.5;
+    expected_max = std::max(expected_max, -std::abs(q - 1.25));
+    expected_i64 += (std::int64_t{1} << 60) / 8 + q;
+  }
+  EXPECT_EQ(world.all_reduce_sum(rank + 0.5), expected_sum);
+  EXPECT_EQ(world.all_reduce_max(-std::abs(rank - 1.25)), expected_max);
+  EXPECT_EQ(world.all_reduce_sum((std::int64_t{1} << 60) / 8 + rank), expected_i64);
+  world.barrier();
+}
+
+TEST(Comm, TimesCountNonBlockingCollectivesUntilReset) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  auto sub = world.split(0, world.rank());
+  EXPECT_EQ(sub->times().busy_seconds, 0.0);
+  Tensor inout = contribution(DType::f32, world.rank(), 100000);
+  sub->all_reduce_sum(inout).wait();
+  const CommTimes after = sub->times();
+  EXPECT_GT(after.busy_seconds, 0.0);
+  EXPECT_GE(after.exposed_seconds, 0.0);
+  sub->all_reduce_sum(1.0);  // blocking helpers are not counted
+  EXPECT_EQ(sub->times().busy_seconds, after.busy_seconds);
+  sub->reset_times();
+  EXPECT_EQ(sub->times().busy_seconds, 0.0);
+  EXPECT_EQ(sub->times().exposed_seconds, 0.0);
+}
+
+}  // namespace
