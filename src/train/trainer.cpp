@@ -117,6 +117,19 @@ struct Trainer::State {
   }
   bool stdout_is_tty = isatty(STDOUT_FILENO) != 0;
   bool progress_shown = false;
+  std::string fatal;  // why a collective stop happened (save_checkpoint)
+  // A stop every rank reached together (the decision came from all-reduced
+  // values): rank 0 prints the message once, nothing aborts, and the exit
+  // status says it failed.
+  int stop_with_error(const std::string& message) {
+    if (is_root()) {
+      if (progress_shown) std::cout << "\r\033[K" << std::flush;
+      progress_shown = false;
+      std::cerr << "ftrain: error: " << message << "\n" << std::flush;
+    }
+    say_rank("error: " + message + "\n");
+    return 1;
+  }
   void say_rank(const std::string& text) {
     if (rank_log.is_open()) rank_log << text << std::flush;
   }
@@ -417,7 +430,16 @@ int Trainer::run() {
   }
   gather_memory("after load");
 
+  // Returns false, having saved nothing, when a master weight is not finite:
+  // committing would make that state `latest` and `keep` would prune the last
+  // good checkpoint for it.
   auto save_checkpoint = [&](std::int64_t done, double loss, double lr, double norm) {
+    const std::string poisoned = s.engine->first_non_finite(FsdpEngine::ShardState::master);
+    if (!poisoned.empty()) {
+      s.fatal = "step " + std::to_string(done) + ": a master weight is not finite (first: " + poisoned +
+                "); no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm.";
+      return false;
+    }
     const auto t0 = Clock::now();
     ckpt::SaveInfo info;
     info.step = done;
@@ -433,6 +455,7 @@ int Trainer::run() {
     char buf[64];
     std::snprintf(buf, sizeof buf, " (%.2f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
     s.say("checkpoint step " + std::to_string(done) + " -> " + where + buf);
+    return true;
   };
   install_stop_handlers();
 
@@ -495,6 +518,22 @@ int Trainer::run() {
     for (auto& b : micro_batches) local_loss += s.engine->forward_backward(b, loss_scale);
     const double loss = s.world.all_reduce_sum(local_loss) / static_cast<double>(std::max<std::int64_t>(1, global_targets));
     const double norm = s.engine->grad_norm();
+    // A diverged step must change nothing: no update (it would poison the
+    // master weights), no checkpoint, no pruning, so the newest checkpoint
+    // stays the last finite state. Loss and norm are all-reduced, so every
+    // rank takes this branch together and the stop is collective and clean.
+    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+      const std::string where = s.engine->first_non_finite(FsdpEngine::ShardState::gradient);
+      std::ostringstream m;
+      m << "step " << step + 1 << " diverged: ";
+      if (!std::isfinite(loss)) m << "the loss is " << loss << " (grad_norm " << norm << ")";
+      else m << "the gradient norm is " << norm << " (loss " << loss << ")";
+      m << "; first non-finite gradient (backward order): " << (where.empty() ? "none (the loss itself)" : where)
+        << ". The update was not applied and no checkpoint was written or pruned";
+      if (!c.checkpoint.dir.empty()) m << " (`resume auto` continues from the newest one in " << c.checkpoint.dir << ")";
+      m << ". Lower the learning rate or set clip_grad_norm.";
+      return s.stop_with_error(m.str());
+    }
     float grad_scale = 1.0f;
     if (c.clip_grad_norm > 0 && norm > c.clip_grad_norm) grad_scale = static_cast<float>(c.clip_grad_norm / (norm + 1e-6));
     AdamWHyper hyper;
@@ -504,9 +543,6 @@ int Trainer::run() {
     hyper.eps = static_cast<float>(c.optimizer.eps);
     hyper.weight_decay = static_cast<float>(c.optimizer.weight_decay);
     s.engine->optimizer_step(hyper, grad_scale);
-    if (!std::isfinite(loss))
-      FT_USER_ERROR() << "step " << step + 1 << ": the loss is " << loss
-                      << " (diverged); lower the learning rate or enable clip_grad_norm";
 
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     window_seconds += dt;
@@ -577,7 +613,7 @@ int Trainer::run() {
     const bool stopping = signalled > 0 || done == c.checkpoint.stop_after;
     const bool has_dir = !c.checkpoint.dir.empty();
     if (has_dir && (stopping || (c.checkpoint.every > 0 && done % c.checkpoint.every == 0) || done == c.max_steps))
-      save_checkpoint(done, loss, lr, norm);
+      if (!save_checkpoint(done, loss, lr, norm)) return s.stop_with_error(s.fatal);
     if (stopping && done < c.max_steps) {
       std::string why = signalled > 0 ? "stop signal received (SIGTERM/SIGUSR1)" : "stop_after " + std::to_string(done);
       s.say(why + ": stopped after step " + std::to_string(done) +
