@@ -23,12 +23,14 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "data/image_source.hpp"
+#include "deck/diagnostics.hpp"
 #include "data/token_batch_source.hpp"
 #include "fsdp/engine.hpp"
 #include "kernels/blas_threads.hpp"
 #include "optim/lr_schedule.hpp"
 #include "plugin/loader.hpp"
 #include "train/device_peak.hpp"
+#include "train/output_locations.hpp"
 #include "train/plan.hpp"
 #include "ftrain_build_paths.hpp"
 
@@ -63,6 +65,23 @@ std::string joined_deck(const std::vector<std::string>& lines) {
   std::string text;
   for (const auto& line : lines) text += line + "\n";
   return text;
+}
+
+// deck.md promises a suggestion for a misspelt value: `model lama` gets
+// "(did you mean 'llama'?)" after the loader's "unknown model 'lama'", from
+// the plugins the loader can find. The loader itself stays free of the deck's
+// wording rules.
+std::string with_model_suggestion(const std::string& message, const std::string& name) {
+  const PluginLoader loader;
+  if (loader.find(name)) return message;
+  std::vector<std::string> names;
+  for (const auto& plugin : loader.list_plugins())
+    if (plugin.error.empty()) names.push_back(plugin.name);
+  const std::string hint = deck::did_you_mean(name, std::vector<std::string_view>(names.begin(), names.end()));
+  if (hint.empty()) return message;
+  const std::string head = "unknown model '" + name + "'";
+  if (message.rfind(head, 0) == 0) return head + hint + message.substr(head.size());
+  return message + hint;
 }
 
 std::int64_t count_targets(const Tensor& targets) {
@@ -203,7 +222,7 @@ void Trainer::prepare() {
   try {
     s.model = PluginLoader().create_model(c.model.name, c.model.preset, c.model.overrides);
   } catch (const UserError& e) {
-    FT_USER_ERROR() << c.model.where.str() << ": " << e.what();
+    FT_USER_ERROR() << c.model.where.str() << ": " << with_model_suggestion(e.what(), c.model.name);
   }
   s.fsdp = fsdp_options_from(c);
   const int group = shard_group_size_for(s.fsdp, s.world.size(), s.ranks_per_node);
@@ -267,6 +286,10 @@ void Trainer::prepare() {
       s.start_step = info.step;
     }
   }
+  // At --check nothing is created; before a real run every output directory
+  // exists and takes a write, so a read-only or full location fails now,
+  // once, naming the deck line, rather than at the first save.
+  check_output_locations(output_locations(c), /*create=*/!s.options.check_only);
   if (s.options.check_only) return;
 
   const std::int64_t outputs = s.model->output_size();
@@ -345,9 +368,7 @@ int Trainer::run() {
   }
   if (s.options.check_only) return 0;
 
-  std::error_code ec;
-  std::filesystem::create_directories(c.run_dir, ec);
-  if (ec) FT_USER_ERROR() << "run_dir " << c.run_dir << ": cannot create: " << ec.message();
+  std::error_code ec;  // run_dir exists: prepare() created it and wrote in it
   if (c.per_rank_logs) s.rank_log.open(c.run_dir + "/rank_" + std::to_string(rank) + ".log");
   if (s.is_root()) {
     const std::string metrics_path = c.run_dir + "/metrics.jsonl";
