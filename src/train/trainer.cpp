@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -119,9 +121,9 @@ struct Trainer::State {
     if (is_root()) {
       if (progress_shown) std::cout << "\r\033[K";  // the log line replaces the progress line
       progress_shown = false;
-      std::cout << text << std::flush;
+      write(std::cout, "standard output", text);
     }
-    if (rank_log.is_open()) rank_log << text << std::flush;
+    if (rank_log.is_open()) write(rank_log, rank_log_path, text);
   }
   // On a terminal only, rank 0 keeps one line updated in place between log
   // lines; files and batch logs (SLURM, PBS) get plain lines only.
@@ -147,10 +149,38 @@ struct Trainer::State {
       std::cerr << "ftrain: error: " << message << "\n" << std::flush;
     }
     say_rank("error: " + message + "\n");
+    finish(1);
     return 1;
   }
   void say_rank(const std::string& text) {
-    if (rank_log.is_open()) rank_log << text << std::flush;
+    if (rank_log.is_open()) write(rank_log, rank_log_path, text);
+  }
+
+  // Every write to metrics.jsonl, the logs and standard output is checked. A
+  // failed one (full disk, quota, I/O error) is reported loudly once per
+  // file; training goes on, because the checkpoints are what a bad output
+  // disk must not cost, and the run then ends with exit status 1.
+  std::string metrics_path, rank_log_path;
+  std::vector<std::string> failed_writes;  // "FILE: reason", first failure of each file
+  void write(std::ostream& out, const std::string& file, const std::string& text) {
+    if (!out) return;  // already reported: the stream stays failed
+    errno = 0;
+    out << text << std::flush;
+    if (out) return;
+    const std::string why = errno != 0 ? std::strerror(errno) : "write failed";
+    failed_writes.push_back(file + ": " + why);
+    std::cerr << "ftrain: warning: rank " << world.rank() << ": cannot write " << file << ": " << why
+              << "; nothing more goes to it, training continues, and ftrain will exit with status 1\n"
+              << std::flush;
+  }
+  // The exit status of a run that got this far: `code`, or 1 when an output
+  // file lost writes (said again at the end, where it is seen).
+  int finish(int code) {
+    if (failed_writes.empty()) return code;
+    std::cerr << "ftrain: error: rank " << world.rank() << ": output was lost:";
+    for (const auto& f : failed_writes) std::cerr << " " << f << ";";
+    std::cerr << " exit status 1\n" << std::flush;
+    return 1;
   }
 };
 
@@ -369,9 +399,14 @@ int Trainer::run() {
   if (s.options.check_only) return 0;
 
   std::error_code ec;  // run_dir exists: prepare() created it and wrote in it
-  if (c.per_rank_logs) s.rank_log.open(c.run_dir + "/rank_" + std::to_string(rank) + ".log");
+  if (c.per_rank_logs) {
+    s.rank_log_path = c.run_dir + "/rank_" + std::to_string(rank) + ".log";
+    s.rank_log.open(s.rank_log_path);
+    if (!s.rank_log) FT_USER_ERROR() << "cannot write " << s.rank_log_path << ": " << std::strerror(errno);
+  }
   if (s.is_root()) {
-    const std::string metrics_path = c.run_dir + "/metrics.jsonl";
+    s.metrics_path = c.run_dir + "/metrics.jsonl";
+    const std::string& metrics_path = s.metrics_path;
     // A resumed run continues the curve: rows past the checkpoint's step (the
     // interrupted run's tail) are dropped so every step appears once.
     std::string kept;
@@ -385,7 +420,7 @@ int Trainer::run() {
     }
     s.metrics.open(metrics_path, std::ios::trunc);
     if (!s.metrics) FT_USER_ERROR() << "cannot write " << metrics_path;
-    s.metrics << kept << std::flush;
+    s.write(s.metrics, metrics_path, kept);
   }
 
   // Per-rank memory before and after loading (seed 001 prints the same).
@@ -514,7 +549,7 @@ int Trainer::run() {
       j["step"] = step;
       j["eval_loss"] = mean;
       j["eval_tokens"] = total_tokens;
-      s.metrics << j.dump() << "\n" << std::flush;
+      s.write(s.metrics, s.metrics_path, j.dump() + "\n");
     }
   };
 
@@ -617,7 +652,7 @@ int Trainer::run() {
         j["elapsed_s"] = elapsed;
         j["comm_s_per_step"] = comm_per_step;
         j["comm_exposed_s_per_step"] = exposed_per_step;
-        s.metrics << j.dump() << "\n" << std::flush;
+        s.write(s.metrics, s.metrics_path, j.dump() + "\n");
       }
       window_seconds = 0;
       window_steps = 0;
@@ -639,7 +674,7 @@ int Trainer::run() {
       std::string why = signalled > 0 ? "stop signal received (SIGTERM/SIGUSR1)" : "stop_after " + std::to_string(done);
       s.say(why + ": stopped after step " + std::to_string(done) +
             (has_dir ? "; resume with `resume auto`\n" : "; no checkpoint dir configured, nothing saved\n"));
-      return 0;
+      return s.finish(0);
     }
   }
   if (s.eval_data && c.eval.every > 0 && c.max_steps % c.eval.every != 0) evaluate(c.max_steps);
@@ -658,7 +693,7 @@ int Trainer::run() {
   const double total = std::chrono::duration<double>(Clock::now() - start).count();
   s.say("done: " + std::to_string(c.max_steps) + " steps in " + format_duration(total) + "; metrics in " + c.run_dir +
         "/metrics.jsonl\n");
-  return 0;
+  return s.finish(0);
 }
 
 }  // namespace ftrain
