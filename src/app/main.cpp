@@ -130,13 +130,13 @@ bool any_rank_failed(const std::string& message, int rank, int size) {
 // job. A failure that strikes every rank at once (a full checkpoint disk)
 // would then print once per rank, interleaved. To have the lowest failing
 // rank heard alone, rank r first gives the ranks below it a head start of
-// 0.25 s x min(r, 8): a lower rank's MPI_Abort ends this process within it.
+// 0.5 s x min(r, 8): a lower rank's MPI_Abort ends this process within it.
 // A rank failing alone (the others wait for it in a collective) loses only
 // that delay. SIGTERM, which the run loop catches to checkpoint on
 // preemption, must kill again: it is how mpirun ends the ranks on an abort.
 [[noreturn]] void report_and_abort(const std::string& message, int rank) {
   std::signal(SIGTERM, SIG_DFL);
-  std::this_thread::sleep_for(std::chrono::milliseconds(250) * std::min(rank, 8));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500) * std::min(rank, 8));
   std::cerr << "ftrain: error on rank " << rank << ": " << message << "\n" << std::flush;
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();  // MPI_Abort does not return; the compiler cannot know
