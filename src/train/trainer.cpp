@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cerrno>
 #include <cmath>
-#include <cstring>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -25,8 +25,8 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "data/image_source.hpp"
-#include "deck/diagnostics.hpp"
 #include "data/token_batch_source.hpp"
+#include "deck/diagnostics.hpp"
 #include "fsdp/engine.hpp"
 #include "kernels/blas_threads.hpp"
 #include "optim/lr_schedule.hpp"
@@ -138,7 +138,6 @@ struct Trainer::State {
   }
   bool stdout_is_tty = isatty(STDOUT_FILENO) != 0;
   bool progress_shown = false;
-  std::string fatal;  // why a collective stop happened (save_checkpoint)
   // A stop every rank reached together (the decision came from all-reduced
   // values): rank 0 prints the message once, nothing aborts, and the exit
   // status says it failed.
@@ -486,16 +485,14 @@ int Trainer::run() {
   }
   gather_memory("after load");
 
-  // Returns false, having saved nothing, when a master weight is not finite:
-  // committing would make that state `latest` and `keep` would prune the last
-  // good checkpoint for it.
-  auto save_checkpoint = [&](std::int64_t done, double loss, double lr, double norm) {
+  // Returns why it refused, having saved nothing, when a master weight is
+  // not finite (committing would make that state `latest` and `keep` would
+  // prune the last good checkpoint for it); empty once saved.
+  auto save_checkpoint = [&](std::int64_t done, double loss, double lr, double norm) -> std::string {
     const std::string poisoned = s.engine->first_non_finite(FsdpEngine::ShardState::master);
-    if (!poisoned.empty()) {
-      s.fatal = "step " + std::to_string(done) + ": a master weight is not finite (first: " + poisoned +
-                "); no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm.";
-      return false;
-    }
+    if (!poisoned.empty())
+      return "step " + std::to_string(done) + ": a master weight is not finite (first: " + poisoned +
+             "); no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm.";
     const auto t0 = Clock::now();
     ckpt::SaveInfo info;
     info.step = done;
@@ -511,7 +508,7 @@ int Trainer::run() {
     char buf[64];
     std::snprintf(buf, sizeof buf, " (%.2f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
     s.say("checkpoint step " + std::to_string(done) + " -> " + where + buf);
-    return true;
+    return "";
   };
   install_stop_handlers();
 
@@ -668,8 +665,10 @@ int Trainer::run() {
     const std::int64_t signalled = s.world.all_reduce_sum(static_cast<std::int64_t>(g_stop_signal != 0));
     const bool stopping = signalled > 0 || done == c.checkpoint.stop_after;
     const bool has_dir = !c.checkpoint.dir.empty();
-    if (has_dir && (stopping || (c.checkpoint.every > 0 && done % c.checkpoint.every == 0) || done == c.max_steps))
-      if (!save_checkpoint(done, loss, lr, norm)) return s.stop_with_error(s.fatal);
+    if (has_dir && (stopping || (c.checkpoint.every > 0 && done % c.checkpoint.every == 0) || done == c.max_steps)) {
+      const std::string refused = save_checkpoint(done, loss, lr, norm);
+      if (!refused.empty()) return s.stop_with_error(refused);
+    }
     if (stopping && done < c.max_steps) {
       std::string why = signalled > 0 ? "stop signal received (SIGTERM/SIGUSR1)" : "stop_after " + std::to_string(done);
       s.say(why + ": stopped after step " + std::to_string(done) +

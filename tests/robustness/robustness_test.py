@@ -12,7 +12,9 @@ Scenarios:
                 the run stops at the first non-finite gradient norm or loss,
                 naming the step and a unit and tensor, once, exit non-zero;
                 the committed checkpoint is the last finite one and `resume
-                auto` (with a sane lr) trains on from it with finite losses.
+                auto` loads it (the same step, the same finite loss) and
+                prunes nothing. lr 1e39 makes the master weights infinite
+                with finite gradients: the save is refused, nothing commits.
   full_disk     metrics.jsonl and a rank log on a full disk (/dev/full behind
                 the name: every write fails with ENOSPC, no root needed): a
                 warning naming the file once, training completes, exit
@@ -203,6 +205,16 @@ def scenario_nonfinite(r):
     if steps != [f"step_{stopped - 1}"]:
         fail(f"after the resumed stop, expected only step_{stopped - 1}, found {steps}")
     print(f"ok: resume auto took step_{stopped - 1}, the finite state, and nothing was pruned")
+
+    # An update that overflows the master weights (lr beyond float range; the
+    # gradients are finite) is refused at the save: nothing is committed.
+    ckpt2 = os.path.join(r.dir, "ckpt_overflow")
+    p = r.run(np=2, lr="1e39", ckpt=ckpt2, run=os.path.join(r.dir, "run_overflow"))
+    expect_failure(p, r"step 1: a master weight is not finite \(first: unit '[^']+', tensor '[^']+'\); no checkpoint "
+                      r"was written or pruned", "lr 1e39 overflows the master weights")
+    left = [d for d in os.listdir(ckpt2) if d.startswith("step_")] if os.path.isdir(ckpt2) else []
+    if left:
+        fail(f"a checkpoint of non-finite weights was committed: {left}")
 
 
 def scenario_full_disk(r):
