@@ -116,10 +116,13 @@ RunPlan make_plan(Model& model, const RunConfig& c, const FsdpOptions& o, int wo
       (sample_bytes < 0 || __builtin_mul_overflow(b.micro_batch, sample_bytes, &micro_bytes) ||
        micro_bytes > memory_per_rank)) {
     const bool tokens = model.data_kind() == DataKind::tokens;
+    // In floating point for the message: the integer product may have wrapped.
+    const double bytes = static_cast<double>(b.micro_batch) *
+                         (tokens ? 8.0 * static_cast<double>(b.seq_len) : static_cast<double>(sample_bytes));
     FT_USER_ERROR() << batch_line << " micro " << b.micro_batch << (tokens ? " seq_len " + std::to_string(b.seq_len) : "")
                     << ": the inputs of one micro-batch alone (" << (tokens ? "token ids and targets of " : "")
                     << "micro " << b.micro_batch << (tokens ? " x seq_len " + std::to_string(b.seq_len) : " images")
-                    << ") take " << (micro_bytes > 0 ? human_bytes(static_cast<double>(micro_bytes)) : std::string("more than 2^63 bytes"))
+                    << ") take " << human_bytes(bytes)
                     << ", more than this node's memory per rank (" << human_bytes(static_cast<double>(memory_per_rank))
                     << "); lower micro" << (tokens ? " or seq_len" : "");
   }
