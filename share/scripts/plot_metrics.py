@@ -137,6 +137,14 @@ def finish_axes(ax, drawn):
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="gray")
 
 
+def save_figure(fig, path, dpi):
+    """A failed write (full disk, read-only directory) is an error naming the file, not a traceback."""
+    try:
+        fig.savefig(path, dpi=dpi, format="png")
+    except OSError as e:
+        raise SystemExit(f"plot_metrics: cannot write {path}: {e.strerror or e}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="see the module docstring (head share/scripts/plot_metrics.py) for details")
@@ -173,7 +181,7 @@ def main(argv=None):
         finish_axes(ax, draw(ax, runs, a))
     fig.suptitle(a.title or "ftrain: " + ", ".join(labels))
     fig.tight_layout()
-    fig.savefig(out, dpi=a.dpi, format="png")
+    save_figure(fig, out, a.dpi)
     plt.close(fig)
     written = [out]
     if a.separate:
@@ -183,7 +191,7 @@ def main(argv=None):
             finish_axes(ax, draw(ax, runs, a))
             fig.tight_layout()
             path = f"{stem}-{name}.png"
-            fig.savefig(path, dpi=a.dpi, format="png")
+            save_figure(fig, path, a.dpi)
             plt.close(fig)
             written.append(path)
     for path in written:

@@ -2,19 +2,29 @@
 //
 // Order of things: MPI first, Kokkos second (DESIGN.md §3); finalised in
 // reverse. Errors come in two phases:
-//  * before any collective (command line, deck, plugin, data files): every
-//    rank decides, ranks agree with one all-reduce, and rank 0 (or the lowest
-//    failing rank) prints ONE message, then all exit 1;
+//  * before training (command line, deck, plugin, data files, output
+//    directories): every rank decides, ranks agree with one all-reduce, and
+//    the lowest failing rank prints ONE message, then all exit 1. It takes
+//    two agreements: reading the command line and the deck (no collective at
+//    all), then Trainer::prepare(), which starts with a collective
+//    (split_node) and so may only begin once every rank has read its deck:
+//    a rank that failed to would otherwise sit in the agreement while the
+//    others sit in split_node, two different collectives on one
+//    communicator (MPI_ERR_TRUNCATE or a hang, and the message is lost);
 //  * during training: a failing rank prints its message with its rank and
 //    aborts the job (MPI_Abort), so no rank hangs in a collective.
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/mpi_communicator.hpp"
@@ -102,7 +112,7 @@ int list_models() {
 }
 
 // Phase-1 agreement: returns true if any rank failed; the lowest failing rank
-// prints its message.
+// prints its message. Every rank must call it the same number of times.
 bool any_rank_failed(const std::string& message, int rank, int size) {
   const int mine = message.empty() ? size : rank;
   int first = size;
@@ -113,6 +123,23 @@ bool any_rank_failed(const std::string& message, int rank, int size) {
     if (size > 1 && rank != 0) std::cerr << "(reported by rank " << rank << ")\n";
   }
   return true;
+}
+
+// A failure during training: no agreement is possible any more (the other
+// ranks may sit in a collective), so the failing rank reports and aborts the
+// job. A failure that strikes every rank at once (a full checkpoint disk)
+// would then print once per rank, interleaved. To have the lowest failing
+// rank heard alone, rank r first gives the ranks below it a head start of
+// 0.5 s x min(r, 8): a lower rank's MPI_Abort ends this process within it.
+// A rank failing alone (the others wait for it in a collective) loses only
+// that delay. SIGTERM, which the run loop catches to checkpoint on
+// preemption, must kill again: it is how mpirun ends the ranks on an abort.
+[[noreturn]] void report_and_abort(const std::string& message, int rank) {
+  std::signal(SIGTERM, SIG_DFL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500) * std::min(rank, 8));
+  std::cerr << "ftrain: error on rank " << rank << ": " << message << "\n" << std::flush;
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; the compiler cannot know
 }
 
 }  // namespace
@@ -139,21 +166,30 @@ int main(int argc, char** argv) {
     ftrain::RunConfig config;
     ftrain::MpiCommunicator world(MPI_COMM_WORLD);
     std::unique_ptr<ftrain::Trainer> trainer;
-    try {
+    auto attempt = [&failure](auto&& step) {
+      try {
+        step();
+      } catch (const ftrain::UserError& e) {
+        failure = e.what();
+      } catch (const std::exception& e) {
+        failure = std::string("internal error: ") + e.what();
+      }
+    };
+    attempt([&] {
       cl = parse_command_line(argc, argv);
       if (!cl.help && !cl.version && !cl.list_models && !cl.deck_reference) {
         config = ftrain::parse_deck_file(cl.deck, cl.vars);
         ftrain::TrainerOptions options;
         options.check_only = cl.check;
         trainer = std::make_unique<ftrain::Trainer>(config, world, options);
-        trainer->prepare();
       }
-    } catch (const ftrain::UserError& e) {
-      failure = e.what();
-    } catch (const std::exception& e) {
-      failure = std::string("internal error: ") + e.what();
+    });
+    bool failed = any_rank_failed(failure, rank, size);
+    if (!failed && trainer) {
+      attempt([&] { trainer->prepare(); });
+      failed = any_rank_failed(failure, rank, size);
     }
-    if (any_rank_failed(failure, rank, size)) {
+    if (failed) {
       code = 1;
     } else if (cl.help) {
       if (rank == 0) std::cout << kUsage;
@@ -167,8 +203,7 @@ int main(int argc, char** argv) {
       try {
         code = trainer->run();
       } catch (const std::exception& e) {
-        std::cerr << "ftrain: error on rank " << rank << ": " << e.what() << "\n" << std::flush;
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        report_and_abort(e.what(), rank);
       }
     }
   }

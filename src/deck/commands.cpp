@@ -359,7 +359,8 @@ std::vector<Command> build_table() {
                     .help = "tokens per sequence",
                     .maps_to = "`max_seq_length`",
                     .set = [](RunConfig& c, const Value& v) { c.batch.seq_len = v.integer; },
-                    .default_of = [](const RunConfig& c) { return integer_text(c.batch.seq_len); }}}}},
+                    .default_of = [](const RunConfig& c) { return integer_text(c.batch.seq_len); }}},
+          .apply = [](RunConfig& c, const ParsedCommand& p) { c.batch.where = p.where; }}},
       .example = "batch micro 4 accumulate 8 seq_len 2048",
   });
 
@@ -629,7 +630,8 @@ std::vector<Command> build_table() {
                      .positionals = {Param{
                          .name = "PATH", .kind = ValueKind::path, .help = "output directory",
                          .set = [](RunConfig& c, const Value& v) { c.run_dir = v.text; },
-                         .default_of = [](const RunConfig& c) { return c.run_dir; }}}}},
+                         .default_of = [](const RunConfig& c) { return c.run_dir; }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) { c.run_dir_where = p.where; }}},
       .example = "run_dir runs/${name}",
   });
 

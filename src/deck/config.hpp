@@ -59,6 +59,7 @@ struct BatchSection {  // batch micro M [accumulate A] seq_len T
   std::int64_t micro_batch = 1;
   std::int64_t grad_accum = 1;
   std::int64_t seq_len = 128;
+  DeckLocation where;
 };
 
 struct OptimizerSection {  // optimizer adamw lr X [beta1 B] [beta2 B] [eps E] [weight_decay W]
@@ -143,6 +144,7 @@ struct RunConfig {
   std::int64_t activation_checkpointing_every = 0;
   std::int64_t log_every = 1;      // log every N
   std::string run_dir = "run";     // run_dir PATH (metrics.jsonl and per-rank logs go here)
+  DeckLocation run_dir_where;      // empty file: the default
   bool per_rank_logs = false;      // log ... rank_files on
   std::optional<double> peak_tflops;  // peak_tflops X (per device, for MFU); default from a table
   std::int64_t vocab_chunk = 4096;    // cross_entropy vocab_chunk N

@@ -450,6 +450,31 @@ double FsdpEngine::grad_norm() {
   return std::sqrt(shard_comm_->all_reduce_sum(local));
 }
 
+std::string FsdpEngine::first_non_finite(ShardState which) {
+  // Backward runs from the last unit to the first and a NaN spreads from
+  // where it appears to every unit before it, so the place to name is the
+  // LAST unit holding one (its first such tensor). Each rank proposes a key,
+  // larger for later units and earlier tensors, and the world takes the max.
+  constexpr double kNone = -1.0;
+  constexpr std::int64_t kEntriesPerUnit = std::int64_t{1} << 24;
+  double mine = kNone;
+  for (auto& f : flats_) {
+    const Tensor& state = which == ShardState::gradient ? f->grad : f->master;
+    const std::int64_t unit = f->unit_index();
+    f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
+      if (!std::isfinite(ops::sum_squares(state.view({count}, at))))
+        mine = std::max(mine, static_cast<double>(unit * kEntriesPerUnit + (kEntriesPerUnit - 1 - e)));
+    });
+  }
+  const double found = world_.all_reduce_max(mine);
+  if (found == kNone) return "";
+  const auto key = static_cast<std::int64_t>(found);
+  const std::int64_t unit = key / kEntriesPerUnit, entry = kEntriesPerUnit - 1 - key % kEntriesPerUnit;
+  for (auto& f : flats_)
+    if (f->unit_index() == unit) return "unit '" + f->unit_name() + "', tensor '" + f->entries()[static_cast<std::size_t>(entry)].name + "'";
+  FT_THROW() << "non-finite state reported in unit " << unit << ", which this engine does not hold";
+}
+
 void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
   ++optimizer_step_count_;
   for (auto& f : flats_) {

@@ -106,6 +106,13 @@ class FsdpEngine {
   void zero_grad();
   // Global L2 norm of the gradient (one all-reduce of squared shard norms).
   double grad_norm();
+  // Where a NaN or an infinity sits, for a stop that names it: the parameter
+  // whose gradient (or master weight) went non-finite first in backward order
+  // (the last unit holding one, its first such tensor) on any rank, as
+  // "unit 'U', tensor 'T'"; empty when all are finite. Collective over the
+  // world: every rank gets the same answer.
+  enum class ShardState { gradient, master };
+  std::string first_non_finite(ShardState which);
   // AdamW on every owned shard; grad_scale multiplies gradients (clipping).
   void optimizer_step(const AdamWHyper& hyper, float grad_scale);
   std::int64_t optimizer_steps() const { return optimizer_step_count_; }

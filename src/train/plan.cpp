@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <sstream>
+
+#include <unistd.h>
 
 #include "core/error.hpp"
 
@@ -50,6 +53,28 @@ int shard_group_size_for(const FsdpOptions& o, int world_size, int ranks_per_nod
   }
 }
 
+namespace {
+
+std::int64_t node_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return std::numeric_limits<std::int64_t>::max();
+  return static_cast<std::int64_t>(pages) * page;
+}
+
+// Bytes one sample's inputs take in a micro-batch on the host: token ids and
+// targets (int32 each) for text, f32 pixels and a label for images. Zero when
+// the model does not say enough (no check then). Activations come on top.
+std::int64_t input_bytes_per_sample(Model& model, const BatchSection& b) {
+  if (model.data_kind() == DataKind::tokens) return b.seq_len > std::numeric_limits<std::int64_t>::max() / 8 ? -1 : 8 * b.seq_len;
+  const auto config = model.config();
+  const auto size = config.find("image_size"), channels = config.find("num_channels");
+  if (size == config.end()) return 0;
+  const std::int64_t side = std::stoll(size->second), c = channels == config.end() ? 3 : std::stoll(channels->second);
+  return 4 * c * side * side + 4;
+}
+
+}  // namespace
+
 RunPlan make_plan(Model& model, const RunConfig& c, const FsdpOptions& o, int world_size, int ranks_per_node) {
   RunPlan p;
   p.world_size = world_size;
@@ -66,10 +91,41 @@ RunPlan make_plan(Model& model, const RunConfig& c, const FsdpOptions& o, int wo
     p.state_bytes_per_rank += 16 * up.shard_numel;
     p.units.push_back(up);
   }
-  p.global_batch = c.batch.micro_batch * c.batch.grad_accum * world_size;
+  // Sizes from the deck are multiplied with overflow checks: a wrapped count
+  // would print as a plausible plan and fail far later (or never).
+  const BatchSection& b = c.batch;
+  const std::string batch_line = b.where.file.empty() ? std::string("batch") : b.where.str() + ": batch";
+  std::int64_t per_rank = 0;
+  if (__builtin_mul_overflow(b.micro_batch, b.grad_accum, &per_rank) ||
+      __builtin_mul_overflow(per_rank, std::int64_t{world_size}, &p.global_batch))
+    FT_USER_ERROR() << batch_line << " micro " << b.micro_batch << " accumulate " << b.grad_accum
+                    << ": the global batch, micro x accumulate x " << world_size
+                    << " rank(s), does not fit in 64 bits; lower micro (or accumulate)";
   // Images have no sequence length from the deck (tokens per image are the
   // model's business, counted in its FLOPs): report samples only.
-  p.tokens_per_step = model.data_kind() == DataKind::tokens ? p.global_batch * c.batch.seq_len : 0;
+  if (model.data_kind() == DataKind::tokens && __builtin_mul_overflow(p.global_batch, b.seq_len, &p.tokens_per_step))
+    FT_USER_ERROR() << batch_line << " micro " << b.micro_batch << " seq_len " << b.seq_len
+                    << ": the tokens per step, micro x accumulate x " << world_size
+                    << " rank(s) x seq_len, do not fit in 64 bits; lower seq_len (or micro)";
+  // A micro-batch whose inputs alone exceed the node's memory per rank can
+  // never run: say so now instead of failing an allocation at step 1.
+  const std::int64_t sample_bytes = input_bytes_per_sample(model, b);
+  std::int64_t micro_bytes = 0;
+  const std::int64_t memory_per_rank = node_memory_bytes() / std::max(1, ranks_per_node);
+  if (sample_bytes != 0 &&
+      (sample_bytes < 0 || __builtin_mul_overflow(b.micro_batch, sample_bytes, &micro_bytes) ||
+       micro_bytes > memory_per_rank)) {
+    const bool tokens = model.data_kind() == DataKind::tokens;
+    // In floating point for the message: the integer product may have wrapped.
+    const double bytes = static_cast<double>(b.micro_batch) *
+                         (tokens ? 8.0 * static_cast<double>(b.seq_len) : static_cast<double>(sample_bytes));
+    FT_USER_ERROR() << batch_line << " micro " << b.micro_batch << (tokens ? " seq_len " + std::to_string(b.seq_len) : "")
+                    << ": the inputs of one micro-batch alone (" << (tokens ? "token ids and targets of " : "")
+                    << "micro " << b.micro_batch << (tokens ? " x seq_len " + std::to_string(b.seq_len) : " images")
+                    << ") take " << human_bytes(bytes)
+                    << ", more than this node's memory per rank (" << human_bytes(static_cast<double>(memory_per_rank))
+                    << "); lower micro" << (tokens ? " or seq_len" : "");
+  }
   p.flops_per_step = model.training_flops_per_sample(c.batch.seq_len) * static_cast<double>(p.global_batch);
   const double param_bytes = static_cast<double>(dtype_size(o.param_dtype));
   // In flight at once: limit_all_gathers gathered units, plus one full f32

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
+#include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -24,11 +26,13 @@
 #include "core/memory.hpp"
 #include "data/image_source.hpp"
 #include "data/token_batch_source.hpp"
+#include "deck/diagnostics.hpp"
 #include "fsdp/engine.hpp"
 #include "kernels/blas_threads.hpp"
 #include "optim/lr_schedule.hpp"
 #include "plugin/loader.hpp"
 #include "train/device_peak.hpp"
+#include "train/output_locations.hpp"
 #include "train/plan.hpp"
 #include "ftrain_build_paths.hpp"
 
@@ -63,6 +67,23 @@ std::string joined_deck(const std::vector<std::string>& lines) {
   std::string text;
   for (const auto& line : lines) text += line + "\n";
   return text;
+}
+
+// deck.md promises a suggestion for a misspelt value: `model lama` gets
+// "(did you mean 'llama'?)" after the loader's "unknown model 'lama'", from
+// the plugins the loader can find. The loader itself stays free of the deck's
+// wording rules.
+std::string with_model_suggestion(const std::string& message, const std::string& name) {
+  const PluginLoader loader;
+  if (loader.find(name)) return message;
+  std::vector<std::string> names;
+  for (const auto& plugin : loader.list_plugins())
+    if (plugin.error.empty()) names.push_back(plugin.name);
+  const std::string hint = deck::did_you_mean(name, std::vector<std::string_view>(names.begin(), names.end()));
+  if (hint.empty()) return message;
+  const std::string head = "unknown model '" + name + "'";
+  if (message.rfind(head, 0) == 0) return head + hint + message.substr(head.size());
+  return message + hint;
 }
 
 std::int64_t count_targets(const Tensor& targets) {
@@ -100,9 +121,9 @@ struct Trainer::State {
     if (is_root()) {
       if (progress_shown) std::cout << "\r\033[K";  // the log line replaces the progress line
       progress_shown = false;
-      std::cout << text << std::flush;
+      write(std::cout, "standard output", text);
     }
-    if (rank_log.is_open()) rank_log << text << std::flush;
+    if (rank_log.is_open()) write(rank_log, rank_log_path, text);
   }
   // On a terminal only, rank 0 keeps one line updated in place between log
   // lines; files and batch logs (SLURM, PBS) get plain lines only.
@@ -117,8 +138,48 @@ struct Trainer::State {
   }
   bool stdout_is_tty = isatty(STDOUT_FILENO) != 0;
   bool progress_shown = false;
+  // A stop every rank reached together (the decision came from all-reduced
+  // values): rank 0 prints the message once, nothing aborts, and the exit
+  // status says it failed.
+  int stop_with_error(const std::string& message) {
+    if (is_root()) {
+      if (progress_shown) std::cout << "\r\033[K" << std::flush;
+      progress_shown = false;
+      std::cerr << "ftrain: error: " << message << "\n" << std::flush;
+    }
+    say_rank("error: " + message + "\n");
+    finish(1);
+    return 1;
+  }
   void say_rank(const std::string& text) {
-    if (rank_log.is_open()) rank_log << text << std::flush;
+    if (rank_log.is_open()) write(rank_log, rank_log_path, text);
+  }
+
+  // Every write to metrics.jsonl, the logs and standard output is checked. A
+  // failed one (full disk, quota, I/O error) is reported loudly once per
+  // file; training goes on, because the checkpoints are what a bad output
+  // disk must not cost, and the run then ends with exit status 1.
+  std::string metrics_path, rank_log_path;
+  std::vector<std::string> failed_writes;  // "FILE: reason", first failure of each file
+  void write(std::ostream& out, const std::string& file, const std::string& text) {
+    if (!out) return;  // already reported: the stream stays failed
+    errno = 0;
+    out << text << std::flush;
+    if (out) return;
+    const std::string why = errno != 0 ? std::strerror(errno) : "write failed";
+    failed_writes.push_back(file + ": " + why);
+    std::cerr << "ftrain: warning: rank " << world.rank() << ": cannot write " << file << ": " << why
+              << "; nothing more goes to it, training continues, and ftrain will exit with status 1\n"
+              << std::flush;
+  }
+  // The exit status of a run that got this far: `code`, or 1 when an output
+  // file lost writes (said again at the end, where it is seen).
+  int finish(int code) {
+    if (failed_writes.empty()) return code;
+    std::cerr << "ftrain: error: rank " << world.rank() << ": output was lost:";
+    for (const auto& f : failed_writes) std::cerr << " " << f << ";";
+    std::cerr << " exit status 1\n" << std::flush;
+    return 1;
   }
 };
 
@@ -190,7 +251,7 @@ void Trainer::prepare() {
   try {
     s.model = PluginLoader().create_model(c.model.name, c.model.preset, c.model.overrides);
   } catch (const UserError& e) {
-    FT_USER_ERROR() << c.model.where.str() << ": " << e.what();
+    FT_USER_ERROR() << c.model.where.str() << ": " << with_model_suggestion(e.what(), c.model.name);
   }
   s.fsdp = fsdp_options_from(c);
   const int group = shard_group_size_for(s.fsdp, s.world.size(), s.ranks_per_node);
@@ -254,6 +315,10 @@ void Trainer::prepare() {
       s.start_step = info.step;
     }
   }
+  // At --check nothing is created; before a real run every output directory
+  // exists and takes a write, so a read-only or full location fails now,
+  // once, naming the deck line, rather than at the first save.
+  check_output_locations(output_locations(c), /*create=*/!s.options.check_only);
   if (s.options.check_only) return;
 
   const std::int64_t outputs = s.model->output_size();
@@ -332,12 +397,15 @@ int Trainer::run() {
   }
   if (s.options.check_only) return 0;
 
-  std::error_code ec;
-  std::filesystem::create_directories(c.run_dir, ec);
-  if (ec) FT_USER_ERROR() << "run_dir " << c.run_dir << ": cannot create: " << ec.message();
-  if (c.per_rank_logs) s.rank_log.open(c.run_dir + "/rank_" + std::to_string(rank) + ".log");
+  std::error_code ec;  // run_dir exists: prepare() created it and wrote in it
+  if (c.per_rank_logs) {
+    s.rank_log_path = c.run_dir + "/rank_" + std::to_string(rank) + ".log";
+    s.rank_log.open(s.rank_log_path);
+    if (!s.rank_log) FT_USER_ERROR() << "cannot write " << s.rank_log_path << ": " << std::strerror(errno);
+  }
   if (s.is_root()) {
-    const std::string metrics_path = c.run_dir + "/metrics.jsonl";
+    s.metrics_path = c.run_dir + "/metrics.jsonl";
+    const std::string& metrics_path = s.metrics_path;
     // A resumed run continues the curve: rows past the checkpoint's step (the
     // interrupted run's tail) are dropped so every step appears once.
     std::string kept;
@@ -351,7 +419,7 @@ int Trainer::run() {
     }
     s.metrics.open(metrics_path, std::ios::trunc);
     if (!s.metrics) FT_USER_ERROR() << "cannot write " << metrics_path;
-    s.metrics << kept << std::flush;
+    s.write(s.metrics, metrics_path, kept);
   }
 
   // Per-rank memory before and after loading (seed 001 prints the same).
@@ -425,7 +493,14 @@ int Trainer::run() {
   }
   gather_memory("after load");
 
-  auto save_checkpoint = [&](std::int64_t done, double loss, double lr, double norm) {
+  // Returns why it refused, having saved nothing, when a master weight is
+  // not finite (committing would make that state `latest` and `keep` would
+  // prune the last good checkpoint for it); empty once saved.
+  auto save_checkpoint = [&](std::int64_t done, double loss, double lr, double norm) -> std::string {
+    const std::string poisoned = s.engine->first_non_finite(FsdpEngine::ShardState::master);
+    if (!poisoned.empty())
+      return "step " + std::to_string(done) + ": a master weight is not finite (first: " + poisoned +
+             "); no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm.";
     const auto t0 = Clock::now();
     ckpt::SaveInfo info;
     info.step = done;
@@ -441,6 +516,7 @@ int Trainer::run() {
     char buf[64];
     std::snprintf(buf, sizeof buf, " (%.2f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
     s.say("checkpoint step " + std::to_string(done) + " -> " + where + buf);
+    return "";
   };
   install_stop_handlers();
 
@@ -478,7 +554,7 @@ int Trainer::run() {
       j["step"] = step;
       j["eval_loss"] = mean;
       j["eval_tokens"] = total_tokens;
-      s.metrics << j.dump() << "\n" << std::flush;
+      s.write(s.metrics, s.metrics_path, j.dump() + "\n");
     }
   };
 
@@ -503,6 +579,22 @@ int Trainer::run() {
     for (auto& b : micro_batches) local_loss += s.engine->forward_backward(b, loss_scale);
     const double loss = s.world.all_reduce_sum(local_loss) / static_cast<double>(std::max<std::int64_t>(1, global_targets));
     const double norm = s.engine->grad_norm();
+    // A diverged step must change nothing: no update (it would poison the
+    // master weights), no checkpoint, no pruning, so the newest checkpoint
+    // stays the last finite state. Loss and norm are all-reduced, so every
+    // rank takes this branch together and the stop is collective and clean.
+    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+      const std::string where = s.engine->first_non_finite(FsdpEngine::ShardState::gradient);
+      std::ostringstream m;
+      m << "step " << step + 1 << " diverged: ";
+      if (!std::isfinite(loss)) m << "the loss is " << loss << " (grad_norm " << norm << ")";
+      else m << "the gradient norm is " << norm << " (loss " << loss << ")";
+      m << "; first non-finite gradient (backward order): " << (where.empty() ? "none (the loss itself)" : where)
+        << ". The update was not applied and no checkpoint was written or pruned";
+      if (!c.checkpoint.dir.empty()) m << " (`resume auto` continues from the newest one in " << c.checkpoint.dir << ")";
+      m << ". Lower the learning rate or set clip_grad_norm.";
+      return s.stop_with_error(m.str());
+    }
     float grad_scale = 1.0f;
     if (c.clip_grad_norm > 0 && norm > c.clip_grad_norm) grad_scale = static_cast<float>(c.clip_grad_norm / (norm + 1e-6));
     AdamWHyper hyper;
@@ -512,9 +604,6 @@ int Trainer::run() {
     hyper.eps = static_cast<float>(c.optimizer.eps);
     hyper.weight_decay = static_cast<float>(c.optimizer.weight_decay);
     s.engine->optimizer_step(hyper, grad_scale);
-    if (!std::isfinite(loss))
-      FT_USER_ERROR() << "step " << step + 1 << ": the loss is " << loss
-                      << " (diverged); lower the learning rate or enable clip_grad_norm";
 
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     window_seconds += dt;
@@ -584,7 +673,7 @@ int Trainer::run() {
         j["forward_prefetch_gathers_per_step"] = forward_prefetches_per_step;
         j["backward_prefetch_gathers_per_step"] = backward_prefetches_per_step;
         j["gathered_units_high_water"] = gathered_high_water;
-        s.metrics << j.dump() << "\n" << std::flush;
+        s.write(s.metrics, s.metrics_path, j.dump() + "\n");
       }
       window_seconds = 0;
       window_steps = 0;
@@ -600,13 +689,15 @@ int Trainer::run() {
     const std::int64_t signalled = s.world.all_reduce_sum(static_cast<std::int64_t>(g_stop_signal != 0));
     const bool stopping = signalled > 0 || done == c.checkpoint.stop_after;
     const bool has_dir = !c.checkpoint.dir.empty();
-    if (has_dir && (stopping || (c.checkpoint.every > 0 && done % c.checkpoint.every == 0) || done == c.max_steps))
-      save_checkpoint(done, loss, lr, norm);
+    if (has_dir && (stopping || (c.checkpoint.every > 0 && done % c.checkpoint.every == 0) || done == c.max_steps)) {
+      const std::string refused = save_checkpoint(done, loss, lr, norm);
+      if (!refused.empty()) return s.stop_with_error(refused);
+    }
     if (stopping && done < c.max_steps) {
       std::string why = signalled > 0 ? "stop signal received (SIGTERM/SIGUSR1)" : "stop_after " + std::to_string(done);
       s.say(why + ": stopped after step " + std::to_string(done) +
             (has_dir ? "; resume with `resume auto`\n" : "; no checkpoint dir configured, nothing saved\n"));
-      return 0;
+      return s.finish(0);
     }
   }
   if (s.eval_data && c.eval.every > 0 && c.max_steps % c.eval.every != 0) evaluate(c.max_steps);
@@ -625,7 +716,7 @@ int Trainer::run() {
   const double total = std::chrono::duration<double>(Clock::now() - start).count();
   s.say("done: " + std::to_string(c.max_steps) + " steps in " + format_duration(total) + "; metrics in " + c.run_dir +
         "/metrics.jsonl\n");
-  return 0;
+  return s.finish(0);
 }
 
 }  // namespace ftrain

@@ -24,9 +24,12 @@ struct TrainerOptions {
   bool check_only = false;  // print the plan and stop (nothing model-sized is allocated)
 };
 
-// Phase 1 (no collectives): resolve the model and validate the configuration.
-// Errors are UserErrors that the app reports once. Phase 2 (collectives):
-// build the engine and train.
+// Phase 1: resolve the model, validate the configuration and the output
+// directories. It opens with one collective (split_node, for the ranks per
+// node), so the app calls it only after every rank has read its deck; after
+// that it runs none, because a rank that fails here goes straight to the
+// app's agreement. Errors are UserErrors that the app reports once. Phase 2
+// (collectives): build the engine and train.
 class Trainer {
  public:
   Trainer(const RunConfig& config, Communicator& world, const TrainerOptions& options);

@@ -100,6 +100,14 @@ def main():
     if p.returncode == 0 or "no such file" not in p.stderr or "Traceback" in p.stderr:
         fail("a missing run should be a one-line error:\n" + p.stderr)
     print("ok: default output path, missing run reported")
+    # A full disk (/dev/full behind the output name: every write fails with
+    # ENOSPC, no root needed) is a one-line error naming the file.
+    full = os.path.join(w, "plots", "full.png")
+    os.symlink("/dev/full", full)
+    p = subprocess.run([sys.executable, script, f"{w}/full_shard", "-o", full], capture_output=True, text=True)
+    if p.returncode == 0 or f"cannot write {full}" not in p.stderr or "Traceback" in p.stderr:
+        fail(f"a plot on a full disk should be a one-line error naming {full} (exit {p.returncode}):\n" + p.stderr)
+    print("ok: a failed plot write names the file")
     return 0
 
 
