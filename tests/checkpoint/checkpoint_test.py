@@ -25,6 +25,9 @@ Scenarios:
                a checkpoint is written, exit status 0, `resume auto` goes on;
                SIGKILL while checkpointing every step: `resume auto` takes the
                newest complete checkpoint.
+  consolidated_fault
+               one rank fails mid-save_final (test-only fault switch): the
+               job ends with its message within seconds instead of hanging.
   consolidated_a, consolidated_b
                save_final on np 1, 2 and 4 with every strategy: each dataset
                (of save_final's file and of the checkpoint's `consolidated on`
@@ -87,9 +90,25 @@ class Runner:
             cmd += ["-var", k, str(v)]
         return cmd + [deck]
 
-    def run(self, np, deck, expect_ok=True, **variables):
-        p = subprocess.run(self.command(np, deck, variables), cwd=self.dir, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=120)
+    def run(self, np, deck, expect_ok=True, env=None, timeout=120, **variables):
+        """Runs ftrain under mpirun; `env` adds environment variables (passed
+        to the ranks with -x). A run past `timeout` seconds (a hang) is
+        killed with its whole process group and fails the scenario."""
+        cmd = self.command(np, deck, variables)
+        environment = dict(os.environ)
+        if env:
+            environment.update(env)
+            cmd = cmd[:len(self.mpirun)] + [a for k in env for a in ("-x", k)] + cmd[len(self.mpirun):]
+        proc = subprocess.Popen(cmd, cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=environment, start_new_session=True)
+        try:
+            out = proc.communicate(timeout=timeout)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out = proc.communicate()[0]
+            print(out)
+            fail(f"ftrain -np {np} {os.path.basename(deck)} {variables} {env or ''} did not end within {timeout} s (hang)")
+        p = subprocess.CompletedProcess(cmd, proc.returncode, out)
         if expect_ok and p.returncode != 0:
             print(p.stdout)
             fail(f"ftrain -np {np} {os.path.basename(deck)} {variables} exited {p.returncode}")
@@ -298,6 +317,25 @@ def scenario_preempt(r):
     print("ok: SIGKILL during checkpointing")
 
 
+def scenario_consolidated_fault(r):
+    # One rank fails in the middle of the collective save_final (test-only
+    # switch FTRAIN_TEST_FAULT_CONSOLIDATED, src/ckpt/consolidated.cpp), once
+    # before the collective write of a dataset and once after it. The other
+    # rank must not be left waiting in the next collective HDF5 call: the job
+    # ends, non-zero, with the failing rank's message, within seconds.
+    deck = r.deck("final.in", "save_final final.h5\n")
+    for spec, needle in (("1:3:select", "preparing '"), ("1:7:write", "writing '")):
+        start = time.time()
+        p = r.run(2, deck, expect_ok=False, env={"FTRAIN_TEST_FAULT_CONSOLIDATED": spec}, timeout=90,
+                  run="fault", max_steps=4)
+        elapsed = time.time() - start
+        expect_error(p, "rank 1: save_final", needle, "FTRAIN_TEST_FAULT_CONSOLIDATED")
+        for left in ("final.h5", "final.h5.tmp"):
+            if os.path.exists(os.path.join(r.dir, left)):
+                fail(f"{spec}: {left} was left behind by the failed save")
+        print(f"ok: fault {spec}: the job ended in {elapsed:.1f} s with the message")
+
+
 def h5dump_binary(h5dump, file, dataset, out):
     subprocess.run([h5dump, "-d", dataset, "-b", "LE", "-o", out, file], check=True, stdout=subprocess.DEVNULL)
     return open(out, "rb").read()
@@ -398,6 +436,8 @@ def main():
             scenario_damaged(r)
         elif args.scenario == "preempt":
             scenario_preempt(r)
+        elif args.scenario == "consolidated_fault":
+            scenario_consolidated_fault(r)
         elif args.scenario in ("consolidated_a", "consolidated_b"):
             scenario_consolidated(r, args.h5dump, args.scenario[-1])
         else:
