@@ -125,7 +125,8 @@ void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& 
 std::optional<std::int64_t> step_of(const std::string& name) {
   if (name.rfind("step_", 0) != 0) return std::nullopt;
   const std::string digits = name.substr(5);
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
+  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit))
+    return std::nullopt;
   return std::stoll(digits);
 }
 
