@@ -162,6 +162,30 @@ TEST_F(LineageTest, NothingIntactOnTheLineageLeavesNoCandidate) {
   EXPECT_TRUE(plan.found_any);
 }
 
+TEST_F(LineageTest, Format1CheckpointsAreOneLinearHistoryAndCanBeParents) {
+  // Written by an ftrain before the lineage fields: no id, no parent.
+  for (int s = 1; s <= 3; ++s) {
+    save(s, "", -1, "");
+    auto m = nlohmann::json::parse(std::ifstream(step_dir(s) + "/manifest.json"));
+    m["format_version"] = 1;
+    m.erase("checkpoint_id");
+    m.erase("parent");
+    std::ofstream(step_dir(s) + "/manifest.json") << m.dump();
+  }
+  set_latest(2);  // one behind: step_3 is the newer one of the same history
+  EXPECT_NO_THROW(verify_step_directory(step_dir(3)));
+  EXPECT_EQ(plan_resume_auto(dir_).candidates,
+            (std::vector<std::string>{step_dir(3), step_dir(2), step_dir(1)}));
+  // A format-2 save resumed from the format-1 step_3 continues its lineage.
+  save(4, "b4", 3, "");
+  set_latest(4);
+  EXPECT_EQ(plan_resume_auto(dir_).candidates,
+            (std::vector<std::string>{step_dir(4), step_dir(3), step_dir(2), step_dir(1)}));
+  auto doomed = prune_list(dir_, 4, 2);
+  std::sort(doomed.begin(), doomed.end());
+  EXPECT_EQ(doomed, (std::vector<std::string>{step_dir(1), step_dir(2)}));
+}
+
 TEST_F(LineageTest, PlanSurvivesTheBroadcastEncoding) {
   make_branch();
   ResumePlan plan = plan_resume_auto(dir_);
