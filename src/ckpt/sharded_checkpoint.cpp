@@ -172,7 +172,7 @@ std::optional<std::int64_t> step_in(const std::string& dir, const std::string& p
 // that never committed), step_<N>.pruning.tmp (a prune that renamed before
 // deleting), and step_<N>/ without manifest.json (a prune by an older ftrain
 // killed half-way, or an empty directory): none of them is a checkpoint.
-void remove_leftovers(const std::string& dir, const std::string& keep_dir) {
+void remove_leftovers(const std::string& dir) {
   std::error_code ec;
   std::vector<fs::path> doomed;
   for (const auto& item : fs::directory_iterator(dir, ec)) {
@@ -181,9 +181,11 @@ void remove_leftovers(const std::string& dir, const std::string& keep_dir) {
     const std::string base = name.substr(0, dot);
     const std::string suffix = dot == std::string::npos ? "" : name.substr(dot);
     if (!step_of(base) || !item.is_directory(ec)) continue;
-    const bool leftover = suffix == ".tmp" || suffix == ".pruning.tmp" ||
-                          (suffix.empty() && !fs::exists(item.path() / kManifest, ec));
-    if (leftover && item.path().string() != keep_dir) doomed.push_back(item.path());
+    std::error_code probe;  // a directory we cannot look into is left alone
+    const bool has_manifest = fs::exists(item.path() / kManifest, probe);
+    const bool leftover =
+        suffix == ".tmp" || suffix == ".pruning.tmp" || (suffix.empty() && !probe && !has_manifest);
+    if (leftover) doomed.push_back(item.path());
   }
   for (const auto& path : doomed) fs::remove_all(path, ec);
 }
@@ -194,7 +196,7 @@ void prune_checkpoint(const std::string& step_dir) {
   std::error_code ec;
   const std::string doomed = step_dir + ".pruning.tmp";
   fs::rename(step_dir, doomed, ec);
-  if (!ec) fs::remove_all(doomed, ec);
+  fs::remove_all(ec ? step_dir : doomed, ec);  // a file system that refuses the rename: delete in place
 }
 
 struct UnitLayout {
@@ -272,7 +274,7 @@ std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::str
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) FT_USER_ERROR() << "checkpoint dir " << dir << ": cannot create: " << ec.message();
-    remove_leftovers(dir, "");
+    remove_leftovers(dir);
     fs::create_directories(tmp_dir, ec);
     if (ec) FT_USER_ERROR() << "checkpoint: cannot create " << tmp_dir << ": " << ec.message();
   }));
@@ -294,18 +296,19 @@ std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::str
     m["step"] = info.step;
     m["checkpoint_id"] = new_checkpoint_id();
     m["parent"] = nullptr;
+    std::optional<json> parent_manifest;
     if (parent_step) {
-      std::string parent_id;
       try {
-        parent_id = read_manifest(info.parent_directory).value("checkpoint_id", "");
+        parent_manifest = read_manifest(info.parent_directory);
       } catch (const UserError&) {
         // The parent vanished since this run loaded or saved it: the lineage
         // ends here, as for a fresh start.
       }
-      m["parent"] = {{"step", *parent_step}, {"checkpoint_id", parent_id}};
-    } else if (!info.parent_directory.empty()) {
-      m["resumed_from"] = info.parent_directory;
     }
+    if (parent_manifest)
+      m["parent"] = {{"step", *parent_step}, {"checkpoint_id", parent_manifest->value("checkpoint_id", "")}};
+    else if (!info.parent_directory.empty())
+      m["resumed_from"] = info.parent_directory;
     m["world_size"] = world.size();
     m["shard_group_size"] = engine.shard_comm().size();
     m["strategy"] = info.strategy;
@@ -325,7 +328,7 @@ std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::str
     // If the job dies between the removal and the rename, `latest` names the
     // previous checkpoint (or, if it named this step, a missing directory:
     // `resume auto` then takes the newest one below it).
-    if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);
+    if (fs::exists(final_dir)) prune_checkpoint(final_dir);
     fs::rename(tmp_dir, final_dir, ec);
     if (ec) FT_USER_ERROR() << "checkpoint: cannot rename " << tmp_dir << " to " << final_dir << ": " << ec.message();
     fsync_path(dir, true);
@@ -333,7 +336,7 @@ std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::str
     fsync_path(dir, true);
     // `keep` prunes the lineage of this checkpoint only (lineage.hpp).
     for (const auto& old : prune_list(dir, info.step, keep)) prune_checkpoint(old);
-    remove_leftovers(dir, "");
+    remove_leftovers(dir);
   }));
   return final_dir;
 }
