@@ -31,6 +31,9 @@ Scenarios:
                continues from it (not from step_6 of the abandoned branch),
                keep kept the branch point, empty or partial step dirs are
                removed at the next save.
+  noncoherent  each rank in its own working directory (a stale view of the
+               checkpoint dir on rank 1): rank 0's choice is followed, the
+               step rank 1 cannot load is skipped by both.
   preempt      SIGUSR1 to mpirun and SIGTERM to the ranks: the step finishes,
                a checkpoint is written, exit status 0, `resume auto` goes on;
                SIGKILL while checkpointing every step: `resume auto` takes the
@@ -322,6 +325,55 @@ def scenario_damaged_fallback(r, h5dump):
     print("ok: an explicit resume of the damaged checkpoint stops with the error")
 
 
+def scenario_noncoherent(r):
+    # Ranks that see the file system differently (a stale cache on another
+    # node) must still resume the same checkpoint. Each rank runs in its own
+    # working directory (mpirun MPMD, -wdir), so the deck's relative `ck`
+    # is a different directory per rank: rank 0 sees step_5 and step_10,
+    # rank 1 only step_5 with `latest` naming it. Rank 0 decides (step_10);
+    # rank 1 cannot load it, every rank skips it and both resume step_5.
+    part = r.deck("part.in", "checkpoint every 5 dir ck stop_after 10\n")
+    r.run(2, part, run="base")
+    cont = r.deck("cont.in", "checkpoint every 5 dir ck\nresume auto\n")
+    other = os.path.join(r.dir, "node1")
+    os.makedirs(os.path.join(other, "ck"))
+    for f in ("base.in", "cont.in", "train.tok", "eval.tok"):
+        shutil.copy(os.path.join(r.dir, f), other)
+    shutil.copytree(os.path.join(r.dir, "ck/step_5"), os.path.join(other, "ck/step_5"))
+    open(os.path.join(other, "ck/latest"), "w").write("step_5\n")
+    # The saves of the resumed run (steps 10 and 12) must reach rank 0's
+    # directory, as they would on a shared file system: rank 1 writes its
+    # file through links to the temp directories rank 0 creates.
+    for step in (10, 12):
+        os.symlink(os.path.join(r.dir, f"ck/step_{step}.tmp"), os.path.join(other, f"ck/step_{step}.tmp"))
+    variables = ["-var", "run", "res", "-var", "max_steps", "12"]
+    cmd = (r.mpirun + ["-np", "1", "-wdir", r.dir, r.ftrain] + variables + ["cont.in", ":"] +
+           ["-np", "1", "-wdir", other, r.ftrain] + variables + ["cont.in"])
+    proc = subprocess.Popen(cmd, cwd=r.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out = proc.communicate(timeout=90)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        print(proc.communicate()[0])
+        fail("the ranks did not agree on the checkpoint: the job hung")
+    if proc.returncode != 0:
+        print(out)
+        fail(f"exit status {proc.returncode}")
+    if "resumed from ck/step_5 at step 5" not in out:
+        fail("the ranks did not resume step_5 together:\n" + out)
+    if "skipping ck/step_10: rank 1:" not in out:
+        fail("the skip of step_10 (which rank 1 cannot see) was not reported:\n" + out)
+    train, _ = metrics(os.path.join(r.dir, "res/metrics.jsonl"))
+    if [t[0] for t in train] != list(range(6, 13)):
+        fail(f"steps {[t[0] for t in train]}, expected 6..12 once each")
+    manifest = json.load(open(os.path.join(r.dir, "ck/step_12/manifest.json")))
+    if [os.path.getsize(os.path.join(r.dir, "ck/step_12", f["name"])) for f in manifest["files"]] != \
+            [f["bytes"] for f in manifest["files"]]:
+        fail("the checkpoint of step 12 is not complete")
+    print("ok: rank 0 decided, rank 1 could not load its choice, both fell back to step_5")
+
+
 def scenario_lineage(r):
     # The branch of issue 22: a run saves steps 1..6; `resume ck/step_3`
     # with keep 2 stops at step 4 (re-saving step_4, `latest` = step_4);
@@ -559,6 +611,8 @@ def main():
             scenario_preempt(r)
         elif args.scenario == "damaged_fallback":
             scenario_damaged_fallback(r, args.h5dump)
+        elif args.scenario == "noncoherent":
+            scenario_noncoherent(r)
         elif args.scenario == "lineage":
             scenario_lineage(r)
         elif args.scenario == "consolidated_fault":
