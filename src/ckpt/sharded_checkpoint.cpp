@@ -484,7 +484,6 @@ LoadedInfo load_sharded(FsdpEngine& engine, Communicator& world, const std::stri
 }
 
 LoadedInfo load_resume(FsdpEngine& engine, Communicator& world, ResumePlan& plan) {
-  std::string last;
   while (!plan.candidates.empty()) {
     const std::string step_dir = plan.candidates.front();
     LoadedInfo info;
@@ -492,11 +491,13 @@ LoadedInfo load_resume(FsdpEngine& engine, Communicator& world, ResumePlan& plan
         agree_on_failure(world, failure_of([&] { info = load_sharded_local(engine, step_dir); }));
     if (failure.empty()) return info;
     if (!plan.fall_back) FT_USER_ERROR() << failure;
-    last = failure;
     plan.skip_first(failure);
   }
-  FT_USER_ERROR() << "resume auto: no checkpoint of the lineage could be loaded (the last failure: " << last
-                  << "); remove the checkpoint directory to start afresh, or resume a checkpoint explicitly";
+  std::string why;
+  for (const auto& note : plan.notes) why += "\n  " + note;
+  FT_USER_ERROR() << "resume auto: no checkpoint of the lineage could be loaded:" << why
+                  << "\nif the deck changed the model, restore it; else remove the checkpoint directory to start afresh, "
+                     "or resume a checkpoint explicitly";
 }
 
 }  // namespace ftrain::ckpt
