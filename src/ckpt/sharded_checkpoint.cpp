@@ -8,17 +8,21 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/collective_errors.hpp"
 #include "ckpt/consolidated.hpp"
 #include "ckpt/hdf5_util.hpp"
+#include "ckpt/lineage.hpp"
 #include "core/error.hpp"
 
 namespace ftrain::ckpt {
@@ -64,7 +68,8 @@ json entries_json(const FlatParameter& flat) {
   return entries;
 }
 
-void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& world, const SaveInfo& info) {
+void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& world, const SaveInfo& info,
+                     std::int64_t parent_step) {
   h5::File file = h5::File::create(path);
   const hid_t root = file.id();
   h5::write_attr_i64(root, "format_version", kShardedFormatVersion, path);
@@ -76,6 +81,7 @@ void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& 
   h5::write_attr_i64(root, "shard_group_size", engine.shard_comm().size(), path);
   h5::write_attr_i64(root, "shard_rank", engine.shard_comm().rank(), path);
   h5::write_attr_i64(root, "num_units", static_cast<std::int64_t>(engine.units().size()), path);
+  h5::write_attr_i64(root, "parent_step", parent_step, path);
   // FP8 delayed-scaling state (identical on every rank after the amax
   // all-reduce): 0 = the run did not use precision fp8.
   const bool fp8 = engine.options().fp8;
@@ -119,27 +125,9 @@ void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& 
 std::optional<std::int64_t> step_of(const std::string& name) {
   if (name.rfind("step_", 0) != 0) return std::nullopt;
   const std::string digits = name.substr(5);
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
+  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit))
+    return std::nullopt;
   return std::stoll(digits);
-}
-
-// Complete checkpoints under dir, oldest first.
-std::vector<std::pair<std::int64_t, std::string>> complete_checkpoints(const std::string& dir) {
-  std::vector<std::pair<std::int64_t, std::string>> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  for (const auto& item : fs::directory_iterator(dir, ec)) {
-    const auto step = step_of(item.path().filename().string());
-    if (!step || !item.is_directory()) continue;
-    try {
-      verify_step_directory(item.path().string());
-      out.emplace_back(*step, item.path().string());
-    } catch (const UserError&) {
-      // incomplete or damaged: not a candidate
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 json read_manifest(const std::string& step_dir) {
@@ -153,6 +141,62 @@ json read_manifest(const std::string& step_dir) {
     FT_USER_ERROR() << "checkpoint manifest " << path << " is not valid JSON: " << e.what();
   }
   return m;
+}
+
+void check_file_version(std::int64_t version, const std::string& path) {
+  if (version < kOldestReadableShardedFormatVersion || version > kShardedFormatVersion)
+    FT_USER_ERROR() << path << ": format version " << version << ", this ftrain reads versions "
+                    << kOldestReadableShardedFormatVersion << " to " << kShardedFormatVersion;
+}
+
+// A new checkpoint's id: unique enough to tell a replaced step directory
+// from the one a child recorded as its parent.
+std::string new_checkpoint_id() {
+  std::random_device device;
+  std::mt19937_64 mix((static_cast<std::uint64_t>(device()) << 32) ^ device() ^
+                      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(mix()));
+  return text;
+}
+
+// A step directory, if `path` is DIR/step_<N> of this `dir`.
+std::optional<std::int64_t> step_in(const std::string& dir, const std::string& path) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(path, ec);
+  if (ec || fs::weakly_canonical(dir, ec) != p.parent_path() || ec) return std::nullopt;
+  return step_of(p.filename().string());
+}
+
+// Removes what killed saves and killed prunes leave: step_<N>.tmp (a save
+// that never committed), step_<N>.pruning.tmp (a prune that renamed before
+// deleting), and step_<N>/ without manifest.json (a prune by an older ftrain
+// killed half-way, or an empty directory): none of them is a checkpoint.
+void remove_leftovers(const std::string& dir) {
+  std::error_code ec;
+  std::vector<fs::path> doomed;
+  for (const auto& item : fs::directory_iterator(dir, ec)) {
+    const std::string name = item.path().filename().string();
+    const auto dot = name.find('.');
+    const std::string base = name.substr(0, dot);
+    const std::string suffix = dot == std::string::npos ? "" : name.substr(dot);
+    if (!step_of(base) || !item.is_directory(ec)) continue;
+    std::error_code probe;  // a directory we cannot look into is left alone
+    const bool has_manifest = fs::exists(item.path() / kManifest, probe);
+    const bool leftover =
+        suffix == ".tmp" || suffix == ".pruning.tmp" || (suffix.empty() && !probe && !has_manifest);
+    if (leftover) doomed.push_back(item.path());
+  }
+  for (const auto& path : doomed) fs::remove_all(path, ec);
+}
+
+// Deletes a checkpoint so that a kill at any moment leaves either the whole
+// checkpoint or a directory remove_leftovers recognises.
+void prune_checkpoint(const std::string& step_dir) {
+  std::error_code ec;
+  const std::string doomed = step_dir + ".pruning.tmp";
+  fs::rename(step_dir, doomed, ec);
+  fs::remove_all(ec ? step_dir : doomed, ec);  // a file system that refuses the rename: delete in place
 }
 
 struct UnitLayout {
@@ -180,9 +224,9 @@ void verify_step_directory(const std::string& step_dir) {
   if (!m.is_object() || !m.value("complete", false))
     FT_USER_ERROR() << "checkpoint manifest " << path << " is not marked complete";
   const int version = m.value("format_version", 0);
-  if (version != kShardedFormatVersion)
-    FT_USER_ERROR() << "checkpoint " << step_dir << " has format version " << version << "; this ftrain reads version "
-                    << kShardedFormatVersion;
+  if (version < kOldestReadableShardedFormatVersion || version > kShardedFormatVersion)
+    FT_USER_ERROR() << "checkpoint " << step_dir << " has format version " << version << "; this ftrain reads versions "
+                    << kOldestReadableShardedFormatVersion << " to " << kShardedFormatVersion;
   if (!m.contains("files") || !m["files"].is_array() || m["files"].size() != m.value("world_size", 0u))
     FT_USER_ERROR() << "checkpoint manifest " << path << " does not list one file per rank";
   json all_files = m["files"];
@@ -200,22 +244,14 @@ void verify_step_directory(const std::string& step_dir) {
 }
 
 std::optional<std::string> find_latest_complete(const std::string& dir, std::string* skipped) {
-  // The newest complete checkpoint by step. `latest` normally names it; it
-  // lags by one when a save died between its commit (the rename) and the
-  // pointer update, and it names a damaged one after disk trouble: both cases
-  // are covered by the scan, and the second is reported.
-  std::ifstream latest(dir + "/" + kLatest);
-  std::string name;
-  if (skipped != nullptr && latest && std::getline(latest, name) && step_of(name)) {
-    try {
-      verify_step_directory(dir + "/" + name);
-    } catch (const UserError& e) {
-      *skipped = e.what();
-    }
+  const ResumePlan plan = plan_resume_auto(dir);
+  if (skipped != nullptr) {
+    std::string all;
+    for (const auto& note : plan.notes) all += (all.empty() ? "" : "; ") + note;
+    *skipped = all;
   }
-  const auto all = complete_checkpoints(dir);
-  if (all.empty()) return std::nullopt;
-  return all.back().second;
+  if (plan.candidates.empty()) return std::nullopt;
+  return plan.candidates.front();
 }
 
 std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::string& dir, const SaveInfo& info,
@@ -223,33 +259,56 @@ std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::str
   const std::string final_dir = step_directory(dir, info.step);
   const std::string tmp_dir = final_dir + ".tmp";
   const bool root = world.rank() == 0;
-  if (root) {
+  // The parent (lineage.hpp): recorded by step and id when it lives in this
+  // directory, so a later `resume auto` follows this run and not a branch it
+  // abandoned.
+  const auto parent_step = info.parent_directory.empty() ? std::nullopt : step_in(dir, info.parent_directory);
+  // Rank 0 alone touches the directory; its failures are agreed on (the
+  // agreement is also the barrier), so no rank is left waiting.
+  auto agree = [&](const std::string& mine) {
+    const std::string failure = agree_on_failure(world, mine);
+    if (!failure.empty()) FT_USER_ERROR() << failure;
+  };
+  agree(failure_of([&] {
+    if (!root) return;
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) FT_USER_ERROR() << "checkpoint dir " << dir << ": cannot create: " << ec.message();
-    // Temp directories of saves that were killed: never committed, never read.
-    for (const auto& item : fs::directory_iterator(dir, ec)) {
-      const std::string name = item.path().filename().string();
-      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 && step_of(name.substr(0, name.size() - 4)))
-        fs::remove_all(item.path(), ec);
-    }
+    remove_leftovers(dir);
     fs::create_directories(tmp_dir, ec);
     if (ec) FT_USER_ERROR() << "checkpoint: cannot create " << tmp_dir << ": " << ec.message();
-  }
-  world.barrier();
+  }));
 
   const std::string mine = tmp_dir + "/" + rank_file_name(world.rank());
-  write_rank_file(mine, engine, world, info);
   Tensor sizes = Tensor::zeros({world.size()}, DType::i64);
-  sizes.data_as<std::int64_t>()[world.rank()] = static_cast<std::int64_t>(fs::file_size(mine));
+  agree(failure_of([&] {
+    write_rank_file(mine, engine, world, info, parent_step.value_or(-1));
+    sizes.data_as<std::int64_t>()[world.rank()] = static_cast<std::int64_t>(fs::file_size(mine));
+  }));
   world.all_reduce_sum(sizes).wait();  // also the barrier: every file is closed and synced
   const std::string consolidated = tmp_dir + "/model.h5";
   if (info.consolidated) save_consolidated(engine, world, consolidated, info.model_name, info.model_config);
 
-  if (root) {
+  agree(failure_of([&] {
+    if (!root) return;
     json m;
     m["format_version"] = kShardedFormatVersion;
     m["step"] = info.step;
+    m["checkpoint_id"] = new_checkpoint_id();
+    m["parent"] = nullptr;
+    std::optional<json> parent_manifest;
+    if (parent_step) {
+      try {
+        parent_manifest = read_manifest(info.parent_directory);
+      } catch (const UserError&) {
+        // The parent vanished since this run loaded or saved it: the lineage
+        // ends here, as for a fresh start.
+      }
+    }
+    if (parent_manifest)
+      m["parent"] = {{"step", *parent_step}, {"checkpoint_id", parent_manifest->value("checkpoint_id", "")}};
+    else if (!info.parent_directory.empty())
+      m["resumed_from"] = info.parent_directory;
     m["world_size"] = world.size();
     m["shard_group_size"] = engine.shard_comm().size();
     m["strategy"] = info.strategy;
@@ -266,24 +325,19 @@ std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::str
     fsync_path(tmp_dir, true);
     std::error_code ec;
     // Saving a step that exists (a resumed run re-reaching it) replaces it.
-    // If the job dies between the removal and the rename, `latest` names a
-    // missing directory and `resume auto` falls back to the previous one.
-    if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);
+    // If the job dies between the removal and the rename, `latest` names the
+    // previous checkpoint (or, if it named this step, a missing directory:
+    // `resume auto` then takes the newest one below it).
+    if (fs::exists(final_dir)) prune_checkpoint(final_dir);
     fs::rename(tmp_dir, final_dir, ec);
     if (ec) FT_USER_ERROR() << "checkpoint: cannot rename " << tmp_dir << " to " << final_dir << ": " << ec.message();
     fsync_path(dir, true);
     write_atomically(dir + "/" + kLatest, "step_" + std::to_string(info.step) + "\n");
     fsync_path(dir, true);
-    if (keep > 0) {
-      auto all = complete_checkpoints(dir);
-      const std::size_t n = all.size();
-      for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < n; ++i) {
-        if (all[i].second == final_dir) continue;
-        fs::remove_all(all[i].second, ec);
-      }
-    }
-  }
-  world.barrier();
+    // `keep` prunes the lineage of this checkpoint only (lineage.hpp).
+    for (const auto& old : prune_list(dir, info.step, keep)) prune_checkpoint(old);
+    remove_leftovers(dir);
+  }));
   return final_dir;
 }
 
@@ -297,9 +351,7 @@ LoadedInfo read_checkpoint_info(const std::string& step_dir) {
   info.strategy = manifest.value("strategy", "");
   const std::string path = step_dir + "/" + rank_file_name(0);
   h5::File file = h5::File::open_read(path);
-  const auto version = h5::read_attr_i64(file.id(), "format_version", path);
-  if (version != kShardedFormatVersion)
-    FT_USER_ERROR() << path << ": format version " << version << ", expected " << kShardedFormatVersion;
+  check_file_version(h5::read_attr_i64(file.id(), "format_version", path), path);
   info.step = h5::read_attr_i64(file.id(), "step", path);
   info.seed = h5::read_attr_u64(file.id(), "seed", path);
   return info;
@@ -332,7 +384,8 @@ void load_fp8_state(FsdpEngine& engine, OldShardFile& first, LoadedInfo& info) {
   }
 }
 
-LoadedInfo load_sharded(FsdpEngine& engine, Communicator& world, const std::string& step_dir) {
+// One rank's part of a load; throws on this rank only (load_sharded agrees).
+static LoadedInfo load_sharded_local(FsdpEngine& engine, const std::string& step_dir) {
   verify_step_directory(step_dir);
   const json manifest = read_manifest(step_dir);
   LoadedInfo info;
@@ -352,9 +405,7 @@ LoadedInfo load_sharded(FsdpEngine& engine, Communicator& world, const std::stri
       slot->path = step_dir + "/" + rank_file_name(shard);
       slot->file = h5::File::open_read(slot->path);
       const hid_t root = slot->file.id();
-      const auto version = h5::read_attr_i64(root, "format_version", slot->path);
-      if (version != kShardedFormatVersion)
-        FT_USER_ERROR() << slot->path << ": format version " << version << ", expected " << kShardedFormatVersion;
+      check_file_version(h5::read_attr_i64(root, "format_version", slot->path), slot->path);
       slot->shard_rank = h5::read_attr_i64(root, "shard_rank", slot->path);
       if (slot->shard_rank != shard)
         FT_USER_ERROR() << slot->path << ": holds shard " << slot->shard_rank << ", expected shard " << shard;
@@ -421,8 +472,32 @@ LoadedInfo load_sharded(FsdpEngine& engine, Communicator& world, const std::stri
     flat.gathered = Tensor();
   }
   if (engine.options().fp8) load_fp8_state(engine, old_file(0), info);
-  world.barrier();
   return info;
+}
+
+LoadedInfo load_sharded(FsdpEngine& engine, Communicator& world, const std::string& step_dir) {
+  LoadedInfo info;
+  const std::string failure =
+      agree_on_failure(world, failure_of([&] { info = load_sharded_local(engine, step_dir); }));
+  if (!failure.empty()) FT_USER_ERROR() << failure;
+  return info;
+}
+
+LoadedInfo load_resume(FsdpEngine& engine, Communicator& world, ResumePlan& plan) {
+  while (!plan.candidates.empty()) {
+    const std::string step_dir = plan.candidates.front();
+    LoadedInfo info;
+    const std::string failure =
+        agree_on_failure(world, failure_of([&] { info = load_sharded_local(engine, step_dir); }));
+    if (failure.empty()) return info;
+    if (!plan.fall_back) FT_USER_ERROR() << failure;
+    plan.skip_first(failure);
+  }
+  std::string why;
+  for (const auto& note : plan.notes) why += "\n  " + note;
+  FT_USER_ERROR() << "resume auto: no checkpoint of the lineage could be loaded:" << why
+                  << "\nif the deck changed the model, restore it; else remove the checkpoint directory to start afresh, "
+                     "or resume a checkpoint explicitly";
 }
 
 }  // namespace ftrain::ckpt

@@ -5,6 +5,7 @@
 //   DIR/step_<N>/rank_<r>.h5   master, exp_avg, exp_avg_sq per unit + metadata
 //   DIR/step_<N>/model.h5      optional consolidated state dict (consolidated on)
 //   DIR/step_<N>/manifest.json format version, world size, each file's size,
+//                              the checkpoint's id and its parent (lineage.hpp),
 //                              "complete": true (written last, by rank 0)
 //   DIR/latest                 "step_<N>", replaced atomically after the commit
 // A save writes into DIR/step_<N>.tmp, barriers, then rank 0 writes the
@@ -31,7 +32,10 @@
 
 namespace ftrain::ckpt {
 
-inline constexpr int kShardedFormatVersion = 1;
+// Version 2 added the lineage fields (manifest "checkpoint_id", "parent",
+// rank-file attribute parent_step); version 1 is still read.
+inline constexpr int kShardedFormatVersion = 2;
+inline constexpr int kOldestReadableShardedFormatVersion = 1;
 
 struct SaveInfo {
   std::int64_t step = 0;  // optimizer steps done
@@ -44,6 +48,11 @@ struct SaveInfo {
   bool consolidated = false;
   std::string model_name;
   std::map<std::string, std::string> model_config;
+  // The checkpoint the saved state descends from: the previous save of this
+  // run, or the step directory it resumed from ("" = a fresh start). It is
+  // recorded as the new checkpoint's parent (lineage.hpp) when it lives in
+  // the same directory, else as "resumed_from".
+  std::string parent_directory;
 };
 
 struct LoadedInfo {
@@ -61,13 +70,14 @@ struct LoadedInfo {
 std::string step_directory(const std::string& dir, std::int64_t step);
 
 // Collective over `world`. Writes, commits, updates `latest` and keeps the
-// newest `keep` checkpoints (0 = keep all). Returns the committed directory.
+// newest `keep` checkpoints of the lineage (lineage.hpp; 0 = keep all).
+// Returns the committed directory.
 std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::string& dir, const SaveInfo& info,
                          int keep);
 
-// The newest complete checkpoint under DIR: the highest step_<N> that passes
-// verify_step_directory. Not collective. When `latest` names a damaged or
-// missing checkpoint, *skipped says why.
+// The newest intact checkpoint of the lineage `latest` names (lineage.hpp:
+// plan_resume_auto's first candidate). Not collective. When checkpoints were
+// skipped (damaged, missing, off the lineage), *skipped says which and why.
 std::optional<std::string> find_latest_complete(const std::string& dir, std::string* skipped = nullptr);
 
 // Checks a step directory's manifest and file sizes; throws UserError naming
@@ -79,7 +89,18 @@ void verify_step_directory(const std::string& step_dir);
 LoadedInfo read_checkpoint_info(const std::string& step_dir);
 
 // Collective over `world`. Fills every unit's master, exp_avg, exp_avg_sq and
-// the optimizer step count from `step_dir`, resharding as needed.
+// the optimizer step count from `step_dir`, resharding as needed. A failure
+// on any rank (a missing or truncated file, a damaged superblock, a Fletcher32
+// checksum mismatch in the part one rank reads) is agreed on: every rank
+// throws the same UserError, naming the failing rank, or none does.
 LoadedInfo load_sharded(FsdpEngine& engine, Communicator& world, const std::string& step_dir);
+
+struct ResumePlan;
+// Collective over `world`; every rank passes the same plan (rank 0's,
+// broadcast). Loads the first candidate that every rank reads without error.
+// With plan.fall_back (resume auto) a candidate that fails on any rank is
+// skipped (noted in plan.notes) and the next one is tried; without it, or
+// when none is left, every rank throws UserError.
+LoadedInfo load_resume(FsdpEngine& engine, Communicator& world, ResumePlan& plan);
 
 }  // namespace ftrain::ckpt

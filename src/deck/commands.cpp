@@ -726,8 +726,9 @@ std::vector<Command> build_table() {
 
   table.push_back(Command{
       .name = "resume",
-      .help = "Continue from a sharded checkpoint: `auto` takes the newest complete one in the "
-              "checkpoint dir (a fresh start when there is none), PATH a step_<N> directory. Any "
+      .help = "Continue from a sharded checkpoint: `auto` takes the checkpoint `latest` names in the "
+              "checkpoint dir, falling back along its lineage past damaged ones (a fresh start when "
+              "there is none; checkpoints.md), PATH a step_<N> directory. Any "
               "world size or fsdp strategy may resume any checkpoint (shards are re-partitioned).",
       .maps_to = "`resume_from_checkpoint`",
       .forms = {Form{.word = "",

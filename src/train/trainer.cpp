@@ -18,7 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/collective_errors.hpp"
 #include "ckpt/consolidated.hpp"
+#include "ckpt/lineage.hpp"
 #include "ckpt/safetensors.hpp"
 #include "ckpt/safetensors_dir.hpp"
 #include "ckpt/sharded_checkpoint.hpp"
@@ -109,8 +111,9 @@ struct Trainer::State {
   std::ofstream rank_log;
   int ranks_per_node = 1;
   int blas_threads = 1;
-  std::string resume_dir;        // empty = fresh start
-  std::string resume_note;       // why `resume auto` skipped the checkpoint `latest` names
+  std::string resume_dir;        // the checkpoint loaded; empty = fresh start
+  ckpt::ResumePlan resume_plan;  // rank 0's decision (prepare), every rank's after run() shares it
+  std::string parent_checkpoint; // the lineage parent of the next save (lineage.hpp)
   std::int64_t start_step = 0;   // optimizer steps already done (resume)
 
   State(const RunConfig& c, Communicator& w, const TrainerOptions& o) : config(c), world(w), options(o) {}
@@ -290,29 +293,47 @@ void Trainer::prepare() {
     FT_USER_ERROR() << c.checkpoint.where.str() << ": stop_after " << c.checkpoint.stop_after
                     << " must be below max_steps " << c.max_steps;
   if (!c.resume.from.empty()) {
-    std::optional<std::string> found;
-    if (c.resume.from == "auto") {
-      if (c.checkpoint.dir.empty())
-        FT_USER_ERROR() << c.resume.where.str() << ": resume auto needs a `checkpoint ... dir PATH` to look in";
-      found = ckpt::find_latest_complete(c.checkpoint.dir, &s.resume_note);
-    } else {
-      found = c.resume.from;
-    }
-    if (found) {
-      ckpt::LoadedInfo info;
+    const bool automatic = c.resume.from == "auto";
+    if (automatic && c.checkpoint.dir.empty())
+      FT_USER_ERROR() << c.resume.where.str() << ": resume auto needs a `checkpoint ... dir PATH` to look in";
+    // Rank 0 decides which checkpoint to resume (run() broadcasts it), so
+    // ranks that see the file system differently cannot disagree.
+    if (s.is_root()) {
+      ckpt::ResumePlan& plan = s.resume_plan;
       try {
-        info = ckpt::read_checkpoint_info(*found);
+        plan = automatic ? ckpt::plan_resume_auto(c.checkpoint.dir) : ckpt::plan_resume_path(c.resume.from);
       } catch (const UserError& e) {
         FT_USER_ERROR() << c.resume.where.str() << ": " << e.what();
       }
-      if (info.seed != c.seed)
-        FT_USER_ERROR() << c.resume.where.str() << ": checkpoint " << *found << " was written with seed " << info.seed
-                        << ", the deck says seed " << c.seed << " (data order depends on it)";
-      if (info.step >= c.max_steps)
-        FT_USER_ERROR() << c.resume.where.str() << ": checkpoint " << *found << " is at step " << info.step
-                        << ", max_steps is " << c.max_steps << ": nothing left to train";
-      s.resume_dir = *found;
-      s.start_step = info.step;
+      // The first candidate's rank-0 file must open (a damaged superblock
+      // shows here): resume auto falls back along the lineage, resume PATH
+      // stops.
+      while (!plan.candidates.empty()) {
+        const std::string& found = plan.candidates.front();
+        ckpt::LoadedInfo info;
+        try {
+          info = ckpt::read_checkpoint_info(found);
+        } catch (const UserError& e) {
+          if (!plan.fall_back) FT_USER_ERROR() << c.resume.where.str() << ": " << e.what();
+          plan.skip_first(e.what());
+          continue;
+        }
+        if (info.seed != c.seed)
+          FT_USER_ERROR() << c.resume.where.str() << ": checkpoint " << found << " was written with seed " << info.seed
+                          << ", the deck says seed " << c.seed << " (data order depends on it)";
+        if (info.step >= c.max_steps)
+          FT_USER_ERROR() << c.resume.where.str() << ": checkpoint " << found << " is at step " << info.step
+                          << ", max_steps is " << c.max_steps << ": nothing left to train";
+        s.start_step = info.step;
+        break;
+      }
+      if (plan.candidates.empty() && plan.found_any) {
+        std::string why;
+        for (const auto& note : plan.notes) why += "\n  " + note;
+        FT_USER_ERROR() << c.resume.where.str() << ": resume auto: " << c.checkpoint.dir
+                        << " holds checkpoints but none on the lineage of `latest` is intact:" << why
+                        << "\nremove the directory to start afresh, or resume a checkpoint explicitly";
+      }
     }
   }
   // At --check nothing is created; before a real run every output directory
@@ -403,25 +424,6 @@ int Trainer::run() {
     s.rank_log.open(s.rank_log_path);
     if (!s.rank_log) FT_USER_ERROR() << "cannot write " << s.rank_log_path << ": " << std::strerror(errno);
   }
-  if (s.is_root()) {
-    s.metrics_path = c.run_dir + "/metrics.jsonl";
-    const std::string& metrics_path = s.metrics_path;
-    // A resumed run continues the curve: rows past the checkpoint's step (the
-    // interrupted run's tail) are dropped so every step appears once.
-    std::string kept;
-    if (!s.resume_dir.empty()) {
-      std::ifstream old(metrics_path);
-      std::string line;
-      while (std::getline(old, line)) {
-        const auto j = nlohmann::json::parse(line, nullptr, false);
-        if (!j.is_discarded() && j.contains("step") && j["step"].get<std::int64_t>() <= s.start_step) kept += line + "\n";
-      }
-    }
-    s.metrics.open(metrics_path, std::ios::trunc);
-    if (!s.metrics) FT_USER_ERROR() << "cannot write " << metrics_path;
-    s.write(s.metrics, metrics_path, kept);
-  }
-
   // Per-rank memory before and after loading (seed 001 prints the same).
   auto gather_memory = [&](const char* phase) {
     std::vector<double> mine{to_mib(current_rss_bytes()), to_mib(peak_rss_bytes())};
@@ -446,10 +448,13 @@ int Trainer::run() {
   // Resuming overwrites every master shard from the checkpoint: reading the
   // initial weights first (minutes for a 70B safetensors set, on every
   // requeue) would be wasted.
-  const bool resuming = !s.resume_dir.empty();
+  // Every rank follows rank 0's resume plan (prepare()).
+  if (!c.resume.from.empty())
+    s.resume_plan = ckpt::ResumePlan::from_json(ckpt::broadcast_text(s.world, s.resume_plan.to_json(), 0));
+  const bool resuming = !s.resume_plan.candidates.empty();
   const bool sync_from_root = c.fsdp.sync_module_states && c.init.kind != "hdf5" && !resuming;
   if (resuming) {
-    // nothing: load_sharded below fills master, exp_avg and exp_avg_sq
+    // nothing: load_resume below fills master, exp_avg and exp_avg_sq
   } else if (c.init.kind == "safetensors") {
     // Each rank reads only its shard's slices (mmap: untouched pages cost no
     // memory); with sync_module_states only rank 0 reads and scatters.
@@ -478,19 +483,49 @@ int Trainer::run() {
     if (sync_from_root) s.engine->init_from_root(random); else s.engine->init_from(random);
   }
   if (sync_from_root) s.say("sync_module_states: rank 0 initialised the model and scattered the shards\n");
-  if (!s.resume_note.empty()) s.say("resume auto: skipping the checkpoint `latest` names: " + s.resume_note + "\n");
-  if (!s.resume_dir.empty()) {
-    const auto loaded = ckpt::load_sharded(*s.engine, s.world, s.resume_dir);
-    std::ostringstream m;
-    m << "resumed from " << s.resume_dir << " at step " << loaded.step << " (written by " << loaded.world_size
-      << " rank(s), " << loaded.strategy << ", shard group " << loaded.shard_group_size << ")"
-      << (loaded.resharded ? "; resharded to shard group " + std::to_string(s.engine->shard_comm().size()) : "")
-      << "\n";
-    if (!loaded.fp8_note.empty()) m << "resume: " << loaded.fp8_note << "\n";
-    s.say(m.str());
-  } else if (!c.resume.from.empty()) {
-    s.say("resume " + c.resume.from + ": no complete checkpoint found; starting from step 0\n");
+  if (!c.resume.from.empty()) {
+    // A candidate that fails to load on any rank is skipped by all of them
+    // (resume auto) or stops the run (resume PATH).
+    if (resuming) {
+      const auto loaded = ckpt::load_resume(*s.engine, s.world, s.resume_plan);
+      if (loaded.seed != c.seed)
+        FT_USER_ERROR() << c.resume.where.str() << ": checkpoint " << loaded.directory << " was written with seed "
+                        << loaded.seed << ", the deck says seed " << c.seed << " (data order depends on it)";
+      s.resume_dir = loaded.directory;
+      s.start_step = loaded.step;
+      s.parent_checkpoint = loaded.directory;
+      for (const auto& note : s.resume_plan.notes) s.say("resume " + c.resume.from + ": " + note + "\n");
+      std::ostringstream m;
+      m << "resumed from " << s.resume_dir << " at step " << loaded.step << " (written by " << loaded.world_size
+        << " rank(s), " << loaded.strategy << ", shard group " << loaded.shard_group_size << ")"
+        << (loaded.resharded ? "; resharded to shard group " + std::to_string(s.engine->shard_comm().size()) : "")
+        << "\n";
+      if (!loaded.fp8_note.empty()) m << "resume: " << loaded.fp8_note << "\n";
+      s.say(m.str());
+    } else {
+      for (const auto& note : s.resume_plan.notes) s.say("resume " + c.resume.from + ": " + note + "\n");
+      s.say("resume " + c.resume.from + ": no complete checkpoint found; starting from step 0\n");
+    }
   }
+  if (s.is_root()) {
+    s.metrics_path = c.run_dir + "/metrics.jsonl";
+    const std::string& metrics_path = s.metrics_path;
+    // A resumed run continues the curve: rows past the checkpoint's step (the
+    // interrupted run's tail) are dropped so every step appears once.
+    std::string kept;
+    if (!s.resume_dir.empty()) {
+      std::ifstream old(metrics_path);
+      std::string line;
+      while (std::getline(old, line)) {
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j.contains("step") && j["step"].get<std::int64_t>() <= s.start_step) kept += line + "\n";
+      }
+    }
+    s.metrics.open(metrics_path, std::ios::trunc);
+    if (!s.metrics) FT_USER_ERROR() << "cannot write " << metrics_path;
+    s.write(s.metrics, metrics_path, kept);
+  }
+
   gather_memory("after load");
 
   // Returns why it refused, having saved nothing, when a master weight is
@@ -511,8 +546,10 @@ int Trainer::run() {
     info.consolidated = c.checkpoint.consolidated;
     info.model_name = c.model.name;
     info.model_config = s.model->config();
+    info.parent_directory = s.parent_checkpoint;
     const std::string where = ckpt::save_sharded(*s.engine, s.world, c.checkpoint.dir, info,
                                                  static_cast<int>(c.checkpoint.keep));
+    s.parent_checkpoint = where;
     char buf[64];
     std::snprintf(buf, sizeof buf, " (%.2f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
     s.say("checkpoint step " + std::to_string(done) + " -> " + where + buf);

@@ -21,10 +21,26 @@ Scenarios:
   damaged      a truncated shard is refused naming the file; `resume auto`
                skips a checkpoint that a killed save left incomplete or
                truncated and takes the previous one; keep K prunes.
+  damaged_fallback
+               flipped bytes in a dataset only rank 1 reads, a damaged
+               superblock (rank 0's or rank 1's file), a truncated or a
+               missing shard of the newest checkpoint: `resume auto` falls
+               back to the newest intact one on every rank and says why;
+               an explicit resume stops with the error. Needs h5dump/h5ls.
+  lineage      resume ck/step_3 with keep 2 re-saves step_4: resume auto
+               continues from it (not from step_6 of the abandoned branch),
+               keep kept the branch point, empty or partial step dirs are
+               removed at the next save.
+  noncoherent  each rank in its own working directory (a stale view of the
+               checkpoint dir on rank 1): rank 0's choice is followed, the
+               step rank 1 cannot load is skipped by both.
   preempt      SIGUSR1 to mpirun and SIGTERM to the ranks: the step finishes,
                a checkpoint is written, exit status 0, `resume auto` goes on;
                SIGKILL while checkpointing every step: `resume auto` takes the
                newest complete checkpoint.
+  consolidated_fault
+               one rank fails mid-save_final (test-only fault switch): the
+               job ends with its message within seconds instead of hanging.
   consolidated_a, consolidated_b
                save_final on np 1, 2 and 4 with every strategy: each dataset
                (of save_final's file and of the checkpoint's `consolidated on`
@@ -87,9 +103,25 @@ class Runner:
             cmd += ["-var", k, str(v)]
         return cmd + [deck]
 
-    def run(self, np, deck, expect_ok=True, **variables):
-        p = subprocess.run(self.command(np, deck, variables), cwd=self.dir, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=120)
+    def run(self, np, deck, expect_ok=True, env=None, timeout=120, **variables):
+        """Runs ftrain under mpirun; `env` adds environment variables (passed
+        to the ranks with -x). A run past `timeout` seconds (a hang) is
+        killed with its whole process group and fails the scenario."""
+        cmd = self.command(np, deck, variables)
+        environment = dict(os.environ)
+        if env:
+            environment.update(env)
+            cmd = cmd[:len(self.mpirun)] + [a for k in env for a in ("-x", k)] + cmd[len(self.mpirun):]
+        proc = subprocess.Popen(cmd, cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=environment, start_new_session=True)
+        try:
+            out = proc.communicate(timeout=timeout)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out = proc.communicate()[0]
+            print(out)
+            fail(f"ftrain -np {np} {os.path.basename(deck)} {variables} {env or ''} did not end within {timeout} s (hang)")
+        p = subprocess.CompletedProcess(cmd, proc.returncode, out)
         if expect_ok and p.returncode != 0:
             print(p.stdout)
             fail(f"ftrain -np {np} {os.path.basename(deck)} {variables} exited {p.returncode}")
@@ -223,6 +255,166 @@ def scenario_damaged(r):
     print("ok: damaged checkpoints refused, auto fell back")
 
 
+def chunk_address(h5ls, file, dataset):
+    """Byte offset of the first chunk of a chunked dataset (h5ls -va)."""
+    lines = subprocess.run([h5ls, "-va", f"{file}/{dataset}"], check=True, stdout=subprocess.PIPE,
+                           text=True).stdout.splitlines()
+    for i, line in enumerate(lines):
+        if line.split()[:3] == ["Flags", "Bytes", "Address"]:
+            return int(lines[i + 2].split()[2])
+    fail(f"no chunk address for {file}/{dataset} in h5ls output:\n" + "\n".join(lines))
+
+
+def scenario_damaged_fallback(r, h5dump):
+    # Damage of any kind in the newest checkpoint makes `resume auto` fall
+    # back to the newest intact one and say what it skipped and why; damage
+    # that only one rank reads (rank 1's file on a same-world resume) makes
+    # every rank skip it. An explicit `resume step_N` stops with the error.
+    h5ls = os.path.join(os.path.dirname(h5dump), "h5ls")
+    part = r.deck("part.in", "checkpoint every 5 dir ck stop_after 15\n")
+    r.run(2, part, run="base")
+    ck = os.path.join(r.dir, "ck")
+    unit = json.loads(h5dump_string(h5dump, os.path.join(ck, "step_15/rank_0.h5"), "/unit_names"))[1]
+
+    def flip_dataset(path):  # inside the first chunk of a unit's master weights
+        at = chunk_address(h5ls, path, f"units/{unit}/master") + 64
+        with open(path, "r+b") as f:
+            f.seek(at)
+            data = f.read(16)
+            f.seek(at)
+            f.write(bytes(b ^ 0xFF for b in data))
+
+    def superblock(path):  # keep the signature, wreck the rest of the superblock
+        with open(path, "r+b") as f:
+            f.seek(8)
+            f.write(b"\xff" * 40)
+
+    def truncate(path):
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
+
+    cases = [
+        ("flipped bytes in a dataset of rank_1.h5 (only rank 1 reads it)",
+         [("step_15/rank_1.h5", flip_dataset)], 10, ["rank 1:", "checksum mismatch", f"units/{unit}"]),
+        ("damaged superblock of rank_0.h5", [("step_15/rank_0.h5", superblock)], 10, ["rank_0.h5"]),
+        ("damaged superblock of rank_1.h5 (only rank 1 opens it)",
+         [("step_15/rank_1.h5", superblock)], 10, ["rank 1:", "rank_1.h5"]),
+        ("truncated rank_1.h5", [("step_15/rank_1.h5", truncate)], 10, ["rank_1.h5", "truncated"]),
+        ("missing rank_0.h5", [("step_15/rank_0.h5", os.remove)], 10, ["rank_0.h5 is missing"]),
+        ("step_15 and step_10 both damaged",
+         [("step_15/rank_1.h5", flip_dataset), ("step_10/rank_1.h5", superblock)], 5, ["checksum mismatch"]),
+    ]
+    cont = r.deck("cont.in", "checkpoint every 5 dir ${ck}\nresume auto\n")
+    for i, (what, damages, expect, needles) in enumerate(cases):
+        name = f"ck_{i}"
+        shutil.copytree(ck, os.path.join(r.dir, name))
+        for file, damage in damages:
+            damage(os.path.join(r.dir, name, file))
+        out = r.run(2, cont, run=f"run_{i}", ck=name, max_steps=16).stdout
+        if f"resumed from {name}/step_{expect} at step {expect}" not in out:
+            fail(f"{what}: resume auto did not fall back to step_{expect}:\n" + out)
+        for n in [f"skipping {name}/step_15"] + needles:
+            if n not in out:
+                fail(f"{what}: expected '{n}' in the output:\n" + out)
+        print(f"ok: {what}: resume auto fell back to step_{expect}")
+    # An explicit resume of the damaged checkpoint stops with the error.
+    shutil.copytree(ck, os.path.join(r.dir, "ck_x"))
+    flip_dataset(os.path.join(r.dir, "ck_x/step_15/rank_1.h5"))
+    explicit = r.deck("explicit.in", "resume ck_x/step_15\n")
+    expect_error(r.run(2, explicit, expect_ok=False, run="x"), "rank_1.h5", "checksum mismatch")
+    print("ok: an explicit resume of the damaged checkpoint stops with the error")
+
+
+def scenario_noncoherent(r):
+    # Ranks that see the file system differently (a stale cache on another
+    # node) must still resume the same checkpoint. Each rank runs in its own
+    # working directory (mpirun MPMD, -wdir), so the deck's relative `ck`
+    # is a different directory per rank: rank 0 sees step_5 and step_10,
+    # rank 1 only step_5 with `latest` naming it. Rank 0 decides (step_10);
+    # rank 1 cannot load it, every rank skips it and both resume step_5.
+    part = r.deck("part.in", "checkpoint every 5 dir ck stop_after 10\n")
+    r.run(2, part, run="base")
+    cont = r.deck("cont.in", "checkpoint every 5 dir ck\nresume auto\n")
+    other = os.path.join(r.dir, "node1")
+    os.makedirs(os.path.join(other, "ck"))
+    for f in ("base.in", "cont.in", "train.tok", "eval.tok"):
+        shutil.copy(os.path.join(r.dir, f), other)
+    shutil.copytree(os.path.join(r.dir, "ck/step_5"), os.path.join(other, "ck/step_5"))
+    open(os.path.join(other, "ck/latest"), "w").write("step_5\n")
+    # The saves of the resumed run (steps 10 and 12) must reach rank 0's
+    # directory, as they would on a shared file system: rank 1 writes its
+    # file through links to the temp directories rank 0 creates.
+    for step in (10, 12):
+        os.symlink(os.path.join(r.dir, f"ck/step_{step}.tmp"), os.path.join(other, f"ck/step_{step}.tmp"))
+    variables = ["-var", "run", "res", "-var", "max_steps", "12"]
+    cmd = (r.mpirun + ["-np", "1", "-wdir", r.dir, r.ftrain] + variables + ["cont.in", ":"] +
+           ["-np", "1", "-wdir", other, r.ftrain] + variables + ["cont.in"])
+    proc = subprocess.Popen(cmd, cwd=r.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out = proc.communicate(timeout=90)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        print(proc.communicate()[0])
+        fail("the ranks did not agree on the checkpoint: the job hung")
+    if proc.returncode != 0:
+        print(out)
+        fail(f"exit status {proc.returncode}")
+    if "resumed from ck/step_5 at step 5" not in out:
+        fail("the ranks did not resume step_5 together:\n" + out)
+    if "skipping ck/step_10: rank 1:" not in out:
+        fail("the skip of step_10 (which rank 1 cannot see) was not reported:\n" + out)
+    train, _ = metrics(os.path.join(r.dir, "res/metrics.jsonl"))
+    if [t[0] for t in train] != list(range(6, 13)):
+        fail(f"steps {[t[0] for t in train]}, expected 6..12 once each")
+    manifest = json.load(open(os.path.join(r.dir, "ck/step_12/manifest.json")))
+    if [os.path.getsize(os.path.join(r.dir, "ck/step_12", f["name"])) for f in manifest["files"]] != \
+            [f["bytes"] for f in manifest["files"]]:
+        fail("the checkpoint of step 12 is not complete")
+    print("ok: rank 0 decided, rank 1 could not load its choice, both fell back to step_5")
+
+
+def scenario_lineage(r):
+    # The branch of issue 22: a run saves steps 1..6; `resume ck/step_3`
+    # with keep 2 stops at step 4 (re-saving step_4, `latest` = step_4);
+    # `resume auto` must continue from that step_4, not from step_6 of the
+    # abandoned branch, and keep must not have deleted step_3.
+    ck = os.path.join(r.dir, "ck")
+    first = r.deck("first.in", "checkpoint every 1 dir ck stop_after 6\n")
+    r.run(2, first, run="a")
+    step3_id = json.load(open(os.path.join(ck, "step_3/manifest.json"))).get("checkpoint_id")
+    branch = r.deck("branch.in", "checkpoint every 1 dir ck keep 2 stop_after 4\nresume ck/step_3\n")
+    out = r.run(2, branch, run="b").stdout
+    if "resumed from ck/step_3 at step 3" not in out:
+        fail("resume ck/step_3:\n" + out)
+    left = sorted(os.listdir(ck))
+    if left != ["latest", "step_3", "step_4", "step_5", "step_6"]:
+        fail(f"after the branch with keep 2: expected step_3 (branch point), step_4 and the abandoned step_5, "
+             f"step_6, found {left}")
+    parent = json.load(open(os.path.join(ck, "step_4/manifest.json"))).get("parent")
+    # What a prune killed half-way (or an older ftrain) leaves: never a
+    # checkpoint, removed at the next save.
+    os.makedirs(os.path.join(ck, "step_12"))
+    os.makedirs(os.path.join(ck, "step_11"))
+    open(os.path.join(ck, "step_11/rank_0.h5"), "wb").write(b"\x89HDF\r\n\x1a\n")
+    os.makedirs(os.path.join(ck, "step_2.pruning.tmp"))
+    auto = r.deck("auto.in", "checkpoint every 1 dir ck keep 2\nresume auto\n")
+    out = r.run(2, auto, run="b", max_steps=8).stdout
+    if "resumed from ck/step_4 at step 4" not in out:
+        fail("resume auto did not continue the lineage of latest (step_4):\n" + out)
+    if "not resuming step_5, step_6" not in out:
+        fail("resume auto did not report the abandoned branch:\n" + out)
+    left = sorted(os.listdir(ck))
+    if left != ["latest", "step_7", "step_8"]:
+        fail(f"after resume auto to step 8 with keep 2: expected latest, step_7, step_8, found {left}")
+    train, _ = metrics(os.path.join(r.dir, "b/metrics.jsonl"))
+    if [t[0] for t in train] != [4, 5, 6, 7, 8]:
+        fail(f"metrics of the branch: steps {[t[0] for t in train]}, expected 4..8 once each")
+    if step3_id is None or parent != {"step": 3, "checkpoint_id": step3_id}:
+        fail(f"step_4's manifest records parent {parent}, expected step 3 with id {step3_id}")
+    print("ok: resume auto followed latest's lineage; keep kept the branch point; leftovers removed")
+
+
 def wait_for_steps(path, steps, proc, limit):
     deadline = time.time() + limit
     while time.time() < deadline:
@@ -296,6 +488,25 @@ def scenario_preempt(r):
             fail(f"SIGKILL #{attempt + 1}: left {left}; resume auto did not take step_{max(complete)}:\n" + out)
         print(f"  after SIGKILL #{attempt + 1}: {left}; resumed from step_{max(complete)}")
     print("ok: SIGKILL during checkpointing")
+
+
+def scenario_consolidated_fault(r):
+    # One rank fails in the middle of the collective save_final (test-only
+    # switch FTRAIN_TEST_FAULT_CONSOLIDATED, src/ckpt/consolidated.cpp), once
+    # before the collective write of a dataset and once after it. The other
+    # rank must not be left waiting in the next collective HDF5 call: the job
+    # ends, non-zero, with the failing rank's message, within seconds.
+    deck = r.deck("final.in", "save_final final.h5\n")
+    for spec, needle in (("1:3:select", "preparing '"), ("1:7:write", "writing '")):
+        start = time.time()
+        p = r.run(2, deck, expect_ok=False, env={"FTRAIN_TEST_FAULT_CONSOLIDATED": spec}, timeout=90,
+                  run="fault", max_steps=4)
+        elapsed = time.time() - start
+        expect_error(p, "rank 1: save_final", needle, "FTRAIN_TEST_FAULT_CONSOLIDATED")
+        for left in ("final.h5", "final.h5.tmp"):
+            if os.path.exists(os.path.join(r.dir, left)):
+                fail(f"{spec}: {left} was left behind by the failed save")
+        print(f"ok: fault {spec}: the job ended in {elapsed:.1f} s with the message")
 
 
 def h5dump_binary(h5dump, file, dataset, out):
@@ -398,6 +609,14 @@ def main():
             scenario_damaged(r)
         elif args.scenario == "preempt":
             scenario_preempt(r)
+        elif args.scenario == "damaged_fallback":
+            scenario_damaged_fallback(r, args.h5dump)
+        elif args.scenario == "noncoherent":
+            scenario_noncoherent(r)
+        elif args.scenario == "lineage":
+            scenario_lineage(r)
+        elif args.scenario == "consolidated_fault":
+            scenario_consolidated_fault(r)
         elif args.scenario in ("consolidated_a", "consolidated_b"):
             scenario_consolidated(r, args.h5dump, args.scenario[-1])
         else:
