@@ -15,6 +15,9 @@ Kinds (the "kind" key):
            proves the case's configuration took effect). With
            "reference_run": {"np": N, "variables": {...}} the reference is
            that configuration run here and now instead of stored goldens.
+           With "must_differ": true at least one compared value must differ
+           from the reference (the case's setting really changed the
+           arithmetic, e.g. bf16 GEMMs instead of f32).
   repeat   run the deck twice; the fields in "compare" must be the same
            strings in both metrics.jsonl files (bit-identical training).
   error    run a bad deck; the exit status must be non-zero, stderr must
@@ -223,7 +226,13 @@ def case_train(args, case, case_path, workdir):
         golden, source = golden_of(case, case_path)
         golden = {field: golden[field] for field in case["compare"]}
         source = os.path.basename(source)
-    return compare_with_golden(metrics, golden, float(case["tolerance"]["relative"]), source)
+    problems = compare_with_golden(metrics, golden, float(case["tolerance"]["relative"]), source)
+    if case.get("must_differ"):
+        identical = all(float(metrics.get(field, {}).get(int(step), "nan")) == float(value)
+                        for field, pairs in golden.items() for step, value in pairs)
+        if identical:
+            problems.append(f"every compared value equals {source}: the setting under test changed nothing")
+    return problems
 
 
 def case_repeat(args, case, case_path, workdir):

@@ -162,3 +162,44 @@ TEST(HostGemm, MixedF32Bf16OperandsStayOnF32) {
   host::linear_forward(x, w, nullptr, y);
   EXPECT_EQ(host::gemm::bf16_calls(), calls_before);
 }
+
+// The fused head's GEMMs take the same route: forward logits exact to f32
+// accumulation on the bf16 values (one matmul per vocabulary chunk), backward
+// two more per chunk (dh and dw, on dlogit rounded to bf16 as autocast does).
+TEST(HostGemm, CrossEntropyHeadOnBf16OperandsUsesOneDnn) {
+  SKIP_UNLESS_NATIVE_BF16();
+  const std::int64_t N = 12, C = 40, V = 70, chunk = 32;  // 3 chunks, the last partial
+  Tensor h = random_tensor({N, C}, 1, DType::bf16, "h");
+  Tensor w = random_tensor({V, C}, 2, DType::bf16, "w", 0.2);
+  std::vector<float> t(N);
+  for (std::int64_t i = 0; i < N; ++i) t[i] = static_cast<float>((i * 17) % V);
+  t[3] = static_cast<float>(kIgnoreIndex);
+  Tensor targets = Tensor::empty({N}, DType::i32);
+  for (std::int64_t i = 0; i < N; ++i) targets.data_as<std::int32_t>()[i] = static_cast<std::int32_t>(t[i]);
+  Tensor losses = named_zeros({N}, DType::f32, "losses"), lse = named_zeros({N}, DType::f32, "lse");
+
+  const std::uint64_t before = host::gemm::bf16_calls();
+  host::cross_entropy_forward(h, w, nullptr, targets, chunk, losses, lse);
+  EXPECT_EQ(host::gemm::bf16_calls() - before, 3u);
+
+  const auto hv = to_doubles(h), wv = to_doubles(w), lv = to_doubles(losses);
+  for (std::int64_t i = 0; i < N; ++i) {
+    std::vector<double> logits(V);
+    double mx = -1e300;
+    for (std::int64_t v = 0; v < V; ++v) {
+      double s = 0;
+      for (std::int64_t c = 0; c < C; ++c) s += hv[i * C + c] * wv[v * C + c];
+      logits[v] = s;
+      mx = std::max(mx, s);
+    }
+    double sum = 0;
+    for (double l : logits) sum += std::exp(l - mx);
+    const double ref = i == 3 ? 0.0 : mx + std::log(sum) - logits[static_cast<std::size_t>(t[i])];
+    EXPECT_NEAR(lv[i], ref, 1e-5 * (1 + std::abs(ref))) << "row " << i;
+  }
+
+  Tensor dh = named_zeros({N, C}, DType::f32, "dh"), dw = named_zeros({V, C}, DType::f32, "dw");
+  const std::uint64_t before_backward = host::gemm::bf16_calls();
+  host::cross_entropy_backward(h, w, nullptr, targets, lse, 1.0f / N, chunk, dh, dw, nullptr);
+  EXPECT_EQ(host::gemm::bf16_calls() - before_backward, 9u) << "logits, dh and dw for each of 3 chunks";
+}
