@@ -120,6 +120,8 @@ def main():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--bf16-autocast", action="store_true",
+                   help="forward under torch.cpu.amp.autocast(dtype=torch.bfloat16) (fp32 master weights)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -132,14 +134,15 @@ def main():
         idx = [(step * a.batch + k) % n_windows for k in range(a.batch)]
         win = torch.stack([tokens[i * a.seq: i * a.seq + a.seq + 1] for i in idx])
         t0 = time.perf_counter()
-        loss = model(win[:, :-1], win[:, 1:])
+        with torch.cpu.amp.autocast(enabled=a.bf16_autocast, dtype=torch.bfloat16):
+            loss = model(win[:, :-1], win[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
     dt = sum(times[a.warmup:]) / len(times[a.warmup:])
-    print(json.dumps({"torch": torch.__version__, "threads": a.threads,
+    print(json.dumps({"torch": torch.__version__, "threads": a.threads, "bf16_autocast": a.bf16_autocast,
                       "params": sum(p.numel() for p in model.parameters()),
                       "tokens_per_s": a.batch * a.seq / dt, "step_time_s": dt, "last_loss": losses[-1]}))
 

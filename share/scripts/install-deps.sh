@@ -9,7 +9,7 @@ packages=(
   openmpi-bin libopenmpi-dev
   libhdf5-openmpi-dev hdf5-tools
   libtrilinos-kokkos-dev
-  libopenblas-dev
+  libopenblas-dev libdnnl-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev
   libsentencepiece-dev sentencepiece

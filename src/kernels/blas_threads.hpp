@@ -12,7 +12,8 @@
 
 namespace ftrain {
 
-// Returns the thread count in effect afterwards.
+// Sets OpenBLAS's and oneDNN's threads alike. Returns the thread count in
+// effect afterwards.
 int configure_blas_threads(int cores_per_rank);
 // "OpenBLAS 0.3.21 Cooperlake kernels" (+ "forced by OPENBLAS_CORETYPE=...").
 std::string blas_kernel_description();

@@ -31,6 +31,7 @@
 #include "deck/diagnostics.hpp"
 #include "fsdp/engine.hpp"
 #include "kernels/blas_threads.hpp"
+#include "kernels/host/gemm.hpp"
 #include "optim/lr_schedule.hpp"
 #include "plugin/loader.hpp"
 #include "train/device_peak.hpp"
@@ -401,6 +402,7 @@ int Trainer::run() {
       << " per node | device: host (Kokkos; " << blas_kernel_description() << ", " << s.blas_threads
       << " thread(s) per rank) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
+    h << "host GEMM: " << host::gemm::describe() << "\n";
     h << "deck: " << c.deck_path << "\n";
     h << "model: " << c.model.name << " (" << (c.model.preset.empty() ? "default preset" : c.model.preset) << ")";
     for (const auto& [k, v] : s.model->config()) h << " " << k << "=" << v;

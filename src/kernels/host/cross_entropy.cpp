@@ -1,7 +1,7 @@
 // Host fused linear head + softmax cross entropy, chunked over the vocabulary.
 //
 // logits = h[N,C] . w[V,C]^T (+ bias[V]) are only ever computed one vocab
-// chunk at a time into an f32 scratch [N, vocab_chunk] (cblas_sgemm), so the
+// chunk at a time into an f32 scratch [N, vocab_chunk], so the
 // [N, V] logits of a 128k-token vocabulary never exist. Forward keeps an
 // online logsumexp per row (running max and running sum, rescaled when the
 // max grows) and picks the target logit out of the chunk that holds it:
@@ -13,10 +13,12 @@
 //
 // Rows whose target is kIgnoreIndex have loss 0 and zero gradient; any other
 // target outside [0, V) is an error naming the row and the value. h and w may
-// be f32 or bf16 (bf16 chunks are widened into f32 scratch); dw and dbias may
-// be f32 or bf16 (bf16 accumulates in f32 and rounds once per chunk).
-#include <cblas.h>
-
+// be f32 or bf16; dw and dbias may be f32 or bf16 (bf16 accumulates in f32 and
+// rounds once per chunk). The GEMMs go through the host GEMM providers
+// (gemm.hpp): when h and w are both bf16 and the CPU multiplies BF16
+// natively, they are consumed as stored and the backward GEMMs take dlogit
+// rounded to bf16 (what autocast and a BF16 GPU GEMM do: the gradient of
+// bf16 logits is bf16); otherwise bf16 chunks are widened into f32 scratch.
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cmath>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "kernels/host/gemm.hpp"
 #include "kernels/ops.hpp"
 
 namespace ftrain::host {
@@ -104,18 +107,44 @@ void store(void* base, DType dtype, std::int64_t i, float value) {
   }
 }
 
-// logits[N, cs] = h . w[v0 : v0 + cs]^T (+ bias[v0 : v0 + cs]).
-void chunk_logits(const float* h, const float* w_chunk, const Tensor* bias, const HeadShape& s, std::int64_t v0,
+// The head's operands as the GEMMs read them: bf16 as stored (native route)
+// or f32 (in place, or chunks widened into scratch).
+struct HeadOperands {
+  bool native_bf16 = false;
+  const float* h32 = nullptr;  // f32 route
+  const bf16* h16 = nullptr;   // native route
+  std::vector<float> h_scratch, w_scratch;
+
+  HeadOperands(const Tensor& h, const Tensor& w) {
+    native_bf16 = h.dtype() == DType::bf16 && w.dtype() == DType::bf16 && gemm::bf16_native();
+    if (native_bf16) {
+      h16 = h.data_as<bf16>();
+    } else {
+      h32 = rows_as_f32(h, 0, h.dim(0), h_scratch);
+    }
+  }
+};
+
+// logits[N, cs] = h . w[v0 : v0 + cs]^T (+ bias[v0 : v0 + cs]). Returns the
+// f32 rows of w it read (f32 route; nullptr on the native route), which the
+// backward reuses.
+const float* chunk_logits(HeadOperands& ops, const Tensor& w, const Tensor* bias, const HeadShape& s, std::int64_t v0,
                   std::int64_t cs, float* logits) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(s.rows), static_cast<int>(cs),
-              static_cast<int>(s.channels), 1.0f, h, static_cast<int>(s.channels), w_chunk,
-              static_cast<int>(s.channels), 0.0f, logits, static_cast<int>(cs));
-  if (bias == nullptr) return;
+  const gemm::Dims dims{gemm::Op::none, gemm::Op::transpose, s.rows, cs, s.channels, s.channels, s.channels, cs};
+  const float* w32 = nullptr;
+  if (ops.native_bf16) {
+    gemm::bf16(dims, ops.h16, w.data_as<bf16>() + v0 * s.channels, 0.0f, logits);
+  } else {
+    w32 = rows_as_f32(w, v0, cs, ops.w_scratch);
+    gemm::f32(dims, ops.h32, w32, 0.0f, logits);
+  }
+  if (bias == nullptr) return w32;
   const void* b = bias->data();
   const DType bt = bias->dtype();
   Kokkos::parallel_for("ftrain::cross_entropy::bias", HostRange(0, s.rows), [=](const std::int64_t i) {
     for (std::int64_t c = 0; c < cs; ++c) logits[i * cs + c] += load(b, bt, v0 + c);
   });
+  return w32;
 }
 
 }  // namespace
@@ -129,10 +158,10 @@ void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias,
   if (s.rows == 0) return;
 
   const std::int64_t N = s.rows, chunk = std::min(vocab_chunk, s.vocab);
-  std::vector<float> h_scratch, w_scratch, logits(static_cast<std::size_t>(N * chunk));
+  std::vector<float> logits(static_cast<std::size_t>(N * chunk));
   std::vector<float> running_max(static_cast<std::size_t>(N), kMinusInfinity),
       running_sum(static_cast<std::size_t>(N), 0.0f), target_logit(static_cast<std::size_t>(N), 0.0f);
-  const float* h32 = rows_as_f32(h, 0, N, h_scratch);
+  HeadOperands operands(h, w);
   const std::int32_t* tgt = targets.data_as<std::int32_t>();
   float* row_max = running_max.data();
   float* row_sum = running_sum.data();
@@ -141,8 +170,7 @@ void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias,
 
   for (std::int64_t v0 = 0; v0 < s.vocab; v0 += chunk) {
     const std::int64_t cs = std::min(chunk, s.vocab - v0);
-    const float* w32 = rows_as_f32(w, v0, cs, w_scratch);
-    chunk_logits(h32, w32, bias, s, v0, cs, chunk_data);
+    chunk_logits(operands, w, bias, s, v0, cs, chunk_data);
     Kokkos::parallel_for("ftrain::cross_entropy::forward_chunk", HostRange(0, N), [=](const std::int64_t i) {
       const float* row = chunk_data + i * cs;
       float chunk_max = kMinusInfinity;
@@ -184,8 +212,10 @@ void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias
   if (s.rows == 0) return;  // dh is empty; no row contributes to dw or dbias
 
   const std::int64_t N = s.rows, C = s.channels, chunk = std::min(vocab_chunk, s.vocab);
-  std::vector<float> h_scratch, w_scratch, dh_scratch, dw_scratch, logits(static_cast<std::size_t>(N * chunk));
-  const float* h32 = rows_as_f32(h, 0, N, h_scratch);
+  std::vector<float> dh_scratch, dw_scratch, logits(static_cast<std::size_t>(N * chunk));
+  HeadOperands operands(h, w);
+  // Native route: dlogit rounded to bf16 for the two backward GEMMs.
+  std::vector<bf16> dlogit_bf16(operands.native_bf16 ? static_cast<std::size_t>(N * chunk) : 0);
   // dh accumulates over chunks in f32: in place when it is f32.
   float* dh32 = nullptr;
   if (dh.dtype() == DType::f32) {
@@ -197,39 +227,49 @@ void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias
   const std::int32_t* tgt = targets.data_as<std::int32_t>();
   const float* lse_in = lse.data_as<float>();
   float* dlogit = logits.data();
+  bf16* dlogit16 = dlogit_bf16.data();
+  const bool native = operands.native_bf16;
 
   for (std::int64_t v0 = 0; v0 < s.vocab; v0 += chunk) {
     const std::int64_t cs = std::min(chunk, s.vocab - v0);
-    const float* w32 = rows_as_f32(w, v0, cs, w_scratch);
-    chunk_logits(h32, w32, bias, s, v0, cs, dlogit);
+    const float* w32 = chunk_logits(operands, w, bias, s, v0, cs, dlogit);
     Kokkos::parallel_for("ftrain::cross_entropy::backward_chunk", HostRange(0, N), [=](const std::int64_t i) {
       float* row = dlogit + i * cs;
       const std::int64_t t = tgt[i];
       if (t == kIgnoreIndex) {
         for (std::int64_t c = 0; c < cs; ++c) row[c] = 0.0f;
-        return;
+      } else {
+        const float row_lse = lse_in[i];
+        for (std::int64_t c = 0; c < cs; ++c) row[c] = loss_scale * std::exp(row[c] - row_lse);
+        if (t >= v0 && t < v0 + cs) row[t - v0] -= loss_scale;
       }
-      const float row_lse = lse_in[i];
-      for (std::int64_t c = 0; c < cs; ++c) row[c] = loss_scale * std::exp(row[c] - row_lse);
-      if (t >= v0 && t < v0 + cs) row[t - v0] -= loss_scale;
+      if (native)
+        for (std::int64_t c = 0; c < cs; ++c) dlogit16[i * cs + c] = to_bf16(row[c]);
     });
 
     // dh (+)= dlogit . w[chunk]; the first chunk overwrites (dh is written, =).
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(N), static_cast<int>(C),
-                static_cast<int>(cs), 1.0f, dlogit, static_cast<int>(cs), w32, static_cast<int>(C),
-                v0 == 0 ? 0.0f : 1.0f, dh32, static_cast<int>(C));
-
+    const gemm::Dims dh_dims{gemm::Op::none, gemm::Op::none, N, C, cs, cs, C, C};
     // dw[chunk] += dlogit^T . h
+    const gemm::Dims dw_dims{gemm::Op::transpose, gemm::Op::none, cs, C, N, cs, C, C};
+    const float dh_beta = v0 == 0 ? 0.0f : 1.0f;
+    if (native) {
+      gemm::bf16(dh_dims, dlogit16, w.data_as<bf16>() + v0 * C, dh_beta, dh32);
+    } else {
+      gemm::f32(dh_dims, dlogit, w32, dh_beta, dh32);
+    }
+    auto dw_gemm = [&](float beta, float* out) {
+      if (native) {
+        gemm::bf16(dw_dims, dlogit16, operands.h16, beta, out);
+      } else {
+        gemm::f32(dw_dims, dlogit, operands.h32, beta, out);
+      }
+    };
     if (dw.dtype() == DType::f32) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(cs), static_cast<int>(C),
-                  static_cast<int>(N), 1.0f, dlogit, static_cast<int>(cs), h32, static_cast<int>(C), 1.0f,
-                  dw.data_as<float>() + v0 * C, static_cast<int>(C));
+      dw_gemm(1.0f, dw.data_as<float>() + v0 * C);
     } else {
       dw_scratch.resize(static_cast<std::size_t>(cs * C));
       float* partial = dw_scratch.data();
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(cs), static_cast<int>(C),
-                  static_cast<int>(N), 1.0f, dlogit, static_cast<int>(cs), h32, static_cast<int>(C), 0.0f, partial,
-                  static_cast<int>(C));
+      dw_gemm(0.0f, partial);
       bf16* dst = dw.data_as<bf16>() + v0 * C;
       Kokkos::parallel_for("ftrain::cross_entropy::accumulate_dw", HostRange(0, cs * C), [=](const std::int64_t e) {
         dst[e] = to_bf16(to_float(dst[e]) + partial[e]);

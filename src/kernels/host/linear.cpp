@@ -1,19 +1,21 @@
 // Host linear layer: y[N,out] = x[N,in] . w[out,in]^T (+ b), and its backward
-// (ops.hpp), on OpenBLAS sgemm.
+// (ops.hpp), on the host GEMM providers (gemm.hpp).
 //
 // Conventions: x, y, dy, dx are [..., in] / [..., out] row-major activations
-// with N = numel / last dim rows. bf16 operands are widened into f32 scratch
-// for the GEMM and results rounded back once (bf16 is storage, f32 is math).
+// with N = numel / last dim rows. When both GEMM operands are bf16 and the CPU
+// multiplies BF16 natively, oneDNN consumes them as they are (f32
+// accumulation); otherwise bf16 operands are widened into f32 scratch for
+// OpenBLAS. Either way results are f32 and rounded back once (bf16 is
+// storage, f32 is math).
 // dw and db ACCUMULATE: for an f32 dw the GEMM adds into it directly
 // (beta = 1); for a bf16 dw the GEMM writes f32 scratch which is then added
 // with one rounding per element. dx is written (beta = 0).
-#include <cblas.h>
-
 #include <Kokkos_Core.hpp>
 #include <vector>
 
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
+#include "kernels/host/gemm.hpp"
 #include "kernels/ops.hpp"
 
 namespace ftrain::host {
@@ -45,10 +47,12 @@ LinearDims check_linear(const char* op, const Tensor& x, const Tensor& w, const 
   return {rows, in, out};
 }
 
-int blas_int(std::int64_t v) {
-  FT_CHECK(v <= 0x7fffffff) << "GEMM dimension " << v << " exceeds OpenBLAS's 32-bit int";
-  return static_cast<int>(v);
+// Both operands bf16 on a CPU with native BF16 GEMMs: no widening.
+bool native_bf16_pair(const Tensor& a, const Tensor& b) {
+  return a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && gemm::bf16_native();
 }
+
+const bf16* bf16_data(const Tensor& t) { return t.data_as<bf16>(); }
 
 }  // namespace
 
@@ -62,8 +66,6 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
   if (d.rows == 0 || d.out == 0) return;
 
   std::vector<float> x_store, w_store, y_store;
-  const float* xf = spans::whole_as_f32("ftrain::linear::forward::widen_x", x, x_store);
-  const float* wf = spans::whole_as_f32("ftrain::linear::forward::widen_w", w, w_store);
   float* yf = nullptr;
   if (y.dtype() == DType::f32) {
     yf = static_cast<float*>(y.data());
@@ -85,8 +87,15 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
     beta = 1.0f;
   }
   if (d.in > 0) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(d.rows), blas_int(d.out), blas_int(d.in), 1.0f,
-                xf, blas_int(d.in), wf, blas_int(d.in), beta, yf, blas_int(d.out));
+    // y[N,out] (+)= x[N,in] . w[out,in]^T
+    const gemm::Dims dims{gemm::Op::none, gemm::Op::transpose, d.rows, d.out, d.in, d.in, d.in, d.out};
+    if (native_bf16_pair(x, w)) {
+      gemm::bf16(dims, bf16_data(x), bf16_data(w), beta, yf);
+    } else {
+      const float* xf = spans::whole_as_f32("ftrain::linear::forward::widen_x", x, x_store);
+      const float* wf = spans::whole_as_f32("ftrain::linear::forward::widen_w", w, w_store);
+      gemm::f32(dims, xf, wf, beta, yf);
+    }
   } else if (b == nullptr) {
     std::fill(yf, yf + d.rows * d.out, 0.0f);
   }
@@ -106,14 +115,18 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
     spans::require_float_storage(op, *db, "db");
     spans::require_numel(op, *db, "db", d.out, "one per output feature of w");
   }
-  const int n = blas_int(d.rows), in = blas_int(d.in), out = blas_int(d.out);
+  const std::int64_t n = d.rows, in = d.in, out = d.out;
 
   std::vector<float> x_store, w_store, dy_store, scratch;
-  const float* dyf = spans::whole_as_f32("ftrain::linear::backward::widen_dy", dy, dy_store);
+  // dy widened to f32 at most once, and only if a GEMM or db needs it.
+  const float* dyf_cache = nullptr;
+  auto dyf = [&] {
+    if (dyf_cache == nullptr) dyf_cache = spans::whole_as_f32("ftrain::linear::backward::widen_dy", dy, dy_store);
+    return dyf_cache;
+  };
 
   if (dx != nullptr && d.in > 0) {
     // dx[N,in] = dy[N,out] . w[out,in]
-    const float* wf = spans::whole_as_f32("ftrain::linear::backward::widen_w", w, w_store);
     float* dxf = nullptr;
     if (dx->dtype() == DType::f32) {
       dxf = static_cast<float*>(dx->data());
@@ -122,7 +135,13 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
       dxf = scratch.data();
     }
     if (d.out > 0 && d.rows > 0) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dyf, out, wf, in, 0.0f, dxf, in);
+      const gemm::Dims dims{gemm::Op::none, gemm::Op::none, n, in, out, out, in, in};
+      if (native_bf16_pair(dy, w)) {
+        gemm::bf16(dims, bf16_data(dy), bf16_data(w), 0.0f, dxf);
+      } else {
+        const float* wf = spans::whole_as_f32("ftrain::linear::backward::widen_w", w, w_store);
+        gemm::f32(dims, dyf(), wf, 0.0f, dxf);
+      }
     } else {
       std::fill(dxf, dxf + d.rows * d.in, 0.0f);
     }
@@ -131,14 +150,22 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
 
   if (d.rows > 0 && d.in > 0 && d.out > 0) {
     // dw[out,in] += dy^T[out,N] . x[N,in]
-    const float* xf = spans::whole_as_f32("ftrain::linear::backward::widen_x", x, x_store);
+    const gemm::Dims dims{gemm::Op::transpose, gemm::Op::none, out, in, n, out, in, in};
+    const bool native = native_bf16_pair(dy, x);
+    const float* xf = native ? nullptr : spans::whole_as_f32("ftrain::linear::backward::widen_x", x, x_store);
+    auto dw_gemm = [&](float beta, float* c) {
+      if (native) {
+        gemm::bf16(dims, bf16_data(dy), bf16_data(x), beta, c);
+      } else {
+        gemm::f32(dims, dyf(), xf, beta, c);
+      }
+    };
     if (dw.dtype() == DType::f32) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dyf, out, xf, in, 1.0f,
-                  static_cast<float*>(dw.data()), in);
+      dw_gemm(1.0f, static_cast<float*>(dw.data()));
     } else {
       scratch.resize(static_cast<std::size_t>(dw.numel()));
       float* g = scratch.data();
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dyf, out, xf, in, 0.0f, g, in);
+      dw_gemm(0.0f, g);
       const Tensor tdw = dw;
       spans::for_each_chunk("ftrain::linear::backward::accumulate_dw", dw.numel(),
                             [=](std::int64_t begin, std::int64_t len) { spans::accumulate_f32(tdw, begin, len, g + begin); });
@@ -149,11 +176,12 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
     // db += column sums of dy, per block of rows then in block order.
     spans::BlockPartials partials(d.rows, 1, d.out);
     float* base = partials.data.data();
+    const float* dy32 = dyf();
     const std::int64_t cols = d.out;
     spans::for_each_row_in_blocks("ftrain::linear::backward::db_partials", d.rows,
                                   [=](std::int64_t r, std::int64_t block) {
                                     float* acc = base + block * cols;
-                                    const float* row = dyf + r * cols;
+                                    const float* row = dy32 + r * cols;
                                     for (std::int64_t j = 0; j < cols; ++j) acc[j] += row[j];
                                   });
     partials.add_into("ftrain::linear::backward::db", 0, *db);
