@@ -614,6 +614,24 @@ std::vector<Command> build_table() {
   });
 
   table.push_back(Command{
+      .name = "progress",
+      .help = "The progress line that rank 0 redraws in place between log lines (`\\r`, `\\033[K`). "
+              "`auto` draws it only for a person at a terminal: not under SLURM or PBS (SLURM_JOB_ID, "
+              "PBS_JOBID), not when stdout is a file or pipe, and not when mpirun relays the output "
+              "through a pseudo-terminal to a file. The environment variable FTRAIN_PROGRESS "
+              "(auto|on|off) overrides the deck. The run header says which applied and why.",
+      .maps_to = "`disable_tqdm`",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{
+                         .name = "MODE", .kind = ValueKind::choice, .help = "when to draw the progress line",
+                         .choices = {{"auto", ""}, {"on", "False"}, {"off", "True"}},
+                         .set = [](RunConfig& c, const Value& v) { c.progress = v.text; },
+                         .default_of = [](const RunConfig& c) { return c.progress; }}}}},
+      .example = "progress off",
+  });
+
+  table.push_back(Command{
       .name = "run_dir",
       .help = "Directory for metrics.jsonl, logs and checkpoints (created if missing).",
       .maps_to = "`output_dir`",
@@ -660,7 +678,7 @@ std::vector<Command> build_table() {
       .name = "checkpoint",
       .help = "Sharded checkpoints: every N optimizer steps each rank writes its shard state "
               "(master weights, AdamW moments) to PATH/step_<N>/rank_<r>.h5; the step is committed "
-              "atomically and PATH/latest names the newest. On SIGTERM/SIGUSR1 (preemption) the run "
+              "atomically and PATH/latest names the newest. On SIGTERM/SIGUSR1 (preemption) or SIGINT the run "
               "finishes its step, checkpoints and exits 0. share/doc/checkpoints.md has the schema.",
       .maps_to = "`save_steps`, `output_dir` checkpoints, FSDP SHARDED_STATE_DICT",
       .forms = {Form{

@@ -143,6 +143,7 @@ struct RunConfig {
   std::int64_t log_every = 1;      // log every N
   std::string run_dir = "run";     // run_dir PATH (metrics.jsonl and per-rank logs go here)
   bool per_rank_logs = false;      // log ... rank_files on
+  std::string progress = "auto";   // progress auto|on|off (train/console.hpp decides what auto means)
   std::optional<double> peak_tflops;  // peak_tflops X (per device, for MFU); default from a table
   std::int64_t vocab_chunk = 4096;    // cross_entropy vocab_chunk N
   CheckpointSection checkpoint;       // checkpoint ...

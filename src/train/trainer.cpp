@@ -28,6 +28,7 @@
 #include "kernels/blas_threads.hpp"
 #include "optim/lr_schedule.hpp"
 #include "plugin/loader.hpp"
+#include "train/console.hpp"
 #include "train/device_peak.hpp"
 #include "train/plan.hpp"
 #include "ftrain_build_paths.hpp"
@@ -45,8 +46,9 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-// Set by SIGTERM / SIGUSR1 (what SLURM sends before the time limit); the
-// run loop agrees on it across ranks once per step.
+// Set by SIGTERM / SIGUSR1 (what SLURM sends before the time limit) and
+// SIGINT (Ctrl-C, where the launcher forwards it or there is none); the run
+// loop agrees on it across ranks once per step.
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void ftrain_on_stop_signal(int signo) { g_stop_signal = signo; }
 
@@ -57,6 +59,19 @@ void install_stop_handlers() {
   action.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGUSR1, &action, nullptr);
+  // A second Ctrl-C means "now": the handler is one-shot, the default
+  // (terminate) applies again after the first.
+  action.sa_flags = SA_RESTART | SA_RESETHAND;
+  sigaction(SIGINT, &action, nullptr);
+}
+
+std::string signal_name(int signo) {
+  switch (signo) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "signal " + std::to_string(signo);
+  }
 }
 
 std::string joined_deck(const std::vector<std::string>& lines) {
@@ -104,10 +119,11 @@ struct Trainer::State {
     }
     if (rank_log.is_open()) rank_log << text << std::flush;
   }
-  // On a terminal only, rank 0 keeps one line updated in place between log
-  // lines; files and batch logs (SLURM, PBS) get plain lines only.
+  // For a person at a terminal only (train/console.hpp decides), rank 0 keeps
+  // one line updated in place between log lines; files and batch logs (SLURM,
+  // PBS, mpirun > log) get plain lines only.
   void progress(std::int64_t done, std::int64_t total, double eta_seconds) {
-    if (!is_root() || !stdout_is_tty) return;
+    if (!is_root() || !progress_line.show) return;
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * done / std::max<std::int64_t>(1, total));
     std::cout << "\r\033[K" << "step " << done << "/" << total << " [" << std::string(filled, '=')
@@ -115,7 +131,7 @@ struct Trainer::State {
               << "% ETA " << format_duration(eta_seconds) << std::flush;
     progress_shown = true;
   }
-  bool stdout_is_tty = isatty(STDOUT_FILENO) != 0;
+  ProgressDecision progress_line;
   bool progress_shown = false;
   void say_rank(const std::string& text) {
     if (rank_log.is_open()) rank_log << text << std::flush;
@@ -198,6 +214,7 @@ void Trainer::prepare() {
     FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard_group_size " << group
                     << " does not divide the " << s.world.size() << " ranks";
   optim::validate_schedule(c.schedule, c.optimizer.lr, c.max_steps);
+  s.progress_line = decide_progress(c.progress, process_environment, probe_terminal());
   s.plan = make_plan(*s.model, c, s.fsdp, s.world.size(), s.ranks_per_node);
 
   const double cores = std::max(1u, std::thread::hardware_concurrency());
@@ -316,6 +333,11 @@ int Trainer::run() {
       << " thread(s) per rank) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "deck: " << c.deck_path << "\n";
+    if (!s.options.check_only) {
+      h << "progress line: " << (s.progress_line.show ? "on" : "off") << " (" << s.progress_line.reason
+        << "; `progress auto|on|off` or FTRAIN_PROGRESS changes it)\n";
+      h << stop_instructions(process_environment, !c.checkpoint.dir.empty()) << "\n";
+    }
     h << "model: " << c.model.name << " (" << (c.model.preset.empty() ? "default preset" : c.model.preset) << ")";
     for (const auto& [k, v] : s.model->config()) h << " " << k << "=" << v;
     h << "\n";
@@ -572,14 +594,16 @@ int Trainer::run() {
                  elapsed / static_cast<double>(done - s.start_step) * static_cast<double>(c.max_steps - done));
     }
 
-    // Every rank must take the same branch: one all-reduce of the signal flag.
-    const std::int64_t signalled = s.world.all_reduce_sum(static_cast<std::int64_t>(g_stop_signal != 0));
+    // Every rank must take the same branch: one all-reduce of the signal
+    // number (the highest, when ranks received different ones).
+    const int signalled = static_cast<int>(s.world.all_reduce_max(static_cast<double>(g_stop_signal)));
     const bool stopping = signalled > 0 || done == c.checkpoint.stop_after;
     const bool has_dir = !c.checkpoint.dir.empty();
     if (has_dir && (stopping || (c.checkpoint.every > 0 && done % c.checkpoint.every == 0) || done == c.max_steps))
       save_checkpoint(done, loss, lr, norm);
     if (stopping && done < c.max_steps) {
-      std::string why = signalled > 0 ? "stop signal received (SIGTERM/SIGUSR1)" : "stop_after " + std::to_string(done);
+      std::string why =
+          signalled > 0 ? "stop signal received (" + signal_name(signalled) + ")" : "stop_after " + std::to_string(done);
       s.say(why + ": stopped after step " + std::to_string(done) +
             (has_dir ? "; resume with `resume auto`\n" : "; no checkpoint dir configured, nothing saved\n"));
       return 0;

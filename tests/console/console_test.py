@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""What a user sees and how a run stops: console scenarios, run by CTest
+(label console; mpi where mpirun is involved).
+
+Usage: console_test.py SCENARIO --repo DIR --ftrain BIN --prep BIN --workdir DIR --mpirun "MPIEXEC FLAGS..."
+
+The demo deck (inputs/tiny_llama.in, as share/scripts/demo.sh runs it) is
+shortened to a few steps on a small corpus so that each scenario takes
+seconds. The scheduler and progress variables of the calling environment
+(SLURM_JOB_ID, PBS_JOBID, FTRAIN_PROGRESS) are removed: each scenario sets
+what it tests.
+
+Scenarios:
+  batch_log   `mpirun -np 2 ftrain demo > file`: Open MPI gives each rank a
+              pseudo-terminal, yet the file holds no escape sequence and no
+              carriage return (no progress line), and the header says why.
+  terminal    the same with mpirun's stdout a terminal (a pty): the progress
+              line is drawn (so batch_log is not passing by never drawing it).
+  scheduler   under a pty but with SLURM_JOB_ID, then PBS_JOBID set: no
+              progress line; FTRAIN_PROGRESS=on to a file: drawn; a bad
+              FTRAIN_PROGRESS value is one error naming the variable.
+  sigint      SIGINT to a run started without mpirun (Ctrl-C at a terminal)
+              and SIGINT to the ranks of an mpirun job (what srun and other
+              forwarding launchers deliver): the step finishes, a checkpoint
+              is written, exit 0, the message names SIGINT; the header says
+              how to stop cleanly.
+"""
+import argparse
+import os
+import pty
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+SCRUBBED = ("SLURM_JOB_ID", "PBS_JOBID", "FTRAIN_PROGRESS")
+
+
+def fail(message):
+    print("FAIL: " + message)
+    sys.exit(1)
+
+
+class Env:
+    def __init__(self, args):
+        self.args = args
+        self.dir = args.workdir
+        os.makedirs(self.dir, exist_ok=True)
+        self.mpirun = shlex.split(args.mpirun)
+        if not os.path.exists(os.path.join(self.dir, "tiny_train.tok")):
+            subprocess.run([args.prep, "synthetic", "--out", "tiny_train.tok", "--tokens", "100000", "--vocab", "256",
+                            "--seed", "7", "--eval-out", "tiny_eval.tok", "--eval-tokens", "4096"],
+                           cwd=self.dir, check=True, stdout=subprocess.DEVNULL)
+
+    def demo_deck(self, name, max_steps=6, log_every=4, extra=""):
+        """The demo deck, shortened: fewer steps, a log interval that leaves
+        steps for the progress line, the run directory under the workdir."""
+        text = open(os.path.join(self.args.repo, "inputs", "tiny_llama.in")).read()
+        text, n1 = re.subn(r"(?m)^max_steps \d+", f"max_steps {max_steps}", text)
+        text, n2 = re.subn(r"(?m)^log every \d+", f"log every {log_every}", text)
+        text, n3 = re.subn(r"(?m)^run_dir .*", f"run_dir runs/{name}", text)
+        if (n1, n2, n3) != (1, 1, 1):
+            fail("inputs/tiny_llama.in no longer has max_steps, log every and run_dir lines")
+        path = os.path.join(self.dir, name + ".in")
+        with open(path, "w") as f:
+            f.write(text + extra)
+        return path
+
+    def environment(self, **extra):
+        env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+        env.update(extra)
+        return env
+
+    def command(self, deck, np=2):
+        ftrain = [self.args.ftrain, "-var", "data_dir", ".", deck]
+        return self.mpirun + ["-np", str(np)] + ftrain if np else ftrain
+
+    def run_to_file(self, deck, np=2, **env):
+        log = os.path.join(self.dir, os.path.basename(deck) + ".log")
+        with open(log, "wb") as out:
+            rc = subprocess.run(self.command(deck, np), cwd=self.dir, stdout=out, stderr=subprocess.STDOUT,
+                                env=self.environment(**env), timeout=120).returncode
+        return rc, open(log, "rb").read()
+
+    def run_on_pty(self, deck, np=2, **env):
+        """The launcher's stdout and stderr are a terminal, as for a person
+        typing the command."""
+        master, slave = pty.openpty()
+        proc = subprocess.Popen(self.command(deck, np), cwd=self.dir, stdout=slave, stderr=slave, stdin=slave,
+                                env=self.environment(**env), start_new_session=True)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every writer closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(master)
+        return proc.wait(timeout=120), out
+
+
+def expect_plain(what, rc, out):
+    if rc != 0:
+        fail(f"{what}: exit {rc}:\n{out.decode(errors='replace')}")
+    if b"\x1b" in out or b"\r" in out:
+        line = next(l for l in out.split(b"\n") if b"\x1b" in l or b"\r" in l)
+        fail(f"{what}: escape sequence or carriage return in the output: {line!r}")
+
+
+def expect_progress(what, rc, out):
+    if rc != 0:
+        fail(f"{what}: exit {rc}:\n{out.decode(errors='replace')}")
+    if b"\r\x1b[K" not in out or b"] " not in out:
+        fail(f"{what}: no progress line drawn:\n{out.decode(errors='replace')}")
+
+
+def header_line(out, prefix):
+    for line in out.decode(errors="replace").replace("\r", "").split("\n"):
+        if line.startswith(prefix):
+            return line
+    fail(f"no '{prefix}' line in the header:\n{out.decode(errors='replace')}")
+
+
+def scenario_batch_log(e):
+    deck = e.demo_deck("batch_log")
+    rc, out = e.run_to_file(deck)
+    expect_plain("mpirun -np 2 ftrain demo > file", rc, out)
+    line = header_line(out, "progress line:")
+    if "off" not in line or "not a terminal" not in line:
+        fail("the header does not say why the progress line is off: " + line)
+    print("ok: mpirun > file: no escape sequences;", line)
+
+
+def scenario_terminal(e):
+    deck = e.demo_deck("terminal")
+    rc, out = e.run_on_pty(deck)
+    expect_progress("mpirun -np 2 ftrain demo on a terminal", rc, out)
+    print("ok: on a terminal the progress line is drawn;", header_line(out, "progress line:"))
+
+
+def scenario_scheduler(e):
+    deck = e.demo_deck("scheduler", max_steps=3, log_every=2)
+    for var in ("SLURM_JOB_ID", "PBS_JOBID"):
+        rc, out = e.run_on_pty(deck, **{var: "4242"})
+        expect_plain(f"{var} set, on a terminal", rc, out.replace(b"\r\n", b"\n"))
+        if var not in header_line(out, "progress line:"):
+            fail(f"the header does not name {var}")
+        print(f"ok: {var} set: no progress line")
+    rc, out = e.run_to_file(deck, FTRAIN_PROGRESS="on")
+    expect_progress("FTRAIN_PROGRESS=on to a file", rc, out)
+    print("ok: FTRAIN_PROGRESS=on draws it even into a file")
+    rc, out = e.run_to_file(deck, np=0, FTRAIN_PROGRESS="yes")
+    text = out.decode(errors="replace")
+    if rc != 1 or text.count("FTRAIN_PROGRESS must be auto, on or off, got 'yes'") != 1:
+        fail(f"FTRAIN_PROGRESS=yes: exit {rc}, expected 1 and one error naming the variable:\n{text}")
+    print("ok: FTRAIN_PROGRESS=yes is refused")
+
+
+def wait_for_file(path, proc, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.1)
+    return False
+
+
+def scenario_sigint(e):
+    for how in ("Ctrl-C without mpirun", "SIGINT to the ranks"):
+        name = "sigint_" + how.split()[-1]
+        deck = e.demo_deck(name, max_steps=100000, log_every=1,
+                           extra=f"checkpoint every 100000 dir ck_{name}\n")
+        metrics = os.path.join(e.dir, "runs", name, "metrics.jsonl")
+        if os.path.exists(metrics):
+            os.remove(metrics)
+        np = 0 if "without" in how else 2
+        proc = subprocess.Popen(e.command(deck, np), cwd=e.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=e.environment(), start_new_session=True)
+        if not wait_for_file(metrics, proc, 60):
+            proc.kill()
+            fail(f"{how}: the run did not log a step:\n" + proc.communicate()[0].decode(errors="replace"))
+        if np == 0:
+            proc.send_signal(signal.SIGINT)
+        else:
+            ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], stdout=subprocess.PIPE, text=True).stdout.split()
+            if not ranks:
+                fail("no rank processes found under mpirun")
+            for pid in ranks:
+                os.kill(int(pid), signal.SIGINT)
+        try:
+            out = proc.communicate(timeout=60)[0].decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            fail(f"{how}: the run did not stop")
+        if proc.returncode != 0 or "stop signal received (SIGINT)" not in out:
+            fail(f"{how}: exit {proc.returncode}, expected 0 and 'stop signal received (SIGINT)':\n{out}")
+        latest = os.path.join(e.dir, f"ck_{name}", "latest")
+        if not os.path.exists(latest):
+            fail(f"{how}: no checkpoint written:\n{out}")
+        if "to stop cleanly" not in out:
+            fail(f"{how}: the header does not say how to stop cleanly:\n{out}")
+        print(f"ok: {how}: exit 0, checkpoint {open(latest).read().strip()}")
+
+
+SCENARIOS = {
+    "batch_log": scenario_batch_log,
+    "terminal": scenario_terminal,
+    "scheduler": scenario_scheduler,
+    "sigint": scenario_sigint,
+}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("--ftrain", required=True)
+    parser.add_argument("--prep", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--mpirun", required=True)
+    args = parser.parse_args()
+    SCENARIOS[args.scenario](Env(args))
+
+
+if __name__ == "__main__":
+    main()
