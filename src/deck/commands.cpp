@@ -646,7 +646,10 @@ std::vector<Command> build_table() {
 
   table.push_back(Command{
       .name = "peak_tflops",
-      .help = "Peak dense TFLOP/s of one device at the compute precision, for the MFU column.",
+      .help = "Peak dense TFLOP/s of one device at the compute precision, for the MFU column. Without it: "
+              "FTRAIN_PEAK_TFLOPS from the environment, else the host benchmark recorded once per machine "
+              "(FTRAIN_PEAK_FILE, default ~/.cache/ftrain/host_peak.json). The header names the source; a run "
+              "faster than the peak prints MFU n/a and says the peak is wrong.",
       .maps_to = "",
       .forms = {Form{.word = "",
                      .help = "",
@@ -654,7 +657,7 @@ std::vector<Command> build_table() {
                          .name = "X", .kind = ValueKind::positive_number, .help = "TFLOP/s per device",
                          .set = [](RunConfig& c, const Value& v) { c.peak_tflops = v.number; },
                          .default_of = [](const RunConfig&) {
-                           return std::string("(from the built-in device table)");
+                           return std::string("(environment, else recorded benchmark)");
                          }}}}},
       .example = "peak_tflops 989",
   });

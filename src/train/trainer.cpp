@@ -99,6 +99,7 @@ struct Trainer::State {
   std::unique_ptr<data::BatchSource> eval_data;
   std::unique_ptr<FsdpEngine> engine;
   DevicePeak peak;
+  bool peak_disproved = false;  // warned once that the achieved rate exceeds the peak
   std::ofstream metrics;
   std::ofstream rank_log;
   int ranks_per_node = 1;
@@ -220,11 +221,9 @@ void Trainer::prepare() {
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   const int cores_per_rank = std::max(1, static_cast<int>(cores) / std::max(1, s.ranks_per_node));
   s.blas_threads = configure_blas_threads(cores_per_rank);
-  s.peak = host_peak(std::min(cores_per_rank, s.blas_threads));
-  if (c.peak_tflops) {
-    s.peak.flops_per_second = *c.peak_tflops * 1e12;
-    s.peak.description = "peak_tflops from the deck";
-  }
+  // Rank 0 states the peak (benchmarking at most once per machine, see
+  // device_peak.hpp); run() hands its number to every rank.
+  if (s.is_root()) s.peak = resolve_host_peak(c.peak_tflops, process_environment, std::min(cores_per_rank, s.blas_threads));
   if (c.init.kind == "hdf5") {
     std::vector<FlatEntry> parameters;
     for (int u = 0; u < s.model->num_units(); ++u) {
@@ -319,13 +318,7 @@ int Trainer::run() {
   const int rank = s.world.rank();
   const int world = s.world.size();
 
-  if (!c.peak_tflops) {
-    // Ranks measured concurrently; a busy moment understates one of them.
-    s.peak.flops_per_second = s.world.all_reduce_max(s.peak.flops_per_second);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "measured f32 SGEMM, best of %d rank(s)", world);
-    s.peak.description = buf;
-  }
+  s.peak.flops_per_second = s.world.all_reduce_max(s.peak.flops_per_second);  // rank 0's; the others hold 0
   if (s.is_root()) {
     std::ostringstream h;
     h << "ftrain " << FTRAIN_VERSION_STRING << " | " << world << " rank(s), " << s.ranks_per_node
@@ -537,7 +530,18 @@ int Trainer::run() {
     if (done % c.log_every == 0 || done == c.max_steps) {
       const double step_time = window_seconds / static_cast<double>(window_steps);
       const double tokens_per_s = static_cast<double>(s.plan.tokens_per_step) / step_time;
-      const double mfu = s.plan.flops_per_step / step_time / (s.peak.flops_per_second * world);
+      const double achieved_per_rank = s.plan.flops_per_step / step_time / world;
+      const std::optional<double> mfu = model_flops_utilisation(achieved_per_rank, s.peak.flops_per_second);
+      if (!mfu && !s.peak_disproved) {
+        s.peak_disproved = true;
+        std::ostringstream w;
+        w << "warning: this run reaches " << achieved_per_rank / 1e9 << " GFLOP/s per rank, more than the stated peak "
+          << s.peak.flops_per_second / 1e9 << " (" << s.peak.description
+          << "): the peak is wrong, so MFU is shown as n/a; state the right one with peak_tflops or FTRAIN_PEAK_TFLOPS\n";
+        s.say(w.str());
+      }
+      char mfu_text[16] = "n/a";
+      if (mfu) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * *mfu);
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       const double eta = elapsed / static_cast<double>(done - s.start_step) * static_cast<double>(c.max_steps - done);
       // Peak resident memory of every rank (seed 001 reports it per rank).
@@ -557,10 +561,10 @@ int Trainer::run() {
       s.engine->reset_comm_timers();
       char buf[320];
       std::snprintf(buf, sizeof buf,
-                    "step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f %s | MFU %.1f%% | mem %.0f MiB | "
+                    "step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f %s | MFU %s | mem %.0f MiB | "
                     "ETA %s\n",
                     static_cast<long long>(done), static_cast<long long>(c.max_steps), loss, lr, norm,
-                    images ? samples_per_s : tokens_per_s, images ? "img/s" : "tok/s", 100.0 * mfu, peak_mib,
+                    images ? samples_per_s : tokens_per_s, images ? "img/s" : "tok/s", mfu_text, peak_mib,
                     format_duration(eta).c_str());
       s.say(buf);
       if (s.is_root()) {
@@ -576,7 +580,7 @@ int Trainer::run() {
           j["tokens_per_s"] = tokens_per_s;
         }
         j["step_time_s"] = step_time;
-        j["mfu"] = mfu;
+        j["mfu"] = mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr);  // null: the stated peak is wrong
         j["peak_rss_mib_max_rank"] = peak_mib;
         j["peak_rss_mib_per_rank"] = peak_per_rank;
         j["elapsed_s"] = elapsed;

@@ -24,8 +24,14 @@ Scenarios:
               forwarding launchers deliver): the step finishes, a checkpoint
               is written, exit 0, the message names SIGINT; the header says
               how to stop cleanly.
+  mfu         a deck whose peak_tflops is far below what the run reaches:
+              MFU is printed as n/a (never above 100%), one warning says the
+              peak is wrong, metrics.jsonl has mfu null. Without a stated
+              peak the first run benchmarks the host and records it
+              (FTRAIN_PEAK_FILE), the second reads the same number back.
 """
 import argparse
+import json
 import os
 import pty
 import re
@@ -209,7 +215,42 @@ def scenario_sigint(e):
         print(f"ok: {how}: exit 0, checkpoint {open(latest).read().strip()}")
 
 
+def scenario_mfu(e):
+    deck = e.demo_deck("mfu", max_steps=3, log_every=1, extra="peak_tflops 0.000001\n")
+    record = os.path.join(e.dir, "peak.json")
+    rc, out = e.run_to_file(deck, np=0, FTRAIN_PEAK_FILE=record)
+    text = out.decode(errors="replace")
+    if rc != 0:
+        fail(f"exit {rc}:\n{text}")
+    over = re.findall(r"MFU (\d+\.\d)%", text)
+    if any(float(x) > 100 for x in over) or text.count("| MFU n/a |") != 3:
+        fail(f"MFU above 100% printed, or not n/a on every step:\n{text}")
+    if text.count("the peak is wrong") != 1:
+        fail(f"expected one warning that the peak is wrong:\n{text}")
+    rows = [json.loads(l) for l in open(os.path.join(e.dir, "runs", "mfu", "metrics.jsonl")) if '"loss"' in l]
+    if [r.get("mfu", "absent") for r in rows] != [None] * 3:
+        fail(f"metrics.jsonl mfu should be null: {rows}")
+    print("ok: peak below the achieved rate: MFU n/a, one warning, mfu null")
+    if os.path.exists(record):
+        os.remove(record)
+    deck = e.demo_deck("mfu_recorded", max_steps=2, log_every=1)
+    peaks = []
+    for attempt, expected in enumerate(("measured now and recorded in " + record, "recorded ")):
+        rc, out = e.run_to_file(deck, np=2, FTRAIN_PEAK_FILE=record)
+        line = header_line(out, "ftrain ")
+        if rc != 0 or expected not in line:
+            fail(f"run {attempt + 1}: expected '{expected}' in the header: {line}")
+        peaks.append(re.search(r"peak ([0-9.e+]+) GFLOP/s per rank", line).group(1))
+        for m in re.findall(r"MFU (\d+\.\d)%", out.decode(errors="replace")):
+            if float(m) > 100:
+                fail("MFU above 100% printed:\n" + out.decode(errors="replace"))
+    if peaks[0] != peaks[1]:
+        fail(f"the recorded peak differs between runs: {peaks}")
+    print(f"ok: peak benchmarked once, recorded, read back: {peaks[0]} GFLOP/s per rank both times")
+
+
 SCENARIOS = {
+    "mfu": scenario_mfu,
     "batch_log": scenario_batch_log,
     "terminal": scenario_terminal,
     "scheduler": scenario_scheduler,
