@@ -30,6 +30,7 @@
 #include "plugin/loader.hpp"
 #include "train/console.hpp"
 #include "train/device_peak.hpp"
+#include "train/host_backend.hpp"
 #include "train/plan.hpp"
 #include "ftrain_build_paths.hpp"
 
@@ -341,6 +342,7 @@ int Trainer::run() {
       << (c.activation_checkpointing == "every" ? " " + std::to_string(c.activation_checkpointing_every) : "")
       << "\n";
     h << format_plan(s.plan);
+    h << host_backend_warning(s.plan, c.precision, HostFacts{node_memory_bytes(), s.ranks_per_node, s.peak.flops_per_second});
     h << "resolved deck:\n";
     for (const auto& line : c.resolved_lines) h << "  " << line << "\n";
     s.say(h.str());
