@@ -154,6 +154,9 @@ struct RunConfig {
   // joining, "file:line: text", for echoing the resolved configuration.
   std::vector<std::string> resolved_lines;
   std::string deck_path;
+  // Things that are not errors but likely mistakes (a -var the deck never
+  // reads); the run header and --check print them.
+  std::vector<std::string> warnings;
 };
 
 }  // namespace ftrain

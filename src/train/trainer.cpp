@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -24,6 +25,7 @@
 #include "core/memory.hpp"
 #include "data/image_source.hpp"
 #include "data/token_batch_source.hpp"
+#include "data/token_file.hpp"
 #include "fsdp/engine.hpp"
 #include "kernels/blas_threads.hpp"
 #include "optim/lr_schedule.hpp"
@@ -81,6 +83,34 @@ std::string joined_deck(const std::vector<std::string>& lines) {
   return text;
 }
 
+// Phase-1 checks are independent where they can be: each runs, and every
+// problem found is reported together (ftrain --check fixes a deck in one
+// round trip, not one error per attempt).
+class ProblemList {
+ public:
+  bool check(const std::function<void()>& run_check) {
+    try {
+      run_check();
+      return true;
+    } catch (const UserError& e) {
+      messages_.emplace_back(e.what());
+      return false;
+    }
+  }
+  // The deck's warnings go with the errors: a misspelt -var often explains one.
+  void throw_if_any(const std::vector<std::string>& warnings) const {
+    if (messages_.empty()) return;
+    std::string all = messages_.size() == 1 ? messages_[0] : std::to_string(messages_.size()) + " problems:";
+    if (messages_.size() > 1)
+      for (const auto& m : messages_) all += "\n  " + m;
+    for (const auto& w : warnings) all += "\nwarning: " + w;
+    throw UserError(all);
+  }
+
+ private:
+  std::vector<std::string> messages_;
+};
+
 std::int64_t count_targets(const Tensor& targets) {
   const auto* t = targets.data_as<std::int32_t>();
   std::int64_t n = 0;
@@ -108,6 +138,9 @@ struct Trainer::State {
   std::string resume_dir;        // empty = fresh start
   std::string resume_note;       // why `resume auto` skipped the checkpoint `latest` names
   std::int64_t start_step = 0;   // optimizer steps already done (resume)
+  double prior_elapsed = 0;      // training seconds of the runs before this one (checkpoint scalar elapsed_s)
+  std::int64_t prior_global_batch = 0;  // samples per step of the run that wrote the checkpoint (0 = unknown)
+  int prior_world = 0;
 
   State(const RunConfig& c, Communicator& w, const TrainerOptions& o) : config(c), world(w), options(o) {}
 
@@ -141,6 +174,19 @@ struct Trainer::State {
 };
 
 enum class DataRole { training, evaluation };
+
+// The data's id space against the model's outputs, with the fix spelled out
+// (byte-token files have 257 ids: 256 bytes and the end-of-document id).
+void check_label_space(const RunConfig& c, DataRole role, std::int64_t label_space, const Model& model) {
+  const std::int64_t outputs = model.output_size();
+  if (label_space <= outputs) return;
+  std::ostringstream m;
+  m << (role == DataRole::evaluation ? c.eval.where : c.data.where).str() << ": the data has " << label_space
+    << " token ids / classes but the model's output size is " << outputs;
+  if (model.data_kind() == DataKind::tokens && model.config().count("vocab_size") != 0)
+    m << "; set `vocab_size " << label_space << "` on the model line (" << c.model.where.str() << ")";
+  FT_USER_ERROR() << m.str();
+}
 
 // The data source the deck's `data` (training) or `eval` command names.
 std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRole role, std::int64_t global_batch,
@@ -210,22 +256,29 @@ void Trainer::prepare() {
   } catch (const UserError& e) {
     FT_USER_ERROR() << c.model.where.str() << ": " << e.what();
   }
-  s.fsdp = fsdp_options_from(c);
-  const int group = shard_group_size_for(s.fsdp, s.world.size(), s.ranks_per_node);
-  if (group < 1 || s.world.size() % group != 0)
-    FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard_group_size " << group
-                    << " does not divide the " << s.world.size() << " ranks";
-  optim::validate_schedule(c.schedule, c.optimizer.lr, c.max_steps);
-  s.progress_line = decide_progress(c.progress, process_environment, probe_terminal());
-  s.plan = make_plan(*s.model, c, s.fsdp, s.world.size(), s.ranks_per_node);
+  // Everything below needs the model; the checks after it are collected.
+  ProblemList problems;
+  const bool fsdp_ok = problems.check([&] {
+    s.fsdp = fsdp_options_from(c);
+    const int group = shard_group_size_for(s.fsdp, s.world.size(), s.ranks_per_node);
+    if (group < 1 || s.world.size() % group != 0)
+      FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard_group_size " << group
+                      << " does not divide the " << s.world.size() << " ranks";
+  });
+  problems.check([&] { optim::validate_schedule(c.schedule, c.optimizer.lr, c.max_steps); });
+  problems.check([&] { s.progress_line = decide_progress(c.progress, process_environment, probe_terminal()); });
+  if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, s.world.size(), s.ranks_per_node); });
 
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   const int cores_per_rank = std::max(1, static_cast<int>(cores) / std::max(1, s.ranks_per_node));
   s.blas_threads = configure_blas_threads(cores_per_rank);
   // Rank 0 states the peak (benchmarking at most once per machine, see
   // device_peak.hpp); run() hands its number to every rank.
-  if (s.is_root()) s.peak = resolve_host_peak(c.peak_tflops, process_environment, std::min(cores_per_rank, s.blas_threads));
-  if (c.init.kind == "hdf5") {
+  if (s.is_root()) {
+    problems.check(
+        [&] { s.peak = resolve_host_peak(c.peak_tflops, process_environment, std::min(cores_per_rank, s.blas_threads)); });
+  }
+  if (c.init.kind == "hdf5") problems.check([&] {
     std::vector<FlatEntry> parameters;
     for (int u = 0; u < s.model->num_units(); ++u) {
       for (const auto& spec : s.model->unit(u).params()) {
@@ -241,11 +294,13 @@ void Trainer::prepare() {
     } catch (const UserError& e) {
       FT_USER_ERROR() << c.init.where.str() << ": " << e.what();
     }
-  }
-  if (c.checkpoint.stop_after > 0 && c.checkpoint.stop_after >= c.max_steps)
-    FT_USER_ERROR() << c.checkpoint.where.str() << ": stop_after " << c.checkpoint.stop_after
-                    << " must be below max_steps " << c.max_steps;
-  if (!c.resume.from.empty()) {
+  });
+  problems.check([&] {
+    if (c.checkpoint.stop_after > 0 && c.checkpoint.stop_after >= c.max_steps)
+      FT_USER_ERROR() << c.checkpoint.where.str() << ": stop_after " << c.checkpoint.stop_after
+                      << " must be below max_steps " << c.max_steps;
+  });
+  if (!c.resume.from.empty()) problems.check([&] {
     std::optional<std::string> found;
     if (c.resume.from == "auto") {
       if (c.checkpoint.dir.empty())
@@ -264,13 +319,28 @@ void Trainer::prepare() {
       if (info.seed != c.seed)
         FT_USER_ERROR() << c.resume.where.str() << ": checkpoint " << *found << " was written with seed " << info.seed
                         << ", the deck says seed " << c.seed << " (data order depends on it)";
-      if (info.step >= c.max_steps)
-        FT_USER_ERROR() << c.resume.where.str() << ": checkpoint " << *found << " is at step " << info.step
-                        << ", max_steps is " << c.max_steps << ": nothing left to train";
       s.resume_dir = *found;
       s.start_step = info.step;
+      s.prior_world = info.world_size;
+      if (const auto it = info.scalars.find("elapsed_s"); it != info.scalars.end()) s.prior_elapsed = it->second;
+      if (const auto it = info.scalars.find("global_batch"); it != info.scalars.end())
+        s.prior_global_batch = static_cast<std::int64_t>(it->second);
+    }
+  });
+  // What the run would read first: the token files' headers (a vocabulary
+  // larger than the model's is otherwise found only at run time).
+  if (s.options.check_only) {
+    for (const DataRole role : {DataRole::training, DataRole::evaluation}) {
+      const bool eval = role == DataRole::evaluation;
+      const std::string& path = eval ? c.eval.path : c.data.path;
+      if ((eval ? c.eval.kind : c.data.kind) != "tokens" || path.empty()) continue;
+      problems.check([&] {
+        const data::TokenFile file(path);
+        check_label_space(c, role, static_cast<std::int64_t>(file.header().vocab_size), *s.model);
+      });
     }
   }
+  problems.throw_if_any(c.warnings);
   if (s.options.check_only) return;
 
   const std::int64_t outputs = s.model->output_size();
@@ -278,8 +348,8 @@ void Trainer::prepare() {
   if (!c.eval.path.empty()) s.eval_data = make_batch_source(c, DataRole::evaluation, s.plan.global_batch, *s.model);
   for (auto* source : {s.train_data.get(), s.eval_data.get()}) {
     if (source != nullptr && source->label_space() > outputs)
-      FT_USER_ERROR() << (source == s.train_data.get() ? c.data.where : c.eval.where).str() << ": the data has "
-                      << source->label_space() << " token ids / classes but the model's output size is " << outputs;
+      check_label_space(c, source == s.train_data.get() ? DataRole::training : DataRole::evaluation,
+                        source->label_space(), *s.model);
   }
   if (c.init.kind == "safetensors") {
     // Validate names and shapes before any collective, so a bad file is one
@@ -327,6 +397,7 @@ int Trainer::run() {
       << " thread(s) per rank) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "deck: " << c.deck_path << "\n";
+    for (const auto& w : c.warnings) h << "warning: " << w << "\n";
     if (!s.options.check_only) {
       h << "progress line: " << (s.progress_line.show ? "on" : "off") << " (" << s.progress_line.reason
         << "; `progress auto|on|off` or FTRAIN_PROGRESS changes it)\n";
@@ -346,6 +417,13 @@ int Trainer::run() {
     h << "resolved deck:\n";
     for (const auto& line : c.resolved_lines) h << "  " << line << "\n";
     s.say(h.str());
+  }
+  // A finished run started again (a requeue after the last step, a rerun of
+  // the same job script) is not an error: there is simply nothing to do.
+  if (s.start_step >= c.max_steps) {
+    s.say("nothing left to train: " + s.resume_dir + " is at step " + std::to_string(s.start_step) +
+          " and max_steps is " + std::to_string(c.max_steps) + " (raise max_steps to train on)\n");
+    return 0;
   }
   if (s.options.check_only) return 0;
 
@@ -428,12 +506,20 @@ int Trainer::run() {
       << (loaded.resharded ? "; resharded to shard group " + std::to_string(s.engine->shard_comm().size()) : "")
       << "\n";
     if (!loaded.fp8_note.empty()) m << "resume: " << loaded.fp8_note << "\n";
+    if (s.prior_global_batch > 0 && s.prior_global_batch != s.plan.global_batch)
+      m << "resume: the global batch changes from " << s.prior_global_batch << " samples per step (" << s.prior_world
+        << " rank(s)) to " << s.plan.global_batch << " (" << world << " rank(s) x micro " << c.batch.micro_batch
+        << " x accumulate " << c.batch.grad_accum << "): step " << s.start_step + 1
+        << " starts at another sample than the old run's would have, so some samples repeat or are skipped; keep "
+           "micro x accumulate x ranks equal to continue the same data order\n";
     s.say(m.str());
   } else if (!c.resume.from.empty()) {
     s.say("resume " + c.resume.from + ": no complete checkpoint found; starting from step 0\n");
   }
   gather_memory("after load");
 
+  // Training time of this run (loading excluded); set again just before the loop.
+  auto start = Clock::now();
   auto save_checkpoint = [&](std::int64_t done, double loss, double lr, double norm) {
     const auto t0 = Clock::now();
     ckpt::SaveInfo info;
@@ -441,7 +527,11 @@ int Trainer::run() {
     info.seed = c.seed;
     info.strategy = c.fsdp.strategy;
     info.deck_text = joined_deck(c.resolved_lines);
-    info.scalars = {{"loss", loss}, {"lr", lr}, {"grad_norm", norm}};
+    info.scalars = {{"loss", loss},
+                    {"lr", lr},
+                    {"grad_norm", norm},
+                    {"elapsed_s", s.prior_elapsed + std::chrono::duration<double>(t0 - start).count()},
+                    {"global_batch", static_cast<double>(s.plan.global_batch)}};
     info.consolidated = c.checkpoint.consolidated;
     info.model_name = c.model.name;
     info.model_config = s.model->config();
@@ -492,7 +582,7 @@ int Trainer::run() {
   };
 
   std::vector<Batch> micro_batches(static_cast<std::size_t>(accum));
-  const auto start = Clock::now();
+  start = Clock::now();
   double window_seconds = 0;
   std::int64_t window_steps = 0;
   if (s.eval_data && c.eval.every > 0 && s.start_step == 0) evaluate(0);
@@ -585,7 +675,7 @@ int Trainer::run() {
         j["mfu"] = mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr);  // null: the stated peak is wrong
         j["peak_rss_mib_max_rank"] = peak_mib;
         j["peak_rss_mib_per_rank"] = peak_per_rank;
-        j["elapsed_s"] = elapsed;
+        j["elapsed_s"] = s.prior_elapsed + elapsed;  // continues across resumes
         j["comm_s_per_step"] = comm_per_step;
         j["comm_exposed_s_per_step"] = exposed_per_step;
         s.metrics << j.dump() << "\n" << std::flush;
@@ -629,7 +719,14 @@ int Trainer::run() {
   }
   gather_memory("at end");
   const double total = std::chrono::duration<double>(Clock::now() - start).count();
-  s.say("done: " + std::to_string(c.max_steps) + " steps in " + format_duration(total) + "; metrics in " + c.run_dir +
+  // A resumed run counts its own steps and time, and states the total apart.
+  const std::string trained =
+      s.start_step == 0 ? std::to_string(c.max_steps) + " steps in " + format_duration(total)
+                        : "step " + std::to_string(c.max_steps) + "; this run trained " +
+                              std::to_string(c.max_steps - s.start_step) + " steps (" + std::to_string(s.start_step) +
+                              " -> " + std::to_string(c.max_steps) + ") in " + format_duration(total) + ", " +
+                              format_duration(s.prior_elapsed + total) + " across resumes";
+  s.say("done: " + trained + "; metrics in " + c.run_dir +
         "/metrics.jsonl\n");
   return 0;
 }

@@ -29,6 +29,15 @@ Scenarios:
               peak is wrong, metrics.jsonl has mfu null. Without a stated
               peak the first run benchmarks the host and records it
               (FTRAIN_PEAK_FILE), the second reads the same number back.
+  check       `ftrain --check` finds what the run would hit, all in one pass:
+              byte-token data (257 ids) for a 256-id model with the hint
+              `vocab_size 257`, an fsdp group that does not divide the ranks,
+              stop_after beyond max_steps, and a warning for a misspelt -var.
+  resume      a run stopped at step 4 and resumed to 6: `done` counts this
+              run's 2 steps and says the total apart, elapsed_s continues
+              across the resume, running it again exits 0 with "nothing left
+              to train", and resuming on another world size that changes the
+              global batch says so.
 """
 import argparse
 import json
@@ -249,7 +258,89 @@ def scenario_mfu(e):
     print(f"ok: peak benchmarked once, recorded, read back: {peaks[0]} GFLOP/s per rank both times")
 
 
+SMALL_MODEL = ("model llama preset tiny hidden_size 32 intermediate_size 64 num_hidden_layers 2 "
+               "num_attention_heads 4 num_key_value_heads 2")
+
+
+def write(e, name, text):
+    path = os.path.join(e.dir, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def scenario_check(e):
+    with open(os.path.join(e.dir, "text.txt"), "w") as f:
+        for i in range(200):
+            f.write(f"line {i} of some text to tokenize as bytes\n")
+    subprocess.run([e.args.prep, "text", "--out", "bytes.tok", "--tokenizer", "bytes", "--doc-per-line", "text.txt"],
+                   cwd=e.dir, check=True, stdout=subprocess.DEVNULL)
+    deck = write(e, "check.in", "variable data_dir .\nmodel llama preset tiny\n"
+                 "data tokens ${data_dir}/bytes.tok\nbatch micro 2 seq_len 32\nmax_steps 4\n"
+                 "fsdp hybrid_shard shard_group_size 3\ncheckpoint every 2 dir ck stop_after 5\nrun_dir runs/check\n")
+    p = subprocess.run([e.args.ftrain, "--check", "-var", "data_dri", ".", "check.in"], cwd=e.dir, capture_output=True,
+                       text=True, env=e.environment(), timeout=60)
+    expected = ["3 problems:",
+                "check.in:3: the data has 257 token ids / classes but the model's output size is 256; "
+                "set `vocab_size 257` on the model line (check.in:2)",
+                "check.in:6: fsdp hybrid_shard shard_group_size 3 does not divide the 1 ranks",
+                "check.in:7: stop_after 5 must be below max_steps 4",
+                "warning: command line: -var data_dri is never read by the deck (no ${data_dri} in it), so it "
+                "changes nothing (did you mean 'data_dir'?)"]
+    missing = [x for x in expected if x not in p.stderr]
+    if p.returncode != 1 or missing or p.stderr.count("ftrain: error") != 1:
+        fail(f"--check: exit {p.returncode}, expected 1 and one error with all of\n  " + "\n  ".join(missing) +
+             f"\ngot:\n{p.stdout}{p.stderr}")
+    print("ok: --check reports the vocabulary (with the hint), fsdp and stop_after problems at once, and the -var")
+    # Fixed as the hint says, it passes, and the warning stays (in the header).
+    fixed = write(e, "fixed.in", open(deck).read().replace("preset tiny", "preset tiny vocab_size 257")
+                  .replace("hybrid_shard shard_group_size 3", "full_shard").replace("stop_after 5", "stop_after 3"))
+    p = subprocess.run([e.args.ftrain, "--check", "-var", "data_dri", ".", "fixed.in"], cwd=e.dir, capture_output=True,
+                       text=True, env=e.environment(), timeout=60)
+    if p.returncode != 0 or "warning: command line: -var data_dri is never read" not in p.stdout:
+        fail(f"fixed deck: exit {p.returncode}, expected 0 and the -var warning:\n{p.stdout}{p.stderr}")
+    print("ok: with vocab_size 257 the deck passes --check; the -var warning is in the header")
+
+
+def scenario_resume(e):
+    deck = write(e, "resume.in", f"variable data_dir .\nvariable stop 4\n{SMALL_MODEL}\n"
+                 "data tokens ${data_dir}/tiny_train.tok\nbatch micro 2 seq_len 32\nmax_steps 6\nlog every 1\n"
+                 "checkpoint every 2 dir ${ck} stop_after ${stop}\nresume auto\nrun_dir runs/${ck}\n")
+
+    def run(np, ck, *extra):
+        cmd = e.mpirun + ["-np", str(np), e.args.ftrain, "-var", "ck", ck, *extra, deck]
+        p = subprocess.run(cmd, cwd=e.dir, capture_output=True, text=True, env=e.environment(), timeout=120)
+        return p.returncode, p.stdout + p.stderr
+
+    import shutil
+    for d in ("ck_a", "ck_b", "runs"):
+        shutil.rmtree(os.path.join(e.dir, d), ignore_errors=True)
+    rc, out = run(2, "ck_a")
+    if rc != 0 or "stopped after step 4" not in out:
+        fail(f"first run: exit {rc}:\n{out}")
+    rc, out = run(2, "ck_a")
+    done = [l for l in out.splitlines() if l.startswith("done:")]
+    if rc != 0 or not done or "this run trained 2 steps (4 -> 6)" not in done[0] or "across resumes" not in done[0]:
+        fail(f"resumed run: exit {rc}, the done line should count this run's 2 steps:\n{out}")
+    rows = [json.loads(l) for l in open(os.path.join(e.dir, "runs", "ck_a", "metrics.jsonl")) if '"loss"' in l]
+    elapsed = [r["elapsed_s"] for r in rows]
+    if [r["step"] for r in rows] != [1, 2, 3, 4, 5, 6] or any(b <= a for a, b in zip(elapsed, elapsed[1:])):
+        fail(f"elapsed_s must grow across the resume: {list(zip([r['step'] for r in rows], elapsed))}")
+    print("ok:", done[0], "| elapsed_s", [round(x, 3) for x in elapsed])
+    rc, out = run(2, "ck_a")
+    if rc != 0 or "nothing left to train" not in out:
+        fail(f"a finished run started again: exit {rc}, expected 0 and 'nothing left to train':\n{out}")
+    print("ok: a finished run started again exits 0: nothing left to train")
+    rc, out = run(2, "ck_b", "-var", "stop", "2")
+    rc, out = run(1, "ck_b")
+    if rc != 0 or "the global batch changes from 4 samples per step (2 rank(s)) to 2" not in out:
+        fail(f"resume on 1 rank of a 2-rank checkpoint: exit {rc}, expected the global batch change:\n{out}")
+    print("ok: resuming on 1 rank says the global batch changes from 4 to 2")
+
+
 SCENARIOS = {
+    "check": scenario_check,
+    "resume": scenario_resume,
     "mfu": scenario_mfu,
     "batch_log": scenario_batch_log,
     "terminal": scenario_terminal,

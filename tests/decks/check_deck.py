@@ -8,8 +8,9 @@ small stand-ins made here (the deck's defaults name files a user has, not
 this machine):
 
   * data_dir, train_tokens, eval_tokens: a tiny token file from ftrain-prep
-    (vocab 32000, so a Llama tokenizer's ids would fit); data_dir holds it
-    under the names tiny_llama.in uses too;
+    (vocab 256: --check compares the file's vocabulary with the model's, and
+    256 ids fit every deck's model, the tiny demo's included); data_dir holds
+    it under the names tiny_llama.in uses too;
   * hf_weights: an EMPTY file. --check validates that the path exists but
     does not open the weights (names and shapes are checked at the start of
     a real run), so nothing bigger is needed;
@@ -66,7 +67,7 @@ def main():
     data = os.path.join(a.workdir, "data")
     os.makedirs(data, exist_ok=True)
     train, evalf = os.path.join(data, "tiny_train.tok"), os.path.join(data, "tiny_eval.tok")
-    subprocess.run([a.prep, "synthetic", "--out", train, "--tokens", "20000", "--vocab", "32000", "--seed", "7",
+    subprocess.run([a.prep, "synthetic", "--out", train, "--tokens", "20000", "--vocab", "256", "--seed", "7",
                     "--eval-out", evalf, "--eval-tokens", "4096"], check=True, stdout=subprocess.DEVNULL)
     weights = os.path.join(a.workdir, "stand_in.safetensors")
     open(weights, "wb").close()
