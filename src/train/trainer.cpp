@@ -34,6 +34,7 @@
 #include "train/device_peak.hpp"
 #include "train/host_backend.hpp"
 #include "train/plan.hpp"
+#include "train/plan_fit.hpp"
 #include "ftrain_build_paths.hpp"
 
 namespace ftrain {
@@ -250,7 +251,16 @@ Trainer::~Trainer() = default;
 void Trainer::prepare() {
   State& s = *state_;
   const RunConfig& c = s.config;
-  s.ranks_per_node = s.world.split_node()->size();
+  const int ranks_here = s.world.split_node()->size();  // collective: every rank calls it
+  // --check --ranks N plans the real run's geometry without its processes.
+  const int plan_world = s.options.plan_ranks > 0 ? s.options.plan_ranks : s.world.size();
+  s.ranks_per_node = ranks_here;
+  if (s.options.plan_ranks > 0) {
+    s.ranks_per_node = s.options.plan_ranks_per_node > 0 ? s.options.plan_ranks_per_node : plan_world;
+    if (plan_world % s.ranks_per_node != 0)
+      FT_USER_ERROR() << "command line: --ranks-per-node " << s.ranks_per_node << " does not divide --ranks "
+                      << plan_world;
+  }
   try {
     s.model = PluginLoader().create_model(c.model.name, c.model.preset, c.model.overrides);
   } catch (const UserError& e) {
@@ -260,17 +270,17 @@ void Trainer::prepare() {
   ProblemList problems;
   const bool fsdp_ok = problems.check([&] {
     s.fsdp = fsdp_options_from(c);
-    const int group = shard_group_size_for(s.fsdp, s.world.size(), s.ranks_per_node);
-    if (group < 1 || s.world.size() % group != 0)
+    const int group = shard_group_size_for(s.fsdp, plan_world, s.ranks_per_node);
+    if (group < 1 || plan_world % group != 0)
       FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard_group_size " << group
-                      << " does not divide the " << s.world.size() << " ranks";
+                      << " does not divide the " << plan_world << " ranks";
   });
   problems.check([&] { optim::validate_schedule(c.schedule, c.optimizer.lr, c.max_steps); });
   problems.check([&] { s.progress_line = decide_progress(c.progress, process_environment, probe_terminal()); });
-  if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, s.world.size(), s.ranks_per_node); });
+  if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
 
   const double cores = std::max(1u, std::thread::hardware_concurrency());
-  const int cores_per_rank = std::max(1, static_cast<int>(cores) / std::max(1, s.ranks_per_node));
+  const int cores_per_rank = std::max(1, static_cast<int>(cores) / std::max(1, ranks_here));
   s.blas_threads = configure_blas_threads(cores_per_rank);
   // Rank 0 states the peak (benchmarking at most once per machine, see
   // device_peak.hpp); run() hands its number to every rank.
@@ -392,8 +402,8 @@ int Trainer::run() {
   s.peak.flops_per_second = s.world.all_reduce_max(s.peak.flops_per_second);  // rank 0's; the others hold 0
   if (s.is_root()) {
     std::ostringstream h;
-    h << "ftrain " << FTRAIN_VERSION_STRING << " | " << world << " rank(s), " << s.ranks_per_node
-      << " per node | device: host (Kokkos; " << blas_kernel_description() << ", " << s.blas_threads
+    h << "ftrain " << FTRAIN_VERSION_STRING << " | " << s.plan.world_size << " rank(s), " << s.ranks_per_node
+      << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: host (Kokkos; " << blas_kernel_description() << ", " << s.blas_threads
       << " thread(s) per rank) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "deck: " << c.deck_path << "\n";
@@ -413,7 +423,11 @@ int Trainer::run() {
       << (c.activation_checkpointing == "every" ? " " + std::to_string(c.activation_checkpointing_every) : "")
       << "\n";
     h << format_plan(s.plan);
-    h << host_backend_warning(s.plan, c.precision, HostFacts{node_memory_bytes(), s.ranks_per_node, s.peak.flops_per_second});
+    // A planned cluster's nodes are not this one: only its own rules apply.
+    const double node_bytes = s.options.plan_ranks > 0 ? 0.0 : node_memory_bytes();
+    h << host_backend_warning(s.plan, c.precision, HostFacts{node_bytes, s.ranks_per_node, s.peak.flops_per_second});
+    if (s.options.device_memory_bytes > 0)
+      h << plan_fit_report(*s.model, c, s.fsdp, s.plan, s.ranks_per_node, s.options.device_memory_bytes);
     h << "resolved deck:\n";
     for (const auto& line : c.resolved_lines) h << "  " << line << "\n";
     s.say(h.str());

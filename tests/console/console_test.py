@@ -38,6 +38,11 @@ Scenarios:
               across the resume, running it again exits 0 with "nothing left
               to train", and resuming on another world size that changes the
               global batch says so.
+  plan_ranks  `ftrain --check --ranks 4` (one process) prints the same plan
+              as a real `mpirun -np 4 ftrain --check`, for the 70B recipe and
+              for hybrid_shard with `--ranks-per-node 2` (against
+              shard_group_size 2); `--device-memory 80GB` says the 70B plan
+              on 4 ranks does not fit and that 24 ranks would.
 """
 import argparse
 import json
@@ -338,7 +343,59 @@ def scenario_resume(e):
     print("ok: resuming on 1 rank says the global batch changes from 4 to 2")
 
 
+def plan_lines(out):
+    lines = out.splitlines()
+    if "plan:" not in lines:
+        fail("no plan printed:\n" + out)
+    i = lines.index("plan:") + 1
+    block = []
+    while i < len(lines) and lines[i].startswith("  "):
+        block.append(lines[i])
+        i += 1
+    return block
+
+
+def scenario_plan_ranks(e):
+    open(os.path.join(e.dir, "stand_in.safetensors"), "wb").close()
+    stand_ins = ["-var", "hf_weights", "stand_in.safetensors", "-var", "train_tokens", "tiny_train.tok",
+                 "-var", "eval_tokens", "tiny_eval.tok", "-var", "run_dir", "runs/plan"]
+    recipe = os.path.join(e.args.repo, "inputs", "llama70b.in")
+    # Shard groups = the ranks per node by default; the real 4-rank run on
+    # this one node states the group of 2 that --ranks-per-node 2 implies.
+    hybrid = write(e, "hybrid.in", f"{SMALL_MODEL}\ndata tokens tiny_train.tok\n"
+                   "batch micro 2 seq_len 32\nmax_steps 4\nfsdp hybrid_shard\nrun_dir runs/plan\n")
+    hybrid_group = write(e, "hybrid_group.in", open(hybrid).read().replace("hybrid_shard", "hybrid_shard shard_group_size 2"))
+
+    def check(cmd):
+        p = subprocess.run(cmd, cwd=e.dir, capture_output=True, text=True, env=e.environment(), timeout=120)
+        if p.returncode != 0:
+            fail(f"{' '.join(cmd)}: exit {p.returncode}:\n{p.stdout}{p.stderr}")
+        return p.stdout
+
+    cases = [
+        ("llama70b.in, 4 ranks", e.mpirun + ["-np", "4", e.args.ftrain, "--check", *stand_ins, recipe],
+         [e.args.ftrain, "--check", "--ranks", "4", *stand_ins, recipe]),
+        ("hybrid_shard, 2 per node", e.mpirun + ["-np", "4", e.args.ftrain, "--check", hybrid_group],
+         [e.args.ftrain, "--check", "--ranks", "4", "--ranks-per-node", "2", hybrid]),
+    ]
+    for what, real, planned in cases:
+        want, got = plan_lines(check(real)), plan_lines(check(planned))
+        if want != got:
+            fail(f"{what}: --ranks plan differs from the real one:\n  real:    " + "\n           ".join(want) +
+                 "\n  planned: " + "\n           ".join(got))
+        print(f"ok: {what}: --ranks prints the plan of the real mpirun --check ({len(want)} lines)")
+    out = check([e.args.ftrain, "--check", "--ranks", "4", "--device-memory", "80GB", *stand_ins, recipe])
+    if "DOES NOT FIT" not in out or "--ranks 24 (6 node(s) of 4) with full_shard" not in out:
+        fail("--device-memory 80GB: expected 'DOES NOT FIT' and the --ranks 24 suggestion:\n" + out)
+    out = check([e.args.ftrain, "--check", "--ranks", "16", "--ranks-per-node", "8", "--device-memory", "80GB",
+                 *stand_ins, recipe])
+    if "DOES NOT FIT" in out or "16 rank(s), 8 per node (planned with --ranks" not in out:
+        fail("16 ranks on 80GB: expected a fit and the planned geometry in the header:\n" + out)
+    print("ok: --device-memory 80GB: 4 ranks do not fit (24 would), 16 ranks of 8 per node fit")
+
+
 SCENARIOS = {
+    "plan_ranks": scenario_plan_ranks,
     "check": scenario_check,
     "resume": scenario_resume,
     "mfu": scenario_mfu,
