@@ -373,7 +373,8 @@ std::vector<Command> build_table() {
           .help = "torch.optim.AdamW",
           .keywords = {
               Param{.name = "lr", .kind = ValueKind::positive_number, .help = "peak learning rate",
-                    .maps_to = "`learning_rate`",
+                    .maps_to = "`learning_rate` (HF default 5e-5, a fine-tuning rate; ftrain's 3e-4 is a "
+                               "pre-training rate for small models)",
                     .set = [](RunConfig& c, const Value& v) { c.optimizer.lr = v.number; },
                     .default_of = [](const RunConfig& c) { return format_number(c.optimizer.lr); }},
               Param{.name = "beta1", .kind = ValueKind::fraction, .help = "first-moment decay",
@@ -381,7 +382,8 @@ std::vector<Command> build_table() {
                     .set = [](RunConfig& c, const Value& v) { c.optimizer.beta1 = v.number; },
                     .default_of = [](const RunConfig& c) { return format_number(c.optimizer.beta1); }},
               Param{.name = "beta2", .kind = ValueKind::fraction, .help = "second-moment decay",
-                    .maps_to = "`adam_beta2`",
+                    .maps_to = "`adam_beta2` (HF and torch default 0.999; ftrain's 0.95 is the LLM pre-training "
+                               "value of Llama 2 and 3)",
                     .set = [](RunConfig& c, const Value& v) { c.optimizer.beta2 = v.number; },
                     .default_of = [](const RunConfig& c) { return format_number(c.optimizer.beta2); }},
               Param{.name = "eps", .kind = ValueKind::positive_number,
@@ -403,7 +405,7 @@ std::vector<Command> build_table() {
       .help = "Learning-rate schedule: linear warmup from 0 to lr, then constant, or linear / "
               "cosine decay to min_lr at max_steps. warmup_ratio, when given, replaces "
               "warmup_steps by round(ratio x max_steps); giving both is an error.",
-      .maps_to = "`lr_scheduler_type`",
+      .maps_to = "`lr_scheduler_type` (HF default linear; ftrain's constant = no scheduler, as plain torch)",
       .forms = {Form{
           .word = "",
           .help = "",
@@ -437,7 +439,7 @@ std::vector<Command> build_table() {
   table.push_back(Command{
       .name = "clip_grad_norm",
       .help = "Clip the global gradient norm (one reduction across all shards); 0 turns clipping off.",
-      .maps_to = "`max_grad_norm`",
+      .maps_to = "`max_grad_norm` (HF default 1.0; ftrain's 0 = off, as plain torch: clipping is asked for)",
       .forms = {Form{.word = "",
                      .help = "",
                      .positionals = {Param{

@@ -422,6 +422,15 @@ int Trainer::run() {
       << ", activation_checkpointing " << c.activation_checkpointing
       << (c.activation_checkpointing == "every" ? " " + std::to_string(c.activation_checkpointing_every) : "")
       << "\n";
+    // Effective values, defaults included: what the deck left out is where
+    // ftrain and Hugging Face differ (beta2, clipping, schedule; deck.md).
+    h << "training: batch micro " << c.batch.micro_batch << " accumulate " << c.batch.grad_accum << " seq_len "
+      << c.batch.seq_len << " | optimizer " << c.optimizer.name << " lr " << c.optimizer.lr << " beta1 "
+      << c.optimizer.beta1 << " beta2 " << c.optimizer.beta2 << " eps " << c.optimizer.eps << " weight_decay "
+      << c.optimizer.weight_decay << " | schedule " << c.schedule.kind << " warmup_steps "
+      << optim::warmup_steps(c.schedule, c.max_steps) << " min_lr " << c.schedule.min_lr << " | clip_grad_norm "
+      << c.clip_grad_norm << (c.clip_grad_norm > 0 ? "" : " (off)") << " | precision " << c.precision << " | seed "
+      << c.seed << "\n";
     h << format_plan(s.plan);
     // A planned cluster's nodes are not this one: only its own rules apply.
     const double node_bytes = s.options.plan_ranks > 0 ? 0.0 : node_memory_bytes();

@@ -32,7 +32,8 @@ Scenarios:
   check       `ftrain --check` finds what the run would hit, all in one pass:
               byte-token data (257 ids) for a 256-id model with the hint
               `vocab_size 257`, an fsdp group that does not divide the ranks,
-              stop_after beyond max_steps, and a warning for a misspelt -var.
+              stop_after beyond max_steps, and a warning for a misspelt -var;
+              the header prints the effective (default) optimizer values.
   resume      a run stopped at step 4 and resumed to 6: `done` counts this
               run's 2 steps and says the total apart, elapsed_s continues
               across the resume, running it again exits 0 with "nothing left
@@ -305,6 +306,12 @@ def scenario_check(e):
     if p.returncode != 0 or "warning: command line: -var data_dri is never read" not in p.stdout:
         fail(f"fixed deck: exit {p.returncode}, expected 0 and the -var warning:\n{p.stdout}{p.stderr}")
     print("ok: with vocab_size 257 the deck passes --check; the -var warning is in the header")
+    # The values the deck left to defaults are printed, where HF's differ.
+    line = header_line(p.stdout.encode(), "training:")
+    for part in ("beta2 0.95", "schedule constant warmup_steps 0", "clip_grad_norm 0 (off)", "lr 0.0003"):
+        if part not in line:
+            fail(f"the effective-values line lacks '{part}': {line}")
+    print("ok:", line)
 
 
 def scenario_resume(e):
