@@ -469,7 +469,17 @@ int Trainer::run() {
     }
     s.metrics.open(metrics_path, std::ios::trunc);
     if (!s.metrics) FT_USER_ERROR() << "cannot write " << metrics_path;
-    s.metrics << kept << std::flush;
+    s.metrics << kept;
+    if (!s.resume_dir.empty()) {
+      // Where this run continued (plot_metrics.py marks it).
+      nlohmann::json j;
+      j["step"] = s.start_step;
+      j["resumed_from"] = s.resume_dir;
+      j["world_size"] = world;
+      j["global_batch"] = s.plan.global_batch;
+      s.metrics << j.dump() << "\n";
+    }
+    s.metrics << std::flush;
   }
 
   // Per-rank memory before and after loading (seed 001 prints the same).

@@ -38,7 +38,9 @@ Scenarios:
               run's 2 steps and says the total apart, elapsed_s continues
               across the resume, running it again exits 0 with "nothing left
               to train", and resuming on another world size that changes the
-              global batch says so.
+              global batch says so. metrics.jsonl records the resume and
+              plot_metrics.py plots it from an interpreter without
+              matplotlib (re-running with /usr/bin/python3).
   plan_ranks  `ftrain --check --ranks 4` (one process) prints the same plan
               as a real `mpirun -np 4 ftrain --check`, for the 70B recipe and
               for hybrid_shard with `--ranks-per-node 2` (against
@@ -339,6 +341,22 @@ def scenario_resume(e):
     if [r["step"] for r in rows] != [1, 2, 3, 4, 5, 6] or any(b <= a for a, b in zip(elapsed, elapsed[1:])):
         fail(f"elapsed_s must grow across the resume: {list(zip([r['step'] for r in rows], elapsed))}")
     print("ok:", done[0], "| elapsed_s", [round(x, 3) for x in elapsed])
+    resumes = [json.loads(l) for l in open(os.path.join(e.dir, "runs", "ck_a", "metrics.jsonl")) if "resumed_from" in l]
+    if [(r["step"], r["resumed_from"], r["world_size"]) for r in resumes] != [(4, "ck_a/step_4", 2)]:
+        fail(f"metrics.jsonl should record the resume after step 4: {resumes}")
+    # plot_metrics.py marks it; run with this interpreter, which may lack
+    # matplotlib: the script then re-runs itself with Debian's python3.
+    plot = os.path.join(e.args.repo, "share", "scripts", "plot_metrics.py")
+    p = subprocess.run([sys.executable, plot, os.path.join("runs", "ck_a")], cwd=e.dir, capture_output=True, text=True,
+                       timeout=120, env=e.environment(MPLCONFIGDIR=os.path.join(e.dir, "mpl")))
+    have = [py for py in (sys.executable, "/usr/bin/python3") if os.path.exists(py) and subprocess.run(
+        [py, "-c", "import matplotlib"], capture_output=True).returncode == 0]
+    if have:
+        if p.returncode != 0 or not os.path.exists(os.path.join(e.dir, "runs", "ck_a", "metrics.png")):
+            fail(f"plot_metrics.py with {sys.executable} (matplotlib in {have}): exit {p.returncode}:\n{p.stderr}")
+        print(f"ok: resume row at step 4; plotted with {sys.executable}{' via /usr/bin/python3' if sys.executable not in have else ''}")
+    elif p.returncode == 0 or "matplotlib is missing" not in p.stderr:
+        fail(f"no matplotlib anywhere: expected the message naming the interpreters:\n{p.stderr}")
     rc, out = run(2, "ck_a")
     if rc != 0 or "nothing left to train" not in out:
         fail(f"a finished run started again: exit {rc}, expected 0 and 'nothing left to train':\n{out}")
