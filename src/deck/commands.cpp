@@ -471,10 +471,17 @@ std::vector<Command> build_table() {
       .forms = {Form{.word = "random",
                      .help = "normal(0, std) initialisation",
                      .keywords = {Param{
-                         .name = "std", .kind = ValueKind::positive_number,
-                         .help = "standard deviation", .maps_to = "`initializer_range`",
-                         .set = [](RunConfig& c, const Value& v) { c.init.std = v.number; },
-                         .default_of = [](const RunConfig& c) { return format_number(c.init.std); }}},
+                                      .name = "std", .kind = ValueKind::positive_number,
+                                      .help = "standard deviation", .maps_to = "`initializer_range`",
+                                      .set = [](RunConfig& c, const Value& v) { c.init.std = v.number; },
+                                      .default_of = [](const RunConfig& c) { return format_number(c.init.std); }},
+                                  Param{
+                                      .name = "test_perturb_by_rank", .kind = ValueKind::positive_number,
+                                      .help = "TEST ONLY, never for training: world rank r adds r x X x normal(0, 1) "
+                                              "to the values it initialises locally, so ranks start from "
+                                              "different initialisations (the regression tests use it to prove "
+                                              "that sync_module_states makes every rank start from rank 0's)",
+                                      .set = [](RunConfig& c, const Value& v) { c.init.test_perturb_by_rank = v.number; }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) {
                        c.init.kind = "random";
                        c.init.where = p.where;

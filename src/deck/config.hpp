@@ -80,6 +80,7 @@ struct ScheduleSection {  // schedule constant|linear|cosine [warmup_steps N | w
 struct InitSection {  // init random [std S] | init safetensors PATH | init hdf5 PATH
   std::string kind = "random";
   double std = 0.02;
+  double test_perturb_by_rank = 0.0;  // test only: rank r adds r x this x N(0,1) to its local init
   std::string path;
   DeckLocation where;
 };

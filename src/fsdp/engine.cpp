@@ -113,6 +113,15 @@ void random_init_values(std::uint64_t seed, const FlatEntry& e, std::int64_t fir
   }
 }
 
+void perturb_init_by_rank(std::uint64_t seed, int rank, double scale, const FlatEntry& e, std::int64_t first,
+                          std::int64_t count, float* dst) {
+  // Another stream than the initialiser's, so the noise is not the init itself.
+  const std::uint64_t stream = rng::hash_name(e.name) ^ 0x7e57'7e57'7e57'7e57ull;
+  const double amplitude = scale * rank;
+  for (std::int64_t i = 0; i < count; ++i)
+    dst[i] += static_cast<float>(amplitude * rng::normal(seed, stream, static_cast<std::uint64_t>(first + i)));
+}
+
 void FsdpEngine::init_random(std::uint64_t seed) {
   init_from([seed](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
     random_init_values(seed, e, first, count, dst);
@@ -170,9 +179,10 @@ int FsdpEngine::gathered_count() const {
   return n;
 }
 
-void FsdpEngine::start_gather(int u) {
+bool FsdpEngine::start_gather(int u) {
   FlatParameter& f = *flats_[static_cast<std::size_t>(u)];
-  if (f.gathered_valid) return;
+  if (f.gathered_valid) return false;
+  bool issued = false;
   const DType dt = options_.param_dtype;
   if (shard_comm_->size() == 1 && dt == DType::f32) {
     f.gathered = f.master.view(f.master.shape(), 0, f.unit_name() + ".gathered");  // no copy needed
@@ -190,8 +200,13 @@ void FsdpEngine::start_gather(int u) {
     Communicator* comm = shard_comm_.get();
     Tensor send = f.gather_send, recv = f.gathered;
     f.gather_request = stream_.submit([comm, send, recv]() mutable { comm->all_gather(send, recv).wait(); });
+    issued = true;
   }
   f.gathered_valid = true;
+  // The same count the limit is checked against, so the mark shows what
+  // limit_all_gathers actually bounded.
+  counters_.gathered_units_high_water = std::max(counters_.gathered_units_high_water, gathered_count());
+  return issued;
 }
 
 void FsdpEngine::ensure_gathered(int u) {
@@ -201,11 +216,13 @@ void FsdpEngine::ensure_gathered(int u) {
   f.gather_send = Tensor();
 }
 
-void FsdpEngine::prefetch(int u) {
+void FsdpEngine::prefetch(int u, PrefetchKind kind) {
   if (u < 0 || u >= static_cast<int>(flats_.size())) return;
   if (flats_[static_cast<std::size_t>(u)]->gathered_valid) return;
   if (gathered_count() >= options_.limit_all_gathers) return;
-  start_gather(u);
+  if (!start_gather(u)) return;
+  if (kind == PrefetchKind::forward) ++counters_.forward_prefetch_gathers;
+  else ++counters_.backward_prefetch_gathers;
 }
 
 void FsdpEngine::release(int u) {
@@ -317,7 +334,7 @@ double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
   for (int u = 0; u < n; ++u) {
     for (int o : owners_needed(u)) ensure_gathered(o);
     ensure_gathered(u);
-    if (options_.forward_prefetch) prefetch(u + 1);
+    if (options_.forward_prefetch) prefetch(u + 1, PrefetchKind::forward);
     inputs_[static_cast<std::size_t>(u)] = x;
     Tensor out = model_.unit(u).forward(ctx_, unit_params(u), batch, x, caches_[static_cast<std::size_t>(u)]);
     if (is_checkpointed(u)) caches_[static_cast<std::size_t>(u)].clear();
@@ -332,12 +349,13 @@ double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
   for (int u = n - 1; u >= 0; --u) {
     for (int o : owners_needed(u)) ensure_gathered(o);
     ensure_gathered(u);
-    if (options_.backward_prefetch == BackwardPrefetch::backward_pre) prefetch(u - 1);
+    if (options_.backward_prefetch == BackwardPrefetch::backward_pre) prefetch(u - 1, PrefetchKind::backward);
     auto& cache = caches_[static_cast<std::size_t>(u)];
     const Tensor& input = inputs_[static_cast<std::size_t>(u)];
     if (is_checkpointed(u)) {
       cache.clear();
       model_.unit(u).forward(ctx_, unit_params(u), batch, input, cache);  // recompute
+      ++counters_.recomputed_units;
     }
     auto params = unit_params(u);
     auto grads = unit_grads(u);
@@ -349,7 +367,7 @@ double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
     // that unit's gradient, so it can always be reduced now.
     reduce_gradients(u);
     if (u > 0) release(u);
-    if (options_.backward_prefetch == BackwardPrefetch::backward_post) prefetch(u - 1);
+    if (options_.backward_prefetch == BackwardPrefetch::backward_post) prefetch(u - 1, PrefetchKind::backward);
   }
   if (options_.strategy != ShardingStrategy::no_shard) release(0);
   drain();

@@ -63,9 +63,25 @@ struct AdamWHyper {
 struct FlatEntry;
 void random_init_values(std::uint64_t seed, const FlatEntry& entry, std::int64_t first, std::int64_t count,
                         float* dst);
+// Test only (`init random ... test_perturb_by_rank X`): adds
+// rank * scale * normal(0, 1) to those values, so every rank's local
+// initialisation differs and rank 0's is unchanged; the regression tests use
+// it to show that sync_module_states really starts every rank from rank 0's.
+void perturb_init_by_rank(std::uint64_t seed, int rank, double scale, const FlatEntry& entry, std::int64_t first,
+                          std::int64_t count, float* dst);
 
 // Fills `count` f32 values of parameter `entry` starting at element `first`.
 using ParameterSource = std::function<void(const FlatEntry& entry, std::int64_t first, std::int64_t count, float* dst)>;
+
+// What the engine did, counted so tests and users can see that a feature
+// acted rather than only that the curve is unchanged (metrics.jsonl,
+// share/doc/fsdp.md "Counters"). Counted since the last reset_counters().
+struct FsdpCounters {
+  std::int64_t recomputed_units = 0;            // unit forwards re-run in backward (activation checkpointing)
+  std::int64_t forward_prefetch_gathers = 0;    // all-gathers issued ahead by forward_prefetch
+  std::int64_t backward_prefetch_gathers = 0;   // all-gathers issued ahead by backward_prefetch
+  int gathered_units_high_water = 0;            // most units gathered or gathering at once (what limit_all_gathers bounds)
+};
 
 class FsdpEngine {
  public:
@@ -111,15 +127,20 @@ class FsdpEngine {
   double comm_seconds() const { return stream_.busy_seconds(); }
   double comm_exposed_seconds() const { return stream_.exposed_seconds(); }
   void reset_comm_timers() { stream_.reset_timers(); }
+  const FsdpCounters& counters() const { return counters_; }
+  void reset_counters() { counters_ = FsdpCounters{}; }
 
  private:
   std::vector<Tensor> unit_params(int u);
   std::vector<Tensor> unit_grads(int u);
-  void start_gather(int u);
+  // Returns whether an all-gather was issued (false: already gathered, or a
+  // one-rank shard group, which needs no communication).
+  bool start_gather(int u);
   void ensure_gathered(int u);
   void release(int u);
   bool keep_gathered_after_forward() const;
-  void prefetch(int u);
+  enum class PrefetchKind : std::uint8_t { forward, backward };
+  void prefetch(int u, PrefetchKind kind);
   int gathered_count() const;
   void reduce_gradients(int u);
   void finish_reductions(std::size_t keep_pending);
@@ -147,6 +168,7 @@ class FsdpEngine {
   StepContext ctx_;
   CommStream stream_;  // declared last: destroyed first, after its tasks finished
   std::int64_t optimizer_step_count_ = 0;
+  FsdpCounters counters_;
 };
 
 }  // namespace ftrain

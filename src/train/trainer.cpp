@@ -521,13 +521,21 @@ int Trainer::run() {
     if (sync_from_root) s.engine->init_from_root(read); else s.engine->init_from(read);
   } else if (c.init.kind == "hdf5") {
     ckpt::load_consolidated(*s.engine, c.init.path);  // parallel HDF5: every rank reads its own slices
-  } else if (sync_from_root) {
-    const std::uint64_t seed = c.seed;
-    s.engine->init_from_root([seed](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
-      random_init_values(seed, e, first, count, dst);
-    });
   } else {
-    s.engine->init_random(c.seed);
+    const std::uint64_t seed = c.seed;
+    const double perturb = c.init.test_perturb_by_rank;  // test only (deck.md: init)
+    ParameterSource random = [seed, perturb, rank](const FlatEntry& e, std::int64_t first, std::int64_t count,
+                                                   float* dst) {
+      random_init_values(seed, e, first, count, dst);
+      if (perturb > 0) perturb_init_by_rank(seed, rank, perturb, e, first, count, dst);
+    };
+    if (perturb > 0) {
+      std::ostringstream note;
+      note << "init: test_perturb_by_rank " << perturb
+           << ": rank r adds r x that x normal(0, 1) to what it initialises (test only)\n";
+      s.say(note.str());
+    }
+    if (sync_from_root) s.engine->init_from_root(random); else s.engine->init_from(random);
   }
   if (sync_from_root) s.say("sync_module_states: rank 0 initialised the model and scattered the shards\n");
   if (!s.resume_note.empty()) s.say("resume auto: skipping the checkpoint `latest` names: " + s.resume_note + "\n");
@@ -684,6 +692,18 @@ int Trainer::run() {
       const double exposed_per_step =
           s.world.all_reduce_sum(s.engine->comm_exposed_seconds()) / world / steps_in_window;
       s.engine->reset_comm_timers();
+      // What the FSDP features did (share/doc/fsdp.md "Counters"): every
+      // rank runs the same schedule, the max over ranks shows any that did not.
+      const FsdpCounters& counted = s.engine->counters();
+      const auto per_step_max = [&](std::int64_t n) {
+        return s.world.all_reduce_max(static_cast<double>(n)) / steps_in_window;
+      };
+      const double recomputed_per_step = per_step_max(counted.recomputed_units);
+      const double forward_prefetches_per_step = per_step_max(counted.forward_prefetch_gathers);
+      const double backward_prefetches_per_step = per_step_max(counted.backward_prefetch_gathers);
+      const auto gathered_high_water =
+          static_cast<std::int64_t>(s.world.all_reduce_max(static_cast<double>(counted.gathered_units_high_water)));
+      s.engine->reset_counters();
       char buf[320];
       std::snprintf(buf, sizeof buf,
                     "step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f %s | MFU %s | mem %.0f MiB | "
@@ -711,6 +731,10 @@ int Trainer::run() {
         j["elapsed_s"] = s.prior_elapsed + elapsed;  // continues across resumes
         j["comm_s_per_step"] = comm_per_step;
         j["comm_exposed_s_per_step"] = exposed_per_step;
+        j["recomputed_units_per_step"] = recomputed_per_step;
+        j["forward_prefetch_gathers_per_step"] = forward_prefetches_per_step;
+        j["backward_prefetch_gathers_per_step"] = backward_prefetches_per_step;
+        j["gathered_units_high_water"] = gathered_high_water;
         s.metrics << j.dump() << "\n" << std::flush;
       }
       window_seconds = 0;

@@ -15,6 +15,22 @@ Kinds (the "kind" key):
            proves the case's configuration took effect). With
            "reference_run": {"np": N, "variables": {...}} the reference is
            that configuration run here and now instead of stored goldens.
+           Every field in "compare" must be present in every metrics row
+           of its kind (below), in this run, in the reference run and in
+           the goldens: a typo'd or renamed field fails the case, it does
+           not compare two empty sets.
+           "expect": {"FIELD": {"min": A, "max": B}, ...} bounds a metric
+           of this run at every row of its kind (either bound optional):
+           it proves a feature acted, e.g. activation checkpointing
+           recomputed units (recomputed_units_per_step >= 1) or
+           limit_all_gathers 1 held one unit (gathered_units_high_water
+           <= 1).
+           "must_differ": {"relative": X} requires the run to differ from
+           its reference by more than X (relative) in some compared value:
+           with X = 0 the curves may not be bit-identical (e.g.
+           reduce_dtype bf16 against f32 reduction). Without "tolerance"
+           the case asserts only the difference (a run that must not
+           reproduce the reference, e.g. unsynchronised initialisations).
   repeat   run the deck twice; the fields in "compare" must be the same
            strings in both metrics.jsonl files (bit-identical training).
   error    run a bad deck; the exit status must be non-zero, stderr must
@@ -27,11 +43,19 @@ Kinds (the "kind" key):
   cli      each entry of "invocations" (plain arguments) must exit 0 and
            print every string in its "stdout_contains".
 
+Rows of metrics.jsonl are of two kinds: evaluation rows (a field named
+eval_*) and training rows (the others). A field that appears in rows of a
+kind must appear in every row of that kind.
+
 Conventions: paths in a case ("deck", "reference") are relative to this
 script's directory; the deck gets -var data_dir (the case's corpus, made
 here with ftrain-prep from "corpus") and -var run_dir (a fresh directory
 under --workdir) plus the case's "variables". Metric values are compared as
 JSON text (parse_float=str) so "repeat" compares exactly what was written.
+
+The runner is tested itself: selftest/*.json are broken cases it must reject
+(harness_selftest.py), harness_unit_test.py checks its metric checks on
+hand-written metrics files.
 
 --regenerate rewrites the "golden" block of a train case from this run (and
 does not compare); review the diff before committing it. Python 3 standard
@@ -135,9 +159,37 @@ def train_once(args, case, workdir, data_dir, tag):
     return read_metrics(os.path.join(run_dir, "metrics.jsonl"))
 
 
+class Metrics(dict):
+    """{field: {step: value-as-text}}, plus the steps of each row kind."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        self.steps_of_kind = {"training": set(), "evaluation": set()}
+        self.kinds_of_field = {}  # field -> the row kinds it appeared in
+
+
+def row_kind(record):
+    return "evaluation" if any(key.startswith("eval_") for key in record) else "training"
+
+
+def missing_steps(metrics, field, side):
+    """Problems if `field` is not in every row of its kind on `side`."""
+    column = metrics.get(field)
+    if not column:
+        return [f"{field}: not in {side}'s metrics at any step (a typo, or a renamed metric?): {metrics.path}"]
+    kinds = metrics.kinds_of_field[field]
+    expected = set().union(*(metrics.steps_of_kind[kind] for kind in kinds))
+    absent = sorted(expected - set(column))
+    if absent:
+        return [f"{field}: missing at step {absent[0]} of {side} ({len(absent)} of {len(expected)} "
+                f"{'/'.join(sorted(kinds))} rows lack it): {metrics.path}"]
+    return []
+
+
 def read_metrics(path):
     """{field: {step: value-as-text}} for every field of every line."""
-    fields = {}
+    fields = Metrics(path)
     try:
         with open(path) as f:
             lines = [line for line in f if line.strip()]
@@ -149,10 +201,12 @@ def read_metrics(path):
         except json.JSONDecodeError as e:
             raise CaseFailure(f"{path}:{n}: not JSON ({e}): {line!r}") from None
         step = int(record["step"])
+        fields.steps_of_kind[row_kind(record)].add(step)
         for key, value in record.items():
             if key == "step":
                 continue
             column = fields.setdefault(key, {})
+            fields.kinds_of_field.setdefault(key, set()).add(row_kind(record))
             if step in column:
                 raise CaseFailure(f"{path}:{n}: step {step} has '{key}' twice")
             column[step] = value
@@ -180,10 +234,15 @@ def golden_of(case, case_path):
 
 
 def compare_with_golden(metrics, golden, tolerance, source):
+    """Problems beyond `tolerance` (None: no bound), and the largest relative
+    difference seen (for "must_differ")."""
     problems, worst = [], {}
     for field, pairs in golden.items():
         got = metrics.get(field, {})
         expected = {int(step): float(value) for step, value in pairs}
+        if not expected:
+            problems.append(f"{field}: {source} has no value of it at any step")
+            continue
         if sorted(got) != sorted(expected):
             problems.append(f"{field}: steps {sorted(got)} but {source} has {sorted(expected)}")
             continue
@@ -192,10 +251,34 @@ def compare_with_golden(metrics, golden, tolerance, source):
             rel = abs(have - want) / max(abs(want), 1e-30)
             if rel > worst.get(field, (-1.0, 0))[0]:
                 worst[field] = (rel, step)
-            if rel > tolerance:
-                problems.append(f"{field} step {step}: {have!r} vs golden {want!r} (relative {rel:.3e} > {tolerance:g})")
+            if tolerance is not None and rel > tolerance:
+                problems.append(f"{field} step {step}: {have!r} vs {want!r} in {source} (relative {rel:.3e} > {tolerance:g})")
+    bound = f"tolerance {tolerance:g}" if tolerance is not None else "no tolerance: must differ"
     for field, (rel, step) in sorted(worst.items()):
-        print(f"{field}: worst relative difference {rel:.3e} at step {step} (tolerance {tolerance:g})")
+        print(f"{field}: worst relative difference {rel:.3e} at step {step} ({bound})")
+    largest = max((rel for rel, _ in worst.values()), default=0.0)
+    return problems, largest
+
+
+def check_expectations(metrics, expect):
+    """The case's "expect" bounds, at every row of each field's kind."""
+    problems = []
+    for field, bounds in expect.items():
+        unknown = set(bounds) - {"min", "max"}
+        if unknown or not bounds:
+            raise CaseFailure(f'"expect" {field}: bounds are "min" and/or "max", got {sorted(bounds) or "none"}')
+        absent = missing_steps(metrics, field, "this run")
+        if absent:
+            problems += absent
+            continue
+        values = {step: float(text) for step, text in metrics[field].items()}
+        for step, value in sorted(values.items()):
+            if "min" in bounds and value < bounds["min"]:
+                problems.append(f"{field} step {step}: {value:g} < expected min {bounds['min']:g}")
+            if "max" in bounds and value > bounds["max"]:
+                problems.append(f"{field} step {step}: {value:g} > expected max {bounds['max']:g}")
+        print(f"{field}: {len(values)} values in [{min(values.values()):g}, {max(values.values()):g}], "
+              f"expected within [{bounds.get('min', '-inf')}, {bounds.get('max', 'inf')}]")
     return problems
 
 
@@ -205,25 +288,49 @@ def case_train(args, case, case_path, workdir):
     if args.regenerate:
         if "reference" in case or "reference_run" in case:
             raise CaseFailure("this case compares with its reference's goldens: regenerate the reference")
+        absent = [p for field in case["compare"] for p in missing_steps(metrics, field, "this run")]
+        if absent:
+            raise CaseFailure("cannot regenerate goldens: " + "; ".join(absent))
         case["golden"] = {field: [[step, float(metrics[field][step])] for step in sorted(metrics.get(field, {}))]
                           for field in case["compare"]}
         write_case(case_path, case)
         print(f"wrote goldens of {', '.join(case['compare'])} to {case_path}")
         return []
+    # Every compared field in every row of its kind, on every side: two
+    # empty sets compare equal, so an absent field would prove nothing.
+    problems = [p for field in case["compare"] for p in missing_steps(metrics, field, "this run")]
     if "reference_run" in case:
         # A reference with no stored goldens (e.g. a global batch the golden
         # case does not use): run it here, same deck and corpus.
         reference = {**case, "np": case["reference_run"].get("np", 1),
                      "variables": case["reference_run"].get("variables", {}), "stdout_regex": []}
         ref_metrics = train_once(args, reference, workdir, data_dir, "reference")
+        problems += [p for field in case["compare"] for p in missing_steps(ref_metrics, field, "the reference run")]
         golden = {field: [[step, value] for step, value in ref_metrics.get(field, {}).items()]
                   for field in case["compare"]}
         source = "the reference run"
     else:
         golden, source = golden_of(case, case_path)
-        golden = {field: golden[field] for field in case["compare"]}
+        absent = [field for field in case["compare"] if not golden.get(field)]
+        problems += [f"{field}: not in the goldens of {os.path.basename(source)}" for field in absent]
+        golden = {field: golden[field] for field in case["compare"] if field not in absent}
         source = os.path.basename(source)
-    return compare_with_golden(metrics, golden, float(case["tolerance"]["relative"]), source)
+    if problems:
+        return problems
+    if "tolerance" not in case and "must_differ" not in case:
+        raise CaseFailure('a train case needs "tolerance" (and/or "must_differ")')
+    tolerance = float(case["tolerance"]["relative"]) if "tolerance" in case else None
+    problems, largest = compare_with_golden(metrics, golden, tolerance, source)
+    if "must_differ" in case:
+        floor = float(case["must_differ"]["relative"])
+        if largest <= floor:
+            what = "bit-identical to" if largest == 0.0 else f"within relative {largest:.3e} of"
+            problems.append(f"the run is {what} {source} in {', '.join(case['compare'])}; it must differ by more "
+                            f"than {floor:g}: the configuration under test did not act")
+        else:
+            print(f"differs from {source} by up to {largest:.3e} (must exceed {floor:g})")
+    problems += check_expectations(metrics, case.get("expect", {}))
+    return problems
 
 
 def case_repeat(args, case, case_path, workdir):
@@ -233,8 +340,10 @@ def case_repeat(args, case, case_path, workdir):
     problems = []
     for field in case["compare"]:
         a, b = first.get(field, {}), second.get(field, {})
-        if not a:
-            problems.append(f"{field}: not in the metrics")
+        absent = missing_steps(first, field, "the first run") + missing_steps(second, field, "the second run")
+        if absent:
+            problems += absent
+            continue
         for step in sorted(set(a) | set(b)):
             if a.get(step) != b.get(step):
                 problems.append(f"{field} step {step}: '{a.get(step)}' then '{b.get(step)}'")
