@@ -14,6 +14,8 @@ The file (written by rank 0, one JSON object per line; share/doc/getting-started
   training rows  {"step", "loss", "lr", "tokens_per_s", "samples_per_s",
                   "peak_rss_mib_max_rank", "mfu", ...} every `log every N` steps
   eval rows      {"step", "eval_loss", "eval_tokens"}
+  resume rows    {"step", "resumed_from", "world_size", "global_batch"}: a run
+                 continued from a checkpoint after that step (dotted lines)
 A resumed run keeps the rows up to its checkpoint and continues, so each
 step appears once; should a step appear twice anyway (a copied file), the
 later row wins. Rows that do not parse (a line being written) are skipped.
@@ -25,11 +27,16 @@ rank, MiB. A panel with no data in any run says so instead of being empty.
 --separate also writes each panel to its own PNG (NAME-loss.png, ...).
 
 Needs matplotlib (Debian: python3-matplotlib, installed by
-share/scripts/install-deps.sh). Draws off-screen (Agg): no display needed.
+share/scripts/install-deps.sh, for /usr/bin/python3). When the interpreter
+that runs the script lacks it (`python3` on the PATH is often pyenv's or
+conda's), the script runs itself again with /usr/bin/python3 if that one has
+matplotlib, and otherwise says which interpreters it tried. Draws off-screen
+(Agg): no display needed.
 """
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 
@@ -39,7 +46,7 @@ def load_run(path):
         path = os.path.join(path, "metrics.jsonl")
     if not os.path.isfile(path):
         raise SystemExit(f"plot_metrics: {path}: no such file (give a run directory or a metrics.jsonl)")
-    train, evals = {}, {}
+    train, evals, resumes = {}, {}, {}
     with open(path, encoding="utf-8") as f:
         for line in f:
             try:
@@ -48,13 +55,15 @@ def load_run(path):
                 continue
             if not isinstance(row, dict) or "step" not in row:
                 continue
-            if "eval_loss" in row:
+            if "resumed_from" in row:
+                resumes[row["step"]] = row
+            elif "eval_loss" in row:
                 evals[row["step"]] = row
             elif "loss" in row:
                 train[row["step"]] = row
     if not train and not evals:
         raise SystemExit(f"plot_metrics: {path}: no metrics rows")
-    return path, [train[k] for k in sorted(train)], [evals[k] for k in sorted(evals)]
+    return path, [train[k] for k in sorted(train)], [evals[k] for k in sorted(evals)], sorted(resumes)
 
 
 def short_labels(dirs):
@@ -128,6 +137,34 @@ PANELS = [
 ]
 
 
+def mark_resumes(ax, resumes):
+    """A dotted vertical line where a run continued from a checkpoint."""
+    labelled = False
+    for steps, color in resumes:
+        for step in steps:
+            ax.axvline(step, color=color, linestyle=":", linewidth=1.2, label=None if labelled else "resumed")
+            labelled = True
+
+
+DEBIAN_PYTHON = "/usr/bin/python3"
+
+
+def rerun_with_matplotlib(argv):
+    """Runs this script again under Debian's interpreter when it has
+    matplotlib and is not the one running now (no return then)."""
+    if os.environ.get("FTRAIN_PLOT_REEXEC") or not os.path.exists(DEBIAN_PYTHON):
+        return
+    if os.path.realpath(sys.executable) == os.path.realpath(DEBIAN_PYTHON):
+        return
+    if subprocess.run([DEBIAN_PYTHON, "-c", "import matplotlib"], capture_output=True).returncode != 0:
+        return
+    print(f"plot_metrics: {sys.executable} has no matplotlib; running with {DEBIAN_PYTHON}", file=sys.stderr)
+    sys.stderr.flush()
+    os.environ["FTRAIN_PLOT_REEXEC"] = "1"
+    args = sys.argv[1:] if argv is None else list(argv)
+    os.execv(DEBIAN_PYTHON, [DEBIAN_PYTHON, os.path.abspath(__file__), *args])
+
+
 def finish_axes(ax, drawn):
     ax.set_xlabel("optimizer step")
     ax.grid(True, alpha=0.3)
@@ -164,21 +201,26 @@ def main(argv=None):
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit("plot_metrics: matplotlib is missing (Debian: apt-get install python3-matplotlib; "
-                         "share/scripts/install-deps.sh installs it)")
+        rerun_with_matplotlib(argv)
+        raise SystemExit(f"plot_metrics: matplotlib is missing in {sys.executable} and in {DEBIAN_PYTHON} "
+                         "(Debian: apt-get install python3-matplotlib, which share/scripts/install-deps.sh "
+                         "installs for /usr/bin/python3; or pip install matplotlib for this interpreter)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     loaded = [load_run(p) for p in a.runs]
-    labels = a.labels or short_labels([os.path.dirname(os.path.abspath(p)) for p, _, _ in loaded])
+    labels = a.labels or short_labels([os.path.dirname(os.path.abspath(p)) for p, _, _, _ in loaded])
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    runs = [((labels[i], train, evals), colors[i % len(colors)]) for i, (_, train, evals) in enumerate(loaded)]
+    runs = [((labels[i], train, evals), colors[i % len(colors)]) for i, (_, train, evals, _) in enumerate(loaded)]
+    resumes = [(steps, colors[i % len(colors)]) for i, (_, _, _, steps) in enumerate(loaded)]
     out = a.out or os.path.join(os.path.dirname(os.path.abspath(loaded[0][0])), "metrics.png")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     for ax, (_, draw) in zip(axes.flat, PANELS):
-        finish_axes(ax, draw(ax, runs, a))
+        drawn = draw(ax, runs, a)
+        mark_resumes(ax, resumes)
+        finish_axes(ax, drawn)
     fig.suptitle(a.title or "ftrain: " + ", ".join(labels))
     fig.tight_layout()
     save_figure(fig, out, a.dpi)
@@ -188,7 +230,9 @@ def main(argv=None):
         stem = out[:-4] if out.lower().endswith(".png") else out
         for name, draw in PANELS:
             fig, ax = plt.subplots(figsize=(7, 4.5))
-            finish_axes(ax, draw(ax, runs, a))
+            drawn = draw(ax, runs, a)
+            mark_resumes(ax, resumes)
+            finish_axes(ax, drawn)
             fig.tight_layout()
             path = f"{stem}-{name}.png"
             save_figure(fig, path, a.dpi)

@@ -32,6 +32,7 @@
 #include "deck/parser.hpp"
 #include "ftrain_build_paths.hpp"
 #include "plugin/loader.hpp"
+#include "train/plan_fit.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -45,19 +46,46 @@ constexpr const char* kUsage =
     "options:\n"
     "  -var NAME VALUE     set deck variable NAME (repeatable; overrides the deck and the environment)\n"
     "  --check             validate the deck, load the model plugin, print the plan, and exit\n"
+    "    --ranks N           plan for N ranks without starting them (e.g. the cluster job, from a laptop)\n"
+    "    --ranks-per-node M  ranks per node of that job (default: all N on one node)\n"
+    "    --device-memory S   memory of one target device, e.g. 80GB or 80GiB: says whether the plan fits\n"
     "  --list-models       list the model plugins found and their presets\n"
     "  --deck-reference    print the deck command reference (Markdown)\n"
     "  --version           print the version\n"
     "  -h, --help          print this help\n"
     "\n"
     "environment:\n"
-    "  FTRAIN_PLUGIN_PATH  colon-separated directories searched first for model plugins\n";
+    "  FTRAIN_PLUGIN_PATH  colon-separated directories searched first for model plugins\n"
+    "  FTRAIN_PROGRESS     auto|on|off: the in-place progress line (overrides the deck's `progress`)\n"
+    "  FTRAIN_PEAK_TFLOPS  peak TFLOP/s per device for MFU (the deck's peak_tflops wins)\n"
+    "  FTRAIN_PEAK_FILE    where the host benchmark is recorded (default ~/.cache/ftrain/host_peak.json)\n"
+    "\n"
+    "stopping: SIGINT (Ctrl-C), SIGTERM or SIGUSR1 finish the step, checkpoint and exit 0; under\n"
+    "Open MPI's mpirun send SIGUSR1 to mpirun (its Ctrl-C kills the ranks). The header says how.\n";
 
 struct CommandLine {
   std::string deck;
   ftrain::DeckVariables vars;
   bool check = false, list_models = false, deck_reference = false, version = false, help = false;
+  int ranks = 0, ranks_per_node = 0;  // --check --ranks N [--ranks-per-node M]
+  std::string device_memory;          // --check --device-memory 80GB
 };
+
+int positive_option(int argc, char** argv, int i) {
+  const std::string a = argv[i];
+  if (i + 1 >= argc) FT_USER_ERROR() << "command line: " << a << " needs a number";
+  const std::string v = argv[i + 1];
+  std::size_t used = 0;
+  long n = 0;
+  try {
+    n = std::stol(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || n < 1 || n > 1 << 20)
+    FT_USER_ERROR() << "command line: " << a << " expects a positive number of ranks, got '" << v << "'";
+  return static_cast<int>(n);
+}
 
 CommandLine parse_command_line(int argc, char** argv) {
   CommandLine cl;
@@ -70,6 +98,13 @@ CommandLine parse_command_line(int argc, char** argv) {
       i += 2;
     } else if (a == "--check") {
       cl.check = true;
+    } else if (a == "--ranks") {
+      cl.ranks = positive_option(argc, argv, i++);
+    } else if (a == "--ranks-per-node") {
+      cl.ranks_per_node = positive_option(argc, argv, i++);
+    } else if (a == "--device-memory") {
+      if (i + 1 >= argc) FT_USER_ERROR() << "command line: --device-memory needs a size, e.g. 80GB";
+      cl.device_memory = argv[++i];
     } else if (a == "--list-models") {
       cl.list_models = true;
     } else if (a == "--deck-reference") {
@@ -86,6 +121,10 @@ CommandLine parse_command_line(int argc, char** argv) {
       FT_USER_ERROR() << "command line: more than one deck given ('" << cl.deck << "' and '" << a << "')";
     }
   }
+  if (!cl.check && (cl.ranks > 0 || cl.ranks_per_node > 0 || !cl.device_memory.empty()))
+    FT_USER_ERROR() << "command line: --ranks, --ranks-per-node and --device-memory plan a run: use them with --check";
+  if (cl.ranks_per_node > 0 && cl.ranks == 0)
+    FT_USER_ERROR() << "command line: --ranks-per-node needs --ranks N";
   if (!cl.help && !cl.version && !cl.list_models && !cl.deck_reference && cl.deck.empty())
     FT_USER_ERROR() << "command line: no input deck given (see ftrain --help)";
   return cl;
@@ -181,6 +220,10 @@ int main(int argc, char** argv) {
         config = ftrain::parse_deck_file(cl.deck, cl.vars);
         ftrain::TrainerOptions options;
         options.check_only = cl.check;
+        options.plan_ranks = cl.ranks;
+        options.plan_ranks_per_node = cl.ranks_per_node;
+        if (!cl.device_memory.empty())
+          options.device_memory_bytes = ftrain::parse_memory_size(cl.device_memory, "--device-memory");
         trainer = std::make_unique<ftrain::Trainer>(config, world, options);
       }
     });

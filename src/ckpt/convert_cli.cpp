@@ -24,7 +24,10 @@ constexpr const char* kUsage =
     "  ftrain-convert safetensors-to-h5 IN OUT.h5 [--dtype f32|bf16]\n"
     "      a .safetensors file or a directory (with model.safetensors.index.json)\n"
     "      -> a consolidated HDF5 file for `init hdf5`. --dtype default: bf16 for\n"
-    "      BF16 tensors, f32 otherwise\n";
+    "      BF16 tensors, f32 otherwise\n"
+    "  [mpirun -np N] ftrain-convert sharded-to-h5 STEP_DIR OUT.h5 [--dtype f32|bf16]\n"
+    "  [mpirun -np N] ftrain-convert sharded-to-safetensors STEP_DIR OUTDIR [--shard-size 5GB] [--dtype f32|bf16]\n"
+    "      a sharded checkpoint (step_<N>/) -> consolidated HDF5 or safetensors, no training\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;

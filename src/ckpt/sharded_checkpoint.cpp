@@ -354,6 +354,12 @@ LoadedInfo read_checkpoint_info(const std::string& step_dir) {
   check_file_version(h5::read_attr_i64(file.id(), "format_version", path), path);
   info.step = h5::read_attr_i64(file.id(), "step", path);
   info.seed = h5::read_attr_u64(file.id(), "seed", path);
+  // Scalars are optional and extensible (older checkpoints lack the newer ones).
+  if (H5Lexists(file.id(), "scalars", H5P_DEFAULT) > 0) {
+    h5::Group scalars = h5::Group::open(file.id(), "scalars", path);
+    for (const char* name : {"loss", "lr", "grad_norm", "elapsed_s", "global_batch"})
+      if (H5Aexists(scalars.id(), name) > 0) info.scalars[name] = h5::read_attr_f64(scalars.id(), name, path);
+  }
   return info;
 }
 

@@ -42,7 +42,7 @@ struct SaveInfo {
   std::uint64_t seed = 0;
   std::string strategy;   // fsdp strategy name of the writing run
   std::string deck_text;  // the resolved deck
-  std::vector<std::pair<std::string, double>> scalars;  // loss, lr, grad_norm of the last step
+  std::vector<std::pair<std::string, double>> scalars;  // loss, lr, grad_norm of the last step, elapsed_s, global_batch
   // Also write step_<N>/model.h5, the consolidated state dict (consolidated.hpp),
   // inside the same atomic commit.
   bool consolidated = false;
@@ -64,6 +64,10 @@ struct LoadedInfo {
   std::string directory;
   bool resharded = false;  // the partition differs from this run's
   std::string fp8_note;    // non-empty: why FP8 scaling state was not restored
+  // read_checkpoint_info: the scalars SaveInfo wrote that are present
+  // (loss, lr, grad_norm, elapsed_s = training seconds across resumes,
+  // global_batch = samples per step of the writing run).
+  std::map<std::string, double> scalars;
 };
 
 // "DIR/step_<N>" for a step.

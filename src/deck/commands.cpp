@@ -374,7 +374,8 @@ std::vector<Command> build_table() {
           .help = "torch.optim.AdamW",
           .keywords = {
               Param{.name = "lr", .kind = ValueKind::positive_number, .help = "peak learning rate",
-                    .maps_to = "`learning_rate`",
+                    .maps_to = "`learning_rate` (HF default 5e-5, a fine-tuning rate; ftrain's 3e-4 is a "
+                               "pre-training rate for small models)",
                     .set = [](RunConfig& c, const Value& v) { c.optimizer.lr = v.number; },
                     .default_of = [](const RunConfig& c) { return format_number(c.optimizer.lr); }},
               Param{.name = "beta1", .kind = ValueKind::fraction, .help = "first-moment decay",
@@ -382,7 +383,8 @@ std::vector<Command> build_table() {
                     .set = [](RunConfig& c, const Value& v) { c.optimizer.beta1 = v.number; },
                     .default_of = [](const RunConfig& c) { return format_number(c.optimizer.beta1); }},
               Param{.name = "beta2", .kind = ValueKind::fraction, .help = "second-moment decay",
-                    .maps_to = "`adam_beta2`",
+                    .maps_to = "`adam_beta2` (HF and torch default 0.999; ftrain's 0.95 is the LLM pre-training "
+                               "value of Llama 2 and 3)",
                     .set = [](RunConfig& c, const Value& v) { c.optimizer.beta2 = v.number; },
                     .default_of = [](const RunConfig& c) { return format_number(c.optimizer.beta2); }},
               Param{.name = "eps", .kind = ValueKind::positive_number,
@@ -404,7 +406,7 @@ std::vector<Command> build_table() {
       .help = "Learning-rate schedule: linear warmup from 0 to lr, then constant, or linear / "
               "cosine decay to min_lr at max_steps. warmup_ratio, when given, replaces "
               "warmup_steps by round(ratio x max_steps); giving both is an error.",
-      .maps_to = "`lr_scheduler_type`",
+      .maps_to = "`lr_scheduler_type` (HF default linear; ftrain's constant = no scheduler, as plain torch)",
       .forms = {Form{
           .word = "",
           .help = "",
@@ -438,7 +440,7 @@ std::vector<Command> build_table() {
   table.push_back(Command{
       .name = "clip_grad_norm",
       .help = "Clip the global gradient norm (one reduction across all shards); 0 turns clipping off.",
-      .maps_to = "`max_grad_norm`",
+      .maps_to = "`max_grad_norm` (HF default 1.0; ftrain's 0 = off, as plain torch: clipping is asked for)",
       .forms = {Form{.word = "",
                      .help = "",
                      .positionals = {Param{
@@ -622,6 +624,24 @@ std::vector<Command> build_table() {
   });
 
   table.push_back(Command{
+      .name = "progress",
+      .help = "The progress line that rank 0 redraws in place between log lines (`\\r`, `\\033[K`). "
+              "`auto` draws it only for a person at a terminal: not under SLURM or PBS (SLURM_JOB_ID, "
+              "PBS_JOBID), not when stdout is a file or pipe, and not when mpirun relays the output "
+              "through a pseudo-terminal to a file. The environment variable FTRAIN_PROGRESS "
+              "(auto|on|off) overrides the deck. The run header says which applied and why.",
+      .maps_to = "`disable_tqdm`",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{
+                         .name = "MODE", .kind = ValueKind::choice, .help = "when to draw the progress line",
+                         .choices = {{"auto", ""}, {"on", "False"}, {"off", "True"}},
+                         .set = [](RunConfig& c, const Value& v) { c.progress = v.text; },
+                         .default_of = [](const RunConfig& c) { return c.progress; }}}}},
+      .example = "progress off",
+  });
+
+  table.push_back(Command{
       .name = "run_dir",
       .help = "Directory for metrics.jsonl, logs and checkpoints (created if missing).",
       .maps_to = "`output_dir`",
@@ -637,7 +657,10 @@ std::vector<Command> build_table() {
 
   table.push_back(Command{
       .name = "peak_tflops",
-      .help = "Peak dense TFLOP/s of one device at the compute precision, for the MFU column.",
+      .help = "Peak dense TFLOP/s of one device at the compute precision, for the MFU column. Without it: "
+              "FTRAIN_PEAK_TFLOPS from the environment, else the host benchmark recorded once per machine "
+              "(FTRAIN_PEAK_FILE, default ~/.cache/ftrain/host_peak.json). The header names the source; a run "
+              "faster than the peak prints MFU n/a and says the peak is wrong.",
       .maps_to = "",
       .forms = {Form{.word = "",
                      .help = "",
@@ -645,7 +668,7 @@ std::vector<Command> build_table() {
                          .name = "X", .kind = ValueKind::positive_number, .help = "TFLOP/s per device",
                          .set = [](RunConfig& c, const Value& v) { c.peak_tflops = v.number; },
                          .default_of = [](const RunConfig&) {
-                           return std::string("(from the built-in device table)");
+                           return std::string("(environment, else recorded benchmark)");
                          }}}}},
       .example = "peak_tflops 989",
   });
@@ -669,7 +692,7 @@ std::vector<Command> build_table() {
       .name = "checkpoint",
       .help = "Sharded checkpoints: every N optimizer steps each rank writes its shard state "
               "(master weights, AdamW moments) to PATH/step_<N>/rank_<r>.h5; the step is committed "
-              "atomically and PATH/latest names the newest. On SIGTERM/SIGUSR1 (preemption) the run "
+              "atomically and PATH/latest names the newest. On SIGTERM/SIGUSR1 (preemption) or SIGINT the run "
               "finishes its step, checkpoints and exits 0. share/doc/checkpoints.md has the schema.",
       .maps_to = "`save_steps`, `output_dir` checkpoints, FSDP SHARDED_STATE_DICT",
       .forms = {Form{

@@ -146,6 +146,7 @@ struct RunConfig {
   std::string run_dir = "run";     // run_dir PATH (metrics.jsonl and per-rank logs go here)
   DeckLocation run_dir_where;      // empty file: the default
   bool per_rank_logs = false;      // log ... rank_files on
+  std::string progress = "auto";   // progress auto|on|off (train/console.hpp decides what auto means)
   std::optional<double> peak_tflops;  // peak_tflops X (per device, for MFU); default from a table
   std::int64_t vocab_chunk = 4096;    // cross_entropy vocab_chunk N
   CheckpointSection checkpoint;       // checkpoint ...
@@ -156,6 +157,9 @@ struct RunConfig {
   // joining, "file:line: text", for echoing the resolved configuration.
   std::vector<std::string> resolved_lines;
   std::string deck_path;
+  // Things that are not errors but likely mistakes (a -var the deck never
+  // reads); the run header and --check print them.
+  std::vector<std::string> warnings;
 };
 
 }  // namespace ftrain

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <optional>
 
 #include "core/error.hpp"
@@ -137,6 +138,14 @@ class DeckReader {
                                       seen_.at("max_steps").str() + ")");
       }
     }
+    // A -var that no ${NAME} reads changes nothing: most often a misspelt
+    // name (-var data_dri ...), which would otherwise pass silently.
+    std::vector<std::string_view> read_names(read_.begin(), read_.end());
+    for (const auto& [name, variable] : variables_) {
+      if (!variable.from_command_line || read_.count(name) != 0) continue;
+      config_.warnings.push_back("command line: -var " + name + " is never read by the deck (no ${" + name +
+                                 "} in it), so it changes nothing" + did_you_mean(name, read_names));
+    }
     config_.deck_path = deck_path;
     return std::move(config_);
   }
@@ -152,7 +161,8 @@ class DeckReader {
     fs::path identity;
   };
 
-  std::string expand(std::string_view name, const DeckLocation& where) const {
+  std::string expand(std::string_view name, const DeckLocation& where) {
+    read_.emplace(name);
     if (const auto it = variables_.find(name); it != variables_.end()) return it->second.value;
     const std::string key(name);
     if (const char* env = std::getenv(key.c_str()); env != nullptr) {
@@ -247,6 +257,7 @@ class DeckReader {
   }
 
   std::map<std::string, Variable, std::less<>> variables_;
+  std::set<std::string, std::less<>> read_;  // every ${NAME} expanded so far
   std::vector<Frame> chain_;
   std::map<std::string_view, DeckLocation> seen_;
   DeckLocation end_of_deck_;

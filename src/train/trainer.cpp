@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -29,14 +30,18 @@
 #include "data/image_source.hpp"
 #include "data/token_batch_source.hpp"
 #include "deck/diagnostics.hpp"
+#include "data/token_file.hpp"
 #include "fsdp/engine.hpp"
 #include "kernels/blas_threads.hpp"
 #include "kernels/host/gemm.hpp"
 #include "optim/lr_schedule.hpp"
 #include "plugin/loader.hpp"
+#include "train/console.hpp"
 #include "train/device_peak.hpp"
 #include "train/output_locations.hpp"
+#include "train/host_backend.hpp"
 #include "train/plan.hpp"
+#include "train/plan_fit.hpp"
 #include "ftrain_build_paths.hpp"
 
 namespace ftrain {
@@ -52,8 +57,9 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-// Set by SIGTERM / SIGUSR1 (what SLURM sends before the time limit); the
-// run loop agrees on it across ranks once per step.
+// Set by SIGTERM / SIGUSR1 (what SLURM sends before the time limit) and
+// SIGINT (Ctrl-C, where the launcher forwards it or there is none); the run
+// loop agrees on it across ranks once per step.
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void ftrain_on_stop_signal(int signo) { g_stop_signal = signo; }
 
@@ -64,6 +70,19 @@ void install_stop_handlers() {
   action.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGUSR1, &action, nullptr);
+  // A second Ctrl-C means "now": the handler is one-shot, the default
+  // (terminate) applies again after the first.
+  action.sa_flags = SA_RESTART | SA_RESETHAND;
+  sigaction(SIGINT, &action, nullptr);
+}
+
+std::string signal_name(int signo) {
+  switch (signo) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "signal " + std::to_string(signo);
+  }
 }
 
 std::string joined_deck(const std::vector<std::string>& lines) {
@@ -89,6 +108,34 @@ std::string with_model_suggestion(const std::string& message, const std::string&
   return message + hint;
 }
 
+// Phase-1 checks are independent where they can be: each runs, and every
+// problem found is reported together (ftrain --check fixes a deck in one
+// round trip, not one error per attempt).
+class ProblemList {
+ public:
+  bool check(const std::function<void()>& run_check) {
+    try {
+      run_check();
+      return true;
+    } catch (const UserError& e) {
+      messages_.emplace_back(e.what());
+      return false;
+    }
+  }
+  // The deck's warnings go with the errors: a misspelt -var often explains one.
+  void throw_if_any(const std::vector<std::string>& warnings) const {
+    if (messages_.empty()) return;
+    std::string all = messages_.size() == 1 ? messages_[0] : std::to_string(messages_.size()) + " problems:";
+    if (messages_.size() > 1)
+      for (const auto& m : messages_) all += "\n  " + m;
+    for (const auto& w : warnings) all += "\nwarning: " + w;
+    throw UserError(all);
+  }
+
+ private:
+  std::vector<std::string> messages_;
+};
+
 std::int64_t count_targets(const Tensor& targets) {
   const auto* t = targets.data_as<std::int32_t>();
   std::int64_t n = 0;
@@ -108,6 +155,7 @@ struct Trainer::State {
   std::unique_ptr<data::BatchSource> eval_data;
   std::unique_ptr<FsdpEngine> engine;
   DevicePeak peak;
+  bool peak_disproved = false;  // warned once that the achieved rate exceeds the peak
   std::ofstream metrics;
   std::ofstream rank_log;
   int ranks_per_node = 1;
@@ -116,6 +164,9 @@ struct Trainer::State {
   ckpt::ResumePlan resume_plan;  // rank 0's decision (prepare), every rank's after run() shares it
   std::string parent_checkpoint; // the lineage parent of the next save (lineage.hpp)
   std::int64_t start_step = 0;   // optimizer steps already done (resume)
+  double prior_elapsed = 0;      // training seconds of the runs before this one (checkpoint scalar elapsed_s)
+  std::int64_t prior_global_batch = 0;  // samples per step of the run that wrote the checkpoint (0 = unknown)
+  int prior_world = 0;
 
   State(const RunConfig& c, Communicator& w, const TrainerOptions& o) : config(c), world(w), options(o) {}
 
@@ -129,10 +180,11 @@ struct Trainer::State {
     }
     if (rank_log.is_open()) write(rank_log, rank_log_path, text);
   }
-  // On a terminal only, rank 0 keeps one line updated in place between log
-  // lines; files and batch logs (SLURM, PBS) get plain lines only.
+  // For a person at a terminal only (train/console.hpp decides), rank 0 keeps
+  // one line updated in place between log lines; files and batch logs (SLURM,
+  // PBS, mpirun > log) get plain lines only.
   void progress(std::int64_t done, std::int64_t total, double eta_seconds) {
-    if (!is_root() || !stdout_is_tty) return;
+    if (!is_root() || !progress_line.show) return;
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * done / std::max<std::int64_t>(1, total));
     std::cout << "\r\033[K" << "step " << done << "/" << total << " [" << std::string(filled, '=')
@@ -140,7 +192,7 @@ struct Trainer::State {
               << "% ETA " << format_duration(eta_seconds) << std::flush;
     progress_shown = true;
   }
-  bool stdout_is_tty = isatty(STDOUT_FILENO) != 0;
+  ProgressDecision progress_line;
   bool progress_shown = false;
   // A stop every rank reached together (the decision came from all-reduced
   // values): rank 0 prints the message once, nothing aborts, and the exit
@@ -172,22 +224,40 @@ struct Trainer::State {
     if (out) return;
     const std::string why = errno != 0 ? std::strerror(errno) : "write failed";
     failed_writes.push_back(file + ": " + why);
-    std::cerr << "ftrain: warning: rank " << world.rank() << ": cannot write " << file << ": " << why
-              << "; nothing more goes to it, training continues, and ftrain will exit with status 1\n"
-              << std::flush;
+    // One write per message: std::cerr is unbuffered, and piecewise writes
+    // interleave with standard output in a launcher's merged log.
+    std::ostringstream m;
+    m << "ftrain: warning: rank " << world.rank() << ": cannot write " << file << ": " << why
+      << "; nothing more goes to it, training continues, and ftrain will exit with status 1\n";
+    std::cerr << m.str() << std::flush;
   }
   // The exit status of a run that got this far: `code`, or 1 when an output
   // file lost writes (said again at the end, where it is seen).
   int finish(int code) {
     if (failed_writes.empty()) return code;
-    std::cerr << "ftrain: error: rank " << world.rank() << ": output was lost:";
-    for (const auto& f : failed_writes) std::cerr << " " << f << ";";
-    std::cerr << " exit status 1\n" << std::flush;
+    std::ostringstream m;
+    m << "ftrain: error: rank " << world.rank() << ": output was lost:";
+    for (const auto& f : failed_writes) m << " " << f << ";";
+    m << " exit status 1\n";
+    std::cerr << m.str() << std::flush;
     return 1;
   }
 };
 
 enum class DataRole { training, evaluation };
+
+// The data's id space against the model's outputs, with the fix spelled out
+// (byte-token files have 257 ids: 256 bytes and the end-of-document id).
+void check_label_space(const RunConfig& c, DataRole role, std::int64_t label_space, const Model& model) {
+  const std::int64_t outputs = model.output_size();
+  if (label_space <= outputs) return;
+  std::ostringstream m;
+  m << (role == DataRole::evaluation ? c.eval.where : c.data.where).str() << ": the data has " << label_space
+    << " token ids / classes but the model's output size is " << outputs;
+  if (model.data_kind() == DataKind::tokens && model.config().count("vocab_size") != 0)
+    m << "; set `vocab_size " << label_space << "` on the model line (" << c.model.where.str() << ")";
+  FT_USER_ERROR() << m.str();
+}
 
 // The data source the deck's `data` (training) or `eval` command names.
 std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRole role, std::int64_t global_batch,
@@ -251,29 +321,44 @@ Trainer::~Trainer() = default;
 void Trainer::prepare() {
   State& s = *state_;
   const RunConfig& c = s.config;
-  s.ranks_per_node = s.world.split_node()->size();
+  const int ranks_here = s.world.split_node()->size();  // collective: every rank calls it
+  // --check --ranks N plans the real run's geometry without its processes.
+  const int plan_world = s.options.plan_ranks > 0 ? s.options.plan_ranks : s.world.size();
+  s.ranks_per_node = ranks_here;
+  if (s.options.plan_ranks > 0) {
+    s.ranks_per_node = s.options.plan_ranks_per_node > 0 ? s.options.plan_ranks_per_node : plan_world;
+    if (plan_world % s.ranks_per_node != 0)
+      FT_USER_ERROR() << "command line: --ranks-per-node " << s.ranks_per_node << " does not divide --ranks "
+                      << plan_world;
+  }
   try {
     s.model = PluginLoader().create_model(c.model.name, c.model.preset, c.model.overrides);
   } catch (const UserError& e) {
     FT_USER_ERROR() << c.model.where.str() << ": " << with_model_suggestion(e.what(), c.model.name);
   }
-  s.fsdp = fsdp_options_from(c);
-  const int group = shard_group_size_for(s.fsdp, s.world.size(), s.ranks_per_node);
-  if (group < 1 || s.world.size() % group != 0)
-    FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard_group_size " << group
-                    << " does not divide the " << s.world.size() << " ranks";
-  optim::validate_schedule(c.schedule, c.optimizer.lr, c.max_steps);
-  s.plan = make_plan(*s.model, c, s.fsdp, s.world.size(), s.ranks_per_node);
+  // Everything below needs the model; the checks after it are collected.
+  ProblemList problems;
+  const bool fsdp_ok = problems.check([&] {
+    s.fsdp = fsdp_options_from(c);
+    const int group = shard_group_size_for(s.fsdp, plan_world, s.ranks_per_node);
+    if (group < 1 || plan_world % group != 0)
+      FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard_group_size " << group
+                      << " does not divide the " << plan_world << " ranks";
+  });
+  problems.check([&] { optim::validate_schedule(c.schedule, c.optimizer.lr, c.max_steps); });
+  problems.check([&] { s.progress_line = decide_progress(c.progress, process_environment, probe_terminal()); });
+  if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
 
   const double cores = std::max(1u, std::thread::hardware_concurrency());
-  const int cores_per_rank = std::max(1, static_cast<int>(cores) / std::max(1, s.ranks_per_node));
+  const int cores_per_rank = std::max(1, static_cast<int>(cores) / std::max(1, ranks_here));
   s.blas_threads = configure_blas_threads(cores_per_rank);
-  s.peak = host_peak(std::min(cores_per_rank, s.blas_threads));
-  if (c.peak_tflops) {
-    s.peak.flops_per_second = *c.peak_tflops * 1e12;
-    s.peak.description = "peak_tflops from the deck";
+  // Rank 0 states the peak (benchmarking at most once per machine, see
+  // device_peak.hpp); run() hands its number to every rank.
+  if (s.is_root()) {
+    problems.check(
+        [&] { s.peak = resolve_host_peak(c.peak_tflops, process_environment, std::min(cores_per_rank, s.blas_threads)); });
   }
-  if (c.init.kind == "hdf5") {
+  if (c.init.kind == "hdf5") problems.check([&] {
     std::vector<FlatEntry> parameters;
     for (int u = 0; u < s.model->num_units(); ++u) {
       for (const auto& spec : s.model->unit(u).params()) {
@@ -289,11 +374,13 @@ void Trainer::prepare() {
     } catch (const UserError& e) {
       FT_USER_ERROR() << c.init.where.str() << ": " << e.what();
     }
-  }
-  if (c.checkpoint.stop_after > 0 && c.checkpoint.stop_after >= c.max_steps)
-    FT_USER_ERROR() << c.checkpoint.where.str() << ": stop_after " << c.checkpoint.stop_after
-                    << " must be below max_steps " << c.max_steps;
-  if (!c.resume.from.empty()) {
+  });
+  problems.check([&] {
+    if (c.checkpoint.stop_after > 0 && c.checkpoint.stop_after >= c.max_steps)
+      FT_USER_ERROR() << c.checkpoint.where.str() << ": stop_after " << c.checkpoint.stop_after
+                      << " must be below max_steps " << c.max_steps;
+  });
+  if (!c.resume.from.empty()) problems.check([&] {
     const bool automatic = c.resume.from == "auto";
     if (automatic && c.checkpoint.dir.empty())
       FT_USER_ERROR() << c.resume.where.str() << ": resume auto needs a `checkpoint ... dir PATH` to look in";
@@ -308,7 +395,8 @@ void Trainer::prepare() {
       }
       // The first candidate's rank-0 file must open (a damaged superblock
       // shows here): resume auto falls back along the lineage, resume PATH
-      // stops.
+      // stops. A checkpoint at max_steps is a finished run: run() says
+      // "nothing left to train" and exits 0.
       while (!plan.candidates.empty()) {
         const std::string& found = plan.candidates.front();
         ckpt::LoadedInfo info;
@@ -322,10 +410,8 @@ void Trainer::prepare() {
         if (info.seed != c.seed)
           FT_USER_ERROR() << c.resume.where.str() << ": checkpoint " << found << " was written with seed " << info.seed
                           << ", the deck says seed " << c.seed << " (data order depends on it)";
-        if (info.step >= c.max_steps)
-          FT_USER_ERROR() << c.resume.where.str() << ": checkpoint " << found << " is at step " << info.step
-                          << ", max_steps is " << c.max_steps << ": nothing left to train";
         s.start_step = info.step;
+        s.resume_dir = found;
         break;
       }
       if (plan.candidates.empty() && plan.found_any) {
@@ -336,11 +422,25 @@ void Trainer::prepare() {
                         << "\nremove the directory to start afresh, or resume a checkpoint explicitly";
       }
     }
-  }
+  });
   // At --check nothing is created; before a real run every output directory
   // exists and takes a write, so a read-only or full location fails now,
   // once, naming the deck line, rather than at the first save.
-  check_output_locations(output_locations(c), /*create=*/!s.options.check_only);
+  problems.check([&] { check_output_locations(output_locations(c), /*create=*/!s.options.check_only); });
+  // What the run would read first: the token files' headers (a vocabulary
+  // larger than the model's is otherwise found only at run time).
+  if (s.options.check_only) {
+    for (const DataRole role : {DataRole::training, DataRole::evaluation}) {
+      const bool eval = role == DataRole::evaluation;
+      const std::string& path = eval ? c.eval.path : c.data.path;
+      if ((eval ? c.eval.kind : c.data.kind) != "tokens" || path.empty()) continue;
+      problems.check([&] {
+        const data::TokenFile file(path);
+        check_label_space(c, role, static_cast<std::int64_t>(file.header().vocab_size), *s.model);
+      });
+    }
+  }
+  problems.throw_if_any(c.warnings);
   if (s.options.check_only) return;
 
   const std::int64_t outputs = s.model->output_size();
@@ -348,8 +448,8 @@ void Trainer::prepare() {
   if (!c.eval.path.empty()) s.eval_data = make_batch_source(c, DataRole::evaluation, s.plan.global_batch, *s.model);
   for (auto* source : {s.train_data.get(), s.eval_data.get()}) {
     if (source != nullptr && source->label_space() > outputs)
-      FT_USER_ERROR() << (source == s.train_data.get() ? c.data.where : c.eval.where).str() << ": the data has "
-                      << source->label_space() << " token ids / classes but the model's output size is " << outputs;
+      check_label_space(c, source == s.train_data.get() ? DataRole::training : DataRole::evaluation,
+                        source->label_space(), *s.model);
   }
   if (c.init.kind == "safetensors") {
     // Validate names and shapes before any collective, so a bad file is one
@@ -389,21 +489,21 @@ int Trainer::run() {
   const int rank = s.world.rank();
   const int world = s.world.size();
 
-  if (!c.peak_tflops) {
-    // Ranks measured concurrently; a busy moment understates one of them.
-    s.peak.flops_per_second = s.world.all_reduce_max(s.peak.flops_per_second);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "measured f32 SGEMM, best of %d rank(s)", world);
-    s.peak.description = buf;
-  }
+  s.peak.flops_per_second = s.world.all_reduce_max(s.peak.flops_per_second);  // rank 0's; the others hold 0
   if (s.is_root()) {
     std::ostringstream h;
-    h << "ftrain " << FTRAIN_VERSION_STRING << " | " << world << " rank(s), " << s.ranks_per_node
-      << " per node | device: host (Kokkos; " << blas_kernel_description() << ", " << s.blas_threads
+    h << "ftrain " << FTRAIN_VERSION_STRING << " | " << s.plan.world_size << " rank(s), " << s.ranks_per_node
+      << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: host (Kokkos; " << blas_kernel_description() << ", " << s.blas_threads
       << " thread(s) per rank) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "host GEMM: " << host::gemm::describe() << "\n";
     h << "deck: " << c.deck_path << "\n";
+    for (const auto& w : c.warnings) h << "warning: " << w << "\n";
+    if (!s.options.check_only) {
+      h << "progress line: " << (s.progress_line.show ? "on" : "off") << " (" << s.progress_line.reason
+        << "; `progress auto|on|off` or FTRAIN_PROGRESS changes it)\n";
+      h << stop_instructions(process_environment, !c.checkpoint.dir.empty()) << "\n";
+    }
     h << "model: " << c.model.name << " (" << (c.model.preset.empty() ? "default preset" : c.model.preset) << ")";
     for (const auto& [k, v] : s.model->config()) h << " " << k << "=" << v;
     h << "\n";
@@ -413,10 +513,33 @@ int Trainer::run() {
       << ", activation_checkpointing " << c.activation_checkpointing
       << (c.activation_checkpointing == "every" ? " " + std::to_string(c.activation_checkpointing_every) : "")
       << "\n";
+    // Effective values, defaults included: what the deck left out is where
+    // ftrain and Hugging Face differ (beta2, clipping, schedule; deck.md).
+    h << "training: batch micro " << c.batch.micro_batch << " accumulate " << c.batch.grad_accum << " seq_len "
+      << c.batch.seq_len << " | optimizer " << c.optimizer.name << " lr " << c.optimizer.lr << " beta1 "
+      << c.optimizer.beta1 << " beta2 " << c.optimizer.beta2 << " eps " << c.optimizer.eps << " weight_decay "
+      << c.optimizer.weight_decay << " | schedule " << c.schedule.kind << " warmup_steps "
+      << optim::warmup_steps(c.schedule, c.max_steps) << " min_lr " << c.schedule.min_lr << " | clip_grad_norm "
+      << c.clip_grad_norm << (c.clip_grad_norm > 0 ? "" : " (off)") << " | precision " << c.precision << " | seed "
+      << c.seed << "\n";
     h << format_plan(s.plan);
+    // A planned cluster's nodes are not this one: only its own rules apply.
+    const double node_bytes = s.options.plan_ranks > 0 ? 0.0 : node_memory_bytes();
+    h << host_backend_warning(s.plan, c.precision, HostFacts{node_bytes, s.ranks_per_node, s.peak.flops_per_second});
+    if (s.options.device_memory_bytes > 0)
+      h << plan_fit_report(*s.model, c, s.fsdp, s.plan, s.ranks_per_node, s.options.device_memory_bytes);
     h << "resolved deck:\n";
     for (const auto& line : c.resolved_lines) h << "  " << line << "\n";
     s.say(h.str());
+  }
+  // A finished run started again (a requeue after the last step, a rerun of
+  // the same job script) is not an error: there is simply nothing to do.
+  // Rank 0 alone planned the resume (prepare()); every rank learns its step.
+  const auto resumed_at = static_cast<std::int64_t>(s.world.all_reduce_max(static_cast<double>(s.start_step)));
+  if (resumed_at >= c.max_steps) {
+    s.say("nothing left to train: " + s.resume_dir + " is at step " + std::to_string(resumed_at) +
+          " and max_steps is " + std::to_string(c.max_steps) + " (raise max_steps to train on)\n");
+    return 0;
   }
   if (s.options.check_only) return 0;
 
@@ -496,6 +619,18 @@ int Trainer::run() {
       s.resume_dir = loaded.directory;
       s.start_step = loaded.step;
       s.parent_checkpoint = loaded.directory;
+      // Training time and global batch of the run that wrote it (rank 0 reads
+      // its manifest; every rank saves elapsed_s in its next checkpoint).
+      double prior[3] = {0, 0, 0};
+      if (s.is_root()) {
+        const auto info = ckpt::read_checkpoint_info(loaded.directory);
+        if (const auto it = info.scalars.find("elapsed_s"); it != info.scalars.end()) prior[0] = it->second;
+        if (const auto it = info.scalars.find("global_batch"); it != info.scalars.end()) prior[1] = it->second;
+        prior[2] = info.world_size;
+      }
+      s.prior_elapsed = s.world.all_reduce_max(prior[0]);
+      s.prior_global_batch = static_cast<std::int64_t>(s.world.all_reduce_max(prior[1]));
+      s.prior_world = static_cast<int>(s.world.all_reduce_max(prior[2]));
       for (const auto& note : s.resume_plan.notes) s.say("resume " + c.resume.from + ": " + note + "\n");
       std::ostringstream m;
       m << "resumed from " << s.resume_dir << " at step " << loaded.step << " (written by " << loaded.world_size
@@ -503,6 +638,12 @@ int Trainer::run() {
         << (loaded.resharded ? "; resharded to shard group " + std::to_string(s.engine->shard_comm().size()) : "")
         << "\n";
       if (!loaded.fp8_note.empty()) m << "resume: " << loaded.fp8_note << "\n";
+      if (s.prior_global_batch > 0 && s.prior_global_batch != s.plan.global_batch)
+        m << "resume: the global batch changes from " << s.prior_global_batch << " samples per step (" << s.prior_world
+          << " rank(s)) to " << s.plan.global_batch << " (" << world << " rank(s) x micro " << c.batch.micro_batch
+          << " x accumulate " << c.batch.grad_accum << "): step " << s.start_step + 1
+          << " starts at another sample than the old run's would have, so some samples repeat or are skipped; keep "
+             "micro x accumulate x ranks equal to continue the same data order\n";
       s.say(m.str());
     } else {
       for (const auto& note : s.resume_plan.notes) s.say("resume " + c.resume.from + ": " + note + "\n");
@@ -523,6 +664,15 @@ int Trainer::run() {
         if (!j.is_discarded() && j.contains("step") && j["step"].get<std::int64_t>() <= s.start_step) kept += line + "\n";
       }
     }
+    if (!s.resume_dir.empty()) {
+      // Where this run continued (plot_metrics.py marks it).
+      nlohmann::json j;
+      j["step"] = s.start_step;
+      j["resumed_from"] = s.resume_dir;
+      j["world_size"] = world;
+      j["global_batch"] = s.plan.global_batch;
+      kept += j.dump() + "\n";
+    }
     s.metrics.open(metrics_path, std::ios::trunc);
     if (!s.metrics) FT_USER_ERROR() << "cannot write " << metrics_path;
     s.write(s.metrics, metrics_path, kept);
@@ -530,6 +680,8 @@ int Trainer::run() {
 
   gather_memory("after load");
 
+  // Training time of this run (loading excluded); set again just before the loop.
+  auto start = Clock::now();
   // Returns why it refused, having saved nothing, when a master weight is
   // not finite (committing would make that state `latest` and `keep` would
   // prune the last good checkpoint for it); empty once saved.
@@ -544,7 +696,11 @@ int Trainer::run() {
     info.seed = c.seed;
     info.strategy = c.fsdp.strategy;
     info.deck_text = joined_deck(c.resolved_lines);
-    info.scalars = {{"loss", loss}, {"lr", lr}, {"grad_norm", norm}};
+    info.scalars = {{"loss", loss},
+                    {"lr", lr},
+                    {"grad_norm", norm},
+                    {"elapsed_s", s.prior_elapsed + std::chrono::duration<double>(t0 - start).count()},
+                    {"global_batch", static_cast<double>(s.plan.global_batch)}};
     info.consolidated = c.checkpoint.consolidated;
     info.model_name = c.model.name;
     info.model_config = s.model->config();
@@ -598,7 +754,7 @@ int Trainer::run() {
   };
 
   std::vector<Batch> micro_batches(static_cast<std::size_t>(accum));
-  const auto start = Clock::now();
+  start = Clock::now();
   double window_seconds = 0;
   std::int64_t window_steps = 0;
   if (s.eval_data && c.eval.every > 0 && s.start_step == 0) evaluate(0);
@@ -651,7 +807,18 @@ int Trainer::run() {
     if (done % c.log_every == 0 || done == c.max_steps) {
       const double step_time = window_seconds / static_cast<double>(window_steps);
       const double tokens_per_s = static_cast<double>(s.plan.tokens_per_step) / step_time;
-      const double mfu = s.plan.flops_per_step / step_time / (s.peak.flops_per_second * world);
+      const double achieved_per_rank = s.plan.flops_per_step / step_time / world;
+      const std::optional<double> mfu = model_flops_utilisation(achieved_per_rank, s.peak.flops_per_second);
+      if (!mfu && !s.peak_disproved) {
+        s.peak_disproved = true;
+        std::ostringstream w;
+        w << "warning: this run reaches " << achieved_per_rank / 1e9 << " GFLOP/s per rank, more than the stated peak "
+          << s.peak.flops_per_second / 1e9 << " (" << s.peak.description
+          << "): the peak is wrong, so MFU is shown as n/a; state the right one with peak_tflops or FTRAIN_PEAK_TFLOPS\n";
+        s.say(w.str());
+      }
+      char mfu_text[16] = "n/a";
+      if (mfu) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * *mfu);
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       const double eta = elapsed / static_cast<double>(done - s.start_step) * static_cast<double>(c.max_steps - done);
       // Peak resident memory of every rank (seed 001 reports it per rank).
@@ -683,10 +850,10 @@ int Trainer::run() {
       s.engine->reset_counters();
       char buf[320];
       std::snprintf(buf, sizeof buf,
-                    "step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f %s | MFU %.1f%% | mem %.0f MiB | "
+                    "step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f %s | MFU %s | mem %.0f MiB | "
                     "ETA %s\n",
                     static_cast<long long>(done), static_cast<long long>(c.max_steps), loss, lr, norm,
-                    images ? samples_per_s : tokens_per_s, images ? "img/s" : "tok/s", 100.0 * mfu, peak_mib,
+                    images ? samples_per_s : tokens_per_s, images ? "img/s" : "tok/s", mfu_text, peak_mib,
                     format_duration(eta).c_str());
       s.say(buf);
       if (s.is_root()) {
@@ -702,10 +869,10 @@ int Trainer::run() {
           j["tokens_per_s"] = tokens_per_s;
         }
         j["step_time_s"] = step_time;
-        j["mfu"] = mfu;
+        j["mfu"] = mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr);  // null: the stated peak is wrong
         j["peak_rss_mib_max_rank"] = peak_mib;
         j["peak_rss_mib_per_rank"] = peak_per_rank;
-        j["elapsed_s"] = elapsed;
+        j["elapsed_s"] = s.prior_elapsed + elapsed;  // continues across resumes
         j["comm_s_per_step"] = comm_per_step;
         j["comm_exposed_s_per_step"] = exposed_per_step;
         j["recomputed_units_per_step"] = recomputed_per_step;
@@ -724,8 +891,9 @@ int Trainer::run() {
                  elapsed / static_cast<double>(done - s.start_step) * static_cast<double>(c.max_steps - done));
     }
 
-    // Every rank must take the same branch: one all-reduce of the signal flag.
-    const std::int64_t signalled = s.world.all_reduce_sum(static_cast<std::int64_t>(g_stop_signal != 0));
+    // Every rank must take the same branch: one all-reduce of the signal
+    // number (the highest, when ranks received different ones).
+    const int signalled = static_cast<int>(s.world.all_reduce_max(static_cast<double>(g_stop_signal)));
     const bool stopping = signalled > 0 || done == c.checkpoint.stop_after;
     const bool has_dir = !c.checkpoint.dir.empty();
     if (has_dir && (stopping || (c.checkpoint.every > 0 && done % c.checkpoint.every == 0) || done == c.max_steps)) {
@@ -733,7 +901,8 @@ int Trainer::run() {
       if (!refused.empty()) return s.stop_with_error(refused);
     }
     if (stopping && done < c.max_steps) {
-      std::string why = signalled > 0 ? "stop signal received (SIGTERM/SIGUSR1)" : "stop_after " + std::to_string(done);
+      std::string why =
+          signalled > 0 ? "stop signal received (" + signal_name(signalled) + ")" : "stop_after " + std::to_string(done);
       s.say(why + ": stopped after step " + std::to_string(done) +
             (has_dir ? "; resume with `resume auto`\n" : "; no checkpoint dir configured, nothing saved\n"));
       return s.finish(0);
@@ -753,7 +922,14 @@ int Trainer::run() {
   }
   gather_memory("at end");
   const double total = std::chrono::duration<double>(Clock::now() - start).count();
-  s.say("done: " + std::to_string(c.max_steps) + " steps in " + format_duration(total) + "; metrics in " + c.run_dir +
+  // A resumed run counts its own steps and time, and states the total apart.
+  const std::string trained =
+      s.start_step == 0 ? std::to_string(c.max_steps) + " steps in " + format_duration(total)
+                        : "step " + std::to_string(c.max_steps) + "; this run trained " +
+                              std::to_string(c.max_steps - s.start_step) + " steps (" + std::to_string(s.start_step) +
+                              " -> " + std::to_string(c.max_steps) + ") in " + format_duration(total) + ", " +
+                              format_duration(s.prior_elapsed + total) + " across resumes";
+  s.say("done: " + trained + "; metrics in " + c.run_dir +
         "/metrics.jsonl\n");
   return s.finish(0);
 }

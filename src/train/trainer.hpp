@@ -22,6 +22,12 @@ namespace ftrain {
 
 struct TrainerOptions {
   bool check_only = false;  // print the plan and stop (nothing model-sized is allocated)
+  // --check only: plan for this many ranks instead of the ones started
+  // (0 = the started ones), so many per node (0 = all on one node), and
+  // report the fit on devices of this many bytes (0 = no fit report).
+  int plan_ranks = 0;
+  int plan_ranks_per_node = 0;
+  double device_memory_bytes = 0;
 };
 
 // Phase 1: resolve the model, validate the configuration and the output

@@ -8,8 +8,9 @@ small stand-ins made here (the deck's defaults name files a user has, not
 this machine):
 
   * data_dir, train_tokens, eval_tokens: a tiny token file from ftrain-prep
-    (vocab 32000, so a Llama tokenizer's ids would fit); data_dir holds it
-    under the names tiny_llama.in uses too;
+    (vocab 256: --check compares the file's vocabulary with the model's, and
+    256 ids fit every deck's model, the tiny demo's included); data_dir holds
+    it under the names tiny_llama.in uses too;
   * hf_weights: an EMPTY file. --check validates that the path exists but
     does not open the weights (names and shapes are checked at the start of
     a real run), so nothing bigger is needed;
@@ -66,7 +67,7 @@ def main():
     data = os.path.join(a.workdir, "data")
     os.makedirs(data, exist_ok=True)
     train, evalf = os.path.join(data, "tiny_train.tok"), os.path.join(data, "tiny_eval.tok")
-    subprocess.run([a.prep, "synthetic", "--out", train, "--tokens", "20000", "--vocab", "32000", "--seed", "7",
+    subprocess.run([a.prep, "synthetic", "--out", train, "--tokens", "20000", "--vocab", "256", "--seed", "7",
                     "--eval-out", evalf, "--eval-tokens", "4096"], check=True, stdout=subprocess.DEVNULL)
     weights = os.path.join(a.workdir, "stand_in.safetensors")
     open(weights, "wb").close()
@@ -91,6 +92,19 @@ def main():
         if re.sub(r"\s+", " ", line) not in printed:
             failures.append(f"the deck's comments record the plan line\n    {line}\n  but --check on {ranks} "
                             "rank(s) did not print it: update the comment from the output above")
+    # Until a GPU backend exists everything runs on the host: a deck written
+    # for GPUs (>= 1B parameters, or precision fp8) must say so; a small deck
+    # (state per rank in MiB) must not cry wolf. (train/host_backend.hpp)
+    params = re.search(r"(?m)^\s*parameters\s+(\d+)", p.stdout)
+    gpu_sized = (params is not None and int(params.group(1)) >= 10**9) or \
+        re.search(r"(?m):\d+: precision fp8\s*$", p.stdout) is not None  # the resolved deck
+    small = re.search(r"(?m)^\s*memory per rank\s+[0-9.]+ (KiB|MiB) sharded", p.stdout) is not None
+    warned = "looks written for GPUs, but ftrain trains on the host backend" in p.stdout
+    if gpu_sized and not warned:
+        failures.append("a deck written for GPUs (>= 1B parameters or precision fp8) was planned on the host "
+                        "backend without the warning that says so")
+    if small and not gpu_sized and warned:
+        failures.append("a small host-sized deck got the GPU-recipe warning")
     rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     if rss_mib > MAX_RSS_MIB:
         failures.append(f"--check used {rss_mib:.0f} MiB in one process (limit {MAX_RSS_MIB}): it allocated model-sized memory")

@@ -300,6 +300,24 @@ TEST(DeckGrammar, VariablePriorityCommandLineDeckEnvironment) {
   ::unsetenv("FTRAIN_DECK_TEST_PRESET");
 }
 
+// A -var that no ${NAME} reads changes nothing: warned, with a suggestion,
+// while one the deck reads (directly or through its own definition) is not.
+TEST(DeckGrammar, UnreadCommandLineVariableIsWarned) {
+  const std::string deck = "variable data_dir var_warning_data/x\nvariable unused 1\nmodel llama preset tiny\n"
+                           "data tokens ${data_dir}\nmax_steps 10\n";
+  fs::create_directories("var_warning_data");
+  std::ofstream("var_warning_data/x").put('x');
+  RunConfig c = parse(deck, {{"data_dir", "var_warning_data/x"}});
+  EXPECT_TRUE(c.warnings.empty()) << c.warnings.front();
+  c = parse(deck, {{"data_dri", "var_warning_data/x"}, {"unused", "2"}});
+  ASSERT_EQ(c.warnings.size(), 2u);
+  EXPECT_EQ(c.warnings[0],
+            "command line: -var data_dri is never read by the deck (no ${data_dri} in it), so it changes nothing "
+            "(did you mean 'data_dir'?)");
+  EXPECT_NE(c.warnings[1].find("-var unused is never read"), std::string::npos) << c.warnings[1];
+  fs::remove_all("var_warning_data");
+}
+
 TEST(DeckGrammar, VariablesSeeOnlyEarlierDefinitions) {
   const RunConfig c = parse("variable a 2\nvariable b ${a}0\nmodel llama\nmax_steps ${b}\n");
   EXPECT_EQ(c.max_steps, 20);
