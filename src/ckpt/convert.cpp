@@ -215,6 +215,40 @@ json llama_hf_config(const std::map<std::string, std::string>& config, std::stri
   return out;
 }
 
+json timm_vit_config(const std::map<std::string, std::string>& config) {
+  const auto get = [&](const char* key) -> json {
+    const auto it = config.find(key);
+    if (it == config.end()) FT_USER_ERROR() << "vit config: the consolidated file has no attribute '" << key << "'";
+    return config_value(it->second);
+  };
+  const json embed = get("embed_dim"), mlp = get("mlp_dim");
+  const json model_args = {
+      {"img_size", get("image_size")},       {"patch_size", get("patch_size")},
+      {"in_chans", get("num_channels")},     {"num_classes", get("num_classes")},
+      {"embed_dim", embed},                  {"depth", get("depth")},
+      {"num_heads", get("num_heads")},       {"mlp_ratio", mlp.get<double>() / embed.get<double>()},
+      {"qkv_bias", true},                    {"class_token", true},
+      {"global_pool", "token"}};
+  // timm's VisionTransformer has no eps argument (LayerNorm eps 1e-6): a
+  // model trained with another would load and silently compute otherwise.
+  if (get("layer_norm_eps").get<double>() != 1e-6)
+    FT_USER_ERROR() << "vit: layer_norm_eps " << config.at("layer_norm_eps")
+                    << " has no timm equivalent (timm's VisionTransformer uses 1e-6); not exported";
+  // timm's hub config.json shape; model_args override every size of the
+  // named architecture, so create_model(architecture, **model_args) builds
+  // exactly this model whatever its dimensions.
+  return {{"architecture", "vit_base_patch16_224"},
+          {"num_classes", get("num_classes")},
+          {"num_features", embed},
+          {"global_pool", "token"},
+          {"model_args", model_args},
+          {"pretrained_cfg",
+           {{"input_size", {get("num_channels"), get("image_size"), get("image_size")}},
+            {"num_classes", get("num_classes")},
+            {"classifier", "head"},
+            {"first_conv", "patch_embed.proj"}}}};
+}
+
 ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& out_dir, std::uint64_t shard_bytes,
                                  std::optional<DType> dtype) {
   FT_CHECK(!dtype || *dtype == DType::f32 || *dtype == DType::bf16) << "dtype " << dtype_name(*dtype);
@@ -250,6 +284,23 @@ ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& ou
     tensors.push_back(std::move(t));
   }
   if (tensors.empty()) FT_USER_ERROR() << in_h5 << " has no datasets at its root (not a consolidated state dict?)";
+
+  // config.json is decided before anything is written, so a model without a
+  // Hugging Face / timm equivalent fails before leaving a half export.
+  const auto model_type = attributes.find("model_type");
+  std::map<std::string, std::string> config;
+  for (const auto& [k, v] : attributes) {
+    if (k != "model_type" && k != "step" && k != "ftrain_consolidated_format" && k != kBf16AttributeName)
+      config[k] = v;
+  }
+  json hf_config;
+  if (model_type != attributes.end() && model_type->second == "llama") {
+    const bool all_bf16 =
+        std::all_of(tensors.begin(), tensors.end(), [](const H5Tensor& t) { return t.out == DType::bf16; });
+    hf_config = llama_hf_config(config, all_bf16 ? "bfloat16" : "float32");
+  } else if (model_type != attributes.end() && model_type->second == "vit") {
+    hf_config = timm_vit_config(config);
+  }
 
   // Shards: fill in order, a new one when the next tensor would overflow.
   std::vector<std::vector<const H5Tensor*>> shards(1);
@@ -314,18 +365,8 @@ ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& ou
   json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   write_text_file((fs::path(out_dir) / kSafetensorsIndexName).string(), index.dump(2) + "\n");
 
-  const auto model_type = attributes.find("model_type");
-  if (model_type != attributes.end() && model_type->second == "llama") {
-    std::map<std::string, std::string> config;
-    for (const auto& [k, v] : attributes) {
-      if (k != "model_type" && k != "step" && k != "ftrain_consolidated_format" && k != kBf16AttributeName)
-        config[k] = v;
-    }
-    const bool all_bf16 =
-        std::all_of(tensors.begin(), tensors.end(), [](const H5Tensor& t) { return t.out == DType::bf16; });
-    write_text_file((fs::path(out_dir) / "config.json").string(),
-                    llama_hf_config(config, all_bf16 ? "bfloat16" : "float32").dump(2) + "\n");
-  }
+  if (!hf_config.is_null())
+    write_text_file((fs::path(out_dir) / "config.json").string(), hf_config.dump(2) + "\n");
   return summary;
 }
 

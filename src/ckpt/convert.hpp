@@ -11,7 +11,7 @@
 // has "format": "pt" (transformers requires it) and the consolidated file's
 // root attributes as "ftrain.<name>" (step, model_type, config keys), which
 // safetensors_to_h5 restores. For model_type "llama" it also writes
-// config.json in Hugging Face naming (LlamaForCausalLM).
+// config.json in Hugging Face naming (LlamaForCausalLM), for "vit" timm's.
 //
 // safetensors_to_h5 takes a .safetensors file or a directory (as `init
 // safetensors`) and writes a consolidated file in the layout save_final
@@ -52,5 +52,10 @@ ConvertSummary safetensors_to_h5(const std::string& in, const std::string& out_h
 // Hugging Face config.json for a Llama from ftrain's config keys (the
 // consolidated file's attributes, LlamaConfig::to_map naming).
 nlohmann::json llama_hf_config(const std::map<std::string, std::string>& config, std::string_view torch_dtype);
+
+// timm's config.json (the hub layout: architecture, num_classes, model_args,
+// pretrained_cfg) for a ViT from ftrain's VitConfig keys:
+// timm.create_model(cfg["architecture"], **cfg["model_args"]) builds the model.
+nlohmann::json timm_vit_config(const std::map<std::string, std::string>& config);
 
 }  // namespace ftrain::ckpt
