@@ -27,8 +27,8 @@ the plugin's units forward on a fixed batch):
                      loss equals HF's loss on the same 4 windows within 1e-5
                      relative; every weight after the step equals HF's after
                      torch.optim.AdamW (same lr, betas, eps, weight decay on
-                     matrices only) within 1e-6 + 1e-4 * |w|, with the step
-                     moving weights by ~lr = 1e-3; ftrain_logprobs on the HF
+                     matrices only) within 1e-5 absolute, 1% of the step
+                     (lr 1e-3, eps 1e-6); ftrain_logprobs on the HF
                      directory equals HF's log-probabilities (1e-5).
   vit_both_ways      timm VisionTransformer, tiny config: a random timm model
                      saved with safetensors loads in ftrain and gives timm's
@@ -50,7 +50,8 @@ import numpy as np
 import torch
 
 torch.set_num_threads(1)  # two ranks of ftrain may run beside us on two cores
-REL = 1e-5
+REL = 1e-5         # relative, log-probabilities and losses (fp32 on both sides)
+WEIGHT_TOL = 1e-5  # absolute, weights after one AdamW step of lr 1e-3 (1% of the step)
 
 
 def fail(message):
@@ -242,6 +243,9 @@ def scenario_hf_to_ftrain(env):
     inputs = torch.from_numpy(windows[:, :-1].astype(np.int64))
     targets = torch.from_numpy(windows[:, 1:].astype(np.int64))
 
+    # eps 1e-6, not 1e-8: step 1 of Adam is lr * g / (|g| + eps), so elements whose gradient is
+    # within float noise of 0 would otherwise flip between +lr and -lr; with 1e-6 the update is
+    # smooth in g and the weights can be compared to WEIGHT_TOL = 1e-5 = 1% of the lr-sized step.
     lr, beta1, beta2, eps, wd = 1e-3, 0.9, 0.95, 1e-6, 0.1
     metrics = env.ftrain(model_line(config) + f"""\
 precision fp32
@@ -294,11 +298,10 @@ run_dir run
             want = p.detach().double().numpy()
             moved = max(moved, float(np.abs(want - before[n].double().numpy()).max()))
             err = np.abs(got - want)
-            bound = 1e-6 + 1e-4 * np.abs(want)
-            if (err > bound).any():
-                i = np.unravel_index(np.argmax(err - bound), err.shape)
+            if err.max() > WEIGHT_TOL:
+                i = np.unravel_index(np.argmax(err), err.shape)
                 fail(f"after one AdamW step, {n}{list(i)}: ftrain {got[i]!r}, torch {want[i]!r} "
-                     f"(before {before[n].double().numpy()[i]!r}; allowed 1e-6 + 1e-4 * |w|)")
+                     f"(before {before[n].double().numpy()[i]!r}; allowed {WEIGHT_TOL:g})")
             if err.max() > worst_abs:
                 worst_abs, worst_name = float(err.max()), n
     print(f"ok: after one AdamW step all {len(names)} tensors match torch.optim.AdamW: largest difference "
