@@ -249,8 +249,36 @@ json timm_vit_config(const std::map<std::string, std::string>& config) {
             {"first_conv", "patch_embed.proj"}}}};
 }
 
+namespace {
+
+// bos/eos/pad ids of the model a tokenizer directory belongs to (null when unknown).
+json special_token_ids(const std::string& tokenizer_dir) {
+  json ids = {{"bos_token_id", nullptr}, {"eos_token_id", nullptr}, {"pad_token_id", nullptr}};
+  if (tokenizer_dir.empty()) return ids;
+  for (const char* file : {"generation_config.json", "config.json"}) {  // config.json wins
+    const fs::path path = fs::path(tokenizer_dir) / file;
+    std::ifstream in(path);
+    if (!in) continue;
+    const json j = json::parse(in, nullptr, false);
+    if (!j.is_object()) FT_USER_ERROR() << path.string() << ": not a JSON object";
+    for (auto& [key, value] : ids.items())
+      if (j.contains(key) && !j[key].is_null()) value = j[key];
+  }
+  return ids;
+}
+
+}  // namespace
+
 ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& out_dir, std::uint64_t shard_bytes,
-                                 std::optional<DType> dtype) {
+                                 std::optional<DType> dtype, const std::string& tokenizer_dir) {
+  std::vector<fs::path> tokenizer_files;
+  if (!tokenizer_dir.empty()) {
+    for (const char* name : kTokenizerFiles)
+      if (fs::is_regular_file(fs::path(tokenizer_dir) / name)) tokenizer_files.push_back(fs::path(tokenizer_dir) / name);
+    if (tokenizer_files.empty())
+      FT_USER_ERROR() << "--tokenizer " << tokenizer_dir << ": no tokenizer file there (looked for tokenizer.json, "
+                      << "tokenizer.model, tokenizer_config.json, special_tokens_map.json, ...)";
+  }
   FT_CHECK(!dtype || *dtype == DType::f32 || *dtype == DType::bf16) << "dtype " << dtype_name(*dtype);
   FT_CHECK(shard_bytes > 0) << "shard size 0";
   h5::quiet();
@@ -298,6 +326,7 @@ ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& ou
     const bool all_bf16 =
         std::all_of(tensors.begin(), tensors.end(), [](const H5Tensor& t) { return t.out == DType::bf16; });
     hf_config = llama_hf_config(config, all_bf16 ? "bfloat16" : "float32");
+    hf_config.update(special_token_ids(tokenizer_dir));
   } else if (model_type != attributes.end() && model_type->second == "vit") {
     hf_config = timm_vit_config(config);
   }
@@ -367,6 +396,11 @@ ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& ou
 
   if (!hf_config.is_null())
     write_text_file((fs::path(out_dir) / "config.json").string(), hf_config.dump(2) + "\n");
+  for (const auto& file : tokenizer_files) {
+    const fs::path target = fs::path(out_dir) / file.filename();
+    fs::copy_file(file, target, fs::copy_options::overwrite_existing, ec);
+    if (ec) FT_USER_ERROR() << "cannot copy " << file.string() << " to " << target.string() << ": " << ec.message();
+  }
   return summary;
 }
 

@@ -43,8 +43,20 @@ struct ConvertSummary {
 };
 
 // `dtype` f32 or bf16; empty keeps each dataset's stored type.
+// `tokenizer_dir` (optional): a Hugging Face model or tokenizer directory
+// (typically the one the run was initialised from). Its tokenizer files
+// (kTokenizerFiles) are copied into out_dir, and a Llama's config.json takes
+// bos_token_id / eos_token_id / pad_token_id from its config.json (else its
+// generation_config.json). Without it those ids are null: ftrain's
+// consolidated file does not know the tokenizer. UserError when the
+// directory has no tokenizer file at all.
 ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& out_dir, std::uint64_t shard_bytes,
-                                 std::optional<DType> dtype);
+                                 std::optional<DType> dtype, const std::string& tokenizer_dir = {});
+
+// Files of a Hugging Face tokenizer that h5_to_safetensors copies through.
+inline constexpr const char* kTokenizerFiles[] = {"tokenizer.json",          "tokenizer.model",
+                                                  "tokenizer_config.json",   "special_tokens_map.json",
+                                                  "added_tokens.json",       "generation_config.json"};
 
 // `dtype` f32 or bf16; empty: bf16 for BF16 tensors, f32 for every other type.
 ConvertSummary safetensors_to_h5(const std::string& in, const std::string& out_h5, std::optional<DType> dtype);

@@ -19,7 +19,8 @@ the plugin's units forward on a fixed batch):
                      Each: 4 AdamW steps on np 2, save_final, ftrain-convert
                      h5-to-safetensors (several shards + index + config.json),
                      LlamaForCausalLM.from_pretrained with no missing or
-                     unexpected keys; its log_softmax(logits) on a fixed batch
+                     unexpected keys (llama3: with --tokenizer, the tokenizer
+                     and bos/eos ids pass through; else the ids are null); its log_softmax(logits) on a fixed batch
                      equals ftrain's within 1e-5 relative.
   hf_to_ftrain       a random LlamaForCausalLM (GQA, llama3 rope, untied)
                      save_pretrained with max_shard_size 20KB; `init
@@ -46,8 +47,12 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
-import torch
+# Everything is local: never reach for the Hugging Face Hub (CI has no route to it).
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 torch.set_num_threads(1)  # two ranks of ftrain may run beside us on two cores
 REL = 1e-5         # relative, log-probabilities and losses (fp32 on both sides)
@@ -168,6 +173,43 @@ def fixed_tokens(vocab, batch=2, seq=32, seed=3):
     return np.random.default_rng(seed).integers(0, vocab, size=(batch, seq)).astype(np.int32)
 
 
+def make_tokenizer_dir(path, vocab):
+    """A Hugging Face tokenizer directory as a model ships it: a BPE trained with `tokenizers`, saved by
+    PreTrainedTokenizerFast, and a config.json naming the special token ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    corpus = ["the quick brown fox jumps over the lazy dog", "ftrain trains llamas", "def f(x): return x * 2"] * 20
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<s>", "</s>", "<unk>"]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.save_pretrained(path)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({"model_type": "llama", "bos_token_id": fast.bos_token_id, "eos_token_id": fast.eos_token_id}, f)
+    return path
+
+
+def check_tokenizer_passed_through(out, tokenizer_src, config):
+    """--tokenizer copies the tokenizer and the special ids; without it the ids are null, not guessed."""
+    if tokenizer_src is None:
+        raw = json.load(open(os.path.join(out, "config.json")))
+        if raw.get("bos_token_id", "absent") is not None or raw.get("eos_token_id", "absent") is not None:
+            fail(f"config.json without --tokenizer should have null bos/eos ids: {raw}")
+        print("ok: without --tokenizer, bos_token_id and eos_token_id are null")
+        return
+    from transformers import AutoTokenizer
+    want = AutoTokenizer.from_pretrained(tokenizer_src)
+    got = AutoTokenizer.from_pretrained(out)
+    text = "the lazy fox returns x * 2"
+    if got(text)["input_ids"] != want(text)["input_ids"] or got.eos_token != "</s>":
+        fail(f"tokenizer copied through encodes differently: {got(text)} vs {want(text)}")
+    if (config.bos_token_id, config.eos_token_id) != (want.bos_token_id, want.eos_token_id):
+        fail(f"config.json bos/eos ids {config.bos_token_id}/{config.eos_token_id}, tokenizer's "
+             f"{want.bos_token_id}/{want.eos_token_id}")
+    print(f"ok: --tokenizer: AutoTokenizer.from_pretrained(export) encodes as the source; bos/eos ids "
+          f"{config.bos_token_id}/{config.eos_token_id}")
+
+
 def scenario_to_hf(env, name):
     from transformers import LlamaForCausalLM
     config = LLAMA_CONFIGS[name]
@@ -192,7 +234,9 @@ run_dir run
         fail(f"expected 4 logged steps: {metrics}")
 
     out = env.path("hf")
-    env.convert(env.path("final.h5"), out, "--shard-size", "20KB")
+    tokenizer_src = make_tokenizer_dir(env.path("tokenizer_src"), vocab) if name == "llama3" else None
+    env.convert(env.path("final.h5"), out, "--shard-size", "20KB",
+                *(["--tokenizer", tokenizer_src] if tokenizer_src else []))
     index = json.load(open(os.path.join(out, "model.safetensors.index.json")))
     shards = sorted(set(index["weight_map"].values()))
     if len(shards) < 2:
@@ -211,6 +255,7 @@ run_dir run
     if model.config.torch_dtype != torch.float32:
         fail(f"config.json torch_dtype: {model.config.torch_dtype}")
     print(f"ok: from_pretrained: {len(shards)} shards, no missing/unexpected keys, config as trained")
+    check_tokenizer_passed_through(out, tokenizer_src, model.config)
     model.eval()
 
     tokens = fixed_tokens(vocab)
