@@ -361,8 +361,11 @@ ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& ou
   std::vector<std::uint16_t> bits;
   ConvertSummary summary;
   for (std::size_t s = 0; s < shards.size(); ++s) {
+    // One shard: model.safetensors and no index, as save_pretrained writes
+    // it (timm's hub loader looks for exactly that name).
     char name[64];
-    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    if (shards.size() == 1) std::snprintf(name, sizeof name, "model.safetensors");
+    else std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
     StreamingShardWriter writer((fs::path(out_dir) / name).string(), shards[s], metadata);
     for (const H5Tensor* t : shards[s]) {
       weight_map[t->name] = name;
@@ -391,8 +394,13 @@ ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& ou
     writer.commit();
     ++summary.files;
   }
-  json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  write_text_file((fs::path(out_dir) / kSafetensorsIndexName).string(), index.dump(2) + "\n");
+  const fs::path index_path = fs::path(out_dir) / kSafetensorsIndexName;
+  if (shards.size() > 1) {
+    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    write_text_file(index_path.string(), index.dump(2) + "\n");
+  } else {
+    fs::remove(index_path, ec);  // a stale index from an earlier export would shadow model.safetensors
+  }
 
   if (!hf_config.is_null())
     write_text_file((fs::path(out_dir) / "config.json").string(), hf_config.dump(2) + "\n");

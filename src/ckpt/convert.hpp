@@ -7,8 +7,9 @@
 // dataset-name order, a new shard starting when the next tensor would push
 // the current one past `shard_bytes` (a tensor larger than that gets a shard
 // of its own), plus model.safetensors.index.json ({"metadata": {"total_size":
-// bytes of all tensors}, "weight_map": {...}}). Every shard's __metadata__
-// has "format": "pt" (transformers requires it) and the consolidated file's
+// bytes of all tensors}, "weight_map": {...}}); when everything fits in one
+// shard, a single model.safetensors and no index (save_pretrained's layout).
+// Every shard's __metadata__ has "format": "pt" (transformers requires it) and the consolidated file's
 // root attributes as "ftrain.<name>" (step, model_type, config keys), which
 // safetensors_to_h5 restores. For model_type "llama" it also writes
 // config.json in Hugging Face naming (LlamaForCausalLM), for "vit" timm's.

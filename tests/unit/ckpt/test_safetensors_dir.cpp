@@ -182,6 +182,8 @@ TEST_F(SafetensorsDirTest, ConvertRoundTripsThroughConsolidatedHdf5) {
 
   // --dtype bf16 rounds f32 to nearest even; --dtype f32 widens exactly.
   h5_to_safetensors(path("model.h5"), path("out16"), 1ull << 30, DType::bf16);
+  EXPECT_TRUE(fs::exists(path("out16/model.safetensors")));  // one shard: save_pretrained's single-file layout
+  EXPECT_FALSE(fs::exists(path("out16/model.safetensors.index.json")));
   SafetensorsSource out16(path("out16"));
   float got[12];
   out16.read_into("layers.0.weight", 0, 12, got);
