@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "ckpt/consolidated.hpp"
@@ -268,6 +269,78 @@ json special_token_ids(const std::string& tokenizer_dir) {
 }
 
 }  // namespace
+
+namespace {
+
+std::string json_scalar_text(const json& v) {
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_integer()) return std::to_string(v.get<std::int64_t>());
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();  // floats: the shortest text that reads back to the same double
+}
+
+}  // namespace
+
+std::string deck_model_line(const json& config, const std::string& source) {
+  if (!config.is_object()) FT_USER_ERROR() << source << ": not a JSON object";
+  const auto refuse = [&](const std::string& key, const std::string& why) {
+    FT_USER_ERROR() << source << ": " << key << " = " << (config.contains(key) ? config[key].dump() : "(absent)")
+                    << ": " << why;
+  };
+  std::ostringstream line;
+  if (config.contains("model_args") && config.contains("architecture")) {  // timm
+    const json& a = config["model_args"];
+    if (config["architecture"].get<std::string>().rfind("vit_", 0) != 0)
+      refuse("architecture", "ftrain's vit plugin is timm's VisionTransformer (vit_*)");
+    for (const auto& [key, want] : std::map<std::string, json>{{"class_token", true}, {"global_pool", "token"}})
+      if (a.contains(key) && a[key] != want) refuse("model_args." + key, "ftrain's ViT pools the class token");
+    if (a.contains("qkv_bias") && a["qkv_bias"] != true) refuse("model_args.qkv_bias", "ftrain's ViT has qkv bias");
+    line << "model vit preset tiny";
+    for (const auto& [timm_key, ftrain_key] : std::vector<std::pair<std::string, std::string>>{
+             {"img_size", "image_size"}, {"patch_size", "patch_size"}, {"in_chans", "num_channels"},
+             {"num_classes", "num_classes"}, {"embed_dim", "embed_dim"}, {"depth", "depth"},
+             {"num_heads", "num_heads"}, {"mlp_ratio", "mlp_ratio"}}) {
+      if (!a.contains(timm_key)) refuse("model_args." + timm_key, "needed (no default assumed)");
+      line << " " << ftrain_key << " " << json_scalar_text(a[timm_key]);
+    }
+    return line.str();
+  }
+  const std::string type = config.value("model_type", "");
+  if (type != "llama") refuse("model_type", "ftrain-convert knows llama (LlamaForCausalLM) and timm ViT configs");
+  if (config.value("hidden_act", "silu") != "silu") refuse("hidden_act", "ftrain's Llama uses SwiGLU (silu)");
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (config.value(key, false)) refuse(key, "ftrain's Llama has no biases");
+  // LlamaConfig's defaults (transformers 4.47) for what a config.json may omit.
+  const json defaults = {{"vocab_size", 32000},          {"hidden_size", 4096},
+                         {"intermediate_size", 11008},   {"num_hidden_layers", 32},
+                         {"num_attention_heads", 32},    {"rms_norm_eps", 1e-6},
+                         {"rope_theta", 10000.0},        {"max_position_embeddings", 2048},
+                         {"tie_word_embeddings", false}};
+  line << "model llama preset tiny";
+  for (const auto& [key, fallback] : defaults.items()) {
+    const json& v = config.contains(key) && !config[key].is_null() ? config[key] : fallback;
+    line << " " << key << " " << json_scalar_text(v);
+  }
+  const json heads = config.contains("num_attention_heads") ? config["num_attention_heads"] : defaults["num_attention_heads"];
+  const json kv = config.contains("num_key_value_heads") && !config["num_key_value_heads"].is_null()
+                      ? config["num_key_value_heads"] : heads;
+  line << " num_key_value_heads " << json_scalar_text(kv);
+  if (config.contains("head_dim") && !config["head_dim"].is_null())
+    line << " head_dim " << json_scalar_text(config["head_dim"]);
+  const json rope = config.value("rope_scaling", json());
+  if (rope.is_null()) {
+    line << " rope_scaling none";
+  } else {
+    const std::string rope_type = rope.value("rope_type", rope.value("type", ""));
+    if (rope_type != "llama3") refuse("rope_scaling", "ftrain implements rope_type llama3 (or null)");
+    line << " rope_scaling llama3";
+    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+      if (!rope.contains(k)) refuse("rope_scaling", std::string("llama3 scaling needs ") + k);
+      line << " rope_scaling_" << k << " " << json_scalar_text(rope[k]);
+    }
+  }
+  return line.str();
+}
 
 ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& out_dir, std::uint64_t shard_bytes,
                                  std::optional<DType> dtype, const std::string& tokenizer_dir) {

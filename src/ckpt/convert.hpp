@@ -66,6 +66,14 @@ ConvertSummary safetensors_to_h5(const std::string& in, const std::string& out_h
 // consolidated file's attributes, LlamaConfig::to_map naming).
 nlohmann::json llama_hf_config(const std::map<std::string, std::string>& config, std::string_view torch_dtype);
 
+// The deck's `model ...` line for a Hugging Face LlamaForCausalLM
+// config.json (keys it lacks take LlamaConfig's defaults, as from_pretrained
+// does) or a timm ViT config.json (its model_args). UserError naming
+// `source` and the key for anything ftrain's plugins do not implement
+// (another architecture, hidden_act other than silu, attention/MLP biases,
+// a rope_scaling type other than llama3, a ViT without class-token pooling).
+std::string deck_model_line(const nlohmann::json& config, const std::string& source);
+
 // timm's config.json (the hub layout: architecture, num_classes, model_args,
 // pretrained_cfg) for a ViT from ftrain's VitConfig keys:
 // timm.create_model(cfg["architecture"], **cfg["model_args"]) builds the model.

@@ -2,6 +2,8 @@
 #include "ckpt/convert_cli.hpp"
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -24,6 +26,9 @@ constexpr const char* kUsage =
     "      --shard-size: KB/MB/GB (10^3..) or KiB/MiB/GiB; --dtype: the stored tensors'\n"
     "      type (default: as stored in IN.h5); --tokenizer: copy the tokenizer files of\n"
     "      HF_DIR and take bos/eos/pad token ids from its config.json\n"
+    "  ftrain-convert deck-model (HF_DIR | config.json)\n"
+    "      prints the deck's `model ...` line for a Hugging Face Llama config.json\n"
+    "      (LlamaConfig defaults for absent keys) or a timm ViT config.json\n"
     "  ftrain-convert safetensors-to-h5 IN OUT.h5 [--dtype f32|bf16]\n"
     "      a .safetensors file or a directory (with model.safetensors.index.json)\n"
     "      -> a consolidated HDF5 file for `init hdf5`. --dtype default: bf16 for\n"
@@ -51,6 +56,17 @@ int convert_main(int argc, char** argv) {
       }
     if (args.empty()) throw UsageError("missing command");
     const std::string command = args[0];
+    if (command == "deck-model") {
+      if (args.size() != 2) throw UsageError("deck-model takes one path: a model directory or its config.json");
+      std::filesystem::path path = args[1];
+      if (std::filesystem::is_directory(path)) path /= "config.json";
+      std::ifstream in(path);
+      if (!in) throw UserError(path.string() + ": cannot open");
+      const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
+      if (config.is_discarded()) throw UserError(path.string() + ": not valid JSON");
+      std::printf("%s\n", deck_model_line(config, path.string()).c_str());
+      return 0;
+    }
     std::vector<std::string> positional;
     std::optional<DType> dtype;
     std::string shard_size = "5GB";
@@ -69,7 +85,8 @@ int convert_main(int argc, char** argv) {
       }
     }
     if (command != "h5-to-safetensors" && command != "safetensors-to-h5")
-      throw UsageError("unknown command '" + command + "' (expected h5-to-safetensors or safetensors-to-h5)");
+      throw UsageError("unknown command '" + command +
+                       "' (expected h5-to-safetensors, safetensors-to-h5 or deck-model)");
     if (positional.size() != 2) throw UsageError(command + " takes exactly two paths, IN and OUT");
     ConvertSummary done;
     if (command == "h5-to-safetensors") {

@@ -23,8 +23,9 @@ the plugin's units forward on a fixed batch):
                      and bos/eos ids pass through; else the ids are null); its log_softmax(logits) on a fixed batch
                      equals ftrain's within 1e-5 relative.
   hf_to_ftrain       a random LlamaForCausalLM (GQA, llama3 rope, untied)
-                     save_pretrained with max_shard_size 20KB; `init
-                     safetensors DIR` on np 2, one AdamW step: ftrain's step-1
+                     save_pretrained with max_shard_size 20KB; the deck's
+                     model line from its config.json (ftrain-convert
+                     deck-model); `init safetensors DIR` on np 2, one AdamW step: ftrain's step-1
                      loss equals HF's loss on the same 4 windows within 1e-5
                      relative; every weight after the step equals HF's after
                      torch.optim.AdamW (same lr, betas, eps, weight decay on
@@ -292,7 +293,10 @@ def scenario_hf_to_ftrain(env):
     # within float noise of 0 would otherwise flip between +lr and -lr; with 1e-6 the update is
     # smooth in g and the weights can be compared to WEIGHT_TOL = 1e-5 = 1% of the lr-sized step.
     lr, beta1, beta2, eps, wd = 1e-3, 0.9, 0.95, 1e-6, 0.1
-    metrics = env.ftrain(model_line(config) + f"""\
+    # The model line comes from save_pretrained's config.json, through ftrain-convert deck-model.
+    line = env.run([env.args.convert, "deck-model", src], "ftrain-convert deck-model").strip()
+    print(f"ok: ftrain-convert deck-model {src}: {line}")
+    metrics = env.ftrain(line + "\n" + f"""\
 precision fp32
 seed 5
 data tokens train.tok packing on shuffle off
