@@ -25,7 +25,7 @@ want="$(cat "$requirements" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
 check() {
   # Every pinned library imports, and torch/numpy are Debian's, not PyPI's.
   "$python" - <<'PY'
-import importlib.metadata as md, sys
+import sys
 import numpy, torch, torchvision
 for mod in (torch, numpy, torchvision):
     if not mod.__file__.startswith("/usr/lib/python3/dist-packages/"):

@@ -223,11 +223,16 @@ json timm_vit_config(const std::map<std::string, std::string>& config) {
     return config_value(it->second);
   };
   const json embed = get("embed_dim"), mlp = get("mlp_dim");
+  // timm builds the MLP as int(embed_dim * mlp_ratio) wide: the ratio must give mlp_dim back exactly.
+  const double ratio = mlp.get<double>() / embed.get<double>();
+  if (static_cast<std::int64_t>(embed.get<double>() * ratio) != mlp.get<std::int64_t>())
+    FT_USER_ERROR() << "vit: mlp_dim " << mlp << " is not int(embed_dim " << embed << " * mlp_ratio) for any "
+                    << "double mlp_ratio timm would take; not exported";
   const json model_args = {
       {"img_size", get("image_size")},       {"patch_size", get("patch_size")},
       {"in_chans", get("num_channels")},     {"num_classes", get("num_classes")},
       {"embed_dim", embed},                  {"depth", get("depth")},
-      {"num_heads", get("num_heads")},       {"mlp_ratio", mlp.get<double>() / embed.get<double>()},
+      {"num_heads", get("num_heads")},       {"mlp_ratio", ratio},
       {"qkv_bias", true},                    {"class_token", true},
       {"global_pool", "token"}};
   // timm's VisionTransformer has no eps argument (LayerNorm eps 1e-6): a

@@ -7,6 +7,9 @@ Debian's torch 1.13). Usage:
   interop_test.py SCENARIO --ftrain BIN --prep BIN --convert BIN --logprobs BIN
                   --plugin-dir DIR --mpirun "MPIEXEC FLAGS..." --workdir DIR
 
+Why log-probabilities: see ftrain_logprobs.cpp (ftrain's head returns only
+the loss; log-softmax is the logits up to one constant per row).
+
 Scenarios (every comparison in float32; ftrain's side comes from ftrain's own
 code: `mpirun -np 2 ftrain` trains and save_final writes the consolidated
 file, ftrain-convert writes the Hugging Face directory, ftrain_logprobs runs
@@ -20,13 +23,14 @@ the plugin's units forward on a fixed batch):
                      h5-to-safetensors (several shards + index + config.json),
                      LlamaForCausalLM.from_pretrained with no missing or
                      unexpected keys (llama3: with --tokenizer, the tokenizer
-                     and bos/eos ids pass through; else the ids are null); its log_softmax(logits) on a fixed batch
-                     equals ftrain's within 1e-5 relative.
+                     and bos/eos ids pass through; else the ids are null);
+                     its log_softmax(logits) on a fixed 2x32 batch equals
+                     ftrain's within 1e-5 relative.
   hf_to_ftrain       a random LlamaForCausalLM (GQA, llama3 rope, untied)
                      save_pretrained with max_shard_size 20KB; the deck's
                      model line from its config.json (ftrain-convert
-                     deck-model); `init safetensors DIR` on np 2, one AdamW step: ftrain's step-1
-                     loss equals HF's loss on the same 4 windows within 1e-5
+                     deck-model); `init safetensors DIR` on np 2, one AdamW
+                     step: ftrain's step-1 loss equals HF's loss on the same 4 windows within 1e-5
                      relative; every weight after the step equals HF's after
                      torch.optim.AdamW (same lr, betas, eps, weight decay on
                      matrices only) within 1e-5 absolute, 1% of the step
