@@ -14,6 +14,10 @@ packages=(
   nlohmann-json3-dev
   libsentencepiece-dev sentencepiece
   python3 python3-numpy python3-h5py python3-matplotlib
+  # The interop tests' environment (share/scripts/interop-venv.sh): a venv over
+  # Debian's PyTorch 1.13 and the Python packages the pinned HF libraries need.
+  python3-venv python3-torch python3-torchvision
+  python3-packaging python3-yaml python3-psutil python3-requests python3-typing-extensions
 )
 
 missing=()

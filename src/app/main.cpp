@@ -158,7 +158,7 @@ bool any_rank_failed(const std::string& message, int rank, int size) {
   MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (first == size) return false;
   if (rank == first) {
-    std::cerr << "ftrain: error: " << message << "\n";
+    std::cerr << ("ftrain: error: " + std::string(message) + "\n");
     if (size > 1 && rank != 0) std::cerr << "(reported by rank " << rank << ")\n";
   }
   return true;
@@ -176,7 +176,7 @@ bool any_rank_failed(const std::string& message, int rank, int size) {
 [[noreturn]] void report_and_abort(const std::string& message, int rank) {
   std::signal(SIGTERM, SIG_DFL);
   std::this_thread::sleep_for(std::chrono::milliseconds(500) * std::min(rank, 8));
-  std::cerr << "ftrain: error on rank " << rank << ": " << message << "\n" << std::flush;
+  std::cerr << ("ftrain: error on rank " + std::to_string(rank) + ": " + std::string(message) + "\n") << std::flush;
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();  // MPI_Abort does not return; the compiler cannot know
 }

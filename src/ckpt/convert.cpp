@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "ckpt/consolidated.hpp"
@@ -215,8 +216,147 @@ json llama_hf_config(const std::map<std::string, std::string>& config, std::stri
   return out;
 }
 
+json timm_vit_config(const std::map<std::string, std::string>& config) {
+  const auto get = [&](const char* key) -> json {
+    const auto it = config.find(key);
+    if (it == config.end()) FT_USER_ERROR() << "vit config: the consolidated file has no attribute '" << key << "'";
+    return config_value(it->second);
+  };
+  const json embed = get("embed_dim"), mlp = get("mlp_dim");
+  // timm builds the MLP as int(embed_dim * mlp_ratio) wide: the ratio must give mlp_dim back exactly.
+  const double ratio = mlp.get<double>() / embed.get<double>();
+  if (static_cast<std::int64_t>(embed.get<double>() * ratio) != mlp.get<std::int64_t>())
+    FT_USER_ERROR() << "vit: mlp_dim " << mlp << " is not int(embed_dim " << embed << " * mlp_ratio) for any "
+                    << "double mlp_ratio timm would take; not exported";
+  const json model_args = {
+      {"img_size", get("image_size")},       {"patch_size", get("patch_size")},
+      {"in_chans", get("num_channels")},     {"num_classes", get("num_classes")},
+      {"embed_dim", embed},                  {"depth", get("depth")},
+      {"num_heads", get("num_heads")},       {"mlp_ratio", ratio},
+      {"qkv_bias", true},                    {"class_token", true},
+      {"global_pool", "token"}};
+  // timm's VisionTransformer has no eps argument (LayerNorm eps 1e-6): a
+  // model trained with another would load and silently compute otherwise.
+  if (get("layer_norm_eps").get<double>() != 1e-6)
+    FT_USER_ERROR() << "vit: layer_norm_eps " << config.at("layer_norm_eps")
+                    << " has no timm equivalent (timm's VisionTransformer uses 1e-6); not exported";
+  // timm's hub config.json shape; model_args override every size of the
+  // named architecture, so create_model(architecture, **model_args) builds
+  // exactly this model whatever its dimensions.
+  return {{"architecture", "vit_base_patch16_224"},
+          {"num_classes", get("num_classes")},
+          {"num_features", embed},
+          {"global_pool", "token"},
+          {"model_args", model_args},
+          {"pretrained_cfg",
+           {{"input_size", {get("num_channels"), get("image_size"), get("image_size")}},
+            {"num_classes", get("num_classes")},
+            {"classifier", "head"},
+            {"first_conv", "patch_embed.proj"}}}};
+}
+
+namespace {
+
+// bos/eos/pad ids of the model a tokenizer directory belongs to (null when unknown).
+json special_token_ids(const std::string& tokenizer_dir) {
+  json ids = {{"bos_token_id", nullptr}, {"eos_token_id", nullptr}, {"pad_token_id", nullptr}};
+  if (tokenizer_dir.empty()) return ids;
+  for (const char* file : {"generation_config.json", "config.json"}) {  // config.json wins
+    const fs::path path = fs::path(tokenizer_dir) / file;
+    std::ifstream in(path);
+    if (!in) continue;
+    const json j = json::parse(in, nullptr, false);
+    if (!j.is_object()) FT_USER_ERROR() << path.string() << ": not a JSON object";
+    for (auto& [key, value] : ids.items())
+      if (j.contains(key) && !j[key].is_null()) value = j[key];
+  }
+  return ids;
+}
+
+}  // namespace
+
+namespace {
+
+std::string json_scalar_text(const json& v) {
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_integer()) return std::to_string(v.get<std::int64_t>());
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();  // floats: the shortest text that reads back to the same double
+}
+
+}  // namespace
+
+std::string deck_model_line(const json& config, const std::string& source) {
+  if (!config.is_object()) FT_USER_ERROR() << source << ": not a JSON object";
+  const auto refuse = [&](const std::string& key, const std::string& why) {
+    FT_USER_ERROR() << source << ": " << key << " = " << (config.contains(key) ? config[key].dump() : "(absent)")
+                    << ": " << why;
+  };
+  std::ostringstream line;
+  if (config.contains("model_args") && config.contains("architecture")) {  // timm
+    const json& a = config["model_args"];
+    if (config["architecture"].get<std::string>().rfind("vit_", 0) != 0)
+      refuse("architecture", "ftrain's vit plugin is timm's VisionTransformer (vit_*)");
+    for (const auto& [key, want] : std::map<std::string, json>{{"class_token", true}, {"global_pool", "token"}})
+      if (a.contains(key) && a[key] != want) refuse("model_args." + key, "ftrain's ViT pools the class token");
+    if (a.contains("qkv_bias") && a["qkv_bias"] != true) refuse("model_args.qkv_bias", "ftrain's ViT has qkv bias");
+    line << "model vit preset tiny";
+    for (const auto& [timm_key, ftrain_key] : std::vector<std::pair<std::string, std::string>>{
+             {"img_size", "image_size"}, {"patch_size", "patch_size"}, {"in_chans", "num_channels"},
+             {"num_classes", "num_classes"}, {"embed_dim", "embed_dim"}, {"depth", "depth"},
+             {"num_heads", "num_heads"}, {"mlp_ratio", "mlp_ratio"}}) {
+      if (!a.contains(timm_key)) refuse("model_args." + timm_key, "needed (no default assumed)");
+      line << " " << ftrain_key << " " << json_scalar_text(a[timm_key]);
+    }
+    return line.str();
+  }
+  const std::string type = config.value("model_type", "");
+  if (type != "llama") refuse("model_type", "ftrain-convert knows llama (LlamaForCausalLM) and timm ViT configs");
+  if (config.value("hidden_act", "silu") != "silu") refuse("hidden_act", "ftrain's Llama uses SwiGLU (silu)");
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (config.value(key, false)) refuse(key, "ftrain's Llama has no biases");
+  // LlamaConfig's defaults (transformers 4.47) for what a config.json may omit.
+  const json defaults = {{"vocab_size", 32000},          {"hidden_size", 4096},
+                         {"intermediate_size", 11008},   {"num_hidden_layers", 32},
+                         {"num_attention_heads", 32},    {"rms_norm_eps", 1e-6},
+                         {"rope_theta", 10000.0},        {"max_position_embeddings", 2048},
+                         {"tie_word_embeddings", false}};
+  line << "model llama preset tiny";
+  for (const auto& [key, fallback] : defaults.items()) {
+    const json& v = config.contains(key) && !config[key].is_null() ? config[key] : fallback;
+    line << " " << key << " " << json_scalar_text(v);
+  }
+  const json heads = config.contains("num_attention_heads") ? config["num_attention_heads"] : defaults["num_attention_heads"];
+  const json kv = config.contains("num_key_value_heads") && !config["num_key_value_heads"].is_null()
+                      ? config["num_key_value_heads"] : heads;
+  line << " num_key_value_heads " << json_scalar_text(kv);
+  if (config.contains("head_dim") && !config["head_dim"].is_null())
+    line << " head_dim " << json_scalar_text(config["head_dim"]);
+  const json rope = config.value("rope_scaling", json());
+  if (rope.is_null()) {
+    line << " rope_scaling none";
+  } else {
+    const std::string rope_type = rope.value("rope_type", rope.value("type", ""));
+    if (rope_type != "llama3") refuse("rope_scaling", "ftrain implements rope_type llama3 (or null)");
+    line << " rope_scaling llama3";
+    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+      if (!rope.contains(k)) refuse("rope_scaling", std::string("llama3 scaling needs ") + k);
+      line << " rope_scaling_" << k << " " << json_scalar_text(rope[k]);
+    }
+  }
+  return line.str();
+}
+
 ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& out_dir, std::uint64_t shard_bytes,
-                                 std::optional<DType> dtype) {
+                                 std::optional<DType> dtype, const std::string& tokenizer_dir) {
+  std::vector<fs::path> tokenizer_files;
+  if (!tokenizer_dir.empty()) {
+    for (const char* name : kTokenizerFiles)
+      if (fs::is_regular_file(fs::path(tokenizer_dir) / name)) tokenizer_files.push_back(fs::path(tokenizer_dir) / name);
+    if (tokenizer_files.empty())
+      FT_USER_ERROR() << "--tokenizer " << tokenizer_dir << ": no tokenizer file there (looked for tokenizer.json, "
+                      << "tokenizer.model, tokenizer_config.json, special_tokens_map.json, ...)";
+  }
   FT_CHECK(!dtype || *dtype == DType::f32 || *dtype == DType::bf16) << "dtype " << dtype_name(*dtype);
   FT_CHECK(shard_bytes > 0) << "shard size 0";
   h5::quiet();
@@ -251,6 +391,24 @@ ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& ou
   }
   if (tensors.empty()) FT_USER_ERROR() << in_h5 << " has no datasets at its root (not a consolidated state dict?)";
 
+  // config.json is decided before anything is written, so a model without a
+  // Hugging Face / timm equivalent fails before leaving a half export.
+  const auto model_type = attributes.find("model_type");
+  std::map<std::string, std::string> config;
+  for (const auto& [k, v] : attributes) {
+    if (k != "model_type" && k != "step" && k != "ftrain_consolidated_format" && k != kBf16AttributeName)
+      config[k] = v;
+  }
+  json hf_config;
+  if (model_type != attributes.end() && model_type->second == "llama") {
+    const bool all_bf16 =
+        std::all_of(tensors.begin(), tensors.end(), [](const H5Tensor& t) { return t.out == DType::bf16; });
+    hf_config = llama_hf_config(config, all_bf16 ? "bfloat16" : "float32");
+    hf_config.update(special_token_ids(tokenizer_dir));
+  } else if (model_type != attributes.end() && model_type->second == "vit") {
+    hf_config = timm_vit_config(config);
+  }
+
   // Shards: fill in order, a new one when the next tensor would overflow.
   std::vector<std::vector<const H5Tensor*>> shards(1);
   std::uint64_t current = 0, total = 0;
@@ -281,8 +439,11 @@ ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& ou
   std::vector<std::uint16_t> bits;
   ConvertSummary summary;
   for (std::size_t s = 0; s < shards.size(); ++s) {
+    // One shard: model.safetensors and no index, as save_pretrained writes
+    // it (timm's hub loader looks for exactly that name).
     char name[64];
-    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    if (shards.size() == 1) std::snprintf(name, sizeof name, "model.safetensors");
+    else std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
     StreamingShardWriter writer((fs::path(out_dir) / name).string(), shards[s], metadata);
     for (const H5Tensor* t : shards[s]) {
       weight_map[t->name] = name;
@@ -311,20 +472,20 @@ ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& ou
     writer.commit();
     ++summary.files;
   }
-  json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  write_text_file((fs::path(out_dir) / kSafetensorsIndexName).string(), index.dump(2) + "\n");
+  const fs::path index_path = fs::path(out_dir) / kSafetensorsIndexName;
+  if (shards.size() > 1) {
+    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    write_text_file(index_path.string(), index.dump(2) + "\n");
+  } else {
+    fs::remove(index_path, ec);  // a stale index from an earlier export would shadow model.safetensors
+  }
 
-  const auto model_type = attributes.find("model_type");
-  if (model_type != attributes.end() && model_type->second == "llama") {
-    std::map<std::string, std::string> config;
-    for (const auto& [k, v] : attributes) {
-      if (k != "model_type" && k != "step" && k != "ftrain_consolidated_format" && k != kBf16AttributeName)
-        config[k] = v;
-    }
-    const bool all_bf16 =
-        std::all_of(tensors.begin(), tensors.end(), [](const H5Tensor& t) { return t.out == DType::bf16; });
-    write_text_file((fs::path(out_dir) / "config.json").string(),
-                    llama_hf_config(config, all_bf16 ? "bfloat16" : "float32").dump(2) + "\n");
+  if (!hf_config.is_null())
+    write_text_file((fs::path(out_dir) / "config.json").string(), hf_config.dump(2) + "\n");
+  for (const auto& file : tokenizer_files) {
+    const fs::path target = fs::path(out_dir) / file.filename();
+    fs::copy_file(file, target, fs::copy_options::overwrite_existing, ec);
+    if (ec) FT_USER_ERROR() << "cannot copy " << file.string() << " to " << target.string() << ": " << ec.message();
   }
   return summary;
 }

@@ -7,11 +7,12 @@
 // dataset-name order, a new shard starting when the next tensor would push
 // the current one past `shard_bytes` (a tensor larger than that gets a shard
 // of its own), plus model.safetensors.index.json ({"metadata": {"total_size":
-// bytes of all tensors}, "weight_map": {...}}). Every shard's __metadata__
-// has "format": "pt" (transformers requires it) and the consolidated file's
+// bytes of all tensors}, "weight_map": {...}}); when everything fits in one
+// shard, a single model.safetensors and no index (save_pretrained's layout).
+// Every shard's __metadata__ has "format": "pt" (transformers requires it) and the consolidated file's
 // root attributes as "ftrain.<name>" (step, model_type, config keys), which
 // safetensors_to_h5 restores. For model_type "llama" it also writes
-// config.json in Hugging Face naming (LlamaForCausalLM).
+// config.json in Hugging Face naming (LlamaForCausalLM), for "vit" timm's.
 //
 // safetensors_to_h5 takes a .safetensors file or a directory (as `init
 // safetensors`) and writes a consolidated file in the layout save_final
@@ -43,8 +44,20 @@ struct ConvertSummary {
 };
 
 // `dtype` f32 or bf16; empty keeps each dataset's stored type.
+// `tokenizer_dir` (optional): a Hugging Face model or tokenizer directory
+// (typically the one the run was initialised from). Its tokenizer files
+// (kTokenizerFiles) are copied into out_dir, and a Llama's config.json takes
+// bos_token_id / eos_token_id / pad_token_id from its config.json (else its
+// generation_config.json). Without it those ids are null: ftrain's
+// consolidated file does not know the tokenizer. UserError when the
+// directory has no tokenizer file at all.
 ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& out_dir, std::uint64_t shard_bytes,
-                                 std::optional<DType> dtype);
+                                 std::optional<DType> dtype, const std::string& tokenizer_dir = {});
+
+// Files of a Hugging Face tokenizer that h5_to_safetensors copies through.
+inline constexpr const char* kTokenizerFiles[] = {"tokenizer.json",          "tokenizer.model",
+                                                  "tokenizer_config.json",   "special_tokens_map.json",
+                                                  "added_tokens.json",       "generation_config.json"};
 
 // `dtype` f32 or bf16; empty: bf16 for BF16 tensors, f32 for every other type.
 ConvertSummary safetensors_to_h5(const std::string& in, const std::string& out_h5, std::optional<DType> dtype);
@@ -52,5 +65,18 @@ ConvertSummary safetensors_to_h5(const std::string& in, const std::string& out_h
 // Hugging Face config.json for a Llama from ftrain's config keys (the
 // consolidated file's attributes, LlamaConfig::to_map naming).
 nlohmann::json llama_hf_config(const std::map<std::string, std::string>& config, std::string_view torch_dtype);
+
+// The deck's `model ...` line for a Hugging Face LlamaForCausalLM
+// config.json (keys it lacks take LlamaConfig's defaults, as from_pretrained
+// does) or a timm ViT config.json (its model_args). UserError naming
+// `source` and the key for anything ftrain's plugins do not implement
+// (another architecture, hidden_act other than silu, attention/MLP biases,
+// a rope_scaling type other than llama3, a ViT without class-token pooling).
+std::string deck_model_line(const nlohmann::json& config, const std::string& source);
+
+// timm's config.json (the hub layout: architecture, num_classes, model_args,
+// pretrained_cfg) for a ViT from ftrain's VitConfig keys:
+// timm.create_model(cfg["architecture"], **cfg["model_args"]) builds the model.
+nlohmann::json timm_vit_config(const std::map<std::string, std::string>& config);
 
 }  // namespace ftrain::ckpt

@@ -201,7 +201,7 @@ struct Trainer::State {
     if (is_root()) {
       if (progress_shown) std::cout << "\r\033[K" << std::flush;
       progress_shown = false;
-      std::cerr << "ftrain: error: " << message << "\n" << std::flush;
+      std::cerr << ("ftrain: error: " + std::string(message) + "\n") << std::flush;
     }
     say_rank("error: " + message + "\n");
     finish(1);

@@ -182,6 +182,8 @@ TEST_F(SafetensorsDirTest, ConvertRoundTripsThroughConsolidatedHdf5) {
 
   // --dtype bf16 rounds f32 to nearest even; --dtype f32 widens exactly.
   h5_to_safetensors(path("model.h5"), path("out16"), 1ull << 30, DType::bf16);
+  EXPECT_TRUE(fs::exists(path("out16/model.safetensors")));  // one shard: save_pretrained's single-file layout
+  EXPECT_FALSE(fs::exists(path("out16/model.safetensors.index.json")));
   SafetensorsSource out16(path("out16"));
   float got[12];
   out16.read_into("layers.0.weight", 0, 12, got);
@@ -224,4 +226,55 @@ TEST(ConvertHelpers, LlamaConfigInHuggingFaceNaming) {
   EXPECT_EQ(c["rope_scaling"]["original_max_position_embeddings"], 8192);
   EXPECT_FALSE(c.contains("rope_scaling_factor"));
   EXPECT_TRUE(llama_hf_config({{"rope_scaling", "none"}}, "float32")["rope_scaling"].is_null());
+}
+
+TEST(ConvertHelpers, TimmVitConfig) {
+  const std::map<std::string, std::string> vit = {{"image_size", "224"}, {"patch_size", "16"}, {"num_channels", "3"},
+                                                  {"num_classes", "1000"}, {"embed_dim", "768"}, {"depth", "12"},
+                                                  {"num_heads", "12"}, {"mlp_dim", "3072"}, {"layer_norm_eps", "1e-06"}};
+  const json c = timm_vit_config(vit);
+  EXPECT_EQ(c["architecture"], "vit_base_patch16_224");
+  EXPECT_EQ(c["num_classes"], 1000);
+  EXPECT_EQ(c["model_args"]["img_size"], 224);
+  EXPECT_EQ(c["model_args"]["in_chans"], 3);
+  EXPECT_DOUBLE_EQ(c["model_args"]["mlp_ratio"].get<double>(), 4.0);
+  EXPECT_EQ(c["model_args"]["global_pool"], "token");
+  EXPECT_EQ(c["pretrained_cfg"]["input_size"], json::array({3, 224, 224}));
+  auto other_eps = vit;
+  other_eps["layer_norm_eps"] = "1e-05";  // timm has no such knob: refused, not exported wrong
+  EXPECT_THROW(timm_vit_config(other_eps), UserError);
+}
+
+TEST(ConvertHelpers, DeckModelLineFromConfigJson) {
+  // A minimal Llama 2 config.json: absent keys take LlamaConfig's defaults.
+  const std::string line = deck_model_line(json{{"model_type", "llama"}, {"hidden_size", 64}, {"rms_norm_eps", 1e-5},
+                                                {"rope_scaling", nullptr}},
+                                           "c.json");
+  EXPECT_EQ(line,
+            "model llama preset tiny hidden_size 64 intermediate_size 11008 max_position_embeddings 2048 "
+            "num_attention_heads 32 num_hidden_layers 32 rms_norm_eps 1e-05 rope_theta 10000.0 "
+            "tie_word_embeddings false vocab_size 32000 num_key_value_heads 32 rope_scaling none");
+  const std::string llama3 = deck_model_line(
+      json{{"model_type", "llama"},
+           {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                             {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}}},
+      "c.json");
+  EXPECT_NE(llama3.find(" rope_scaling llama3 rope_scaling_factor 32.0 rope_scaling_low_freq_factor 1.0 "
+                        "rope_scaling_high_freq_factor 4.0 rope_scaling_original_max_position_embeddings 8192"),
+            std::string::npos)
+      << llama3;
+  // What the plugins do not implement is refused, naming the file and key.
+  expect_user_error([] { deck_model_line(json{{"model_type", "mistral"}}, "c.json"); }, {"c.json", "model_type"});
+  expect_user_error([] { deck_model_line(json{{"model_type", "llama"}, {"attention_bias", true}}, "c.json"); },
+                    {"c.json", "attention_bias"});
+  expect_user_error(
+      [] { deck_model_line(json{{"model_type", "llama"}, {"rope_scaling", {{"rope_type", "yarn"}}}}, "c.json"); },
+      {"c.json", "rope_scaling"});
+  const std::string vit = deck_model_line(
+      timm_vit_config({{"image_size", "32"}, {"patch_size", "8"}, {"num_channels", "3"}, {"num_classes", "10"},
+                       {"embed_dim", "64"}, {"depth", "2"}, {"num_heads", "4"}, {"mlp_dim", "256"},
+                       {"layer_norm_eps", "1e-06"}}),
+      "vit.json");
+  EXPECT_EQ(vit, "model vit preset tiny image_size 32 patch_size 8 num_channels 3 num_classes 10 embed_dim 64 depth 2 "
+                 "num_heads 4 mlp_ratio 4.0");
 }

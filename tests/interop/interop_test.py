@@ -1,0 +1,455 @@
+#!/usr/bin/env python3
+"""Interoperability with the real Hugging Face stack (CTest label interop).
+
+Runs in the venv of share/scripts/interop-venv.sh (transformers, timm over
+Debian's torch 1.13). Usage:
+
+  interop_test.py SCENARIO --ftrain BIN --prep BIN --convert BIN --logprobs BIN
+                  --plugin-dir DIR --mpirun "MPIEXEC FLAGS..." --workdir DIR
+
+Why log-probabilities: see ftrain_logprobs.cpp (ftrain's head returns only
+the loss; log-softmax is the logits up to one constant per row).
+
+Scenarios (every comparison in float32; ftrain's side comes from ftrain's own
+code: `mpirun -np 2 ftrain` trains and save_final writes the consolidated
+file, ftrain-convert writes the Hugging Face directory, ftrain_logprobs runs
+the plugin's units forward on a fixed batch):
+
+  llama2_to_hf       tiny Llama 2-style (MHA, untied, rope_theta 10000)
+  llama3_to_hf       tiny Llama 3-style (GQA, rope_theta 500000, llama3 rope
+                     scaling chosen so every frequency band is hit), untied
+  llama3_tied_to_hf  the same, tie_word_embeddings true
+                     Each: 4 AdamW steps on np 2, save_final, ftrain-convert
+                     h5-to-safetensors (several shards + index + config.json),
+                     LlamaForCausalLM.from_pretrained with no missing or
+                     unexpected keys (llama3: with --tokenizer, the tokenizer
+                     and bos/eos ids pass through; else the ids are null);
+                     its log_softmax(logits) on a fixed 2x32 batch equals
+                     ftrain's within 1e-5 relative.
+  hf_to_ftrain       a random LlamaForCausalLM (GQA, llama3 rope, untied)
+                     save_pretrained with max_shard_size 20KB; the deck's
+                     model line from its config.json (ftrain-convert
+                     deck-model); `init safetensors DIR` on np 2, one AdamW
+                     step: ftrain's step-1 loss equals HF's loss on the same 4 windows within 1e-5
+                     relative; every weight after the step equals HF's after
+                     torch.optim.AdamW (same lr, betas, eps, weight decay on
+                     matrices only) within 1e-5 absolute, 1% of the step
+                     (lr 1e-3, eps 1e-6); ftrain_logprobs on the HF
+                     directory equals HF's log-probabilities (1e-5).
+  vit_both_ways      timm VisionTransformer, tiny config: a random timm model
+                     saved with safetensors loads in ftrain and gives timm's
+                     log-probabilities; ftrain trains 3 steps on np 2, exports,
+                     timm builds the model from the exported config.json and
+                     loads every tensor strictly: logits (log-softmax) equal.
+                     ftrain's vit-b16 preset declares exactly timm's
+                     vit_base_patch16_224 state_dict (names and shapes).
+"""
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+# Everything is local: never reach for the Hugging Face Hub (CI has no route to it).
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)  # two ranks of ftrain may run beside us on two cores
+REL = 1e-5         # relative, log-probabilities and losses (fp32 on both sides)
+WEIGHT_TOL = 1e-5  # absolute, weights after one AdamW step of lr 1e-3 (1% of the step)
+
+
+def fail(message):
+    print("FAIL:", message)
+    sys.exit(1)
+
+
+class Env:
+    def __init__(self, args):
+        self.args = args
+        self.dir = args.workdir
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+        self.mpirun = shlex.split(args.mpirun)
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def run(self, cmd, what):
+        p = subprocess.run(cmd, cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=240)
+        if p.returncode != 0:
+            print(p.stdout)
+            fail(f"{what} exited {p.returncode}: {' '.join(cmd)}")
+        return p.stdout
+
+    def ftrain(self, deck_text, name):
+        deck = self.path(name + ".in")
+        with open(deck, "w") as f:
+            f.write(deck_text)
+        self.run(self.mpirun + ["-np", "2", self.args.ftrain, deck], f"ftrain {name}")
+        return [json.loads(line) for line in open(self.path(name, "metrics.jsonl"))]
+
+    def convert(self, h5, out_dir, *extra):
+        self.run([self.args.convert, "h5-to-safetensors", h5, out_dir, *extra], "ftrain-convert")
+
+    def logprobs(self, model, overrides, weights, inputs, preset="tiny"):
+        """ftrain's log-probabilities on `inputs` (int32 tokens [B, T] or float32 NHWC images)."""
+        raw = self.path("batch.bin")
+        out = self.path("logprobs.bin")
+        np.ascontiguousarray(inputs).tofile(raw)
+        cmd = [self.args.logprobs, "--plugin-dir", self.args.plugin_dir, "--model", model, "--preset", preset,
+               "--weights", weights, "--inputs", raw, "--shape", ",".join(map(str, inputs.shape)), "--out", out]
+        for k, v in overrides.items():
+            cmd += ["--set", f"{k}={v}"]
+        self.run(cmd, "ftrain_logprobs")
+        return np.fromfile(out, dtype=np.float32)
+
+
+def write_tokens(path, tokens, vocab):
+    """An ftrain token file (share/doc/data.md), u16 tokens, no eos."""
+    tokens = np.asarray(tokens, dtype=np.uint16)
+    header = b"FTRNTOK1" + np.array([1, 2], "<u4").tobytes() + np.array(
+        [len(tokens), vocab, 0xFFFFFFFFFFFFFFFF, 0], "<u8").tobytes() + bytes(16)
+    with open(path, "wb") as f:
+        f.write(header + tokens.astype("<u2").tobytes())
+
+
+def expect_close(name, got, want, rel=REL):
+    """|got - want| <= rel * |want| elementwise (float64 arithmetic)."""
+    got = np.asarray(got, np.float64).ravel()
+    want = np.asarray(want, np.float64).ravel()
+    if got.shape != want.shape:
+        fail(f"{name}: {got.size} values from ftrain, {want.size} from the reference")
+    err = np.abs(got - want) / np.maximum(np.abs(want), 1e-30)
+    worst = int(np.argmax(err))
+    if not err[worst] <= rel:
+        fail(f"{name}: element {worst} differs: ftrain {got[worst]!r}, reference {want[worst]!r} "
+             f"(relative {err[worst]:.3g} > {rel:g}; {int((err > rel).sum())} of {err.size} elements off)")
+    print(f"ok: {name}: {err.size} values, largest relative difference {err[worst]:.3g} (allowed {rel:g})")
+
+
+# ---- Llama ------------------------------------------------------------------------------------
+
+LLAMA_COMMON = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                    num_attention_heads=4, rms_norm_eps=1e-5, max_position_embeddings=2048)
+LLAMA_CONFIGS = {
+    "llama2": dict(LLAMA_COMMON, num_key_value_heads=4, rope_theta=10000.0, tie_word_embeddings=False),
+    # head_dim 8: wavelengths 6.3, 167, 4443, 1.2e5 tokens; with original_max 256, low 1, high 4 the first
+    # is kept, the second interpolated (64 < 167 < 256), the last two divided by the factor.
+    "llama3": dict(LLAMA_COMMON, num_key_value_heads=2, rope_theta=500000.0, tie_word_embeddings=False,
+                   rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                     original_max_position_embeddings=256)),
+}
+LLAMA_CONFIGS["llama3_tied"] = dict(LLAMA_CONFIGS["llama3"], tie_word_embeddings=True)
+
+
+def ftrain_overrides(config):
+    """HF config keys -> the `model llama ...` overrides (ftrain's keys are HF's)."""
+    out = {}
+    for k, v in config.items():
+        if k == "rope_scaling":
+            out["rope_scaling"] = v["rope_type"]
+            for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+                out[f"rope_scaling_{key}"] = v[key]
+        elif isinstance(v, bool):
+            out[k] = "true" if v else "false"
+        else:
+            out[k] = v
+    return out
+
+
+def model_line(config):
+    return "model llama preset tiny " + " ".join(f"{k} {v}" for k, v in ftrain_overrides(config).items()) + "\n"
+
+
+def hf_logprobs(model, tokens):
+    with torch.no_grad():
+        logits = model(torch.from_numpy(tokens.astype(np.int64))).logits
+    return torch.log_softmax(logits.double(), dim=-1).numpy()
+
+
+def fixed_tokens(vocab, batch=2, seq=32, seed=3):
+    return np.random.default_rng(seed).integers(0, vocab, size=(batch, seq)).astype(np.int32)
+
+
+def make_tokenizer_dir(path, vocab):
+    """A Hugging Face tokenizer directory as a model ships it: a BPE trained with `tokenizers`, saved by
+    PreTrainedTokenizerFast, and a config.json naming the special token ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    corpus = ["the quick brown fox jumps over the lazy dog", "ftrain trains llamas", "def f(x): return x * 2"] * 20
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<s>", "</s>", "<unk>"]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.save_pretrained(path)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({"model_type": "llama", "bos_token_id": fast.bos_token_id, "eos_token_id": fast.eos_token_id}, f)
+    return path
+
+
+def check_tokenizer_passed_through(out, tokenizer_src, config):
+    """--tokenizer copies the tokenizer and the special ids; without it the ids are null, not guessed."""
+    if tokenizer_src is None:
+        raw = json.load(open(os.path.join(out, "config.json")))
+        if raw.get("bos_token_id", "absent") is not None or raw.get("eos_token_id", "absent") is not None:
+            fail(f"config.json without --tokenizer should have null bos/eos ids: {raw}")
+        print("ok: without --tokenizer, bos_token_id and eos_token_id are null")
+        return
+    from transformers import AutoTokenizer
+    want = AutoTokenizer.from_pretrained(tokenizer_src)
+    got = AutoTokenizer.from_pretrained(out)
+    text = "the lazy fox returns x * 2"
+    if got(text)["input_ids"] != want(text)["input_ids"] or got.eos_token != "</s>":
+        fail(f"tokenizer copied through encodes differently: {got(text)} vs {want(text)}")
+    if (config.bos_token_id, config.eos_token_id) != (want.bos_token_id, want.eos_token_id):
+        fail(f"config.json bos/eos ids {config.bos_token_id}/{config.eos_token_id}, tokenizer's "
+             f"{want.bos_token_id}/{want.eos_token_id}")
+    print(f"ok: --tokenizer: AutoTokenizer.from_pretrained(export) encodes as the source; bos/eos ids "
+          f"{config.bos_token_id}/{config.eos_token_id}")
+
+
+def scenario_to_hf(env, name):
+    from transformers import LlamaForCausalLM
+    config = LLAMA_CONFIGS[name]
+    vocab = config["vocab_size"]
+    rng = np.random.default_rng(1)
+    write_tokens(env.path("train.tok"), rng.integers(0, vocab, 4096), vocab)
+    # init std 0.2 (not 0.02): attention far from uniform, so a wrong RoPE shows in the logits.
+    metrics = env.ftrain(model_line(config) + """\
+precision fp32
+seed 5
+data tokens train.tok packing on shuffle on
+batch micro 2 seq_len 16
+optimizer adamw lr 1e-2 weight_decay 0.01
+max_steps 4
+init random std 0.2
+fsdp full_shard
+save_final final.h5
+log every 1
+run_dir run
+""", "run")
+    if [m["step"] for m in metrics if "loss" in m] != [1, 2, 3, 4]:
+        fail(f"expected 4 logged steps: {metrics}")
+
+    out = env.path("hf")
+    tokenizer_src = make_tokenizer_dir(env.path("tokenizer_src"), vocab) if name == "llama3" else None
+    env.convert(env.path("final.h5"), out, "--shard-size", "20KB",
+                *(["--tokenizer", tokenizer_src] if tokenizer_src else []))
+    index = json.load(open(os.path.join(out, "model.safetensors.index.json")))
+    shards = sorted(set(index["weight_map"].values()))
+    if len(shards) < 2:
+        fail(f"expected several shards, got {shards}")
+    model, info = LlamaForCausalLM.from_pretrained(out, torch_dtype=torch.float32, output_loading_info=True)
+    bad = {k: v for k, v in info.items() if v}
+    if bad:
+        fail(f"from_pretrained({out}) did not take the checkpoint as it is: {bad}")
+    loaded = model.config
+    for k, v in config.items():
+        got = getattr(loaded, k)
+        if k == "rope_scaling":
+            got = {key: got[key] for key in v}
+        if got != v:
+            fail(f"config.json: {k} loads as {got!r}, the run had {v!r}")
+    if model.config.torch_dtype != torch.float32:
+        fail(f"config.json torch_dtype: {model.config.torch_dtype}")
+    print(f"ok: from_pretrained: {len(shards)} shards, no missing/unexpected keys, config as trained")
+    check_tokenizer_passed_through(out, tokenizer_src, model.config)
+    model.eval()
+
+    tokens = fixed_tokens(vocab)
+    want = hf_logprobs(model, tokens)
+    got = env.logprobs("llama", ftrain_overrides(config), env.path("final.h5"), tokens)
+    expect_close(f"{name}: log_softmax(logits), ftrain (final.h5) vs LlamaForCausalLM.from_pretrained", got, want)
+
+
+# ---- transformers -> ftrain, one AdamW step ----------------------------------------------------
+
+def scenario_hf_to_ftrain(env):
+    import h5py
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LLAMA_CONFIGS["llama3"]
+    vocab, T, B = config["vocab_size"], 16, 4  # B = micro 2 x 2 ranks
+    torch.manual_seed(7)
+    # initializer_range 0.3, not 0.02: attention far from uniform, so RoPE and every weight matter to the loss.
+    hf_config = LlamaConfig(**config, initializer_range=0.3, bos_token_id=0, eos_token_id=1)
+    model = LlamaForCausalLM(hf_config).float()
+    src = env.path("hf")
+    model.save_pretrained(src, max_shard_size="20KB", safe_serialization=True)
+    shards = [f for f in os.listdir(src) if f.endswith(".safetensors")]
+    if len(shards) < 3 or not os.path.exists(os.path.join(src, "model.safetensors.index.json")):
+        fail(f"save_pretrained should have written several shards and an index: {sorted(os.listdir(src))}")
+
+    # packing on, shuffle off: step 1's global batch is windows 0..3 = tokens [w*T, w*T + T + 1).
+    tokens = np.random.default_rng(11).integers(0, vocab, B * T + 1)
+    write_tokens(env.path("train.tok"), tokens, vocab)
+    windows = np.stack([tokens[w * T:w * T + T + 1] for w in range(B)])
+    inputs = torch.from_numpy(windows[:, :-1].astype(np.int64))
+    targets = torch.from_numpy(windows[:, 1:].astype(np.int64))
+
+    # eps 1e-6, not 1e-8: step 1 of Adam is lr * g / (|g| + eps), so elements whose gradient is
+    # within float noise of 0 would otherwise flip between +lr and -lr; with 1e-6 the update is
+    # smooth in g and the weights can be compared to WEIGHT_TOL = 1e-5 = 1% of the lr-sized step.
+    lr, beta1, beta2, eps, wd = 1e-3, 0.9, 0.95, 1e-6, 0.1
+    # The model line comes from save_pretrained's config.json, through ftrain-convert deck-model.
+    line = env.run([env.args.convert, "deck-model", src], "ftrain-convert deck-model").strip()
+    print(f"ok: ftrain-convert deck-model {src}: {line}")
+    metrics = env.ftrain(line + "\n" + f"""\
+precision fp32
+seed 5
+data tokens train.tok packing on shuffle off
+batch micro 2 seq_len {T}
+optimizer adamw lr {lr} beta1 {beta1} beta2 {beta2} eps {eps} weight_decay {wd}
+schedule constant
+max_steps 1
+init safetensors hf
+fsdp full_shard
+save_final final.h5
+log every 1
+run_dir run
+""", "run")
+    step1 = [m for m in metrics if m.get("step") == 1 and "loss" in m]
+    if not step1 or step1[0]["lr"] != lr:
+        fail(f"step 1 with lr {lr} expected in metrics: {metrics}")
+
+    model.train()
+    logits = model(inputs).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+    expect_close("step-1 loss, ftrain (init safetensors, np 2) vs LlamaForCausalLM", [step1[0]["loss"]],
+                 [loss.item()])
+
+    # What ftrain's import computes, before the step: log-probabilities on a fixed batch.
+    model.eval()
+    fixed = fixed_tokens(vocab)
+    expect_close("log_softmax(logits), ftrain_logprobs (HF sharded dir) vs LlamaForCausalLM",
+                 env.logprobs("llama", ftrain_overrides(config), src, fixed), hf_logprobs(model, fixed))
+
+    # One torch.optim.AdamW step: decay on matrices (ftrain: weight_decay on every 2-D parameter, none on norms).
+    model.train()
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=(beta1, beta2), eps=eps)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    worst_abs, worst_name, moved = 0.0, None, 0.0
+    with h5py.File(env.path("final.h5")) as f:
+        names = sorted(k for k in f.keys())
+        hf_names = sorted(n for n, _ in model.named_parameters())
+        if names != hf_names:
+            fail(f"final.h5 parameters {names} != HF's {hf_names}")
+        for n, p in model.named_parameters():
+            got = np.asarray(f[n], np.float64)
+            want = p.detach().double().numpy()
+            moved = max(moved, float(np.abs(want - before[n].double().numpy()).max()))
+            err = np.abs(got - want)
+            if err.max() > WEIGHT_TOL:
+                i = np.unravel_index(np.argmax(err), err.shape)
+                fail(f"after one AdamW step, {n}{list(i)}: ftrain {got[i]!r}, torch {want[i]!r} "
+                     f"(before {before[n].double().numpy()[i]!r}; allowed {WEIGHT_TOL:g})")
+            if err.max() > worst_abs:
+                worst_abs, worst_name = float(err.max()), n
+    print(f"ok: after one AdamW step all {len(names)} tensors match torch.optim.AdamW: largest difference "
+          f"{worst_abs:.3g} ({worst_name}), the step moved weights by up to {moved:.3g}")
+
+
+# ---- ViT --------------------------------------------------------------------------------------
+
+VIT_TINY = dict(img_size=32, patch_size=8, in_chans=3, num_classes=10, embed_dim=64, depth=2, num_heads=4,
+                mlp_ratio=4.0, qkv_bias=True, class_token=True, global_pool="token")
+
+
+def timm_logprobs(model, images_nhwc):
+    with torch.no_grad():
+        logits = model(torch.from_numpy(images_nhwc).permute(0, 3, 1, 2).contiguous())
+    return torch.log_softmax(logits.double(), dim=-1).numpy()
+
+
+def scenario_vit_both_ways(env):
+    import timm
+    from safetensors.torch import load_file, save_file
+    from timm.models.vision_transformer import VisionTransformer
+
+    # The ViT-B/16 layout: ftrain's vit-b16 preset declares timm's state_dict, name for name, shape for shape.
+    listing = env.run([env.args.logprobs, "--plugin-dir", env.args.plugin_dir, "--model", "vit", "--preset",
+                       "vit-b16", "--list-params"], "ftrain_logprobs --list-params")
+    ours = {line.split()[0]: tuple(int(d) for d in line.split()[1].split(",")) for line in listing.splitlines()}
+    theirs = {k: tuple(v.shape) for k, v in timm.create_model("vit_base_patch16_224").state_dict().items()}
+    if ours != theirs:
+        diff = sorted(set(ours.items()) ^ set(theirs.items()))
+        fail(f"ftrain vit-b16 vs timm vit_base_patch16_224 state_dict: differing entries {diff[:10]}")
+    print(f"ok: ftrain's vit-b16 parameters are timm vit_base_patch16_224's state_dict ({len(ours)} tensors)")
+
+    images = np.random.default_rng(5).standard_normal((3, 32, 32, 3)).astype(np.float32)
+
+    # timm -> ftrain.
+    torch.manual_seed(3)
+    reference = VisionTransformer(**VIT_TINY).eval()
+    with torch.no_grad():  # timm zero-inits the head and cls_token is tiny: give every tensor some weight
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, env.path("timm.safetensors"),
+              metadata={"format": "pt"})
+    expect_close("timm -> ftrain: log_softmax(logits), ftrain_logprobs vs timm VisionTransformer",
+                 env.logprobs("vit", {}, env.path("timm.safetensors"), images), timm_logprobs(reference, images))
+
+    # ftrain -> timm.
+    env.ftrain("""\
+model vit preset tiny
+precision fp32
+seed 9
+data images synthetic classes 10 samples 64 shuffle on
+batch micro 4
+optimizer adamw lr 1e-2 weight_decay 0.05
+max_steps 3
+init random std 0.02
+fsdp full_shard
+save_final final.h5
+log every 1
+run_dir run
+""", "run")
+    out = env.path("vit_hf")
+    env.convert(env.path("final.h5"), out, "--shard-size", "50KB")
+    config = json.load(open(os.path.join(out, "config.json")))
+    model = timm.create_model(config["architecture"], pretrained=False, **config["model_args"]).eval()
+    state = {}
+    for shard in sorted(set(json.load(open(os.path.join(out, "model.safetensors.index.json")))["weight_map"].values())):
+        state.update(load_file(os.path.join(out, shard)))
+    model.load_state_dict(state, strict=True)
+    if config["num_classes"] != 10 or config["model_args"]["img_size"] != 32:
+        fail(f"config.json: {config}")
+    print(f"ok: timm.create_model({config['architecture']!r}, **model_args) loads the export strictly")
+    expect_close("ftrain -> timm: log_softmax(logits), ftrain (final.h5) vs timm", 
+                 env.logprobs("vit", {}, env.path("final.h5"), images), timm_logprobs(model, images))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario")
+    for opt in ("ftrain", "prep", "convert", "logprobs", "plugin-dir", "mpirun", "workdir"):
+        parser.add_argument("--" + opt, required=True)
+    args = parser.parse_args()
+    env = Env(args)
+    scenarios = {
+        "llama2_to_hf": lambda: scenario_to_hf(env, "llama2"),
+        "llama3_to_hf": lambda: scenario_to_hf(env, "llama3"),
+        "llama3_tied_to_hf": lambda: scenario_to_hf(env, "llama3_tied"),
+        "hf_to_ftrain": lambda: scenario_hf_to_ftrain(env),
+        "vit_both_ways": lambda: scenario_vit_both_ways(env),
+    }
+    if args.scenario not in scenarios:
+        fail(f"unknown scenario {args.scenario}; known: {', '.join(scenarios)}")
+    scenarios[args.scenario]()
+    print(f"PASS: {args.scenario}")
+
+
+if __name__ == "__main__":
+    main()
