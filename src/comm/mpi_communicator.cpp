@@ -162,6 +162,9 @@ void set_collective_fault_for_testing(const std::string& collective, std::int64_
   f.nth = nth;
   f.seen = 0;
   f.rank = -1;
+  // A test that injected a failure starts the next one with a clean slate
+  // (in a run, the first failure ends the job).
+  MpiProgress::acquire()->clear_failure_for_testing();
 }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned)

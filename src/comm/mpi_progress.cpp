@@ -5,6 +5,8 @@
 #include <chrono>
 #include <iostream>
 
+#include "core/error.hpp"
+
 namespace ftrain {
 
 using Clock = std::chrono::steady_clock;
@@ -78,7 +80,30 @@ MpiProgress::~MpiProgress() {
   thread_.join();  // runs what is still queued first
 }
 
+std::function<void()> MpiProgress::guarded(std::function<void()> job) {
+  return [this, job = std::move(job)] {
+    {
+      std::lock_guard<std::mutex> lock(failure_mutex_);
+      if (!first_failure_.empty())
+        FT_THROW() << "not started: an earlier collective of this rank failed (" << first_failure_ << ")";
+    }
+    try {
+      job();
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(failure_mutex_);
+      if (first_failure_.empty()) first_failure_ = e.what();
+      throw;
+    }
+  };
+}
+
+void MpiProgress::clear_failure_for_testing() {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  first_failure_.clear();
+}
+
 Request MpiProgress::submit(std::function<void()> job, std::shared_ptr<CommClock> clock) {
+  job = guarded(std::move(job));
   // Busy time is booked before the request completes, so a waiter that
   // returns sees its collective counted.
   std::packaged_task<void()> task([job = std::move(job), clock] {
@@ -107,6 +132,7 @@ Request MpiProgress::submit(std::function<void()> job, std::shared_ptr<CommClock
 }
 
 void MpiProgress::run(std::function<void()> job) {
+  job = guarded(std::move(job));
   if (!threaded_) {
     job();
     return;

@@ -22,6 +22,12 @@
 //
 // Without MPI_THREAD_SERIALIZED (MPI_Query_thread) jobs run inside submit():
 // correct, just without overlap.
+//
+// After a job fails, no later job calls MPI: each fails at once, naming the
+// first failure. The other ranks still wait in the collective that failed
+// here; posting this rank's later collectives would pair them with it
+// (mismatched sizes, MPI_ERR_TRUNCATE, buffers written after their owners
+// unwound) instead of leaving the job to end by the failing rank's abort.
 #pragma once
 
 #include <condition_variable>
@@ -30,6 +36,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "comm/communicator.hpp"
@@ -65,15 +72,21 @@ class MpiProgress {
   void run(std::function<void()> job);
 
   bool threaded() const { return threaded_; }
+  // Test only (set_collective_fault_for_testing): forget an earlier failure.
+  void clear_failure_for_testing();
 
  private:
   void worker();
+  // Wraps a job: refuses it after a failure, records its own failure.
+  std::function<void()> guarded(std::function<void()> job);
 
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::packaged_task<void()>> queue_;
   bool stop_ = false;
   bool threaded_ = true;
+  std::mutex failure_mutex_;
+  std::string first_failure_;  // empty while every job has succeeded
   std::thread thread_;
 };
 

@@ -316,7 +316,7 @@ TEST_F(CommFault, TestRethrowsTheErrorOfACompleteRequest) {
   EXPECT_EQ(load(second, 3), 255) << "the failed collective must not have run";
 }
 
-TEST_F(CommFault, WaitRethrowsAndLaterCollectivesStillWork) {
+TEST_F(CommFault, WaitRethrowsAndLaterCollectivesAreRefused) {
   MpiCommunicator world(MPI_COMM_WORLD);
   set_collective_fault_for_testing("all_gather", 1);
   Tensor send = contribution(DType::i64, world.rank(), 3);
@@ -325,6 +325,15 @@ TEST_F(CommFault, WaitRethrowsAndLaterCollectivesStillWork) {
   const std::string message = error_of([&] { failing.wait(); });
   EXPECT_NE(message.find("all_gather of"), std::string::npos) << message;
   EXPECT_NE(message.find("rank " + std::to_string(world.rank())), std::string::npos) << message;
+  // Nothing after a failure reaches MPI: on a rank that failed alone it would
+  // pair with the other ranks' pending collective.
+  const auto untouched = load(recv, 2);
+  const std::string refused = error_of([&] { world.all_gather(send, recv).wait(); });
+  EXPECT_NE(refused.find("not started: an earlier collective of this rank failed"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("injected fault"), std::string::npos) << refused;
+  EXPECT_NE(error_of([&] { world.all_reduce_sum(1.0); }).find("not started"), std::string::npos);
+  EXPECT_EQ(load(recv, 2), untouched) << "the refused collective must not have run";
+  set_collective_fault_for_testing("", 0);  // test only: clean slate
   world.all_gather(send, recv).wait();
   for (int q = 0; q < world.size(); ++q) EXPECT_EQ(load(recv, q * 3 + 2), value_of(DType::i64, q, 2));
 }
