@@ -25,7 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "runtime/execution_context.hpp"
 
 namespace ftrain {
 
@@ -57,6 +59,14 @@ struct Batch {
 
 // Per-step knobs the engine passes to units.
 struct StepContext {
+  // Where ops run (kernels/ops.hpp: every op takes it). Set by the engine;
+  // ops are enqueued on its compute stream, so a unit reads tensor data on
+  // the host only after execution().synchronize().
+  ExecutionContext* execution_context = &host_context();
+  ExecutionContext& execution() const {
+    FT_CHECK(execution_context != nullptr) << "StepContext without an execution context";
+    return *execution_context;
+  }
   Device device = Device::host;
   DType compute_dtype = DType::f32;   // dtype of activations and gathered params
   std::int64_t vocab_chunk = 4096;    // cross-entropy chunk over the vocabulary

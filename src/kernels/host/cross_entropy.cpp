@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "kernels/ops.hpp"
+#include "kernels/host/host_ops.hpp"
 
 namespace ftrain::host {
 
