@@ -69,7 +69,7 @@ inline constexpr std::uint32_t kPoisonWord = 0x7FC07FC0u;
 
 struct HostAllocatorOptions {
   bool debug = false;                              // poison + quarantine
-  std::size_t cache_limit_bytes = std::size_t(1) << 30;  // free blocks kept beyond this go back to the system
+  std::size_t cache_limit_bytes = std::size_t(256) << 20;  // free blocks kept beyond this go back to the system
   std::size_t quarantine_bytes = std::size_t(64) << 20;  // debug: freed bytes held back before reuse
   // Reads FTRAIN_ALLOC_DEBUG (0 or 1; anything else is an error naming it).
   static HostAllocatorOptions from_environment();
