@@ -83,8 +83,8 @@ class EmbeddingUnit final : public Unit {
     return h;
   }
 
-  Tensor backward(const StepContext& ctx, const std::vector<Tensor>& params, std::vector<Tensor>& grads, const Batch& batch,
-                  const Tensor&, const Tensor& dy, UnitCache&) override {
+  Tensor backward(const StepContext& ctx, const std::vector<Tensor>& params, std::vector<Tensor>& grads,
+                  const Batch& batch, const Tensor&, const Tensor& dy, UnitCache&) override {
     check_params(*this, params, 1);
     ops::embedding_backward(ctx.execution(), batch.inputs.reshape({token_rows(batch.inputs)}), dy, grads[0]);
     return Tensor();
@@ -213,8 +213,8 @@ class DecoderLayerUnit final : public Unit {
     Tensor dq = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor dk = activation(ctx, {d.b, d.t, d.hkv, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.hkv, d.hd});
-    ops::attention_backward(ctx.execution(), s[kQRot], s[kKRot], s[kVal], s[kAttn], s[kLse], dattn, /*causal=*/true, softmax_scale(), dq,
-                            dk, dv);
+    ops::attention_backward(ctx.execution(), s[kQRot], s[kKRot], s[kVal], s[kAttn], s[kLse], dattn, /*causal=*/true,
+                            softmax_scale(), dq, dk, dv);
     ops::rope_backward(ctx.execution(), dq, inv_freq_, batch.position_offset, dq);
     ops::rope_backward(ctx.execution(), dk, inv_freq_, batch.position_offset, dk);
 
@@ -282,7 +282,8 @@ class DecoderLayerUnit final : public Unit {
   static constexpr Param kFp8Linears[] = {kQ, kK, kV, kO, kGate, kUp, kDown};
   void linear_forward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, Tensor& y) {
     if (!ctx.fp8) return ops::linear_forward(ctx.execution(), x, w, nullptr, y);
-    fp8::linear_forward(ctx.execution(), *ctx.fp8_recipe, fp8_layer(ctx, weight), /*record=*/ctx.training, x, w, nullptr, y);
+    fp8::linear_forward(ctx.execution(), *ctx.fp8_recipe, fp8_layer(ctx, weight), /*record=*/ctx.training, x, w,
+                        nullptr, y);
   }
   void linear_backward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, const Tensor& dy,
                        Tensor* dx, Tensor& dw) {
@@ -323,7 +324,8 @@ class HeadUnit final : public Unit {
     ops::rmsnorm_forward(ctx.execution(), x, p[0], static_cast<float>(config_.rms_norm_eps), normed, rstd);
     Tensor losses = f32_tensor(ctx, {n});
     Tensor lse = f32_tensor(ctx, {n});
-    ops::cross_entropy_forward(ctx.execution(), normed, p[1], nullptr, batch.targets.reshape({n}), ctx.vocab_chunk, losses, lse);
+    ops::cross_entropy_forward(ctx.execution(), normed, p[1], nullptr, batch.targets.reshape({n}), ctx.vocab_chunk,
+                               losses, lse);
 
     // The op set has no reduction to a device scalar yet, so the sum is taken
     // on the host (in double: it is the number every loss curve shows).
@@ -348,8 +350,8 @@ class HeadUnit final : public Unit {
     const std::int64_t n = token_rows(batch.targets);
     const auto& s = cache.saved;
     Tensor dnormed = activation(ctx, {n, config_.hidden_size});
-    ops::cross_entropy_backward(ctx.execution(), s[kNormed], p[1], nullptr, batch.targets.reshape({n}), s[kLse], loss_scale,
-                                ctx.vocab_chunk, dnormed, g[1], nullptr);
+    ops::cross_entropy_backward(ctx.execution(), s[kNormed], p[1], nullptr, batch.targets.reshape({n}), s[kLse],
+                                loss_scale, ctx.vocab_chunk, dnormed, g[1], nullptr);
     Tensor dx = activation(ctx, {n, config_.hidden_size});
     ops::rmsnorm_backward(ctx.execution(), x, p[0], s[kRstd], dnormed, dx, g[0]);
     return dx;

@@ -133,8 +133,8 @@ Tensor unfold_patches(ExecutionContext& exec, const VitConfig& c, const Batch& b
 
 // Copies rows of `row_bytes` bytes: dst row i <- src row src_row(i).
 template <class RowOf>
-void copy_rows(ExecutionContext& exec, const char* kernel, const Tensor& src, Tensor& dst, std::int64_t rows, std::int64_t width,
-               RowOf src_row, std::int64_t dst_stride_rows = 1, std::int64_t dst_first = 0) {
+void copy_rows(ExecutionContext& exec, const char* kernel, const Tensor& src, Tensor& dst, std::int64_t rows,
+               std::int64_t width, RowOf src_row, std::int64_t dst_stride_rows = 1, std::int64_t dst_first = 0) {
   FT_CHECK(src.dtype() == dst.dtype()) << kernel << ": " << src.describe() << " vs " << dst.describe();
   require_host(exec, kernel, src);
   require_host(exec, kernel, dst);
@@ -173,7 +173,8 @@ class PatchEmbedUnit final : public Unit {
                        C = config_.embed_dim;
     Tensor unfolded = unfold_patches(ctx.execution(), config_, batch);
     Tensor patches = f32_tensor(ctx, {B * N, C});
-    ops::linear_forward(ctx.execution(), unfolded, p[kWeight].reshape({C, config_.patch_features()}), &p[kBias], patches);
+    ops::linear_forward(ctx.execution(), unfolded, p[kWeight].reshape({C, config_.patch_features()}), &p[kBias],
+                        patches);
 
     const Tensor cls = as_f32(ctx.execution(), p[kCls]);
     const Tensor pos = as_f32(ctx.execution(), p[kPos]);
@@ -223,8 +224,8 @@ class PatchEmbedUnit final : public Unit {
               [=](std::int64_t r) { return (r / N) * T + 1 + r % N; });
     Tensor unfolded = unfold_patches(ctx.execution(), config_, batch);
     Tensor dw = g[kWeight].reshape({C, config_.patch_features()});
-    ops::linear_backward(ctx.execution(), unfolded, p[kWeight].reshape({C, config_.patch_features()}), dpatches, nullptr, dw,
-                         &g[kBias]);
+    ops::linear_backward(ctx.execution(), unfolded, p[kWeight].reshape({C, config_.patch_features()}), dpatches,
+                         nullptr, dw, &g[kBias]);
     return Tensor();
   }
 
@@ -332,8 +333,8 @@ class BlockUnit final : public Unit {
     Tensor dq = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor dk = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.h, d.hd});
-    ops::attention_backward(ctx.execution(), s[kQ], s[kK], s[kV], s[kAttn], s[kLse], dattn, /*causal=*/false, softmax_scale(), dq, dk,
-                            dv);
+    ops::attention_backward(ctx.execution(), s[kQ], s[kK], s[kV], s[kAttn], s[kLse], dattn, /*causal=*/false,
+                            softmax_scale(), dq, dk, dv);
 
     Tensor xn1 = activation(ctx, {d.n, d.c});
     ops::layernorm_forward(ctx.execution(), x, p[kN1W], &p[kN1B], eps, xn1, mean_scratch, rstd_scratch);
@@ -431,12 +432,12 @@ class HeadUnit final : public Unit {
     const Tensor cls = gather_class_tokens(ctx, x, B);
     Tensor normed = activation(ctx, {B, C});
     Tensor mean = f32_tensor(ctx, {B}), rstd = f32_tensor(ctx, {B});
-    ops::layernorm_forward(ctx.execution(), cls, p[kNormW], &p[kNormB], static_cast<float>(config_.layer_norm_eps), normed, mean,
-                           rstd);
+    ops::layernorm_forward(ctx.execution(), cls, p[kNormW], &p[kNormB], static_cast<float>(config_.layer_norm_eps),
+                           normed, mean, rstd);
     Tensor losses = f32_tensor(ctx, {B});
     Tensor lse = f32_tensor(ctx, {B});
-    ops::cross_entropy_forward(ctx.execution(), normed, p[kHeadW], &p[kHeadB], batch.targets.reshape({B}), ctx.vocab_chunk, losses,
-                               lse);
+    ops::cross_entropy_forward(ctx.execution(), normed, p[kHeadW], &p[kHeadB], batch.targets.reshape({B}),
+                               ctx.vocab_chunk, losses, lse);
     require_host(ctx.execution(), "head loss sum", losses);
     double total = 0.0;
     for (float l : to_float_vector(losses)) total += l;
@@ -455,8 +456,8 @@ class HeadUnit final : public Unit {
     const std::int64_t B = rows(batch), T = config_.tokens(), C = config_.embed_dim;
     const auto& s = cache.saved;
     Tensor dnormed = activation(ctx, {B, C});
-    ops::cross_entropy_backward(ctx.execution(), s[kNormed], p[kHeadW], &p[kHeadB], batch.targets.reshape({B}), s[kLse], loss_scale,
-                                ctx.vocab_chunk, dnormed, g[kHeadW], &g[kHeadB]);
+    ops::cross_entropy_backward(ctx.execution(), s[kNormed], p[kHeadW], &p[kHeadB], batch.targets.reshape({B}),
+                                s[kLse], loss_scale, ctx.vocab_chunk, dnormed, g[kHeadW], &g[kHeadB]);
     const Tensor cls = gather_class_tokens(ctx, x, B);
     Tensor dcls = activation(ctx, {B, C});
     ops::layernorm_backward(ctx.execution(), cls, p[kNormW], s[kMean], s[kRstd], dnormed, dcls, g[kNormW], &g[kNormB]);

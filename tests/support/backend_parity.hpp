@@ -43,7 +43,8 @@ inline Tensor random(ExecutionContext& ctx, const Shape& shape, std::uint64_t se
                      double scale = 1.0, const char* name = "input") {
   const std::int64_t n = shape_numel(shape);
   std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(scale * rng::normal(seed, 29, static_cast<std::uint64_t>(i)));
+  for (std::int64_t i = 0; i < n; ++i)
+    v[static_cast<std::size_t>(i)] = static_cast<float>(scale * rng::normal(seed, 29, static_cast<std::uint64_t>(i)));
   Tensor t = from_floats(shape, v, dtype);
   t.set_name(name);
   return ctx.device() == Device::host ? t : to_device(t, ctx.device());
@@ -65,8 +66,10 @@ inline Tensor zeros(ExecutionContext& ctx, const Shape& shape, DType dtype = DTy
 inline Tensor ids(ExecutionContext& ctx, std::int64_t n, std::int64_t bound, std::uint64_t seed, bool ignore) {
   Tensor t = Tensor::empty({n}, DType::i32, Device::host, "ids");
   auto* p = t.data_as<std::int32_t>();
-  for (std::int64_t i = 0; i < n; ++i)
-    p[i] = ignore && i % 5 == 4 ? kIgnoreIndex : static_cast<std::int32_t>(rng::hash_name(std::to_string(seed * 1000 + static_cast<std::uint64_t>(i))) % static_cast<std::uint64_t>(bound));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint64_t h = rng::hash_name(std::to_string(seed * 1000 + static_cast<std::uint64_t>(i)));
+    p[i] = ignore && i % 5 == 4 ? kIgnoreIndex : static_cast<std::int32_t>(h % static_cast<std::uint64_t>(bound));
+  }
   return ctx.device() == Device::host ? t : to_device(t, ctx.device());
 }
 
@@ -178,7 +181,8 @@ inline std::vector<ParityCase> parity_cases() {
                  Tensor out = zeros(ctx, {B, T, Hq, D}), lse = zeros(ctx, {B, Hq, T});
                  ops::attention_forward(ctx, q, k, v, false, 0.35f, out, lse);
                  Tensor dout = random(ctx, {B, T, Hq, D}, s + 3);
-                 Tensor dq = zeros(ctx, {B, T, Hq, D}), dk = zeros(ctx, {B, T, Hkv, D}), dv = zeros(ctx, {B, T, Hkv, D});
+                 Tensor dq = zeros(ctx, {B, T, Hq, D}), dk = zeros(ctx, {B, T, Hkv, D});
+                 Tensor dv = zeros(ctx, {B, T, Hkv, D});
                  ops::attention_backward(ctx, q, k, v, out, lse, dout, false, 0.35f, dq, dk, dv);
                  return ParityOutputs{{dq, dk, dv}, {}};
                }});
@@ -197,7 +201,8 @@ inline std::vector<ParityCase> parity_cases() {
                  return ParityOutputs{{dh, dw, db}, {}};
                }});
   c.push_back({"add", [=](ExecutionContext& ctx, std::uint64_t s) {
-                 Tensor a = random(ctx, {N, C}, s), b = random(ctx, {N, C}, s + 1, DType::bf16), out = zeros(ctx, {N, C});
+                 Tensor a = random(ctx, {N, C}, s), b = random(ctx, {N, C}, s + 1, DType::bf16);
+                 Tensor out = zeros(ctx, {N, C});
                  ops::add(ctx, a, b, out);
                  ops::add(ctx, a, b, a);  // aliasing
                  return ParityOutputs{{out, a}, {}};

@@ -276,7 +276,8 @@ class HeadUnit final : public ftrain::Unit {
     FT_CHECK(n == x.dim(0)) << "head: " << batch.targets.describe() << " does not match " << x.describe();
     Tensor losses = f32_tensor(ctx, {n});
     Tensor lse = f32_tensor(ctx, {n});
-    ftrain::ops::cross_entropy_forward(ctx.execution(), x, p[0], &p[1], batch.targets.reshape({n}), ctx.vocab_chunk, losses, lse);
+    ftrain::ops::cross_entropy_forward(ctx.execution(), x, p[0], &p[1], batch.targets.reshape({n}), ctx.vocab_chunk,
+                                       losses, lse);
     // Ignored targets (padding) give a zero loss, so a plain sum is right.
     FT_CHECK(losses.device() == ftrain::Device::host) << "head: the loss sum is taken on the host";
     // Ops may still be running on an asynchronous stream: wait before reading.
@@ -299,8 +300,8 @@ class HeadUnit final : public ftrain::Unit {
     Tensor dx = activation(ctx, {n, config_.hidden_size});
     // With tied embeddings g[0] is embed.weight's gradient: the engine hands
     // the same buffer to both units and both accumulate into it.
-    ftrain::ops::cross_entropy_backward(ctx.execution(), x, p[0], &p[1], batch.targets.reshape({n}), cache.saved[kLse], loss_scale,
-                                        ctx.vocab_chunk, dx, g[0], &g[1]);
+    ftrain::ops::cross_entropy_backward(ctx.execution(), x, p[0], &p[1], batch.targets.reshape({n}),
+                                        cache.saved[kLse], loss_scale, ctx.vocab_chunk, dx, g[0], &g[1]);
     return dx;
   }
 
