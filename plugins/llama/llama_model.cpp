@@ -327,31 +327,27 @@ class HeadUnit final : public Unit {
     ops::cross_entropy_forward(ctx.execution(), normed, p[1], nullptr, batch.targets.reshape({n}), ctx.vocab_chunk,
                                losses, lse);
 
-    // The op set has no reduction to a device scalar yet, so the sum is taken
-    // on the host (in double: it is the number every loss curve shows).
-    FT_CHECK(losses.device() == Device::host)
-        << "lm_head: summing losses on " << device_name(losses.device()) << " needs a device reduction op";
-    ctx.execution().compute().synchronize();  // the losses are written by the op above
-    double total = 0.0;
-    for (float l : to_float_vector(losses)) total += l;
+    // The loss sum stays on the device (f64 accumulation inside the op): the
+    // engine reads it, the plugin never does.
+    Tensor loss = f32_tensor(ctx, {1});
+    ops::sum(ctx.execution(), losses, loss);
 
     cache.clear();
     if (ctx.training) cache.saved = {rstd, normed, lse};
-    return from_floats({1}, {static_cast<float>(total)});
+    return loss;
   }
 
   Tensor backward(const StepContext& ctx, const std::vector<Tensor>& p, std::vector<Tensor>& g, const Batch& batch,
                   const Tensor& x, const Tensor& dy, UnitCache& cache) override {
     check_params(*this, p, 2);
     FT_CHECK(cache.saved.size() == kNumSaved) << "lm_head: backward without a training forward (empty cache)";
-    FT_CHECK(dy.numel() == 1 && dy.device() == Device::host)
-        << "lm_head: dy must be the host f32[1] loss scale, got " << dy.describe();
-    const float loss_scale = to_float_vector(dy)[0];
+    FT_CHECK(dy.numel() == 1 && dy.dtype() == DType::f32)
+        << "lm_head: dy must be the f32[1] loss scale, got " << dy.describe();
     const std::int64_t n = token_rows(batch.targets);
     const auto& s = cache.saved;
     Tensor dnormed = activation(ctx, {n, config_.hidden_size});
-    ops::cross_entropy_backward(ctx.execution(), s[kNormed], p[1], nullptr, batch.targets.reshape({n}), s[kLse],
-                                loss_scale, ctx.vocab_chunk, dnormed, g[1], nullptr);
+    ops::cross_entropy_backward(ctx.execution(), s[kNormed], p[1], nullptr, batch.targets.reshape({n}), s[kLse], dy,
+                                ctx.vocab_chunk, dnormed, g[1], nullptr);
     Tensor dx = activation(ctx, {n, config_.hidden_size});
     ops::rmsnorm_backward(ctx.execution(), x, p[0], s[kRstd], dnormed, dx, g[0]);
     return dx;

@@ -438,26 +438,24 @@ class HeadUnit final : public Unit {
     Tensor lse = f32_tensor(ctx, {B});
     ops::cross_entropy_forward(ctx.execution(), normed, p[kHeadW], &p[kHeadB], batch.targets.reshape({B}),
                                ctx.vocab_chunk, losses, lse);
-    require_host(ctx.execution(), "head loss sum", losses);
-    double total = 0.0;
-    for (float l : to_float_vector(losses)) total += l;
+    Tensor loss = f32_tensor(ctx, {1});  // the sum stays on the device
+    ops::sum(ctx.execution(), losses, loss);
     cache.clear();
     if (ctx.training) cache.saved = {mean, rstd, normed, lse};
-    return from_floats({1}, {static_cast<float>(total)});
+    return loss;
   }
 
   Tensor backward(const StepContext& ctx, const std::vector<Tensor>& p, std::vector<Tensor>& g, const Batch& batch,
                   const Tensor& x, const Tensor& dy, UnitCache& cache) override {
     check_params(*this, p, kNumParams);
     FT_CHECK(cache.saved.size() == kNumSaved) << "head: backward without a training forward (empty cache)";
-    FT_CHECK(dy.numel() == 1 && dy.device() == Device::host)
-        << "head: dy must be the host f32[1] loss scale, got " << dy.describe();
-    const float loss_scale = to_float_vector(dy)[0];
+    FT_CHECK(dy.numel() == 1 && dy.dtype() == DType::f32)
+        << "head: dy must be the f32[1] loss scale, got " << dy.describe();
     const std::int64_t B = rows(batch), T = config_.tokens(), C = config_.embed_dim;
     const auto& s = cache.saved;
     Tensor dnormed = activation(ctx, {B, C});
     ops::cross_entropy_backward(ctx.execution(), s[kNormed], p[kHeadW], &p[kHeadB], batch.targets.reshape({B}),
-                                s[kLse], loss_scale, ctx.vocab_chunk, dnormed, g[kHeadW], &g[kHeadB]);
+                                s[kLse], dy, ctx.vocab_chunk, dnormed, g[kHeadW], &g[kHeadB]);
     const Tensor cls = gather_class_tokens(ctx, x, B);
     Tensor dcls = activation(ctx, {B, C});
     ops::layernorm_backward(ctx.execution(), cls, p[kNormW], s[kMean], s[kRstd], dnormed, dcls, g[kNormW], &g[kNormB]);

@@ -342,10 +342,10 @@ double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
   }
   FT_CHECK(loss.numel() == 1 && loss.dtype() == DType::f32)
       << "the last unit must return the f32[1] loss sum, got " << loss.describe();
-  exec_.compute().synchronize();
-  const double loss_sum = to_float_vector(loss)[0];
-
+  // The loss scale goes to the device once; the loss sum is read back below,
+  // after the backward was enqueued (one host read per micro-step).
   Tensor dy = from_floats({1}, {loss_scale});
+  if (exec_.device() != Device::host) dy = to_device(dy, exec_.device());
   for (int u = n - 1; u >= 0; --u) {
     for (int o : owners_needed(u)) ensure_gathered(o);
     ensure_gathered(u);
@@ -369,9 +369,9 @@ double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
     if (options_.backward_prefetch == BackwardPrefetch::backward_post) prefetch(u - 1);
   }
   if (options_.strategy != ShardingStrategy::no_shard) release(0);
-  drain();
+  drain();  // synchronizes the compute stream
   if (options_.fp8) update_fp8_scales();
-  return loss_sum;
+  return to_float_vector(loss.device() == Device::host ? loss : to_device(loss, Device::host))[0];
 }
 
 double FsdpEngine::forward_only(const Batch& batch) {
@@ -397,7 +397,8 @@ double FsdpEngine::forward_only(const Batch& batch) {
     for (int u = 0; u < n; ++u) release(u);
   drain();
   ctx_.training = true;
-  return to_float_vector(loss)[0];  // drain() synchronized the compute stream
+  // drain() synchronized the compute stream
+  return to_float_vector(loss.device() == Device::host ? loss : to_device(loss, Device::host))[0];
 }
 
 std::vector<std::vector<Fp8StateRef>> FsdpEngine::fp8_states() {

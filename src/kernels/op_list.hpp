@@ -92,10 +92,11 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
     (const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets, std::int64_t vocab_chunk,        \
      Tensor& losses, Tensor& lse),                                                                                \
     (h, w, bias, targets, vocab_chunk, losses, lse), h)                                                           \
-  /* Gradient of sum_i loss_scale * losses[i]: dh (=), dw (+=), dbias (+=, may be null) */                        \
+  /* Gradient of sum_i loss_scale * losses[i]: dh (=), dw (+=), dbias (+=, may be null). loss_scale is f32[1]   \
+     on the op's device (the head's dy), read by the kernel: the scale never visits the host. */                  \
   X(void, cross_entropy_backward,                                                                                 \
     (const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets, const Tensor& lse,              \
-     float loss_scale, std::int64_t vocab_chunk, Tensor& dh, Tensor& dw, Tensor* dbias),                          \
+     const Tensor& loss_scale, std::int64_t vocab_chunk, Tensor& dh, Tensor& dw, Tensor* dbias),                  \
     (h, w, bias, targets, lse, loss_scale, vocab_chunk, dh, dw, dbias), h)                                        \
   /* out = a + b (residual stream); out may alias a or b */                                                       \
   X(void, add, (const Tensor& a, const Tensor& b, Tensor& out), (a, b, out), a)                                   \
@@ -105,6 +106,9 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
   X(void, fill, (Tensor& x, float value), (x, value), x)                                                          \
   /* dst = src converted (float dtypes incl. fp8, saturating); same numel */                                      \
   X(void, cast, (const Tensor& src, Tensor& dst), (src, dst), src)                                                \
+  /* out f32[1] = sum of x (float dtypes), accumulated in f64 in index order: a loss sum that stays on the       \
+     device (the model heads' f32[1] loss) */                                                                     \
+  X(void, sum, (const Tensor& x, Tensor& out), (x, out), x)                                                       \
   /* sum of squares in f64 (global-norm clipping). Returns a host value: waits for the compute stream. */         \
   X(double, sum_squares, (const Tensor& x), (x), x)                                                               \
   /* AdamW on one contiguous f32 range (decoupled decay, bias correction with step >= 1):                        \

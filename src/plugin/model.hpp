@@ -12,9 +12,11 @@
 //   unit 0 (embedding)   forward(x = undefined) reads batch.inputs, returns h
 //   unit i (block)       forward(x = h) returns h'
 //   last unit (head)     forward(x = h) returns f32[1]: the SUM of per-token
-//                        (or per-sample) losses over non-ignored targets
-// Backward mirrors it: the last unit receives dy = f32[1] holding the loss
-// scale (1 / number of target tokens in the global batch) and returns dx;
+//                        (or per-sample) losses over non-ignored targets,
+//                        left on the device (ops::sum)
+// Backward mirrors it: the last unit receives dy = f32[1] on the device
+// holding the loss scale (1 / number of target tokens in the global batch;
+// pass it to ops::cross_entropy_backward as is) and returns dx;
 // unit 0 returns an undefined tensor. Parameter gradients accumulate (+=)
 // into `grads` (f32, same shapes as params); see kernels/ops.hpp.
 #pragma once

@@ -197,7 +197,9 @@ inline std::vector<ParityCase> parity_cases() {
                  Tensor t = ids(ctx, N, V, s + 3, true), losses = zeros(ctx, {N}), lse = zeros(ctx, {N});
                  ops::cross_entropy_forward(ctx, h, w, &b, t, 8, losses, lse);
                  Tensor dh = zeros(ctx, {N, C}), dw = zeros(ctx, {V, C}), db = zeros(ctx, {V});
-                 ops::cross_entropy_backward(ctx, h, w, &b, t, lse, 0.125f, 8, dh, dw, &db);
+                 Tensor scale = from_floats({1}, {0.125f});
+                 if (ctx.device() != Device::host) scale = to_device(scale, ctx.device());
+                 ops::cross_entropy_backward(ctx, h, w, &b, t, lse, scale, 8, dh, dw, &db);
                  return ParityOutputs{{dh, dw, db}, {}};
                }});
   c.push_back({"add", [=](ExecutionContext& ctx, std::uint64_t s) {
@@ -230,6 +232,13 @@ inline std::vector<ParityCase> parity_cases() {
                  ops::cast(ctx, x, e4);
                  ops::cast(ctx, b, e5);
                  return ParityOutputs{{b, e4, e5}, {}};
+               }});
+  c.push_back({"sum", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s), y = random(ctx, {V}, s + 1, DType::bf16);
+                 Tensor sx = zeros(ctx, {1}), sy = zeros(ctx, {1});
+                 ops::sum(ctx, x, sx);
+                 ops::sum(ctx, y, sy);
+                 return ParityOutputs{{sx, sy}, {}};
                }});
   c.push_back({"sum_squares", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor x = random(ctx, {N, C}, s), y = random(ctx, {N, C}, s + 1, DType::bf16);

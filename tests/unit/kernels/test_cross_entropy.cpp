@@ -127,7 +127,7 @@ void check_case(const Case& c, Tolerances tol, std::uint64_t seed) {
   const std::vector<double> db0 = stored(random_vector(static_cast<std::size_t>(c.vocab), seed + 5, 0.1), c.dtype);
   Tensor dh = tensor_from({c.rows, c.channels}, random_vector(nh, seed + 6), c.dtype);
   Tensor dw = tensor_from({c.vocab, c.channels}, dw0, c.dtype), db = tensor_from({c.vocab}, db0, c.dtype);
-  ops::cross_entropy_backward(backend_ctx(), th, tw, tb_ptr, tt, lse, loss_scale, c.chunk, dh, dw, c.with_bias ? &db : nullptr);
+  ops::cross_entropy_backward(backend_ctx(), th, tw, tb_ptr, tt, lse, tensor_from({1}, {loss_scale}), c.chunk, dh, dw, c.with_bias ? &db : nullptr);
 
   // Increments of the accumulated gradients.
   std::vector<double> dw_added = to_doubles(dw), db_added = to_doubles(db);
@@ -217,8 +217,8 @@ TEST_P(CrossEntropy, MixedF32GradientsForBf16Weights) {
          db_bf16 = Tensor::zeros({V}, DType::bf16);
   Tensor dh_f32 = Tensor::zeros({N, C}, DType::f32), dw_f32 = Tensor::zeros({V, C}, DType::f32),
          db_f32 = Tensor::zeros({V}, DType::f32);
-  ops::cross_entropy_backward(backend_ctx(), h, w, &b, t, lse, 1.0f, 8, dh_bf16, dw_bf16, &db_bf16);
-  ops::cross_entropy_backward(backend_ctx(), h, w, &b, t, lse, 1.0f, 8, dh_f32, dw_f32, &db_f32);
+  ops::cross_entropy_backward(backend_ctx(), h, w, &b, t, lse, tensor_from({1}, {1.0}), 8, dh_bf16, dw_bf16, &db_bf16);
+  ops::cross_entropy_backward(backend_ctx(), h, w, &b, t, lse, tensor_from({1}, {1.0}), 8, dh_f32, dw_f32, &db_f32);
   EXPECT_LT(relative_error(to_doubles(dw_bf16), to_doubles(dw_f32)), 1e-2);
   EXPECT_LT(relative_error(to_doubles(db_bf16), to_doubles(db_f32)), 1e-2);
   EXPECT_LT(relative_error(to_doubles(dh_bf16), to_doubles(dh_f32)), 1e-2);
@@ -243,7 +243,7 @@ TEST_P(CrossEntropy, InvalidTargetThrowsNamingRowAndValue) {
       EXPECT_NE(what.find("target " + std::to_string(bad)), std::string::npos) << what;
     }
     Tensor dh = Tensor::zeros({4, 8}, DType::f32), dw = Tensor::zeros({37, 8}, DType::f32);
-    EXPECT_THROW({ ops::cross_entropy_backward(backend_ctx(), h, w, nullptr, t, lse, 1.0f, 8, dh, dw, nullptr); backend_synchronize(); }, Error);
+    EXPECT_THROW({ ops::cross_entropy_backward(backend_ctx(), h, w, nullptr, t, lse, tensor_from({1}, {1.0}), 8, dh, dw, nullptr); backend_synchronize(); }, Error);
   }
 }
 

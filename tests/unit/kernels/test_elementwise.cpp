@@ -155,3 +155,16 @@ TEST_P(Elementwise, SumSquaresInDouble) {
   Tensor ids = named_zeros({3}, DType::i32, "ids");
   expect_error_mentioning([&] { ops::sum_squares(backend_ctx(), ids); }, {"sum_squares", "ids"});
 }
+
+TEST_P(Elementwise, SumIsTheDoubleSumInIndexOrder) {
+  const auto values = random_vector(1001, 7, 3.0);
+  Tensor x = tensor_from({1001}, values, DType::bf16);
+  x.set_name("losses");
+  Tensor out = named_zeros({1}, DType::f32, "loss");
+  ops::sum(backend_ctx(), x, out);
+  double expect = 0.0;
+  for (double v : to_doubles(x)) expect += static_cast<float>(v);  // what the heads summed on the host before
+  EXPECT_EQ(read_floats(out)[0], static_cast<float>(expect));
+  Tensor wrong = named_zeros({2}, DType::f32, "two");
+  expect_error_mentioning([&] { ops::sum(backend_ctx(), x, wrong); }, {"sum", "two"});
+}

@@ -279,29 +279,27 @@ class HeadUnit final : public ftrain::Unit {
     ftrain::ops::cross_entropy_forward(ctx.execution(), x, p[0], &p[1], batch.targets.reshape({n}), ctx.vocab_chunk,
                                        losses, lse);
     // Ignored targets (padding) give a zero loss, so a plain sum is right.
-    FT_CHECK(losses.device() == ftrain::Device::host) << "head: the loss sum is taken on the host";
-    // Ops may still be running on an asynchronous stream: wait before reading.
-    ctx.execution().compute().synchronize();
-    double total = 0.0;
-    for (float l : ftrain::to_float_vector(losses)) total += l;
+    // The sum is an op too: the loss never leaves the device inside the step
+    // (ops run asynchronously; the engine reads it once the stream is done).
+    Tensor loss = f32_tensor(ctx, {1});
+    ftrain::ops::sum(ctx.execution(), losses, loss);
     cache.clear();
     if (ctx.training) cache.saved = {lse};
-    return ftrain::from_floats({1}, {static_cast<float>(total)});
+    return loss;
   }
 
   Tensor backward(const StepContext& ctx, const std::vector<Tensor>& p, std::vector<Tensor>& g, const Batch& batch,
                   const Tensor& x, const Tensor& dy, UnitCache& cache) override {
     check_params(*this, p, 2);
     FT_CHECK(cache.saved.size() == kNumSaved) << "head: backward without a training forward (empty cache)";
-    FT_CHECK(dy.numel() == 1 && dy.device() == ftrain::Device::host)
-        << "head: dy must be the host f32[1] loss scale, got " << dy.describe();
-    const float loss_scale = ftrain::to_float_vector(dy)[0];
+    FT_CHECK(dy.numel() == 1 && dy.dtype() == ftrain::DType::f32)
+        << "head: dy must be the f32[1] loss scale, got " << dy.describe();
     const std::int64_t n = batch.targets.numel();
     Tensor dx = activation(ctx, {n, config_.hidden_size});
     // With tied embeddings g[0] is embed.weight's gradient: the engine hands
     // the same buffer to both units and both accumulate into it.
     ftrain::ops::cross_entropy_backward(ctx.execution(), x, p[0], &p[1], batch.targets.reshape({n}),
-                                        cache.saved[kLse], loss_scale, ctx.vocab_chunk, dx, g[0], &g[1]);
+                                        cache.saved[kLse], dy, ctx.vocab_chunk, dx, g[0], &g[1]);
     return dx;
   }
 
