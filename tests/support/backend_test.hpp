@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ inline std::vector<BackendCase> backend_cases() {
   }
   return out;
 }
+
+// gtest prints the case by name ("host_async"), not as bytes.
+inline void PrintTo(const BackendCase& c, std::ostream* os) { *os << c.name; }
 
 inline std::string backend_case_name(const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; }
 

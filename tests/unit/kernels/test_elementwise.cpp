@@ -165,6 +165,13 @@ TEST_P(Elementwise, SumIsTheDoubleSumInIndexOrder) {
   double expect = 0.0;
   for (double v : to_doubles(x)) expect += static_cast<float>(v);  // what the heads summed on the host before
   EXPECT_EQ(read_floats(out)[0], static_cast<float>(expect));
+  // A large first value then many small ones: an f32 accumulator would stay
+  // at 1e8, the f64 one reaches 1e8 + 1000 (exact in f32: a multiple of 8).
+  std::vector<double> skewed(1001, 1.0);
+  skewed[0] = 1e8;
+  Tensor big = tensor_from({1001}, skewed);
+  ops::sum(backend_ctx(), big, out);
+  EXPECT_EQ(read_floats(out)[0], 100001000.0f);
   Tensor wrong = named_zeros({2}, DType::f32, "two");
   expect_error_mentioning([&] { ops::sum(backend_ctx(), x, wrong); }, {"sum", "two"});
 }
