@@ -8,7 +8,7 @@ install(TARGETS ftrain_exe ftrain_prep ftrain_convert RUNTIME DESTINATION ${CMAK
 install(TARGETS ftrain EXPORT ftrainTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
 # The public SDK: what a plugin may include. Nothing else under src/.
-foreach(_dir core kernels plugin fp8)
+foreach(_dir runtime core kernels plugin fp8)
   install(DIRECTORY src/${_dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ftrain/${_dir}
     FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" PATTERN "host" EXCLUDE PATTERN "cuda" EXCLUDE)
 endforeach()

@@ -79,14 +79,14 @@ class EmbeddingUnit final : public Unit {
     check_params(*this, params, 1);
     const std::int64_t n = token_rows(batch.inputs);
     Tensor h = activation(ctx, {n, config_.hidden_size});
-    ops::embedding_forward(batch.inputs.reshape({n}), params[0], h);
+    ops::embedding_forward(ctx.execution(), batch.inputs.reshape({n}), params[0], h);
     return h;
   }
 
-  Tensor backward(const StepContext&, const std::vector<Tensor>& params, std::vector<Tensor>& grads, const Batch& batch,
-                  const Tensor&, const Tensor& dy, UnitCache&) override {
+  Tensor backward(const StepContext& ctx, const std::vector<Tensor>& params, std::vector<Tensor>& grads,
+                  const Batch& batch, const Tensor&, const Tensor& dy, UnitCache&) override {
     check_params(*this, params, 1);
-    ops::embedding_backward(batch.inputs.reshape({token_rows(batch.inputs)}), dy, grads[0]);
+    ops::embedding_backward(ctx.execution(), batch.inputs.reshape({token_rows(batch.inputs)}), dy, grads[0]);
     return Tensor();
   }
 
@@ -133,7 +133,7 @@ class DecoderLayerUnit final : public Unit {
 
     Tensor xn1 = activation(ctx, {d.n, d.c});
     Tensor rstd1 = f32_tensor(ctx, {d.n});
-    ops::rmsnorm_forward(x, p[kInputNorm], eps, xn1, rstd1);
+    ops::rmsnorm_forward(ctx.execution(), x, p[kInputNorm], eps, xn1, rstd1);
 
     Tensor q = activation(ctx, {d.n, d.hq * d.hd});
     Tensor k = activation(ctx, {d.n, d.hkv * d.hd});
@@ -144,29 +144,29 @@ class DecoderLayerUnit final : public Unit {
     Tensor q4 = q.reshape({d.b, d.t, d.hq, d.hd});
     Tensor k4 = k.reshape({d.b, d.t, d.hkv, d.hd});
     Tensor v4 = v.reshape({d.b, d.t, d.hkv, d.hd});
-    ops::rope_forward(q4, inv_freq_, batch.position_offset, q4);
-    ops::rope_forward(k4, inv_freq_, batch.position_offset, k4);
+    ops::rope_forward(ctx.execution(), q4, inv_freq_, batch.position_offset, q4);
+    ops::rope_forward(ctx.execution(), k4, inv_freq_, batch.position_offset, k4);
 
     Tensor attn = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor lse = f32_tensor(ctx, {d.b, d.hq, d.t});
-    ops::attention_forward(q4, k4, v4, /*causal=*/true, softmax_scale(), attn, lse);
+    ops::attention_forward(ctx.execution(), q4, k4, v4, /*causal=*/true, softmax_scale(), attn, lse);
 
     Tensor h1 = activation(ctx, {d.n, d.c});
     linear_forward(ctx, kO, attn.reshape({d.n, d.hq * d.hd}), p[kO], h1);
-    ops::add(x, h1, h1);
+    ops::add(ctx.execution(), x, h1, h1);
 
     Tensor xn2 = activation(ctx, {d.n, d.c});
     Tensor rstd2 = f32_tensor(ctx, {d.n});
-    ops::rmsnorm_forward(h1, p[kPostNorm], eps, xn2, rstd2);
+    ops::rmsnorm_forward(ctx.execution(), h1, p[kPostNorm], eps, xn2, rstd2);
     Tensor gate = activation(ctx, {d.n, d.i});
     Tensor up = activation(ctx, {d.n, d.i});
     linear_forward(ctx, kGate, xn2, p[kGate], gate);
     linear_forward(ctx, kUp, xn2, p[kUp], up);
     Tensor act = activation(ctx, {d.n, d.i});
-    ops::swiglu_forward(gate, up, act);
+    ops::swiglu_forward(ctx.execution(), gate, up, act);
     Tensor y = activation(ctx, {d.n, d.c});
     linear_forward(ctx, kDown, act, p[kDown], y);
-    ops::add(h1, y, y);
+    ops::add(ctx.execution(), h1, y, y);
 
     cache.clear();
     if (ctx.training) {
@@ -187,24 +187,24 @@ class DecoderLayerUnit final : public Unit {
     // MLP half. Recompute xn2 and silu(gate) * up rather than keeping them.
     Tensor xn2 = activation(ctx, {d.n, d.c});
     Tensor rstd_scratch = f32_tensor(ctx, {d.n});
-    ops::rmsnorm_forward(s[kH1], p[kPostNorm], eps, xn2, rstd_scratch);
+    ops::rmsnorm_forward(ctx.execution(), s[kH1], p[kPostNorm], eps, xn2, rstd_scratch);
     Tensor act = activation(ctx, {d.n, d.i});
-    ops::swiglu_forward(s[kGateOut], s[kUpOut], act);
+    ops::swiglu_forward(ctx.execution(), s[kGateOut], s[kUpOut], act);
 
     Tensor dact = activation(ctx, {d.n, d.i});
     linear_backward(ctx, kDown, act, p[kDown], dy, &dact, g[kDown]);
     Tensor dgate = activation(ctx, {d.n, d.i});
     Tensor dup = activation(ctx, {d.n, d.i});
-    ops::swiglu_backward(s[kGateOut], s[kUpOut], dact, dgate, dup);
+    ops::swiglu_backward(ctx.execution(), s[kGateOut], s[kUpOut], dact, dgate, dup);
     Tensor dxn2 = activation(ctx, {d.n, d.c});
     Tensor dxn2_up = activation(ctx, {d.n, d.c});
     linear_backward(ctx, kGate, xn2, p[kGate], dgate, &dxn2, g[kGate]);
     linear_backward(ctx, kUp, xn2, p[kUp], dup, &dxn2_up, g[kUp]);
-    ops::add_inplace(dxn2, dxn2_up);
+    ops::add_inplace(ctx.execution(), dxn2, dxn2_up);
     // dh1 = dy (residual) + d rmsnorm2
     Tensor dh1 = activation(ctx, {d.n, d.c});
-    ops::rmsnorm_backward(s[kH1], p[kPostNorm], s[kRstd2], dxn2, dh1, g[kPostNorm]);
-    ops::add(dh1, dy, dh1);
+    ops::rmsnorm_backward(ctx.execution(), s[kH1], p[kPostNorm], s[kRstd2], dxn2, dh1, g[kPostNorm]);
+    ops::add(ctx.execution(), dh1, dy, dh1);
 
     // Attention half.
     Tensor dattn = activation(ctx, {d.b, d.t, d.hq, d.hd});
@@ -213,24 +213,24 @@ class DecoderLayerUnit final : public Unit {
     Tensor dq = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor dk = activation(ctx, {d.b, d.t, d.hkv, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.hkv, d.hd});
-    ops::attention_backward(s[kQRot], s[kKRot], s[kVal], s[kAttn], s[kLse], dattn, /*causal=*/true, softmax_scale(), dq,
-                            dk, dv);
-    ops::rope_backward(dq, inv_freq_, batch.position_offset, dq);
-    ops::rope_backward(dk, inv_freq_, batch.position_offset, dk);
+    ops::attention_backward(ctx.execution(), s[kQRot], s[kKRot], s[kVal], s[kAttn], s[kLse], dattn, /*causal=*/true,
+                            softmax_scale(), dq, dk, dv);
+    ops::rope_backward(ctx.execution(), dq, inv_freq_, batch.position_offset, dq);
+    ops::rope_backward(ctx.execution(), dk, inv_freq_, batch.position_offset, dk);
 
     Tensor xn1 = activation(ctx, {d.n, d.c});
-    ops::rmsnorm_forward(x, p[kInputNorm], eps, xn1, rstd_scratch);
+    ops::rmsnorm_forward(ctx.execution(), x, p[kInputNorm], eps, xn1, rstd_scratch);
     Tensor dxn1 = activation(ctx, {d.n, d.c});
     Tensor dxn1_part = activation(ctx, {d.n, d.c});
     linear_backward(ctx, kQ, xn1, p[kQ], dq.reshape({d.n, d.hq * d.hd}), &dxn1, g[kQ]);
     linear_backward(ctx, kK, xn1, p[kK], dk.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kK]);
-    ops::add_inplace(dxn1, dxn1_part);
+    ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
     linear_backward(ctx, kV, xn1, p[kV], dv.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kV]);
-    ops::add_inplace(dxn1, dxn1_part);
+    ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
     // dx = dh1 (residual) + d rmsnorm1
     Tensor dx = activation(ctx, {d.n, d.c});
-    ops::rmsnorm_backward(x, p[kInputNorm], s[kRstd1], dxn1, dx, g[kInputNorm]);
-    ops::add(dx, dh1, dx);
+    ops::rmsnorm_backward(ctx.execution(), x, p[kInputNorm], s[kRstd1], dxn1, dx, g[kInputNorm]);
+    ops::add(ctx.execution(), dx, dh1, dx);
     return dx;
   }
 
@@ -281,14 +281,15 @@ class DecoderLayerUnit final : public Unit {
  private:
   static constexpr Param kFp8Linears[] = {kQ, kK, kV, kO, kGate, kUp, kDown};
   void linear_forward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, Tensor& y) {
-    if (!ctx.fp8) return ops::linear_forward(x, w, nullptr, y);
-    fp8::linear_forward(*ctx.fp8_recipe, fp8_layer(ctx, weight), /*record=*/ctx.training, x, w, nullptr, y);
+    if (!ctx.fp8) return ops::linear_forward(ctx.execution(), x, w, nullptr, y);
+    fp8::linear_forward(ctx.execution(), *ctx.fp8_recipe, fp8_layer(ctx, weight), /*record=*/ctx.training, x, w,
+                        nullptr, y);
   }
   void linear_backward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, const Tensor& dy,
                        Tensor* dx, Tensor& dw) {
-    if (!ctx.fp8) return ops::linear_backward(x, w, dy, dx, dw, nullptr);
+    if (!ctx.fp8) return ops::linear_backward(ctx.execution(), x, w, dy, dx, dw, nullptr);
     fp8::LinearState& state = fp8_layer(ctx, weight);
-    fp8::linear_backward(*ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, nullptr);
+    fp8::linear_backward(ctx.execution(), *ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, nullptr);
     // Scales are updated by the engine after the step (model.hpp: fp8_states).
   }
 
@@ -320,37 +321,35 @@ class HeadUnit final : public Unit {
     FT_CHECK(n == x.dim(0)) << "lm_head: " << batch.targets.describe() << " does not match " << x.describe();
     Tensor normed = activation(ctx, {n, config_.hidden_size});
     Tensor rstd = f32_tensor(ctx, {n});
-    ops::rmsnorm_forward(x, p[0], static_cast<float>(config_.rms_norm_eps), normed, rstd);
+    ops::rmsnorm_forward(ctx.execution(), x, p[0], static_cast<float>(config_.rms_norm_eps), normed, rstd);
     Tensor losses = f32_tensor(ctx, {n});
     Tensor lse = f32_tensor(ctx, {n});
-    ops::cross_entropy_forward(normed, p[1], nullptr, batch.targets.reshape({n}), ctx.vocab_chunk, losses, lse);
+    ops::cross_entropy_forward(ctx.execution(), normed, p[1], nullptr, batch.targets.reshape({n}), ctx.vocab_chunk,
+                               losses, lse);
 
-    // The op set has no reduction to a device scalar yet, so the sum is taken
-    // on the host (in double: it is the number every loss curve shows).
-    FT_CHECK(losses.device() == Device::host)
-        << "lm_head: summing losses on " << device_name(losses.device()) << " needs a device reduction op";
-    double total = 0.0;
-    for (float l : to_float_vector(losses)) total += l;
+    // The loss sum stays on the device (f64 accumulation inside the op): the
+    // engine reads it, the plugin never does.
+    Tensor loss = f32_tensor(ctx, {1});
+    ops::sum(ctx.execution(), losses, loss);
 
     cache.clear();
     if (ctx.training) cache.saved = {rstd, normed, lse};
-    return from_floats({1}, {static_cast<float>(total)});
+    return loss;
   }
 
   Tensor backward(const StepContext& ctx, const std::vector<Tensor>& p, std::vector<Tensor>& g, const Batch& batch,
                   const Tensor& x, const Tensor& dy, UnitCache& cache) override {
     check_params(*this, p, 2);
     FT_CHECK(cache.saved.size() == kNumSaved) << "lm_head: backward without a training forward (empty cache)";
-    FT_CHECK(dy.numel() == 1 && dy.device() == Device::host)
-        << "lm_head: dy must be the host f32[1] loss scale, got " << dy.describe();
-    const float loss_scale = to_float_vector(dy)[0];
+    FT_CHECK(dy.numel() == 1 && dy.dtype() == DType::f32)
+        << "lm_head: dy must be the f32[1] loss scale, got " << dy.describe();
     const std::int64_t n = token_rows(batch.targets);
     const auto& s = cache.saved;
     Tensor dnormed = activation(ctx, {n, config_.hidden_size});
-    ops::cross_entropy_backward(s[kNormed], p[1], nullptr, batch.targets.reshape({n}), s[kLse], loss_scale,
+    ops::cross_entropy_backward(ctx.execution(), s[kNormed], p[1], nullptr, batch.targets.reshape({n}), s[kLse], dy,
                                 ctx.vocab_chunk, dnormed, g[1], nullptr);
     Tensor dx = activation(ctx, {n, config_.hidden_size});
-    ops::rmsnorm_backward(x, p[0], s[kRstd], dnormed, dx, g[0]);
+    ops::rmsnorm_backward(ctx.execution(), x, p[0], s[kRstd], dnormed, dx, g[0]);
     return dx;
   }
 

@@ -55,23 +55,26 @@ void check_params(const Unit& unit, const std::vector<Tensor>& params, std::size
                                       << params.size();
 }
 
-void require_host(const char* what, const Tensor& t) {
+// Before a host loop touches `t`: it must be host memory, and the ops
+// enqueued so far (which may read or write it) must have run.
+void require_host(ExecutionContext& exec, const char* what, const Tensor& t) {
   FT_CHECK(t.device() == Device::host) << "vit " << what << ": " << t.describe()
                                        << " is not on the host (this step has host loops only)";
+  exec.compute().synchronize();
 }
 
 // t itself when it is f32, else an f32 copy.
-Tensor as_f32(const Tensor& t) {
+Tensor as_f32(ExecutionContext& exec, const Tensor& t) {
   if (t.dtype() == DType::f32) return t;
   Tensor out = Tensor::empty(t.shape(), DType::f32, t.device());
-  ops::cast(t, out);
+  ops::cast(exec, t, out);
   return out;
 }
 
 // Stores an f32 result into `out` (any float dtype); no copy when out is f32.
-void store(const Tensor& f32, Tensor& out) {
+void store(ExecutionContext& exec, const Tensor& f32, Tensor& out) {
   if (out.dtype() == DType::f32 && out.data() == f32.data()) return;
-  ops::cast(f32, out);
+  ops::cast(exec, f32, out);
 }
 
 ParamSpec spec(const std::string& name, Shape shape, InitKind init, float std, bool decay) {
@@ -108,9 +111,9 @@ ImageDims image_dims(const VitConfig& c, const Batch& batch) {
 }
 
 // [B, H, W, Cin] images -> f32 [B*N, Cin*P*P] patch rows in conv weight order.
-Tensor unfold_patches(const VitConfig& c, const Batch& batch) {
+Tensor unfold_patches(ExecutionContext& exec, const VitConfig& c, const Batch& batch) {
   const ImageDims d = image_dims(c, batch);
-  require_host("patch unfold", batch.inputs);
+  require_host(exec, "patch unfold", batch.inputs);
   const std::int64_t P = c.patch_size, G = c.grid(), N = c.num_patches(), K = c.patch_features();
   const std::int64_t W = d.w, Cin = d.cin;
   Tensor out = Tensor::empty({d.b * N, K}, DType::f32);
@@ -130,11 +133,11 @@ Tensor unfold_patches(const VitConfig& c, const Batch& batch) {
 
 // Copies rows of `row_bytes` bytes: dst row i <- src row src_row(i).
 template <class RowOf>
-void copy_rows(const char* kernel, const Tensor& src, Tensor& dst, std::int64_t rows, std::int64_t width,
-               RowOf src_row, std::int64_t dst_stride_rows = 1, std::int64_t dst_first = 0) {
+void copy_rows(ExecutionContext& exec, const char* kernel, const Tensor& src, Tensor& dst, std::int64_t rows,
+               std::int64_t width, RowOf src_row, std::int64_t dst_stride_rows = 1, std::int64_t dst_first = 0) {
   FT_CHECK(src.dtype() == dst.dtype()) << kernel << ": " << src.describe() << " vs " << dst.describe();
-  require_host(kernel, src);
-  require_host(kernel, dst);
+  require_host(exec, kernel, src);
+  require_host(exec, kernel, dst);
   const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(src.dtype());
   const char* s = static_cast<const char*>(src.data());
   char* t = static_cast<char*>(dst.data());
@@ -168,14 +171,15 @@ class PatchEmbedUnit final : public Unit {
     check_params(*this, p, kNumParams);
     const std::int64_t B = image_dims(config_, batch).b, N = config_.num_patches(), T = config_.tokens(),
                        C = config_.embed_dim;
-    Tensor unfolded = unfold_patches(config_, batch);
+    Tensor unfolded = unfold_patches(ctx.execution(), config_, batch);
     Tensor patches = f32_tensor(ctx, {B * N, C});
-    ops::linear_forward(unfolded, p[kWeight].reshape({C, config_.patch_features()}), &p[kBias], patches);
+    ops::linear_forward(ctx.execution(), unfolded, p[kWeight].reshape({C, config_.patch_features()}), &p[kBias],
+                        patches);
 
-    const Tensor cls = as_f32(p[kCls]);
-    const Tensor pos = as_f32(p[kPos]);
+    const Tensor cls = as_f32(ctx.execution(), p[kCls]);
+    const Tensor pos = as_f32(ctx.execution(), p[kPos]);
     Tensor h32 = f32_tensor(ctx, {B * T, C});
-    require_host("patch_embed assembly", h32);
+    require_host(ctx.execution(), "patch_embed assembly", h32);
     const float* pf = patches.data_as<float>();
     const float* cf = cls.data_as<float>();
     const float* posf = pos.data_as<float>();
@@ -190,7 +194,7 @@ class PatchEmbedUnit final : public Unit {
     cache.clear();
     if (ctx.compute_dtype == DType::f32) return h32;
     Tensor h = activation(ctx, {B * T, C});
-    store(h32, h);
+    store(ctx.execution(), h32, h);
     return h;
   }
 
@@ -199,8 +203,8 @@ class PatchEmbedUnit final : public Unit {
     check_params(*this, p, kNumParams);
     const std::int64_t B = image_dims(config_, batch).b, N = config_.num_patches(), T = config_.tokens(),
                        C = config_.embed_dim;
-    const Tensor dy32 = as_f32(dy);
-    require_host("patch_embed backward", dy32);
+    const Tensor dy32 = as_f32(ctx.execution(), dy);
+    require_host(ctx.execution(), "patch_embed backward", dy32);
     for (int i : {kCls, kPos}) {
       FT_CHECK(g[i].dtype() == DType::f32 && g[i].device() == Device::host)
           << "patch_embed: gradient " << g[i].describe() << " must be a host f32 tensor";
@@ -216,12 +220,12 @@ class PatchEmbedUnit final : public Unit {
       if (e < C) dcls[e] += s;
     });
     Tensor dpatches = f32_tensor(ctx, {B * N, C});
-    copy_rows("ftrain::vit::patch_embed::backward_rows", dy32, dpatches, B * N, C,
+    copy_rows(ctx.execution(), "ftrain::vit::patch_embed::backward_rows", dy32, dpatches, B * N, C,
               [=](std::int64_t r) { return (r / N) * T + 1 + r % N; });
-    Tensor unfolded = unfold_patches(config_, batch);
+    Tensor unfolded = unfold_patches(ctx.execution(), config_, batch);
     Tensor dw = g[kWeight].reshape({C, config_.patch_features()});
-    ops::linear_backward(unfolded, p[kWeight].reshape({C, config_.patch_features()}), dpatches, nullptr, dw,
-                         &g[kBias]);
+    ops::linear_backward(ctx.execution(), unfolded, p[kWeight].reshape({C, config_.patch_features()}), dpatches,
+                         nullptr, dw, &g[kBias]);
     return Tensor();
   }
 
@@ -261,7 +265,7 @@ class BlockUnit final : public Unit {
 
     Tensor xn1 = activation(ctx, {d.n, d.c});
     Tensor mean1 = f32_tensor(ctx, {d.n}), rstd1 = f32_tensor(ctx, {d.n});
-    ops::layernorm_forward(x, p[kN1W], &p[kN1B], eps, xn1, mean1, rstd1);
+    ops::layernorm_forward(ctx.execution(), x, p[kN1W], &p[kN1B], eps, xn1, mean1, rstd1);
 
     Tensor q = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor k = activation(ctx, {d.b, d.t, d.h, d.hd});
@@ -274,22 +278,22 @@ class BlockUnit final : public Unit {
     }
     Tensor attn = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor lse = f32_tensor(ctx, {d.b, d.h, d.t});
-    ops::attention_forward(q, k, v, /*causal=*/false, softmax_scale(), attn, lse);
+    ops::attention_forward(ctx.execution(), q, k, v, /*causal=*/false, softmax_scale(), attn, lse);
 
     Tensor h1 = activation(ctx, {d.n, d.c});
     linear_forward(ctx, kProjLayer, attn.reshape({d.n, d.c}), p[kProjW], &p[kProjB], h1);
-    ops::add(x, h1, h1);
+    ops::add(ctx.execution(), x, h1, h1);
 
     Tensor xn2 = activation(ctx, {d.n, d.c});
     Tensor mean2 = f32_tensor(ctx, {d.n}), rstd2 = f32_tensor(ctx, {d.n});
-    ops::layernorm_forward(h1, p[kN2W], &p[kN2B], eps, xn2, mean2, rstd2);
+    ops::layernorm_forward(ctx.execution(), h1, p[kN2W], &p[kN2B], eps, xn2, mean2, rstd2);
     Tensor f1 = activation(ctx, {d.n, d.m});
     linear_forward(ctx, kFc1Layer, xn2, p[kFc1W], &p[kFc1B], f1);
     Tensor act = activation(ctx, {d.n, d.m});
-    ops::gelu_forward(f1, GeluApproximation::none, act);
+    ops::gelu_forward(ctx.execution(), f1, GeluApproximation::none, act);
     Tensor y = activation(ctx, {d.n, d.c});
     linear_forward(ctx, kFc2Layer, act, p[kFc2W], &p[kFc2B], y);
-    ops::add(h1, y, y);
+    ops::add(ctx.execution(), h1, y, y);
 
     cache.clear();
     if (ctx.training) cache.saved = {mean1, rstd1, q, k, v, attn, lse, h1, mean2, rstd2, f1};
@@ -308,19 +312,19 @@ class BlockUnit final : public Unit {
     // MLP half; recompute LN2 output and the GELU.
     Tensor xn2 = activation(ctx, {d.n, d.c});
     Tensor mean_scratch = f32_tensor(ctx, {d.n}), rstd_scratch = f32_tensor(ctx, {d.n});
-    ops::layernorm_forward(s[kH1], p[kN2W], &p[kN2B], eps, xn2, mean_scratch, rstd_scratch);
+    ops::layernorm_forward(ctx.execution(), s[kH1], p[kN2W], &p[kN2B], eps, xn2, mean_scratch, rstd_scratch);
     Tensor act = activation(ctx, {d.n, d.m});
-    ops::gelu_forward(s[kFc1Out], GeluApproximation::none, act);
+    ops::gelu_forward(ctx.execution(), s[kFc1Out], GeluApproximation::none, act);
 
     Tensor dact = activation(ctx, {d.n, d.m});
     linear_backward(ctx, kFc2Layer, act, p[kFc2W], dy, &dact, g[kFc2W], &g[kFc2B]);
     Tensor df1 = activation(ctx, {d.n, d.m});
-    ops::gelu_backward(s[kFc1Out], dact, GeluApproximation::none, df1);
+    ops::gelu_backward(ctx.execution(), s[kFc1Out], dact, GeluApproximation::none, df1);
     Tensor dxn2 = activation(ctx, {d.n, d.c});
     linear_backward(ctx, kFc1Layer, xn2, p[kFc1W], df1, &dxn2, g[kFc1W], &g[kFc1B]);
     Tensor dh1 = activation(ctx, {d.n, d.c});
-    ops::layernorm_backward(s[kH1], p[kN2W], s[kMean2], s[kRstd2], dxn2, dh1, g[kN2W], &g[kN2B]);
-    ops::add(dh1, dy, dh1);
+    ops::layernorm_backward(ctx.execution(), s[kH1], p[kN2W], s[kMean2], s[kRstd2], dxn2, dh1, g[kN2W], &g[kN2B]);
+    ops::add(ctx.execution(), dh1, dy, dh1);
 
     // Attention half.
     Tensor dattn = activation(ctx, {d.b, d.t, d.h, d.hd});
@@ -329,11 +333,11 @@ class BlockUnit final : public Unit {
     Tensor dq = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor dk = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.h, d.hd});
-    ops::attention_backward(s[kQ], s[kK], s[kV], s[kAttn], s[kLse], dattn, /*causal=*/false, softmax_scale(), dq, dk,
-                            dv);
+    ops::attention_backward(ctx.execution(), s[kQ], s[kK], s[kV], s[kAttn], s[kLse], dattn, /*causal=*/false,
+                            softmax_scale(), dq, dk, dv);
 
     Tensor xn1 = activation(ctx, {d.n, d.c});
-    ops::layernorm_forward(x, p[kN1W], &p[kN1B], eps, xn1, mean_scratch, rstd_scratch);
+    ops::layernorm_forward(ctx.execution(), x, p[kN1W], &p[kN1B], eps, xn1, mean_scratch, rstd_scratch);
     Tensor dxn1 = activation(ctx, {d.n, d.c});
     Tensor dxn1_part = activation(ctx, {d.n, d.c});
     for (int part = 0; part < 3; ++part) {
@@ -343,11 +347,11 @@ class BlockUnit final : public Unit {
       Tensor dout = (part == 0 ? dq : part == 1 ? dk : dv).reshape({d.n, d.c});
       linear_backward(ctx, kQkvLayer, xn1, w, dout, part == 0 ? &dxn1 : &dxn1_part, dw, &db,
                       /*last_call_of_iteration=*/part == 2);
-      if (part > 0) ops::add_inplace(dxn1, dxn1_part);
+      if (part > 0) ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
     }
     Tensor dx = activation(ctx, {d.n, d.c});
-    ops::layernorm_backward(x, p[kN1W], s[kMean1], s[kRstd1], dxn1, dx, g[kN1W], &g[kN1B]);
-    ops::add(dx, dh1, dx);
+    ops::layernorm_backward(ctx.execution(), x, p[kN1W], s[kMean1], s[kRstd1], dxn1, dx, g[kN1W], &g[kN1B]);
+    ops::add(ctx.execution(), dx, dh1, dx);
     return dx;
   }
 
@@ -389,14 +393,14 @@ class BlockUnit final : public Unit {
  private:
   void linear_forward(const StepContext& ctx, Fp8Layer layer, const Tensor& x, const Tensor& w, const Tensor* b,
                       Tensor& y) {
-    if (!ctx.fp8) return ops::linear_forward(x, w, b, y);
-    fp8::linear_forward(*ctx.fp8_recipe, fp8_layer(ctx, layer), /*record=*/ctx.training, x, w, b, y);
+    if (!ctx.fp8) return ops::linear_forward(ctx.execution(), x, w, b, y);
+    fp8::linear_forward(ctx.execution(), *ctx.fp8_recipe, fp8_layer(ctx, layer), /*record=*/ctx.training, x, w, b, y);
   }
   void linear_backward(const StepContext& ctx, Fp8Layer layer, const Tensor& x, const Tensor& w, const Tensor& dy,
                        Tensor* dx, Tensor& dw, Tensor* db, bool last_call_of_iteration = true) {
-    if (!ctx.fp8) return ops::linear_backward(x, w, dy, dx, dw, db);
+    if (!ctx.fp8) return ops::linear_backward(ctx.execution(), x, w, dy, dx, dw, db);
     fp8::LinearState& state = fp8_layer(ctx, layer);
-    fp8::linear_backward(*ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, db);
+    fp8::linear_backward(ctx.execution(), *ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, db);
     (void)last_call_of_iteration;  // scales are updated by the engine after the step (model.hpp: fp8_states)
   }
 
@@ -428,39 +432,37 @@ class HeadUnit final : public Unit {
     const Tensor cls = gather_class_tokens(ctx, x, B);
     Tensor normed = activation(ctx, {B, C});
     Tensor mean = f32_tensor(ctx, {B}), rstd = f32_tensor(ctx, {B});
-    ops::layernorm_forward(cls, p[kNormW], &p[kNormB], static_cast<float>(config_.layer_norm_eps), normed, mean,
-                           rstd);
+    ops::layernorm_forward(ctx.execution(), cls, p[kNormW], &p[kNormB], static_cast<float>(config_.layer_norm_eps),
+                           normed, mean, rstd);
     Tensor losses = f32_tensor(ctx, {B});
     Tensor lse = f32_tensor(ctx, {B});
-    ops::cross_entropy_forward(normed, p[kHeadW], &p[kHeadB], batch.targets.reshape({B}), ctx.vocab_chunk, losses,
-                               lse);
-    require_host("head loss sum", losses);
-    double total = 0.0;
-    for (float l : to_float_vector(losses)) total += l;
+    ops::cross_entropy_forward(ctx.execution(), normed, p[kHeadW], &p[kHeadB], batch.targets.reshape({B}),
+                               ctx.vocab_chunk, losses, lse);
+    Tensor loss = f32_tensor(ctx, {1});  // the sum stays on the device
+    ops::sum(ctx.execution(), losses, loss);
     cache.clear();
     if (ctx.training) cache.saved = {mean, rstd, normed, lse};
-    return from_floats({1}, {static_cast<float>(total)});
+    return loss;
   }
 
   Tensor backward(const StepContext& ctx, const std::vector<Tensor>& p, std::vector<Tensor>& g, const Batch& batch,
                   const Tensor& x, const Tensor& dy, UnitCache& cache) override {
     check_params(*this, p, kNumParams);
     FT_CHECK(cache.saved.size() == kNumSaved) << "head: backward without a training forward (empty cache)";
-    FT_CHECK(dy.numel() == 1 && dy.device() == Device::host)
-        << "head: dy must be the host f32[1] loss scale, got " << dy.describe();
-    const float loss_scale = to_float_vector(dy)[0];
+    FT_CHECK(dy.numel() == 1 && dy.dtype() == DType::f32)
+        << "head: dy must be the f32[1] loss scale, got " << dy.describe();
     const std::int64_t B = rows(batch), T = config_.tokens(), C = config_.embed_dim;
     const auto& s = cache.saved;
     Tensor dnormed = activation(ctx, {B, C});
-    ops::cross_entropy_backward(s[kNormed], p[kHeadW], &p[kHeadB], batch.targets.reshape({B}), s[kLse], loss_scale,
-                                ctx.vocab_chunk, dnormed, g[kHeadW], &g[kHeadB]);
+    ops::cross_entropy_backward(ctx.execution(), s[kNormed], p[kHeadW], &p[kHeadB], batch.targets.reshape({B}),
+                                s[kLse], dy, ctx.vocab_chunk, dnormed, g[kHeadW], &g[kHeadB]);
     const Tensor cls = gather_class_tokens(ctx, x, B);
     Tensor dcls = activation(ctx, {B, C});
-    ops::layernorm_backward(cls, p[kNormW], s[kMean], s[kRstd], dnormed, dcls, g[kNormW], &g[kNormB]);
+    ops::layernorm_backward(ctx.execution(), cls, p[kNormW], s[kMean], s[kRstd], dnormed, dcls, g[kNormW], &g[kNormB]);
     // Only the class tokens reach the loss; every other row's gradient is 0.
     Tensor dx = activation(ctx, {B * T, C});
-    ops::fill(dx, 0.0f);
-    copy_rows("ftrain::vit::head::scatter_cls", dcls, dx, B, C, [](std::int64_t b) { return b; }, T);
+    ops::fill(ctx.execution(), dx, 0.0f);
+    copy_rows(ctx.execution(), "ftrain::vit::head::scatter_cls", dcls, dx, B, C, [](std::int64_t b) { return b; }, T);
     return dx;
   }
 
@@ -474,7 +476,7 @@ class HeadUnit final : public Unit {
     const std::int64_t T = config_.tokens(), C = config_.embed_dim;
     FT_CHECK(x.numel() == B * T * C) << "head: input " << x.describe() << " is not [" << B * T << ", " << C << "]";
     Tensor cls = Tensor::empty({B, C}, x.dtype(), ctx.device);
-    copy_rows("ftrain::vit::head::gather_cls", x, cls, B, C, [=](std::int64_t b) { return b * T; });
+    copy_rows(ctx.execution(), "ftrain::vit::head::gather_cls", x, cls, B, C, [=](std::int64_t b) { return b * T; });
     return cls;
   }
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "runtime/allocator.hpp"
 
 namespace ftrain {
 
@@ -25,18 +26,11 @@ std::string shape_string(const Shape& shape) {
   return s.str();
 }
 
-namespace {
-std::shared_ptr<void> allocate_host(std::size_t bytes) {
-  constexpr std::size_t kAlign = 64;
-  const std::size_t rounded = ((bytes + kAlign - 1) / kAlign) * kAlign;
-  void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
-  FT_CHECK(p != nullptr) << "host allocation of " << bytes << " bytes failed";
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-}
-}  // namespace
-
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, std::string name) {
-  FT_CHECK(device == Device::host) << "tensor '" << name << "': the CUDA backend is not built into this ftrain";
+  DeviceAllocator* allocator = find_allocator(device);
+  FT_CHECK(allocator != nullptr) << "tensor '" << name << "' " << dtype_name(dtype) << shape_string(shape) << " on "
+                                 << device_name(device) << ": no CUDA backend is loaded (no allocator is registered for "
+                                 << device_name(device) << "; libftrain_cuda.so registers one when present)";
   Tensor t;
   t.shape_ = shape;
   t.numel_ = shape_numel(shape);
@@ -44,13 +38,13 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, std::string
   t.device_ = device;
   t.name_ = std::move(name);
   t.storage_bytes_ = t.nbytes();
-  t.storage_ = allocate_host(t.storage_bytes_);
+  t.storage_ = allocator->allocate(t.storage_bytes_);
   return t;
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device, std::string name) {
   Tensor t = empty(shape, dtype, device, std::move(name));
-  std::memset(t.data(), 0, t.nbytes());
+  find_allocator(device)->zero(t.data(), t.nbytes());
   return t;
 }
 
@@ -80,7 +74,14 @@ Tensor Tensor::view(const Shape& shape, std::int64_t element_offset, std::string
 
 Tensor Tensor::clone() const {
   Tensor t = empty(shape_, dtype_, device_, name_);
-  std::memcpy(t.data(), data(), nbytes());
+  find_allocator(device_)->copy(t.data(), data(), nbytes());
+  return t;
+}
+
+Tensor Tensor::borrow() const {
+  Tensor t = *this;
+  // The aliasing constructor with an empty owner: same pointer, no ownership.
+  t.storage_ = std::shared_ptr<void>(std::shared_ptr<void>(), storage_.get());
   return t;
 }
 
@@ -89,6 +90,19 @@ std::string Tensor::describe() const {
   s << (name_.empty() ? "<unnamed>" : name_) << " " << dtype_name(dtype_) << shape_string(shape_) << " "
     << device_name(device_);
   return s.str();
+}
+
+Tensor to_device(const Tensor& t, Device device) {
+  if (t.device() == device) return t.clone();
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), device, t.name());
+  if (device == Device::host) {
+    find_allocator(t.device())->copy_to_host(out.data(), t.data(), t.nbytes());
+  } else {
+    FT_CHECK(t.device() == Device::host) << "copy of " << t.describe() << " to " << device_name(device)
+                                         << ": only host <-> device copies exist";
+    find_allocator(device)->copy_from_host(out.data(), t.data(), t.nbytes());
+  }
+  return out;
 }
 
 void throw_dtype_mismatch(const Tensor& t, DType wanted) {

@@ -3,8 +3,15 @@
 // No strides and no autograd (DESIGN.md §3): every op has an explicit forward
 // and backward. A Tensor shares its storage; view() makes another Tensor over
 // a sub-range of the same storage, which is how a unit's parameters are
-// windows into its flat (gathered) parameter buffer. Host memory is 64-byte
-// aligned so that kernels can vectorise.
+// windows into its flat (gathered) parameter buffer.
+//
+// Storage comes from the stream-ordered allocator of the tensor's device
+// (runtime/allocator.hpp; host memory is 64-byte aligned so that kernels can
+// vectorise) and goes back to it, in stream order, when the last owning
+// Tensor is gone. borrow() makes a Tensor that does NOT own its storage: what
+// an enqueued op holds, like a CUDA kernel's raw pointer, and what the FSDP
+// engine hands units for the gathered parameters, whose lifetime it alone
+// decides.
 #pragma once
 
 #include <cstdint>
@@ -14,12 +21,9 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "runtime/device.hpp"
 
 namespace ftrain {
-
-enum class Device : std::uint8_t { host, cuda };
-
-inline constexpr const char* device_name(Device d) { return d == Device::host ? "host" : "cuda"; }
 
 using Shape = std::vector<std::int64_t>;
 
@@ -30,7 +34,8 @@ class Tensor {
  public:
   Tensor() = default;
 
-  // Uninitialised contents.
+  // Uninitialised contents, from the allocator of `device`; an error naming
+  // the tensor when no backend for that device is loaded.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::host, std::string name = {});
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::host, std::string name = {});
 
@@ -57,6 +62,12 @@ class Tensor {
   Tensor reshape(const Shape& shape) const { return view(shape, 0, name_); }
   // A copy on the same device with fresh storage.
   Tensor clone() const;
+  // The same tensor without ownership of its storage: valid only while an
+  // owning Tensor keeps the storage (the owner's release is stream-ordered,
+  // so an op enqueued before the release may still use a borrowed view).
+  Tensor borrow() const;
+  // False for a borrowed tensor (and an undefined one).
+  bool owns_storage() const { return storage_.use_count() > 0; }
 
   // "name f32[2, 3] host" for error messages.
   std::string describe() const;
@@ -110,6 +121,10 @@ T* Tensor::data_as() const {
   if (dtype_ != dtype_of<T>::value) throw_dtype_mismatch(*this, dtype_of<T>::value);
   return static_cast<T*>(data());
 }
+
+// A copy of `t` on `device` (a plain copy when it is already there); goes
+// through the allocators' host copies, synchronously.
+Tensor to_device(const Tensor& t, Device device);
 
 // Host-side copies between tensors of any float dtype (rounding as dtype.hpp
 // says) or equal integer dtypes; shapes must have equal numel.

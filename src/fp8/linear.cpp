@@ -13,10 +13,16 @@ namespace {
 
 using HostPolicy = Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>;
 
+// The emulation mixes ops and host loops over the same buffers, so its own
+// ops run on the synchronous host context; the caller's stream is waited for
+// on entry, and everything is complete on return (issue 12 item 5 moves FP8
+// into kernels/ and onto the caller's stream).
+ExecutionContext& emulation() { return host_context(); }
+
 Tensor as_f32(const Tensor& t) {
   if (t.dtype() == DType::f32) return t;
   Tensor out = Tensor::empty(t.shape(), DType::f32, t.device());
-  ops::cast(t, out);
+  ops::cast(emulation(), t, out);
   return out;
 }
 
@@ -36,7 +42,7 @@ void scale_into(const char* kernel, const Tensor& acc, float factor, Tensor& out
   Tensor scaled = Tensor::empty(acc.shape(), DType::f32);
   float* o = scaled.data_as<float>();
   Kokkos::parallel_for(kernel, HostPolicy(0, acc.numel()), [=](std::int64_t i) { o[i] = a[i] * factor; });
-  ops::cast(scaled, out);
+  ops::cast(emulation(), scaled, out);
 }
 
 }  // namespace
@@ -69,9 +75,10 @@ float quantize(const Tensor& src, float scale, DType fp8, Tensor& dst) {
   return has_nan ? NAN : amax;
 }
 
-void linear_forward(const Recipe& recipe, LinearState& state, bool record, const Tensor& x, const Tensor& w,
-                    const Tensor* b, Tensor& y) {
+void linear_forward(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record, const Tensor& x,
+                    const Tensor& w, const Tensor* b, Tensor& y) {
   constexpr const char* op = "fp8::linear_forward";
+  exec.compute().synchronize();  // x and w may still be being written
   require_host(op, x, "x");
   require_host(op, w, "w");
   FT_CHECK(state.defined()) << op << ": no FP8 state for this layer";
@@ -86,7 +93,7 @@ void linear_forward(const Recipe& recipe, LinearState& state, bool record, const
     state.record(kWeight, amax_w);
   }
   Tensor acc = Tensor::empty(y.shape(), DType::f32);
-  ops::linear_forward(xq, wq, nullptr, acc);
+  ops::linear_forward(emulation(), xq, wq, nullptr, acc);
   const float unscale = 1.0f / (sx * sw);
   if (b == nullptr) {
     scale_into("ftrain::fp8::linear::forward::unscale", acc, unscale, y);
@@ -102,13 +109,14 @@ void linear_forward(const Recipe& recipe, LinearState& state, bool record, const
   if (y.dtype() == DType::f32) {
     scale_into("ftrain::fp8::linear::forward::store", acc, 1.0f, y);
   } else {
-    ops::cast(acc, y);
+    ops::cast(emulation(), acc, y);
   }
 }
 
-void linear_backward(const Recipe& recipe, LinearState& state, bool record, const Tensor& x, const Tensor& w,
-                     const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db) {
+void linear_backward(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record, const Tensor& x,
+                     const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db) {
   constexpr const char* op = "fp8::linear_backward";
+  exec.compute().synchronize();  // x, w, dy and dw may still be in use by queued ops
   require_host(op, x, "x");
   require_host(op, w, "w");
   require_host(op, dy, "dy");
@@ -129,7 +137,7 @@ void linear_backward(const Recipe& recipe, LinearState& state, bool record, cons
   Tensor dw_acc = Tensor::zeros(w.shape(), DType::f32);
   Tensor dx_acc;
   if (dx != nullptr) dx_acc = Tensor::empty(x.shape(), DType::f32);
-  ops::linear_backward(xq, wq, dyq, dx != nullptr ? &dx_acc : nullptr, dw_acc, nullptr);
+  ops::linear_backward(emulation(), xq, wq, dyq, dx != nullptr ? &dx_acc : nullptr, dw_acc, nullptr);
   if (dx != nullptr) scale_into("ftrain::fp8::linear::backward::unscale_dx", dx_acc, 1.0f / (sdy * sw), *dx);
   {
     const float unscale = 1.0f / (sdy * sx);

@@ -21,6 +21,7 @@
 
 #include "core/tensor.hpp"
 #include "fp8/recipe.hpp"
+#include "runtime/execution_context.hpp"
 
 namespace ftrain::fp8 {
 
@@ -29,9 +30,11 @@ namespace ftrain::fp8 {
 // (NaN if src holds a NaN).
 float quantize(const Tensor& src, float scale, DType fp8, Tensor& dst);
 
-void linear_forward(const Recipe& recipe, LinearState& state, bool record, const Tensor& x, const Tensor& w,
-                    const Tensor* b, Tensor& y);
-void linear_backward(const Recipe& recipe, LinearState& state, bool record, const Tensor& x, const Tensor& w,
-                     const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db);
+// Both wait for `exec`'s compute stream on entry and return with their
+// outputs written (the emulation runs on the host, synchronously).
+void linear_forward(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record, const Tensor& x,
+                    const Tensor& w, const Tensor* b, Tensor& y);
+void linear_backward(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record, const Tensor& x,
+                     const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db);
 
 }  // namespace ftrain::fp8

@@ -35,7 +35,7 @@ const char* sharding_strategy_name(ShardingStrategy s) {
 }
 
 FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& options)
-    : model_(model), world_(world), options_(options) {
+    : model_(model), world_(world), options_(options), exec_(ExecutionOptions::from_environment()) {
   FT_CHECK(options_.limit_all_gathers >= 1) << "limit_all_gathers must be >= 1";
   const int world_size = world_.size();
   int group_size = world_size;
@@ -55,7 +55,8 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
   shard_comm_ = world_.split(group, world_.rank());
   if (world_size / group_size > 1) replica_comm_ = world_.split(world_.rank() % group_size, world_.rank());
 
-  ctx_.device = Device::host;
+  ctx_.execution_context = &exec_;
+  ctx_.device = exec_.device();
   ctx_.compute_dtype = options_.param_dtype;
   ctx_.vocab_chunk = options_.vocab_chunk;
   ctx_.fp8 = options_.fp8;
@@ -145,6 +146,7 @@ void FsdpEngine::init_random(std::uint64_t seed) {
 }
 
 void FsdpEngine::init_from(const ParameterSource& source) {
+  exec_.synchronize();  // the host writes the masters below
   for (auto& flat : flats_) {
     float* master = flat->master.data_as<float>();
     std::fill(master, master + flat->shard_numel(), 0.0f);  // padding stays zero
@@ -203,15 +205,19 @@ bool FsdpEngine::start_gather(int u) {
     f.gathered = f.master.view(f.master.shape(), 0, f.unit_name() + ".gathered");  // no copy needed
   } else if (shard_comm_->size() == 1) {
     f.gathered = Tensor::empty({f.padded_numel()}, dt, Device::host, f.unit_name() + ".gathered");
-    ops::cast(f.master, f.gathered);
+    ops::cast(exec_, f.master, f.gathered);
   } else {
     f.gathered = Tensor::empty({f.padded_numel()}, dt, Device::host, f.unit_name() + ".gathered");
     if (dt == DType::f32) {
       f.gather_send = f.master;
     } else {
       f.gather_send = Tensor::empty({f.shard_numel()}, dt, Device::host, f.unit_name() + ".gather_send");
-      ops::cast(f.master, f.gather_send);
+      ops::cast(exec_, f.master, f.gather_send);
     }
+    // The collective reads what compute ops wrote (the cast above, AdamW's
+    // update of the master): they must have run. On CUDA the communicator
+    // makes its stream wait for a compute event instead (issue 12 item 6).
+    exec_.compute().synchronize();
     f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered);
     issued = true;
   }
@@ -259,7 +265,11 @@ std::vector<Tensor> FsdpEngine::unit_params(int u) {
   for (const auto& s : slots_[static_cast<std::size_t>(u)]) {
     FlatParameter& owner = *flats_[static_cast<std::size_t>(s.unit)];
     const FlatEntry& e = owner.entries()[static_cast<std::size_t>(s.entry)];
-    params.push_back(owner.gathered.view(e.shape, e.offset, e.name));
+    // Borrowed: the engine alone decides when a gathered buffer goes
+    // (release()), as FSDP2 frees the all-gather output whatever views
+    // exist; a unit keeping a parameter past its step reads freed memory,
+    // which the debug allocator turns into NaN.
+    params.push_back(owner.gathered.view(e.shape, e.offset, e.name).borrow());
   }
   return params;
 }
@@ -288,7 +298,7 @@ void FsdpEngine::reduce_gradients(int u) {
   Tensor send = f.full_grad;
   if (options_.reduce_dtype != DType::f32) {
     send = Tensor::empty({f.padded_numel()}, options_.reduce_dtype, Device::host, f.unit_name() + ".grad_send");
-    ops::cast(f.full_grad, send);
+    ops::cast(exec_, f.full_grad, send);
   }
   f.full_grad = Tensor();
   PendingReduction p;
@@ -296,6 +306,7 @@ void FsdpEngine::reduce_gradients(int u) {
   if (shard_comm_->size() == 1 && !replica_comm_) {
     p.shard = send;  // nothing to communicate
   } else {
+    exec_.compute().synchronize();  // the gradient was written by backward's ops (see start_gather)
     p.shard = shard_comm_->size() == 1
                   ? send
                   : Tensor::empty({f.shard_numel()}, send.dtype(), Device::host, f.unit_name() + ".grad_shard");
@@ -319,11 +330,11 @@ void FsdpEngine::finish_reductions(std::size_t keep_pending) {
     p.replicated.wait();
     FlatParameter& f = *flats_[static_cast<std::size_t>(p.unit)];
     if (p.shard.dtype() == DType::f32) {
-      ops::add_inplace(f.grad, p.shard);
+      ops::add_inplace(exec_, f.grad, p.shard);
     } else {
       Tensor wide = Tensor::empty({f.shard_numel()}, DType::f32);
-      ops::cast(p.shard, wide);
-      ops::add_inplace(f.grad, wide);
+      ops::cast(exec_, p.shard, wide);
+      ops::add_inplace(exec_, f.grad, wide);
     }
     pending_reductions_.pop_front();
   }
@@ -334,6 +345,7 @@ void FsdpEngine::drain() {
   for (auto& f : flats_) {
     f->gather_request.wait();
   }
+  exec_.synchronize();  // the engine's callers read results on the host
 }
 
 double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
@@ -353,9 +365,10 @@ double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
   }
   FT_CHECK(loss.numel() == 1 && loss.dtype() == DType::f32)
       << "the last unit must return the f32[1] loss sum, got " << loss.describe();
-  const double loss_sum = to_float_vector(loss)[0];
-
+  // The loss scale goes to the device once; the loss sum is read back below,
+  // after the backward was enqueued (one host read per micro-step).
   Tensor dy = from_floats({1}, {loss_scale});
+  if (exec_.device() != Device::host) dy = to_device(dy, exec_.device());
   for (int u = n - 1; u >= 0; --u) {
     for (int o : owners_needed(u)) ensure_gathered(o);
     ensure_gathered(u);
@@ -380,9 +393,9 @@ double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
     if (options_.backward_prefetch == BackwardPrefetch::backward_post) prefetch(u - 1, PrefetchKind::backward);
   }
   if (options_.strategy != ShardingStrategy::no_shard) release(0);
-  drain();
+  drain();  // synchronizes the compute stream
   if (options_.fp8) update_fp8_scales();
-  return loss_sum;
+  return to_float_vector(loss.device() == Device::host ? loss : to_device(loss, Device::host))[0];
 }
 
 double FsdpEngine::forward_only(const Batch& batch) {
@@ -408,7 +421,8 @@ double FsdpEngine::forward_only(const Batch& batch) {
     for (int u = 0; u < n; ++u) release(u);
   drain();
   ctx_.training = true;
-  return to_float_vector(loss)[0];
+  // drain() synchronized the compute stream
+  return to_float_vector(loss.device() == Device::host ? loss : to_device(loss, Device::host))[0];
 }
 
 std::vector<std::vector<Fp8StateRef>> FsdpEngine::fp8_states() {
@@ -440,12 +454,13 @@ void FsdpEngine::update_fp8_scales() {
 }
 
 void FsdpEngine::zero_grad() {
-  for (auto& f : flats_) ops::fill(f->grad, 0.0f);
+  for (auto& f : flats_) ops::fill(exec_, f->grad, 0.0f);
+  exec_.compute().synchronize();  // callers (checkpoints) may read the gradients next
 }
 
 double FsdpEngine::grad_norm() {
   double local = 0.0;
-  for (auto& f : flats_) local += ops::sum_squares(f->grad);
+  for (auto& f : flats_) local += ops::sum_squares(exec_, f->grad);
   // Replicas hold identical reduced shards: summing over the shard group covers every element once.
   return std::sqrt(shard_comm_->all_reduce_sum(local));
 }
@@ -462,7 +477,7 @@ std::string FsdpEngine::first_non_finite(ShardState which) {
     const Tensor& state = which == ShardState::gradient ? f->grad : f->master;
     const std::int64_t unit = f->unit_index();
     f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
-      if (!std::isfinite(ops::sum_squares(state.view({count}, at))))
+      if (!std::isfinite(ops::sum_squares(exec_, state.view({count}, at))))
         mine = std::max(mine, static_cast<double>(unit * kEntriesPerUnit + (kEntriesPerUnit - 1 - e)));
     });
   }
@@ -484,7 +499,7 @@ void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
       Tensor g = f->grad.view({count}, at);
       Tensor m = f->exp_avg.view({count}, at);
       Tensor v = f->exp_avg_sq.view({count}, at);
-      ops::adamw_update(p, g, m, v, h.lr, h.beta1, h.beta2, h.eps, entry.weight_decay ? h.weight_decay : 0.0f,
+      ops::adamw_update(exec_, p, g, m, v, h.lr, h.beta1, h.beta2, h.eps, entry.weight_decay ? h.weight_decay : 0.0f,
                         optimizer_step_count_, grad_scale);
     });
     // Parameters changed: any kept gathered copy is stale.
@@ -495,6 +510,7 @@ void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
       f->gathered_valid = false;
     }
   }
+  exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next
 }
 
 std::int64_t FsdpEngine::num_parameters() const {

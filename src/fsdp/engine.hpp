@@ -30,6 +30,7 @@
 #include "fp8/recipe.hpp"
 #include "fsdp/flat_parameter.hpp"
 #include "plugin/model.hpp"
+#include "runtime/execution_context.hpp"
 
 namespace ftrain {
 
@@ -125,6 +126,7 @@ class FsdpEngine {
   Communicator& shard_comm() { return *shard_comm_; }
   Communicator* replica_comm() { return replica_comm_.get(); }
   const FsdpOptions& options() const { return options_; }
+  ExecutionContext& execution() { return exec_; }
   // precision fp8: every unit's FP8 states, in unit order (checkpoints).
   std::vector<std::vector<Fp8StateRef>> fp8_states();
 
@@ -177,6 +179,7 @@ class FsdpEngine {
   };
   std::deque<PendingReduction> pending_reductions_;
   static constexpr std::size_t kMaxPendingReductions = 2;  // full gradients in flight
+  ExecutionContext exec_;  // where this rank's ops run; ctx_ points to it
   StepContext ctx_;
   std::int64_t optimizer_step_count_ = 0;
   FsdpCounters counters_;

@@ -1,11 +1,32 @@
+// ops::<op>: the one dispatch. Compiled into libftrain (never inline in a
+// plugin), so a plugin reaches every backend through these symbols.
 #include "core/error.hpp"
+#include "kernels/backend_registry.hpp"
 #include "kernels/ops.hpp"
+#include "runtime/backend_library.hpp"
 
 namespace ftrain::ops {
 
-void throw_no_cuda(const char* op, const Tensor& t) {
-  FT_THROW() << "op " << op << " got " << t.describe()
-             << ", but this ftrain was built without the CUDA backend (configure with -DFTRAIN_CUDA=ON)";
+namespace {
+const OpTable& backend_of(ExecutionContext& ctx, const Tensor& t, const char* op) {
+  if (t.device() != ctx.device()) {
+    FT_THROW() << "op " << op << " got " << t.describe() << ", but its execution context runs on "
+               << device_name(ctx.device());
+  }
+  const OpTable* table = find_backend(t.device());
+  if (table == nullptr) {
+    FT_THROW() << "op " << op << " got " << t.describe() << ", but no " << device_name(t.device())
+               << " backend is loaded (libftrain_cuda.so was not found; " << describe_backend_search() << ")";
+  }
+  return *table;
 }
+}  // namespace
+
+#define FTRAIN_DEFINE_OP(R, NAME, PARAMS, ARGS, DEVICE_TENSOR)        \
+  R NAME(ExecutionContext& ctx, FTRAIN_UNPAREN PARAMS) {              \
+    return backend_of(ctx, DEVICE_TENSOR, #NAME).NAME(ctx, FTRAIN_UNPAREN ARGS); \
+  }
+FTRAIN_OP_LIST(FTRAIN_DEFINE_OP)
+#undef FTRAIN_DEFINE_OP
 
 }  // namespace ftrain::ops

@@ -21,7 +21,12 @@
 extern "C" {
 #endif
 
-#define FTRAIN_PLUGIN_ABI_VERSION 1
+/* Version history (a plugin built for another version is refused):
+ *   1  first SDK
+ *   2  ops take an ExecutionContext (kernels/ops.hpp); StepContext carries it
+ *      (plugin/model.hpp); Tensor storage comes from stream-ordered
+ *      allocators (runtime/allocator.hpp). Issue 12. */
+#define FTRAIN_PLUGIN_ABI_VERSION 2
 #define FTRAIN_PLUGIN_ENTRY_SYMBOL "ftrain_plugin_entry"
 
 typedef struct ftrain_kv {

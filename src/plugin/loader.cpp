@@ -119,7 +119,9 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
   if (descriptor->abi_version != FTRAIN_PLUGIN_ABI_VERSION) {
     FT_USER_ERROR() << "model plugin " << path << " was built for plugin ABI version " << descriptor->abi_version
                     << ", but this ftrain uses ABI version " << FTRAIN_PLUGIN_ABI_VERSION
-                    << "; rebuild the plugin against this ftrain";
+                    << "; rebuild the plugin against this ftrain: configure its CMake project with "
+                       "-DCMAKE_PREFIX_PATH=<this ftrain's install prefix> (find_package(ftrain) + "
+                       "ftrain_add_plugin) and build it again (share/doc/plugin-sdk.md, section 3)";
   }
   if (descriptor->struct_size != sizeof(ftrain_plugin_descriptor)) {
     FT_USER_ERROR() << "model plugin " << path << " has a descriptor of " << descriptor->struct_size

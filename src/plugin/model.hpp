@@ -12,9 +12,11 @@
 //   unit 0 (embedding)   forward(x = undefined) reads batch.inputs, returns h
 //   unit i (block)       forward(x = h) returns h'
 //   last unit (head)     forward(x = h) returns f32[1]: the SUM of per-token
-//                        (or per-sample) losses over non-ignored targets
-// Backward mirrors it: the last unit receives dy = f32[1] holding the loss
-// scale (1 / number of target tokens in the global batch) and returns dx;
+//                        (or per-sample) losses over non-ignored targets,
+//                        left on the device (ops::sum)
+// Backward mirrors it: the last unit receives dy = f32[1] on the device
+// holding the loss scale (1 / number of target tokens in the global batch;
+// pass it to ops::cross_entropy_backward as is) and returns dx;
 // unit 0 returns an undefined tensor. Parameter gradients accumulate (+=)
 // into `grads` (f32, same shapes as params); see kernels/ops.hpp.
 #pragma once
@@ -25,7 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "runtime/execution_context.hpp"
 
 namespace ftrain {
 
@@ -57,6 +61,14 @@ struct Batch {
 
 // Per-step knobs the engine passes to units.
 struct StepContext {
+  // Where ops run (kernels/ops.hpp: every op takes it). Set by the engine;
+  // ops are enqueued on its compute stream, so a unit reads tensor data on
+  // the host only after execution().synchronize().
+  ExecutionContext* execution_context = &host_context();
+  ExecutionContext& execution() const {
+    FT_CHECK(execution_context != nullptr) << "StepContext without an execution context";
+    return *execution_context;
+  }
   Device device = Device::host;
   DType compute_dtype = DType::f32;   // dtype of activations and gathered params
   std::int64_t vocab_chunk = 4096;    // cross-entropy chunk over the vocabulary

@@ -17,7 +17,7 @@
 
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
-#include "kernels/ops.hpp"
+#include "kernels/host/host_ops.hpp"
 
 namespace {
 

@@ -31,6 +31,10 @@ Kinds (the "kind" key):
            reduce_dtype bf16 against f32 reduction). Without "tolerance"
            the case asserts only the difference (a run that must not
            reproduce the reference, e.g. unsynchronised initialisations).
+           "env": {"NAME": "value"} runs ftrain (every rank) with those
+           environment variables (e.g. FTRAIN_HOST_STREAM=async,
+           FTRAIN_ALLOC_DEBUG=1); "stderr_regex" as "stdout_regex", on
+           stderr (the notice proving such a mode was on).
   repeat   run the deck twice; the fields in "compare" must be the same
            strings in both metrics.jsonl files (bit-identical training).
   error    run a bad deck; the exit status must be non-zero, stderr must
@@ -108,11 +112,15 @@ def launcher(args, np_):
     return [args.mpiexec, *args.mpi_flag, args.numproc_flag, str(np_)]
 
 
-def run(cmd, cwd, label):
+def run(cmd, cwd, label, env=None):
     """Runs cmd with the hang timeout; returns (rc, stdout, stderr, seconds)."""
     start = time.monotonic()
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update({name: str(value) for name, value in env.items()})
     try:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S, env=full_env)
     except subprocess.TimeoutExpired as e:
         raise CaseFailure(f"{label}: no exit within {TIMEOUT_S} s (hang?): {' '.join(cmd)}\n"
                           f"stdout tail:\n{(e.stdout or b'')[-2000:]!r}") from None
@@ -139,12 +147,17 @@ def make_corpus(args, case, workdir):
 
 def train_once(args, case, workdir, data_dir, tag):
     run_dir = os.path.join(workdir, "run_" + tag)
-    cmd = launcher(args, case.get("np", 1)) + [args.ftrain]
+    env = case.get("env", {})
+    cmd = launcher(args, case.get("np", 1))
+    if cmd:
+        for name in env:
+            cmd += ["-x", name]  # every rank gets the variable, wherever it runs
+    cmd += [args.ftrain]
     variables = {"data_dir": data_dir, "run_dir": run_dir, **case.get("variables", {})}
     for name, value in variables.items():
         cmd += ["-var", name, str(value)]
     cmd.append(os.path.join(HERE, case["deck"]))
-    rc, out, err, seconds = run(cmd, workdir, "ftrain")
+    rc, out, err, seconds = run(cmd, workdir, "ftrain", env)
     with open(os.path.join(workdir, tag + ".log"), "w") as f:
         f.write(" ".join(cmd) + "\n" + out + err)
     if rc != 0:
@@ -156,6 +169,9 @@ def train_once(args, case, workdir, data_dir, tag):
     for pattern in case.get("stdout_regex", []):
         if not re.search(pattern, out, re.MULTILINE):
             raise CaseFailure(f"ftrain's stdout does not match /{pattern}/ (see {tag}.log)")
+    for pattern in case.get("stderr_regex", []):
+        if not re.search(pattern, err, re.MULTILINE):
+            raise CaseFailure(f"ftrain's stderr does not match /{pattern}/ (see {tag}.log)")
     return read_metrics(os.path.join(run_dir, "metrics.jsonl"))
 
 

@@ -141,7 +141,7 @@ class Driver {
           params[u].push_back(s.param);
         } else {
           Tensor p = Tensor::empty(s.param.shape(), ctx_.compute_dtype);
-          ops::cast(s.param, p);
+          ops::cast(ftrain::host_context(), s.param, p);
           params[u].push_back(p);
         }
         grads[u].push_back(s.grad);

@@ -17,6 +17,7 @@
 
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
+#include "support/backend_test.hpp"
 
 namespace ftrain::testing {
 
@@ -26,13 +27,22 @@ inline std::vector<double> random_vector(std::size_t n, std::uint64_t seed, doub
   return v;
 }
 
+// On the device of the backend under test (backend_test.hpp; host outside one).
 inline Tensor tensor_from(const Shape& shape, const std::vector<double>& values, DType dtype = DType::f32) {
   std::vector<float> f(values.begin(), values.end());
-  return from_floats(shape, f, dtype);
+  Tensor t = from_floats(shape, f, dtype);
+  const Device d = backend_ctx().device();
+  return d == Device::host ? t : to_device(t, d);
+}
+
+// Reads a result: waits for the backend's streams first, then copies to the host.
+inline std::vector<float> read_floats(const Tensor& t) {
+  backend_synchronize();
+  return to_float_vector(t.device() == Device::host ? t : to_device(t, Device::host));
 }
 
 inline std::vector<double> to_doubles(const Tensor& t) {
-  auto f = to_float_vector(t);
+  auto f = read_floats(t);
   return std::vector<double>(f.begin(), f.end());
 }
 

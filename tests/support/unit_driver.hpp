@@ -89,7 +89,7 @@ class UnitDriver {
           params[u].push_back(s.param);
         } else {  // what the engine gathers: a compute-dtype copy of the master
           Tensor p = Tensor::empty(s.param.shape(), ctx_.compute_dtype);
-          ops::cast(s.param, p);
+          ops::cast(ctx_.execution(), s.param, p);
           params[u].push_back(p);
         }
         grads[u].push_back(s.grad);

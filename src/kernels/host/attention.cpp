@@ -33,7 +33,7 @@
 
 #include "core/error.hpp"
 #include "kernels/host/attention_tiled.hpp"
-#include "kernels/ops.hpp"
+#include "kernels/host/host_ops.hpp"
 
 namespace ftrain::host {
 

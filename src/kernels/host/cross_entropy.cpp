@@ -28,7 +28,7 @@
 
 #include "core/error.hpp"
 #include "kernels/host/gemm.hpp"
-#include "kernels/ops.hpp"
+#include "kernels/host/host_ops.hpp"
 
 namespace ftrain::host {
 
@@ -195,10 +195,15 @@ void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias,
 }
 
 void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
-                            const Tensor& lse, float loss_scale, std::int64_t vocab_chunk, Tensor& dh, Tensor& dw,
-                            Tensor* dbias) {
+                            const Tensor& lse, const Tensor& loss_scale_tensor, std::int64_t vocab_chunk, Tensor& dh,
+                            Tensor& dw, Tensor* dbias) {
   constexpr const char* op = "cross_entropy_backward";
   const HeadShape s = check_head(op, h, w, bias, targets, vocab_chunk);
+  FT_CHECK(loss_scale_tensor.dtype() == DType::f32 && loss_scale_tensor.numel() == 1 &&
+           loss_scale_tensor.device() == Device::host)
+      << op << ": loss_scale " << loss_scale_tensor.describe() << " must be a host f32[1]";
+  // Read when the kernel runs (in stream order), never by the caller.
+  const float loss_scale = loss_scale_tensor.data_as<float>()[0];
   check_f32_rows(op, "lse", lse, s.rows);
   check_float_storage(op, "dh", dh);
   FT_CHECK(dh.shape() == h.shape()) << op << ": dh " << dh.describe() << " must have the shape of h " << h.describe();

@@ -1,5 +1,5 @@
 // Host element-wise ops: add, add_inplace, scale_inplace, fill, cast,
-// sum_squares (ops.hpp).
+// sum, sum_squares (ops.hpp).
 //
 // Conventions: tensors are processed in chunks of spans::kChunk elements; each
 // chunk is viewed as f32 (bf16 widened into scratch, rounded back on store) so
@@ -12,7 +12,7 @@
 
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
-#include "kernels/ops.hpp"
+#include "kernels/host/host_ops.hpp"
 
 namespace ftrain::host {
 
@@ -164,6 +164,18 @@ void cast(const Tensor& src, Tensor& dst) {
     decode(s, begin, n, f);
     encode(f, d, begin, n);
   });
+}
+
+void sum(const Tensor& x, Tensor& out) {
+  constexpr const char* op = "sum";
+  spans::require_float_storage(op, x, "x");
+  FT_CHECK(out.dtype() == DType::f32 && out.numel() == 1 && out.device() == Device::host)
+      << op << ": out " << out.describe() << " must be a host f32[1]";
+  // One pass in index order, in double: the loss sum every curve shows is
+  // the same number whatever the thread count.
+  double total = 0.0;
+  for (std::int64_t i = 0; i < x.numel(); ++i) total += static_cast<double>(load_as_float(x.data(), x.dtype(), i));
+  out.data_as<float>()[0] = static_cast<float>(total);
 }
 
 double sum_squares(const Tensor& x) {

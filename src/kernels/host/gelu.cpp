@@ -13,7 +13,7 @@
 #include "core/error.hpp"
 #include "kernels/host/fast_math.hpp"
 #include "kernels/host/float_spans.hpp"
-#include "kernels/ops.hpp"
+#include "kernels/host/host_ops.hpp"
 
 namespace ftrain::host {
 

@@ -12,7 +12,7 @@
 
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
-#include "kernels/ops.hpp"
+#include "kernels/host/host_ops.hpp"
 
 namespace ftrain::host {
 

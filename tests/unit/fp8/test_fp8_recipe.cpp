@@ -120,9 +120,9 @@ TEST(Fp8Recipe, SpikeIsAbsorbedByTheHistoryWithoutInfOrNan) {
   const Tensor w = random_tensor(ws, 2, 0.5);
   auto iteration = [&](const Tensor& x) {
     Tensor y = Tensor::empty({16, 6}, DType::f32);
-    linear_forward(r, s, true, x, w, nullptr, y);
+    linear_forward(host_context(), r, s, true, x, w, nullptr, y);
     Tensor dy = random_tensor({16, 6}, 3), dx = Tensor::empty(xs, DType::f32), dw = Tensor::zeros(ws, DType::f32);
-    linear_backward(r, s, true, x, w, dy, &dx, dw, nullptr);
+    linear_backward(host_context(), r, s, true, x, w, dy, &dx, dw, nullptr);
     s.update_scales(r);
     EXPECT_TRUE(all_finite(y) && all_finite(dx) && all_finite(dw));
     return y;
@@ -149,7 +149,7 @@ TEST(Fp8Recipe, SpikeIsAbsorbedByTheHistoryWithoutInfOrNan) {
   // The spiked output: the saturated row differs from the exact product, the
   // others are the calm ones.
   Tensor y_exact = Tensor::empty({16, 6}, DType::f32);
-  ops::linear_forward(spike, w, nullptr, y_exact);
+  ops::linear_forward(host_context(), spike, w, nullptr, y_exact);
   const auto ys = to_float_vector(y_spike), ye = to_float_vector(y_exact);
   float spiked_row = 0, exact_row = 0;  // row 0 holds the spike (element 5)
   for (int o = 0; o < 6; ++o) spiked_row = std::max(spiked_row, std::fabs(ys[o]));
@@ -189,10 +189,10 @@ TEST(Fp8Recipe, LinearMatchesFloat64OnTheQuantisedOperands) {
     const Tensor x = random_tensor({N, in}, 5), w = random_tensor({out, in}, 6, 0.2), b = random_tensor({out}, 7);
     const Tensor dy = random_tensor({N, out}, 8, 0.01);
     Tensor y = Tensor::empty({N, out}, DType::f32);
-    linear_forward(r, s, true, x, w, &b, y);
+    linear_forward(host_context(), r, s, true, x, w, &b, y);
     Tensor dx = Tensor::empty({N, in}, DType::f32), dw = from_floats({out, in}, std::vector<float>(out * in, 1.0f));
     Tensor db = Tensor::zeros({out}, DType::f32);
-    linear_backward(r, s, true, x, w, dy, &dx, dw, &db);
+    linear_backward(host_context(), r, s, true, x, w, dy, &dx, dw, &db);
 
     auto q = [](const Tensor& t, float sc, DType dt) {
       std::vector<double> out;
@@ -227,11 +227,11 @@ TEST(Fp8Recipe, LinearMatchesFloat64OnTheQuantisedOperands) {
     }
     // And the FP8 result is close to the exact f32 linear (E4M3: 2^-4 relative steps).
     Tensor y32 = Tensor::empty({N, out}, DType::f32);
-    ops::linear_forward(x, w, &b, y32);
+    ops::linear_forward(host_context(), x, w, &b, y32);
     EXPECT_LT(ftrain::testing::relative_error(ftrain::testing::to_doubles(y), ftrain::testing::to_doubles(y32)), 0.05);
     // Eval-style forward records nothing.
     const auto before = to_float_vector(s.amax_history);
-    linear_forward(r, s, false, x, w, &b, y);
+    linear_forward(host_context(), r, s, false, x, w, &b, y);
     EXPECT_EQ(to_float_vector(s.amax_history), before);
   }
 }

@@ -69,7 +69,7 @@ class Trainer {
       for (const auto& name : unit_names_[u]) {
         Slot& s = slots_.at(name);
         Tensor p = Tensor::empty(s.param.shape(), DType::bf16);
-        ops::cast(s.param, p);
+        ops::cast(host_context(), s.param, p);
         params[u].push_back(p);
         grads[u].push_back(s.grad);
       }
@@ -86,8 +86,9 @@ class Trainer {
       for (int u = 0; u < units; ++u)
         for (auto& ref : model_.unit(u).fp8_states(*ctx_.fp8_recipe)) ref.state->update_scales(*ctx_.fp8_recipe);
     for (auto& [name, s] : slots_) {
-      ops::adamw_update(s.param, s.grad, s.m, s.v, lr, 0.9f, 0.95f, 1e-8f, s.decay ? 0.01f : 0.0f, step_index + 1, 1.0f);
-      ops::fill(s.grad, 0.0f);
+      ops::adamw_update(host_context(), s.param, s.grad, s.m, s.v, lr, 0.9f, 0.95f, 1e-8f, s.decay ? 0.01f : 0.0f,
+                        step_index + 1, 1.0f);
+      ops::fill(host_context(), s.grad, 0.0f);
     }
     return loss;
   }

@@ -1,4 +1,4 @@
-// Checks shared by the host op tests (test_<op>.cpp beside this file).
+// Checks shared by the op tests (test_<op>.cpp beside this file).
 //
 // The spec (tests/support/op_test_util.hpp): each test writes a float64
 // reference forward; an op's analytic vector-Jacobian product <grad_k, u> for
@@ -63,7 +63,9 @@ inline Tensor random_tensor(const Shape& shape, std::uint64_t seed, DType dtype 
 }
 
 inline Tensor named_zeros(const Shape& shape, DType dtype, const std::string& name) {
-  return Tensor::zeros(shape, dtype, Device::host, name);
+  Tensor t = Tensor::zeros(shape, dtype, Device::host, name);
+  const Device d = backend_ctx().device();
+  return d == Device::host ? t : to_device(t, d);
 }
 
 // Runs `call`, expects ftrain::Error whose message contains every fragment.
@@ -71,6 +73,7 @@ template <class Call>
 void expect_error_mentioning(Call call, const std::vector<std::string>& fragments) {
   try {
     call();
+    backend_synchronize();  // an asynchronous stream reports the error of enqueued work here
     ADD_FAILURE() << "expected ftrain::Error mentioning " << (fragments.empty() ? "" : fragments[0]);
   } catch (const Error& e) {
     const std::string message = e.what();

@@ -23,7 +23,12 @@
 #include "support/op_test_util.hpp"
 
 using namespace ftrain;
+
+FTRAIN_BACKEND_TEST_SUITE(Attention);
+using ftrain::testing::backend_ctx;
+using ftrain::testing::backend_synchronize;
 using ftrain::testing::directional_derivative;
+using ftrain::testing::read_floats;
 using ftrain::testing::dot;
 using ftrain::testing::random_vector;
 using ftrain::testing::relative_error;
@@ -91,7 +96,7 @@ Reference reference_attention(const Case& c, const std::vector<double>& q, const
 void run_forward(const Case& c, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse) {
   const auto scale = static_cast<float>(c.scale());
   if (c.use_public_entry) {
-    ops::attention_forward(q, k, v, c.causal, scale, out, lse);
+    ops::attention_forward(backend_ctx(), q, k, v, c.causal, scale, out, lse);
   } else {
     host::detail::attention_forward_tiled(q, k, v, c.causal, scale, out, lse, c.tiles);
   }
@@ -101,7 +106,7 @@ void run_backward(const Case& c, const Tensor& q, const Tensor& k, const Tensor&
                   const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
   const auto scale = static_cast<float>(c.scale());
   if (c.use_public_entry) {
-    ops::attention_backward(q, k, v, out, lse, dout, c.causal, scale, dq, dk, dv);
+    ops::attention_backward(backend_ctx(), q, k, v, out, lse, dout, c.causal, scale, dq, dk, dv);
   } else {
     host::detail::attention_backward_tiled(q, k, v, out, lse, dout, c.causal, scale, dq, dk, dv, c.tiles);
   }
@@ -178,7 +183,7 @@ constexpr Tolerances kBf16{1e-2, 1.5e-2};
 
 }  // namespace
 
-TEST(Attention, SmallUnequalTilesMatchReference) {
+TEST_P(Attention, SmallUnequalTilesMatchReference) {
   std::uint64_t seed = 100;
   for (bool causal : {true, false})
     for (host::detail::AttentionTiles tiles : {host::detail::AttentionTiles{16, 8}, host::detail::AttentionTiles{8, 16}})
@@ -188,7 +193,7 @@ TEST(Attention, SmallUnequalTilesMatchReference) {
       }
 }
 
-TEST(Attention, MultiHeadAndSingleKvHead) {
+TEST_P(Attention, MultiHeadAndSingleKvHead) {
   std::uint64_t seed = 300;
   for (bool causal : {true, false}) {
     check_case(Case{2, 29, 3, 3, 8, causal, {8, 8}, false}, DType::f32, kF32, seed += 20);    // MHA
@@ -196,7 +201,7 @@ TEST(Attention, MultiHeadAndSingleKvHead) {
   }
 }
 
-TEST(Attention, ProductionTilesAcrossTileBoundary) {
+TEST_P(Attention, ProductionTilesAcrossTileBoundary) {
   std::uint64_t seed = 500;
   for (bool causal : {true, false}) {
     check_case(Case{2, 70, 4, 2, 16, causal, {}, true}, DType::f32, kF32, seed += 20);
@@ -204,7 +209,7 @@ TEST(Attention, ProductionTilesAcrossTileBoundary) {
   }
 }
 
-TEST(Attention, WideHeadsSplitTileGemms) {
+TEST_P(Attention, WideHeadsSplitTileGemms) {
   // 64 x 64 x D tile products above OpenBLAS' single-thread volume are split
   // along k or n inside the op: D = 96 splits once, D = 256 twice.
   std::uint64_t seed = 600;
@@ -216,11 +221,11 @@ TEST(Attention, WideHeadsSplitTileGemms) {
   check_case(Case{1, 300, 1, 1, 64, false, {32, 256}, false}, DType::f32, kF32, seed += 20);
 }
 
-TEST(Attention, SingleTokenSequence) {
+TEST_P(Attention, SingleTokenSequence) {
   check_case(Case{2, 1, 2, 1, 8, true, {}, true}, DType::f32, kF32, 700);
 }
 
-TEST(Attention, Bf16Storage) {
+TEST_P(Attention, Bf16Storage) {
   std::uint64_t seed = 800;
   for (bool causal : {true, false}) {
     check_case(Case{2, 37, 4, 2, 16, causal, {16, 8}, false}, DType::bf16, kBf16, seed += 20);
@@ -228,7 +233,8 @@ TEST(Attention, Bf16Storage) {
   }
 }
 
-TEST(Attention, TileSizeDoesNotChangeResult) {
+// Host internals (tile sizes of the host kernel): not a backend test.
+TEST(AttentionHostTiles, TileSizeDoesNotChangeResult) {
   const Case base{1, 45, 2, 1, 16, true, {}, false};
   const auto n = static_cast<std::size_t>(shape_numel(base.q_shape()));
   const auto nkv = static_cast<std::size_t>(shape_numel(base.kv_shape()));
@@ -245,20 +251,21 @@ TEST(Attention, TileSizeDoesNotChangeResult) {
   EXPECT_LT(relative_error(outs[2], outs[0]), 1e-6);
 }
 
-TEST(Attention, RejectsBadShapes) {
+TEST_P(Attention, RejectsBadShapes) {
   Tensor q = Tensor::zeros({1, 4, 3, 8}, DType::f32, Device::host, "q");
   Tensor k = Tensor::zeros({1, 4, 2, 8}, DType::f32, Device::host, "k");  // 3 % 2 != 0
   Tensor out = Tensor::zeros({1, 4, 3, 8}, DType::f32), lse = Tensor::zeros({1, 3, 4}, DType::f32);
-  EXPECT_THROW(ops::attention_forward(q, k, k, true, 1.0f, out, lse), Error);
+  EXPECT_THROW({ ops::attention_forward(backend_ctx(), q, k, k, true, 1.0f, out, lse); backend_synchronize(); }, Error);
 
   Tensor k_ok = Tensor::zeros({1, 4, 1, 8}, DType::f32);
   Tensor bad_lse = Tensor::zeros({1, 4, 3}, DType::f32, Device::host, "lse");
   try {
-    ops::attention_forward(q, k_ok, k_ok, true, 1.0f, out, bad_lse);
+    ops::attention_forward(backend_ctx(), q, k_ok, k_ok, true, 1.0f, out, bad_lse);
+    backend_synchronize();
     FAIL() << "expected a throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("lse"), std::string::npos) << e.what();
   }
   Tensor int_q = Tensor::zeros({1, 4, 3, 8}, DType::i32);
-  EXPECT_THROW(ops::attention_forward(int_q, k_ok, k_ok, true, 1.0f, out, lse), Error);
+  EXPECT_THROW({ ops::attention_forward(backend_ctx(), int_q, k_ok, k_ok, true, 1.0f, out, lse); backend_synchronize(); }, Error);
 }

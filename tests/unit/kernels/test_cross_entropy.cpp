@@ -20,7 +20,12 @@
 #include "support/op_test_util.hpp"
 
 using namespace ftrain;
+
+FTRAIN_BACKEND_TEST_SUITE(CrossEntropy);
+using ftrain::testing::backend_ctx;
+using ftrain::testing::backend_synchronize;
 using ftrain::testing::directional_derivative;
+using ftrain::testing::read_floats;
 using ftrain::testing::dot;
 using ftrain::testing::random_vector;
 using ftrain::testing::relative_error;
@@ -106,7 +111,7 @@ void check_case(const Case& c, Tolerances tol, std::uint64_t seed) {
   Tensor tb = tensor_from({c.vocab}, bias, c.dtype), tt = targets_tensor(targets);
   const Tensor* tb_ptr = c.with_bias ? &tb : nullptr;
   Tensor losses = Tensor::empty({c.rows}, DType::f32), lse = Tensor::empty({c.rows}, DType::f32);
-  ops::cross_entropy_forward(th, tw, tb_ptr, tt, c.chunk, losses, lse);
+  ops::cross_entropy_forward(backend_ctx(), th, tw, tb_ptr, tt, c.chunk, losses, lse);
 
   const Reference ref = reference_cross_entropy(c, h, w, bias_ref, targets);
   const std::vector<double> got_losses = to_doubles(losses), got_lse = to_doubles(lse);
@@ -122,7 +127,7 @@ void check_case(const Case& c, Tolerances tol, std::uint64_t seed) {
   const std::vector<double> db0 = stored(random_vector(static_cast<std::size_t>(c.vocab), seed + 5, 0.1), c.dtype);
   Tensor dh = tensor_from({c.rows, c.channels}, random_vector(nh, seed + 6), c.dtype);
   Tensor dw = tensor_from({c.vocab, c.channels}, dw0, c.dtype), db = tensor_from({c.vocab}, db0, c.dtype);
-  ops::cross_entropy_backward(th, tw, tb_ptr, tt, lse, loss_scale, c.chunk, dh, dw, c.with_bias ? &db : nullptr);
+  ops::cross_entropy_backward(backend_ctx(), th, tw, tb_ptr, tt, lse, tensor_from({1}, {loss_scale}), c.chunk, dh, dw, c.with_bias ? &db : nullptr);
 
   // Increments of the accumulated gradients.
   std::vector<double> dw_added = to_doubles(dw), db_added = to_doubles(db);
@@ -169,17 +174,17 @@ constexpr Tolerances kBf16{1e-2, 3e-2};
 
 }  // namespace
 
-TEST(CrossEntropy, PartialLastChunkWithAndWithoutBias) {
+TEST_P(CrossEntropy, PartialLastChunkWithAndWithoutBias) {
   std::uint64_t seed = 10;
   for (bool with_bias : {false, true}) check_case(Case{13, 16, 37, 8, with_bias, DType::f32}, kF32, seed += 20);
 }
 
-TEST(CrossEntropy, ChunkSizes) {
+TEST_P(CrossEntropy, ChunkSizes) {
   std::uint64_t seed = 100;
   for (std::int64_t chunk : {1, 5, 37, 64}) check_case(Case{9, 8, 37, chunk, true, DType::f32}, kF32, seed += 20);
 }
 
-TEST(CrossEntropy, LargeLogitsStayFinite) {
+TEST_P(CrossEntropy, LargeLogitsStayFinite) {
   // Scaled-up activations: logits of a few hundred, where a non-online
   // logsumexp would overflow f32.
   const Case c{6, 8, 37, 8, false, DType::f32};
@@ -187,18 +192,18 @@ TEST(CrossEntropy, LargeLogitsStayFinite) {
   const auto targets = make_targets(c, 7);
   Tensor losses = Tensor::empty({6}, DType::f32), lse = Tensor::empty({6}, DType::f32);
   Tensor th = tensor_from({6, 8}, h), tw = tensor_from({37, 8}, w), tt = targets_tensor(targets);
-  ops::cross_entropy_forward(th, tw, nullptr, tt, 8, losses, lse);
+  ops::cross_entropy_forward(backend_ctx(), th, tw, nullptr, tt, 8, losses, lse);
   const Reference ref = reference_cross_entropy(c, h, w, nullptr, targets);
   EXPECT_LT(relative_error(to_doubles(lse), ref.lse), 1e-6);
   EXPECT_LT(relative_error(to_doubles(losses), ref.losses), 1e-5);
 }
 
-TEST(CrossEntropy, Bf16Storage) {
+TEST_P(CrossEntropy, Bf16Storage) {
   std::uint64_t seed = 300;
   for (bool with_bias : {false, true}) check_case(Case{13, 16, 37, 8, with_bias, DType::bf16}, kBf16, seed += 20);
 }
 
-TEST(CrossEntropy, MixedF32GradientsForBf16Weights) {
+TEST_P(CrossEntropy, MixedF32GradientsForBf16Weights) {
   // bf16 h and w with f32 dw and dbias (the usual mixed-precision setup).
   const std::int64_t N = 7, C = 8, V = 37;
   Tensor h = tensor_from({N, C}, random_vector(N * C, 1), DType::bf16);
@@ -206,14 +211,14 @@ TEST(CrossEntropy, MixedF32GradientsForBf16Weights) {
   Tensor b = tensor_from({V}, random_vector(V, 3), DType::bf16);
   Tensor t = targets_tensor({0, 36, kIgnoreIndex, 8, 9, 16, 3});
   Tensor losses = Tensor::empty({N}, DType::f32), lse = Tensor::empty({N}, DType::f32);
-  ops::cross_entropy_forward(h, w, &b, t, 8, losses, lse);
+  ops::cross_entropy_forward(backend_ctx(), h, w, &b, t, 8, losses, lse);
 
   Tensor dh_bf16 = Tensor::zeros({N, C}, DType::bf16), dw_bf16 = Tensor::zeros({V, C}, DType::bf16),
          db_bf16 = Tensor::zeros({V}, DType::bf16);
   Tensor dh_f32 = Tensor::zeros({N, C}, DType::f32), dw_f32 = Tensor::zeros({V, C}, DType::f32),
          db_f32 = Tensor::zeros({V}, DType::f32);
-  ops::cross_entropy_backward(h, w, &b, t, lse, 1.0f, 8, dh_bf16, dw_bf16, &db_bf16);
-  ops::cross_entropy_backward(h, w, &b, t, lse, 1.0f, 8, dh_f32, dw_f32, &db_f32);
+  ops::cross_entropy_backward(backend_ctx(), h, w, &b, t, lse, tensor_from({1}, {1.0}), 8, dh_bf16, dw_bf16, &db_bf16);
+  ops::cross_entropy_backward(backend_ctx(), h, w, &b, t, lse, tensor_from({1}, {1.0}), 8, dh_f32, dw_f32, &db_f32);
   EXPECT_LT(relative_error(to_doubles(dw_bf16), to_doubles(dw_f32)), 1e-2);
   EXPECT_LT(relative_error(to_doubles(db_bf16), to_doubles(db_f32)), 1e-2);
   EXPECT_LT(relative_error(to_doubles(dh_bf16), to_doubles(dh_f32)), 1e-2);
@@ -223,13 +228,14 @@ TEST(CrossEntropy, MixedF32GradientsForBf16Weights) {
   EXPECT_NEAR(total, 0.0, 1e-5);
 }
 
-TEST(CrossEntropy, InvalidTargetThrowsNamingRowAndValue) {
+TEST_P(CrossEntropy, InvalidTargetThrowsNamingRowAndValue) {
   Tensor h = Tensor::zeros({4, 8}, DType::f32), w = Tensor::zeros({37, 8}, DType::f32);
   Tensor losses = Tensor::empty({4}, DType::f32), lse = Tensor::empty({4}, DType::f32);
   for (std::int32_t bad : {37, -1, 1000}) {
     Tensor t = targets_tensor({0, kIgnoreIndex, 36, bad});
     try {
-      ops::cross_entropy_forward(h, w, nullptr, t, 8, losses, lse);
+      ops::cross_entropy_forward(backend_ctx(), h, w, nullptr, t, 8, losses, lse);
+      backend_synchronize();
       FAIL() << "expected a throw for target " << bad;
     } catch (const Error& e) {
       const std::string what = e.what();
@@ -237,17 +243,17 @@ TEST(CrossEntropy, InvalidTargetThrowsNamingRowAndValue) {
       EXPECT_NE(what.find("target " + std::to_string(bad)), std::string::npos) << what;
     }
     Tensor dh = Tensor::zeros({4, 8}, DType::f32), dw = Tensor::zeros({37, 8}, DType::f32);
-    EXPECT_THROW(ops::cross_entropy_backward(h, w, nullptr, t, lse, 1.0f, 8, dh, dw, nullptr), Error);
+    EXPECT_THROW({ ops::cross_entropy_backward(backend_ctx(), h, w, nullptr, t, lse, tensor_from({1}, {1.0}), 8, dh, dw, nullptr); backend_synchronize(); }, Error);
   }
 }
 
-TEST(CrossEntropy, RejectsBadShapes) {
+TEST_P(CrossEntropy, RejectsBadShapes) {
   Tensor h = Tensor::zeros({4, 8}, DType::f32), w = Tensor::zeros({37, 7}, DType::f32, Device::host, "w");
   Tensor t = targets_tensor({0, 1, 2, 3});
   Tensor losses = Tensor::empty({4}, DType::f32), lse = Tensor::empty({4}, DType::f32);
-  EXPECT_THROW(ops::cross_entropy_forward(h, w, nullptr, t, 8, losses, lse), Error);
+  EXPECT_THROW({ ops::cross_entropy_forward(backend_ctx(), h, w, nullptr, t, 8, losses, lse); backend_synchronize(); }, Error);
   Tensor w_ok = Tensor::zeros({37, 8}, DType::f32);
-  EXPECT_THROW(ops::cross_entropy_forward(h, w_ok, nullptr, t, 0, losses, lse), Error);
+  EXPECT_THROW({ ops::cross_entropy_forward(backend_ctx(), h, w_ok, nullptr, t, 0, losses, lse); backend_synchronize(); }, Error);
   Tensor short_losses = Tensor::empty({3}, DType::f32);
-  EXPECT_THROW(ops::cross_entropy_forward(h, w_ok, nullptr, t, 8, short_losses, lse), Error);
+  EXPECT_THROW({ ops::cross_entropy_forward(backend_ctx(), h, w_ok, nullptr, t, 8, short_losses, lse); backend_synchronize(); }, Error);
 }

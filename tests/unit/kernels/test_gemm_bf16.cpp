@@ -14,6 +14,7 @@
 
 #include "host_op_checks.hpp"
 #include "kernels/host/gemm.hpp"
+#include "kernels/host/host_ops.hpp"
 #include "kernels/ops.hpp"
 
 using namespace ftrain;
@@ -200,6 +201,7 @@ TEST(HostGemm, CrossEntropyHeadOnBf16OperandsUsesOneDnn) {
 
   Tensor dh = named_zeros({N, C}, DType::f32, "dh"), dw = named_zeros({V, C}, DType::f32, "dw");
   const std::uint64_t before_backward = host::gemm::bf16_calls();
-  host::cross_entropy_backward(h, w, nullptr, targets, lse, 1.0f / N, chunk, dh, dw, nullptr);
+  const Tensor loss_scale = from_floats({1}, {1.0f / N});
+  host::cross_entropy_backward(h, w, nullptr, targets, lse, loss_scale, chunk, dh, dw, nullptr);
   EXPECT_EQ(host::gemm::bf16_calls() - before_backward, 9u) << "logits, dh and dw for each of 3 chunks";
 }

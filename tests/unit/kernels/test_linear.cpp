@@ -8,6 +8,8 @@
 using namespace ftrain;
 using namespace ftrain::testing;
 
+FTRAIN_BACKEND_TEST_SUITE(Linear);
+
 namespace {
 
 // y[n, o] = sum_i x[n, i] w[o, i] + b[o]
@@ -32,7 +34,7 @@ struct Case {
 
 }  // namespace
 
-TEST(HostLinear, ForwardAndBackwardMatchReference) {
+TEST_P(Linear, ForwardAndBackwardMatchReference) {
   for (const Case c : {Case{{7, 13}, 5}, Case{{2, 3, 17}, 9}, Case{{1, 1}, 1}, Case{{33, 64}, 48}}) {
     const std::int64_t din = c.x_shape.back(), rows = shape_numel(c.x_shape) / din, dout = c.out;
     Shape y_shape = c.x_shape;
@@ -43,7 +45,7 @@ TEST(HostLinear, ForwardAndBackwardMatchReference) {
       Tensor w = random_tensor({dout, din}, 2, DType::f32, "w", 0.5);
       Tensor b = random_tensor({dout}, 3, DType::f32, "b");
       Tensor y = named_zeros(y_shape, DType::f32, "y");
-      host::linear_forward(x, w, bias ? &b : nullptr, y);
+      ops::linear_forward(backend_ctx(), x, w, bias ? &b : nullptr, y);
       Inputs in{to_doubles(x), to_doubles(w), to_doubles(b)};
       auto f = [&](const Inputs& v) { return linear_reference(v, rows, din, dout, bias); };
       EXPECT_LT(relative_error(to_doubles(y), f(in)), 1e-6);
@@ -52,7 +54,7 @@ TEST(HostLinear, ForwardAndBackwardMatchReference) {
       Tensor dx = named_zeros(c.x_shape, DType::f32, "dx");
       Tensor dw = named_zeros({dout, din}, DType::f32, "dw");
       Tensor db = named_zeros({dout}, DType::f32, "db");
-      host::linear_backward(x, w, dy, &dx, dw, bias ? &db : nullptr);
+      ops::linear_backward(backend_ctx(), x, w, dy, &dx, dw, bias ? &db : nullptr);
       const auto g = to_doubles(dy);
       expect_vjp_matches(f, in, 0, to_doubles(dx), g, 1e-5, 10, "dx");
       expect_vjp_matches(f, in, 1, to_doubles(dw), g, 1e-5, 11, "dw");
@@ -61,31 +63,31 @@ TEST(HostLinear, ForwardAndBackwardMatchReference) {
   }
 }
 
-TEST(HostLinear, ParameterGradientsAccumulateAndDxIsWritten) {
+TEST_P(Linear, ParameterGradientsAccumulateAndDxIsWritten) {
   Tensor x = random_tensor({7, 13}, 1, DType::f32, "x");
   Tensor w = random_tensor({5, 13}, 2, DType::f32, "w");
   Tensor dy = random_tensor({7, 5}, 3, DType::f32, "dy");
   Tensor dx = named_zeros({7, 13}, DType::f32, "dx"), dw = named_zeros({5, 13}, DType::f32, "dw"),
          db = named_zeros({5}, DType::f32, "db");
-  host::linear_backward(x, w, dy, &dx, dw, &db);
+  ops::linear_backward(backend_ctx(), x, w, dy, &dx, dw, &db);
   const auto dx1 = to_doubles(dx), dw1 = to_doubles(dw), db1 = to_doubles(db);
-  host::linear_backward(x, w, dy, &dx, dw, &db);
+  ops::linear_backward(backend_ctx(), x, w, dy, &dx, dw, &db);
   expect_scaled(to_doubles(dw), dw1, 2.0, 1e-5, "dw twice");
   expect_scaled(to_doubles(db), db1, 2.0, 1e-5, "db twice");
   expect_scaled(to_doubles(dx), dx1, 1.0, 0.0, "dx written, not accumulated");
   // Without dx and db only dw changes.
-  host::linear_backward(x, w, dy, nullptr, dw, nullptr);
+  ops::linear_backward(backend_ctx(), x, w, dy, nullptr, dw, nullptr);
   expect_scaled(to_doubles(dw), dw1, 3.0, 1e-5, "dw thrice");
   expect_scaled(to_doubles(db), db1, 2.0, 1e-5, "db untouched");
 }
 
-TEST(HostLinear, Bf16Storage) {
+TEST_P(Linear, Bf16Storage) {
   const std::int64_t rows = 9, din = 24, dout = 11;
   Tensor x = random_tensor({rows, din}, 1, DType::bf16, "x");
   Tensor w = random_tensor({dout, din}, 2, DType::bf16, "w", 0.3);
   Tensor b = random_tensor({dout}, 3, DType::bf16, "b");
   Tensor y = named_zeros({rows, dout}, DType::bf16, "y");
-  host::linear_forward(x, w, &b, y);
+  ops::linear_forward(backend_ctx(), x, w, &b, y);
   Inputs in{to_doubles(x), to_doubles(w), to_doubles(b)};
   EXPECT_LT(relative_error(to_doubles(y), linear_reference(in, rows, din, dout, true)), 8e-3);
 
@@ -93,31 +95,31 @@ TEST(HostLinear, Bf16Storage) {
   Tensor dy = random_tensor({rows, dout}, 4, DType::bf16, "dy");
   Tensor dx = named_zeros({rows, din}, DType::bf16, "dx"), dw = named_zeros({dout, din}, DType::bf16, "dw"),
          db = named_zeros({dout}, DType::f32, "db");
-  host::linear_backward(x, w, dy, &dx, dw, &db);
+  ops::linear_backward(backend_ctx(), x, w, dy, &dx, dw, &db);
   Tensor x32 = tensor_from({rows, din}, to_doubles(x)), w32 = tensor_from({dout, din}, to_doubles(w)),
          dy32 = tensor_from({rows, dout}, to_doubles(dy));
   Tensor dx32 = named_zeros({rows, din}, DType::f32, "dx"), dw32 = named_zeros({dout, din}, DType::f32, "dw"),
          db32 = named_zeros({dout}, DType::f32, "db");
-  host::linear_backward(x32, w32, dy32, &dx32, dw32, &db32);
+  ops::linear_backward(backend_ctx(), x32, w32, dy32, &dx32, dw32, &db32);
   EXPECT_LT(relative_error(to_doubles(dx), to_doubles(dx32)), 8e-3);
   EXPECT_LT(relative_error(to_doubles(dw), to_doubles(dw32)), 8e-3);
   EXPECT_LT(relative_error(to_doubles(db), to_doubles(db32)), 1e-6);
-  host::linear_backward(x, w, dy, &dx, dw, &db);
+  ops::linear_backward(backend_ctx(), x, w, dy, &dx, dw, &db);
   expect_scaled(to_doubles(dw), to_doubles(dw32), 2.0, 1e-2, "bf16 dw twice");
 }
 
-TEST(HostLinear, ShapeAndDtypeErrorsNameOpAndTensor) {
+TEST_P(Linear, ShapeAndDtypeErrorsNameOpAndTensor) {
   Tensor x = random_tensor({4, 6}, 1, DType::f32, "act");
   Tensor w = random_tensor({3, 5}, 2, DType::f32, "proj.weight");
   Tensor y = named_zeros({4, 3}, DType::f32, "y");
-  expect_error_mentioning([&] { host::linear_forward(x, w, nullptr, y); },
+  expect_error_mentioning([&] { ops::linear_forward(backend_ctx(), x, w, nullptr, y); },
                           {"linear_forward", "act f32[4, 6] host", "proj.weight"});
   Tensor w_ok = random_tensor({3, 6}, 2, DType::f32, "proj.weight");
   Tensor y_bad = named_zeros({5, 3}, DType::f32, "out");
-  expect_error_mentioning([&] { host::linear_forward(x, w_ok, nullptr, y_bad); }, {"linear_forward", "out"});
+  expect_error_mentioning([&] { ops::linear_forward(backend_ctx(), x, w_ok, nullptr, y_bad); }, {"linear_forward", "out"});
   Tensor b_bad = named_zeros({4}, DType::f32, "proj.bias");
-  expect_error_mentioning([&] { host::linear_forward(x, w_ok, &b_bad, y); }, {"linear_forward", "proj.bias"});
+  expect_error_mentioning([&] { ops::linear_forward(backend_ctx(), x, w_ok, &b_bad, y); }, {"linear_forward", "proj.bias"});
   Tensor dw_bad = named_zeros({3, 6}, DType::i32, "grad");
-  expect_error_mentioning([&] { host::linear_backward(x, w_ok, y, nullptr, dw_bad, nullptr); },
+  expect_error_mentioning([&] { ops::linear_backward(backend_ctx(), x, w_ok, y, nullptr, dw_bad, nullptr); },
                           {"linear_backward", "grad"});
 }

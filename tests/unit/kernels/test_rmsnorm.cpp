@@ -10,6 +10,8 @@
 using namespace ftrain;
 using namespace ftrain::testing;
 
+FTRAIN_BACKEND_TEST_SUITE(RmsNorm);
+
 namespace {
 
 // y = w * x / sqrt(mean(x^2) + eps) per row; inputs {x, w}.
@@ -28,7 +30,7 @@ std::vector<double> rmsnorm_reference(const Inputs& in, std::int64_t width, doub
 
 }  // namespace
 
-TEST(HostRmsNorm, ForwardAndBackwardMatchReference) {
+TEST_P(RmsNorm, ForwardAndBackwardMatchReference) {
   const float eps = 1e-5f;
   for (const Shape& shape : {Shape{7, 13}, Shape{2, 3, 40}, Shape{1, 3}, Shape{65, 8}}) {
     SCOPED_TRACE("x " + shape_string(shape));
@@ -36,7 +38,7 @@ TEST(HostRmsNorm, ForwardAndBackwardMatchReference) {
     Tensor x = random_tensor(shape, 1, DType::f32, "x", 2.0);
     Tensor w = random_tensor({width}, 2, DType::f32, "w");
     Tensor y = named_zeros(shape, DType::f32, "y"), rstd = named_zeros({rows}, DType::f32, "rstd");
-    host::rmsnorm_forward(x, w, eps, y, rstd);
+    ops::rmsnorm_forward(backend_ctx(), x, w, eps, y, rstd);
     const Inputs in{to_doubles(x), to_doubles(w)};
     auto f = [&](const Inputs& v) { return rmsnorm_reference(v, width, eps); };
     EXPECT_LT(relative_error(to_doubles(y), f(in)), 1e-6);
@@ -49,48 +51,48 @@ TEST(HostRmsNorm, ForwardAndBackwardMatchReference) {
 
     Tensor dy = random_tensor(shape, 3, DType::f32, "dy");
     Tensor dx = named_zeros(shape, DType::f32, "dx"), dw = named_zeros({width}, DType::f32, "dw");
-    host::rmsnorm_backward(x, w, rstd, dy, dx, dw);
+    ops::rmsnorm_backward(backend_ctx(), x, w, rstd, dy, dx, dw);
     expect_vjp_matches(f, in, 0, to_doubles(dx), to_doubles(dy), 1e-5, 4, "dx");
     expect_vjp_matches(f, in, 1, to_doubles(dw), to_doubles(dy), 1e-5, 5, "dw");
     const auto dx1 = to_doubles(dx), dw1 = to_doubles(dw);
-    host::rmsnorm_backward(x, w, rstd, dy, dx, dw);
+    ops::rmsnorm_backward(backend_ctx(), x, w, rstd, dy, dx, dw);
     expect_scaled(to_doubles(dw), dw1, 2.0, 1e-6, "dw accumulates");
     expect_scaled(to_doubles(dx), dx1, 1.0, 0.0, "dx is written");
   }
 }
 
-TEST(HostRmsNorm, Bf16Storage) {
+TEST_P(RmsNorm, Bf16Storage) {
   const std::int64_t rows = 37, width = 96;  // several row blocks of the dw reduction
   const float eps = 1e-6f;
   Tensor x = random_tensor({rows, width}, 1, DType::bf16, "x");
   Tensor w = random_tensor({width}, 2, DType::bf16, "w");
   Tensor y = named_zeros({rows, width}, DType::bf16, "y"), rstd = named_zeros({rows}, DType::f32, "rstd");
-  host::rmsnorm_forward(x, w, eps, y, rstd);
+  ops::rmsnorm_forward(backend_ctx(), x, w, eps, y, rstd);
   EXPECT_LT(relative_error(to_doubles(y), rmsnorm_reference({to_doubles(x), to_doubles(w)}, width, eps)), 5e-3);
 
   Tensor dy = random_tensor({rows, width}, 3, DType::bf16, "dy");
   Tensor dx = named_zeros({rows, width}, DType::bf16, "dx"), dw = named_zeros({width}, DType::bf16, "dw");
-  host::rmsnorm_backward(x, w, rstd, dy, dx, dw);
+  ops::rmsnorm_backward(backend_ctx(), x, w, rstd, dy, dx, dw);
   Tensor x32 = tensor_from({rows, width}, to_doubles(x)), w32 = tensor_from({width}, to_doubles(w)),
          dy32 = tensor_from({rows, width}, to_doubles(dy));
   Tensor y32 = named_zeros({rows, width}, DType::f32, "y"), rstd32 = named_zeros({rows}, DType::f32, "rstd");
   Tensor dx32 = named_zeros({rows, width}, DType::f32, "dx"), dw32 = named_zeros({width}, DType::f32, "dw");
-  host::rmsnorm_forward(x32, w32, eps, y32, rstd32);
-  host::rmsnorm_backward(x32, w32, rstd32, dy32, dx32, dw32);
+  ops::rmsnorm_forward(backend_ctx(), x32, w32, eps, y32, rstd32);
+  ops::rmsnorm_backward(backend_ctx(), x32, w32, rstd32, dy32, dx32, dw32);
   EXPECT_LT(relative_error(to_doubles(dx), to_doubles(dx32)), 5e-3);
   EXPECT_LT(relative_error(to_doubles(dw), to_doubles(dw32)), 5e-3);
 }
 
-TEST(HostRmsNorm, ShapeErrors) {
+TEST_P(RmsNorm, ShapeErrors) {
   Tensor x = random_tensor({4, 6}, 1, DType::f32, "h");
   Tensor w = random_tensor({5}, 2, DType::f32, "input_layernorm.weight");
   Tensor y = named_zeros({4, 6}, DType::f32, "y"), rstd = named_zeros({4}, DType::f32, "rstd");
-  expect_error_mentioning([&] { host::rmsnorm_forward(x, w, 1e-5f, y, rstd); },
+  expect_error_mentioning([&] { ops::rmsnorm_forward(backend_ctx(), x, w, 1e-5f, y, rstd); },
                           {"rmsnorm_forward", "input_layernorm.weight"});
   Tensor w6 = random_tensor({6}, 2, DType::f32, "w");
   Tensor rstd_bad = named_zeros({4}, DType::bf16, "rstd_bf16");
-  expect_error_mentioning([&] { host::rmsnorm_forward(x, w6, 1e-5f, y, rstd_bad); }, {"rstd_bf16", "f32"});
+  expect_error_mentioning([&] { ops::rmsnorm_forward(backend_ctx(), x, w6, 1e-5f, y, rstd_bad); }, {"rstd_bf16", "f32"});
   Tensor dy_bad = named_zeros({4, 7}, DType::f32, "dy");
   Tensor dx = named_zeros({4, 6}, DType::f32, "dx"), dw = named_zeros({6}, DType::f32, "dw");
-  expect_error_mentioning([&] { host::rmsnorm_backward(x, w6, rstd, dy_bad, dx, dw); }, {"rmsnorm_backward", "dy"});
+  expect_error_mentioning([&] { ops::rmsnorm_backward(backend_ctx(), x, w6, rstd, dy_bad, dx, dw); }, {"rmsnorm_backward", "dy"});
 }

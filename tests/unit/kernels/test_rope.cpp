@@ -13,6 +13,8 @@
 using namespace ftrain;
 using namespace ftrain::testing;
 
+FTRAIN_BACKEND_TEST_SUITE(Rope);
+
 namespace {
 
 // HF apply_rotary_pos_emb: x * cos + rotate_half(x) * sin with
@@ -40,50 +42,50 @@ std::vector<double> rope_reference(const std::vector<double>& x, const Shape& sh
 
 }  // namespace
 
-TEST(HostRope, ForwardMatchesRotateHalfAndBackwardIsTheInverse) {
+TEST_P(Rope, ForwardMatchesRotateHalfAndBackwardIsTheInverse) {
   for (const Shape& shape : {Shape{2, 5, 3, 8}, Shape{1, 7, 2, 6}, Shape{3, 1, 1, 2}}) {
     for (const std::int64_t offset : {std::int64_t{0}, std::int64_t{37}}) {
       SCOPED_TRACE("x " + shape_string(shape) + " offset " + std::to_string(offset));
       Tensor inv_freq = rope_inv_freq(shape[3], 10000.0);
       Tensor x = random_tensor(shape, 1, DType::f32, "q");
       Tensor y = named_zeros(shape, DType::f32, "q_rot");
-      host::rope_forward(x, inv_freq, offset, y);
+      ops::rope_forward(backend_ctx(), x, inv_freq, offset, y);
       auto f = [&](const Inputs& in) { return rope_reference(in[0], shape, to_doubles(inv_freq), offset); };
       const Inputs in{to_doubles(x)};
       EXPECT_LT(relative_error(to_doubles(y), f(in)), 1e-6);
 
       Tensor dy = random_tensor(shape, 2, DType::f32, "dy");
       Tensor dx = named_zeros(shape, DType::f32, "dx");
-      host::rope_backward(dy, inv_freq, offset, dx);
+      ops::rope_backward(backend_ctx(), dy, inv_freq, offset, dx);
       expect_vjp_matches(f, in, 0, to_doubles(dx), to_doubles(dy), 1e-6, 3, "dx");
 
       // Rotation is orthogonal: backward(forward(x)) == x.
       Tensor back = named_zeros(shape, DType::f32, "back");
-      host::rope_backward(y, inv_freq, offset, back);
+      ops::rope_backward(backend_ctx(), y, inv_freq, offset, back);
       EXPECT_LT(relative_error(to_doubles(back), to_doubles(x)), 1e-6);
 
       // In place: y aliases x, dx aliases dy.
       Tensor inplace = x.clone();
-      host::rope_forward(inplace, inv_freq, offset, inplace);
+      ops::rope_forward(backend_ctx(), inplace, inv_freq, offset, inplace);
       EXPECT_EQ(to_doubles(inplace), to_doubles(y));
-      host::rope_backward(inplace, inv_freq, offset, inplace);
+      ops::rope_backward(backend_ctx(), inplace, inv_freq, offset, inplace);
       EXPECT_EQ(to_doubles(inplace), to_doubles(back));
     }
   }
 }
 
-TEST(HostRope, Bf16InPlace) {
+TEST_P(Rope, Bf16InPlace) {
   const Shape shape{2, 6, 4, 16};
   Tensor inv_freq = rope_inv_freq(16, 500000.0);
   Tensor x = random_tensor(shape, 1, DType::bf16, "k");
   Tensor y = x.clone();
-  host::rope_forward(y, inv_freq, 5, y);
+  ops::rope_forward(backend_ctx(), y, inv_freq, 5, y);
   EXPECT_LT(relative_error(to_doubles(y), rope_reference(to_doubles(x), shape, to_doubles(inv_freq), 5)), 5e-3);
-  host::rope_backward(y, inv_freq, 5, y);
+  ops::rope_backward(backend_ctx(), y, inv_freq, 5, y);
   EXPECT_LT(relative_error(to_doubles(y), to_doubles(x)), 8e-3);
 }
 
-TEST(HostRope, InverseFrequencies) {
+TEST_P(Rope, InverseFrequencies) {
   Tensor f = rope_inv_freq(8, 10000.0);
   ASSERT_EQ(f.shape(), (Shape{4}));
   const auto v = to_doubles(f);
@@ -93,7 +95,7 @@ TEST(HostRope, InverseFrequencies) {
   EXPECT_FLOAT_EQ(v[3], 0.001);  // 10000^(-6/8)
 }
 
-TEST(HostRope, Llama3ScalingMatchesHandComputedValues) {
+TEST_P(Rope, Llama3ScalingMatchesHandComputedValues) {
   // head_dim 8, theta 10000: inv_freq {1, 0.1, 0.01, 0.001}, wavelengths
   // 2 pi / f = {6.283, 62.83, 628.3, 6283}. With original 1024, low factor 1,
   // high factor 4: low_freq_wavelen = 1024, high_freq_wavelen = 256.
@@ -119,15 +121,15 @@ TEST(HostRope, Llama3ScalingMatchesHandComputedValues) {
   EXPECT_FLOAT_EQ(l[63], d[63] / 8);
 }
 
-TEST(HostRope, ShapeErrors) {
+TEST_P(Rope, ShapeErrors) {
   Tensor inv_freq = rope_inv_freq(8, 10000.0);
   Tensor x3 = named_zeros({2, 3, 8}, DType::f32, "q3d");
-  expect_error_mentioning([&] { host::rope_forward(x3, inv_freq, 0, x3); }, {"rope_forward", "q3d", "[B, T, H, D]"});
+  expect_error_mentioning([&] { ops::rope_forward(backend_ctx(), x3, inv_freq, 0, x3); }, {"rope_forward", "q3d", "[B, T, H, D]"});
   Tensor x = named_zeros({1, 2, 2, 6}, DType::f32, "q6");
-  expect_error_mentioning([&] { host::rope_forward(x, inv_freq, 0, x); }, {"rope_forward", "inv_freq"});
+  expect_error_mentioning([&] { ops::rope_forward(backend_ctx(), x, inv_freq, 0, x); }, {"rope_forward", "inv_freq"});
   Tensor y = named_zeros({1, 2, 3, 8}, DType::f32, "bad_out");
   Tensor x8 = named_zeros({1, 2, 2, 8}, DType::f32, "q");
-  expect_error_mentioning([&] { host::rope_backward(x8, inv_freq, 0, y); }, {"rope_backward", "bad_out"});
+  expect_error_mentioning([&] { ops::rope_backward(backend_ctx(), x8, inv_freq, 0, y); }, {"rope_backward", "bad_out"});
   EXPECT_THROW(rope_inv_freq(7, 10000.0), Error);
   EXPECT_THROW(rope_inv_freq_llama3(8, 10000.0, 8.0, 4.0, 1.0, 1024), Error);
 }

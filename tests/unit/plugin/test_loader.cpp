@@ -173,6 +173,20 @@ TEST(PluginLoader, AbiVersionMismatch) {
   EXPECT_NE(message.find("rebuild the plugin against this ftrain"), std::string::npos) << message;
 }
 
+// ABI 2 (issue 12: ops take an execution context) refuses plugins built with
+// the ABI 1 SDK, and tells how to rebuild them.
+TEST(PluginLoader, Abi1PluginIsRefused) {
+  static_assert(FTRAIN_PLUGIN_ABI_VERSION == 2, "update this test when the ABI version moves on");
+  PluginLoader loader({kPluginDir});
+  const std::string message = user_error_of([&] { loader.load("loader_test_abi1"); });
+  EXPECT_NE(message.find(plugin_path("loader_test_abi1")), std::string::npos) << message;
+  EXPECT_NE(message.find("built for plugin ABI version 1,"), std::string::npos) << message;
+  EXPECT_NE(message.find("this ftrain uses ABI version 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("rebuild the plugin against this ftrain"), std::string::npos) << message;
+  EXPECT_NE(message.find("find_package(ftrain)"), std::string::npos) << message;
+  EXPECT_NE(message.find("share/doc/plugin-sdk.md"), std::string::npos) << message;
+}
+
 TEST(PluginLoader, CreateModelFailureCarriesPluginMessage) {
   PluginLoader loader({kPluginDir});
   const std::string message = user_error_of([&] {
@@ -193,7 +207,7 @@ TEST(PluginLoader, ListPlugins) {
   const auto plugins = loader.list_plugins();
   std::vector<std::string> names;
   for (const auto& p : plugins) names.push_back(p.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"loader_test_badabi", "loader_test_corrupt", "loader_test_good",
+  EXPECT_EQ(names, (std::vector<std::string>{"loader_test_abi1", "loader_test_badabi", "loader_test_corrupt", "loader_test_good",
                                              "loader_test_noentry"}))
       << "sorted, each name once even though the directory is listed twice";
   for (const auto& p : plugins) {

@@ -175,16 +175,16 @@ class EmbeddingUnit final : public ftrain::Unit {
     check_params(*this, p, 1);
     const std::int64_t n = batch.inputs.numel();
     Tensor h = activation(ctx, {n, config_.hidden_size});
-    ftrain::ops::embedding_forward(batch.inputs.reshape({n}), p[0], h);
+    ftrain::ops::embedding_forward(ctx.execution(), batch.inputs.reshape({n}), p[0], h);
     cache.clear();  // backward needs only the tokens, which the batch still holds
     return h;
   }
 
   // The first unit returns an undefined tensor: there is nothing before it.
-  Tensor backward(const StepContext&, const std::vector<Tensor>& p, std::vector<Tensor>& g, const Batch& batch,
+  Tensor backward(const StepContext& ctx, const std::vector<Tensor>& p, std::vector<Tensor>& g, const Batch& batch,
                   const Tensor&, const Tensor& dy, UnitCache&) override {
     check_params(*this, p, 1);
-    ftrain::ops::embedding_backward(batch.inputs.reshape({batch.inputs.numel()}), dy, g[0]);
+    ftrain::ops::embedding_backward(ctx.execution(), batch.inputs.reshape({batch.inputs.numel()}), dy, g[0]);
     return Tensor();
   }
 
@@ -216,12 +216,12 @@ class MlpUnit final : public ftrain::Unit {
     check_params(*this, p, kNumParams);
     const std::int64_t n = x.dim(0);
     Tensor pre = activation(ctx, {n, config_.intermediate_size});
-    ftrain::ops::linear_forward(x, p[kFc1Weight], &p[kFc1Bias], pre);
+    ftrain::ops::linear_forward(ctx.execution(), x, p[kFc1Weight], &p[kFc1Bias], pre);
     Tensor act = activation(ctx, {n, config_.intermediate_size});
-    ftrain::ops::gelu_forward(pre, ftrain::GeluApproximation::tanh, act);
+    ftrain::ops::gelu_forward(ctx.execution(), pre, ftrain::GeluApproximation::tanh, act);
     Tensor y = activation(ctx, {n, config_.hidden_size});
-    ftrain::ops::linear_forward(act, p[kFc2Weight], &p[kFc2Bias], y);
-    ftrain::ops::add(x, y, y);
+    ftrain::ops::linear_forward(ctx.execution(), act, p[kFc2Weight], &p[kFc2Bias], y);
+    ftrain::ops::add(ctx.execution(), x, y, y);
     // The engine may have cleared the cache (activation checkpointing) and
     // calls forward again to refill it: always start from empty.
     cache.clear();
@@ -236,15 +236,15 @@ class MlpUnit final : public ftrain::Unit {
     const Tensor& pre = cache.saved[kPreActivation];
     const std::int64_t n = x.dim(0);
     Tensor act = activation(ctx, {n, config_.intermediate_size});
-    ftrain::ops::gelu_forward(pre, ftrain::GeluApproximation::tanh, act);
+    ftrain::ops::gelu_forward(ctx.execution(), pre, ftrain::GeluApproximation::tanh, act);
 
     Tensor dact = activation(ctx, {n, config_.intermediate_size});
-    ftrain::ops::linear_backward(act, p[kFc2Weight], dy, &dact, g[kFc2Weight], &g[kFc2Bias]);
+    ftrain::ops::linear_backward(ctx.execution(), act, p[kFc2Weight], dy, &dact, g[kFc2Weight], &g[kFc2Bias]);
     Tensor dpre = activation(ctx, {n, config_.intermediate_size});
-    ftrain::ops::gelu_backward(pre, dact, ftrain::GeluApproximation::tanh, dpre);
+    ftrain::ops::gelu_backward(ctx.execution(), pre, dact, ftrain::GeluApproximation::tanh, dpre);
     Tensor dx = activation(ctx, {n, config_.hidden_size});
-    ftrain::ops::linear_backward(x, p[kFc1Weight], dpre, &dx, g[kFc1Weight], &g[kFc1Bias]);
-    ftrain::ops::add_inplace(dx, dy);  // the residual path
+    ftrain::ops::linear_backward(ctx.execution(), x, p[kFc1Weight], dpre, &dx, g[kFc1Weight], &g[kFc1Bias]);
+    ftrain::ops::add_inplace(ctx.execution(), dx, dy);  // the residual path
     return dx;
   }
 
@@ -276,29 +276,30 @@ class HeadUnit final : public ftrain::Unit {
     FT_CHECK(n == x.dim(0)) << "head: " << batch.targets.describe() << " does not match " << x.describe();
     Tensor losses = f32_tensor(ctx, {n});
     Tensor lse = f32_tensor(ctx, {n});
-    ftrain::ops::cross_entropy_forward(x, p[0], &p[1], batch.targets.reshape({n}), ctx.vocab_chunk, losses, lse);
+    ftrain::ops::cross_entropy_forward(ctx.execution(), x, p[0], &p[1], batch.targets.reshape({n}), ctx.vocab_chunk,
+                                       losses, lse);
     // Ignored targets (padding) give a zero loss, so a plain sum is right.
-    FT_CHECK(losses.device() == ftrain::Device::host) << "head: the loss sum is taken on the host";
-    double total = 0.0;
-    for (float l : ftrain::to_float_vector(losses)) total += l;
+    // The sum is an op too: the loss never leaves the device inside the step
+    // (ops run asynchronously; the engine reads it once the stream is done).
+    Tensor loss = f32_tensor(ctx, {1});
+    ftrain::ops::sum(ctx.execution(), losses, loss);
     cache.clear();
     if (ctx.training) cache.saved = {lse};
-    return ftrain::from_floats({1}, {static_cast<float>(total)});
+    return loss;
   }
 
   Tensor backward(const StepContext& ctx, const std::vector<Tensor>& p, std::vector<Tensor>& g, const Batch& batch,
                   const Tensor& x, const Tensor& dy, UnitCache& cache) override {
     check_params(*this, p, 2);
     FT_CHECK(cache.saved.size() == kNumSaved) << "head: backward without a training forward (empty cache)";
-    FT_CHECK(dy.numel() == 1 && dy.device() == ftrain::Device::host)
-        << "head: dy must be the host f32[1] loss scale, got " << dy.describe();
-    const float loss_scale = ftrain::to_float_vector(dy)[0];
+    FT_CHECK(dy.numel() == 1 && dy.dtype() == ftrain::DType::f32)
+        << "head: dy must be the f32[1] loss scale, got " << dy.describe();
     const std::int64_t n = batch.targets.numel();
     Tensor dx = activation(ctx, {n, config_.hidden_size});
     // With tied embeddings g[0] is embed.weight's gradient: the engine hands
     // the same buffer to both units and both accumulate into it.
-    ftrain::ops::cross_entropy_backward(x, p[0], &p[1], batch.targets.reshape({n}), cache.saved[kLse], loss_scale,
-                                        ctx.vocab_chunk, dx, g[0], &g[1]);
+    ftrain::ops::cross_entropy_backward(ctx.execution(), x, p[0], &p[1], batch.targets.reshape({n}),
+                                        cache.saved[kLse], dy, ctx.vocab_chunk, dx, g[0], &g[1]);
     return dx;
   }
 

@@ -1,0 +1,120 @@
+// The op set of ftrain, listed once. Every other piece is generated from
+// this list: the ops:: entry points (ops.hpp), the backend table (OpTable,
+// backend_registry.hpp), the host kernels' declarations (host/host_ops.hpp)
+// and the host backend's stream adapters (host_backend.cpp).
+//
+// X(return type, name, (parameters), (arguments), tensor whose device picks the backend)
+//
+// Conventions (llm.c's, written down once):
+//  * Outputs are allocated by the caller with the documented shape and dtype.
+//  * Float tensors may be f32 or bf16 unless stated; host math is always f32
+//    (bf16 is a storage format: loads widen, stores round to nearest even).
+//  * Activations are row-major [N, C] with N = batch * sequence rows, or
+//    [B, T, H, D] for per-head tensors (the layout a linear layer produces,
+//    so no transposes are needed).
+//  * Backward: parameter gradients ACCUMULATE (+=) so micro-steps add up;
+//    activation gradients are WRITTEN (=). Optional outputs are pointers
+//    (nullptr = not wanted).
+//  * Every op checks shapes, dtypes and devices and throws ftrain::Error
+//    naming the op and the offending tensor (Tensor::describe()).
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.hpp"
+
+namespace ftrain {
+
+enum class GeluApproximation : std::uint8_t { none, tanh };
+
+// Ignored target rows in cross entropy (Hugging Face / PyTorch convention).
+inline constexpr std::int32_t kIgnoreIndex = -100;
+
+}  // namespace ftrain
+
+// Strips the parentheses of a parameter or argument list.
+#define FTRAIN_UNPAREN(...) __VA_ARGS__
+
+#define FTRAIN_OP_LIST(X)                                                                                          \
+  /* y[N,out] = x[N,in] . w[out,in]^T (+ b[out]) */                                                               \
+  X(void, linear_forward, (const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y), (x, w, b, y), x)        \
+  /* dx = dy . w (=); dw += dy^T . x; db += colsum(dy). dw/db f32 or bf16 */                                      \
+  X(void, linear_backward, (const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db), \
+    (x, w, dy, dx, dw, db), x)                                                                                    \
+  /* out[N,C] = table[tokens[N]]; tokens i32, out-of-range token is an error naming it */                         \
+  X(void, embedding_forward, (const Tensor& tokens, const Tensor& table, Tensor& out), (tokens, table, out), table) \
+  X(void, embedding_backward, (const Tensor& tokens, const Tensor& dout, Tensor& dtable), (tokens, dout, dtable),   \
+    dout)                                                                                                         \
+  /* y = w * x / sqrt(mean(x^2) + eps) per row; rstd[N] f32 saved for backward */                                 \
+  X(void, rmsnorm_forward, (const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd),                \
+    (x, w, eps, y, rstd), x)                                                                                      \
+  X(void, rmsnorm_backward,                                                                                       \
+    (const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw),             \
+    (x, w, rstd, dy, dx, dw), x)                                                                                  \
+  /* y = (x - mean) * rstd * w + b per row; mean[N], rstd[N] f32; b may be null */                                \
+  X(void, layernorm_forward,                                                                                      \
+    (const Tensor& x, const Tensor& w, const Tensor* b, float eps, Tensor& y, Tensor& mean, Tensor& rstd),         \
+    (x, w, b, eps, y, mean, rstd), x)                                                                             \
+  X(void, layernorm_backward,                                                                                     \
+    (const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dy, Tensor& dx,      \
+     Tensor& dw, Tensor* db),                                                                                     \
+    (x, w, mean, rstd, dy, dx, dw, db), x)                                                                        \
+  /* Rotary embedding, Hugging Face rotate-half: x[B,T,H,D], inv_freq f32[D/2]; position of row t is             \
+     position_offset + t. y = x*cos + rotate_half(x)*sin. y may alias x. */                                      \
+  X(void, rope_forward, (const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset, Tensor& y),        \
+    (x, inv_freq, position_offset, y), x)                                                                         \
+  /* dx = R^T dy; dx may alias dy */                                                                              \
+  X(void, rope_backward, (const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset, Tensor& dx),     \
+    (dy, inv_freq, position_offset, dx), dy)                                                                      \
+  /* out = silu(gate) * up, all [N, I] */                                                                         \
+  X(void, swiglu_forward, (const Tensor& gate, const Tensor& up, Tensor& out), (gate, up, out), gate)              \
+  X(void, swiglu_backward, (const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup), \
+    (gate, up, dout, dgate, dup), gate)                                                                           \
+  X(void, gelu_forward, (const Tensor& x, GeluApproximation approximation, Tensor& y), (x, approximation, y), x)   \
+  X(void, gelu_backward, (const Tensor& x, const Tensor& dy, GeluApproximation approximation, Tensor& dx),         \
+    (x, dy, approximation, dx), x)                                                                                \
+  /* Flash attention (tiled, online softmax; never materialises T x T).                                          \
+     q[B,T,Hq,D], k,v[B,T,Hkv,D] with Hq % Hkv == 0 (GQA); out[B,T,Hq,D]; lse f32[B,Hq,T] (natural log).         \
+     causal: key j visible to query i iff j <= i. */                                                              \
+  X(void, attention_forward,                                                                                      \
+    (const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float softmax_scale, Tensor& out,            \
+     Tensor& lse),                                                                                                \
+    (q, k, v, causal, softmax_scale, out, lse), q)                                                                \
+  /* dq, dk, dv written (=); recomputes probabilities from lse */                                                 \
+  X(void, attention_backward,                                                                                     \
+    (const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout,  \
+     bool causal, float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv),                                       \
+    (q, k, v, out, lse, dout, causal, softmax_scale, dq, dk, dv), q)                                              \
+  /* Fused linear head + softmax cross entropy, chunked over the vocabulary so full logits are never            \
+     materialised: logits = h[N,C] . w[V,C]^T (+ bias[V]). targets i32[N] (kIgnoreIndex rows give 0 loss).      \
+     losses f32[N] = lse - logit[target]; lse f32[N]. */                                                          \
+  X(void, cross_entropy_forward,                                                                                  \
+    (const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets, std::int64_t vocab_chunk,        \
+     Tensor& losses, Tensor& lse),                                                                                \
+    (h, w, bias, targets, vocab_chunk, losses, lse), h)                                                           \
+  /* Gradient of sum_i loss_scale * losses[i]: dh (=), dw (+=), dbias (+=, may be null). loss_scale is f32[1]   \
+     on the op's device (the head's dy), read by the kernel: the scale never visits the host. */                  \
+  X(void, cross_entropy_backward,                                                                                 \
+    (const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets, const Tensor& lse,              \
+     const Tensor& loss_scale, std::int64_t vocab_chunk, Tensor& dh, Tensor& dw, Tensor* dbias),                  \
+    (h, w, bias, targets, lse, loss_scale, vocab_chunk, dh, dw, dbias), h)                                        \
+  /* out = a + b (residual stream); out may alias a or b */                                                       \
+  X(void, add, (const Tensor& a, const Tensor& b, Tensor& out), (a, b, out), a)                                   \
+  /* acc += x (residual gradients, gradient accumulation) */                                                      \
+  X(void, add_inplace, (Tensor& acc, const Tensor& x), (acc, x), acc)                                             \
+  X(void, scale_inplace, (Tensor& x, float factor), (x, factor), x)                                               \
+  X(void, fill, (Tensor& x, float value), (x, value), x)                                                          \
+  /* dst = src converted (float dtypes incl. fp8, saturating); same numel */                                      \
+  X(void, cast, (const Tensor& src, Tensor& dst), (src, dst), src)                                                \
+  /* out f32[1] = sum of x (float dtypes), accumulated in f64 in index order: a loss sum that stays on the       \
+     device (the model heads' f32[1] loss) */                                                                     \
+  X(void, sum, (const Tensor& x, Tensor& out), (x, out), x)                                                       \
+  /* sum of squares in f64 (global-norm clipping). Returns a host value: waits for the compute stream. */         \
+  X(double, sum_squares, (const Tensor& x), (x), x)                                                               \
+  /* AdamW on one contiguous f32 range (decoupled decay, bias correction with step >= 1):                        \
+     g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;                                          \
+     p -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p) */                                                  \
+  X(void, adamw_update,                                                                                           \
+    (Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2, float eps,      \
+     float weight_decay, std::int64_t step, float grad_scale),                                                    \
+    (param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale), param)

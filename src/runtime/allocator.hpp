@@ -1,0 +1,107 @@
+// Device memory behind Tensor: one stream-ordered allocator per device.
+//
+// Rules (the same for every backend; share/doc/execution-model.md):
+//  * Tensor::empty asks the allocator registered for the tensor's device.
+//    The host allocator is always there; a CUDA backend library registers
+//    its own when it is loaded (cudaMallocAsync pools). No allocator for a
+//    device = no backend for it: Tensor::empty says so, naming the tensor.
+//  * A block is released when the last Tensor owning it goes away. The
+//    release is ORDERED, not immediate: the allocator records an event on
+//    the streams that may still read the block and hands the block out again
+//    only after those events completed. So the owner may drop a buffer right
+//    after ENQUEUEING the last op that reads it (FSDP2's pattern), never
+//    before.
+//  * Host: 64-byte aligned blocks (kernels vectorise), cached for reuse. A
+//    release is recorded on every asynchronous host stream (there are at
+//    most a few), so cross-stream use needs no record_stream call.
+//  * Debug mode (HostAllocatorOptions::debug, FTRAIN_ALLOC_DEBUG=1): every
+//    block is filled with a NaN pattern when handed out fresh and when it is
+//    freed, and freed blocks wait in a quarantine before reuse, so a read
+//    after release (or of never-written memory) shows up as NaN in tests
+//    instead of as plausible stale numbers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/device.hpp"
+
+namespace ftrain {
+
+struct AllocatorStats {
+  std::size_t live_bytes = 0;        // handed out, not yet released
+  std::size_t pending_bytes = 0;     // released, waiting for stream events
+  std::size_t cached_bytes = 0;      // free for reuse (debug: incl. quarantine)
+  std::size_t peak_live_bytes = 0;
+  std::int64_t fresh_blocks = 0;     // taken from the system
+  std::int64_t reused_blocks = 0;    // handed out again from the cache
+};
+
+class DeviceAllocator {
+ public:
+  virtual ~DeviceAllocator() = default;
+  virtual Device device() const = 0;
+  // At least `bytes` (0 allowed), aligned for every dtype. The block goes
+  // back (stream-ordered, see above) when the last copy of the owner goes.
+  virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;
+  // Synchronous helpers on this device's memory (Tensor::zeros / clone).
+  virtual void zero(void* dst, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  // Between this device's memory and host memory (synchronous).
+  virtual void copy_from_host(void* dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
+  virtual AllocatorStats stats() const = 0;
+};
+
+// The allocator for `device`, or nullptr when no backend provides one. The
+// host always has one (host_allocator() unless another was registered).
+DeviceAllocator* find_allocator(Device device);
+// Installs `allocator` for its device (a backend library does this when
+// loaded; tests install a debug host allocator); nullptr restores the
+// default (none for cuda). Returns the previous one. Tensors keep the
+// allocator that made them, so it must outlive them.
+DeviceAllocator* register_allocator(Device device, DeviceAllocator* allocator);
+
+// 0x7FC00000 + low bits: a quiet NaN as f32, NaN as bf16 (0x7FC0) in both
+// halves; the byte 0xFF.. pattern would be NaN too but reads as -1 in ints.
+inline constexpr std::uint32_t kPoisonWord = 0x7FC07FC0u;
+
+struct HostAllocatorOptions {
+  bool debug = false;                              // poison + quarantine
+  std::size_t cache_limit_bytes = std::size_t(256) << 20;  // free blocks kept beyond this go back to the system
+  std::size_t quarantine_bytes = std::size_t(64) << 20;  // debug: freed bytes held back before reuse
+  // Reads FTRAIN_ALLOC_DEBUG (0 or 1; anything else is an error naming it).
+  static HostAllocatorOptions from_environment();
+};
+
+class HostAllocator final : public DeviceAllocator {
+ public:
+  explicit HostAllocator(const HostAllocatorOptions& options = {});
+  ~HostAllocator() override;
+  HostAllocator(const HostAllocator&) = delete;
+  HostAllocator& operator=(const HostAllocator&) = delete;
+
+  Device device() const override { return Device::host; }
+  std::shared_ptr<void> allocate(std::size_t bytes) override;
+  void zero(void* dst, std::size_t bytes) override;
+  void copy(void* dst, const void* src, std::size_t bytes) override;
+  void copy_from_host(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
+  AllocatorStats stats() const override;
+  const HostAllocatorOptions& options() const { return options_; }
+  // Gives every cached (free, completed) block back to the system.
+  void release_cached();
+
+ private:
+  struct Impl;
+  void release(void* ptr, std::size_t capacity);
+  HostAllocatorOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The process's host allocator (options from the environment), created on
+// first use and never destroyed (tensors may outlive static destruction).
+HostAllocator& host_allocator();
+
+}  // namespace ftrain

@@ -1,0 +1,266 @@
+// Backend parity: every op run on backend A and on backend B with the same
+// random inputs, outputs compared (after ggml's test-backend-ops).
+//
+// backend_cases() (backend_test.hpp) lists every registered backend with a
+// synchronous and an asynchronous stream. With only the host registered,
+// parity compares host (ops inline) against host_async (the same kernels
+// enqueued on a worker thread with borrowed tensors): bit-identical results
+// are required, which checks the stream path (argument capture, ordering,
+// stream-ordered release of temporaries). A CUDA backend is compared with
+// the host within the tolerance its caller gives.
+//
+// parity_cases() has one entry per op of kernels/op_list.hpp; the test checks
+// that none is missing, so a new op cannot skip the comparison.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "core/tensor.hpp"
+#include "kernels/ops.hpp"
+#include "kernels/rope_frequencies.hpp"
+
+namespace ftrain::testing {
+
+struct ParityOutputs {
+  std::vector<Tensor> tensors;  // read back after the context synchronized
+  std::vector<double> scalars;  // host values ops return
+};
+
+struct ParityCase {
+  std::string op;
+  // Makes its inputs on ctx.device() from `seed` (the same values for every
+  // backend) and runs the op on ctx.
+  std::function<ParityOutputs(ExecutionContext& ctx, std::uint64_t seed)> run;
+};
+
+namespace parity {
+
+inline Tensor random(ExecutionContext& ctx, const Shape& shape, std::uint64_t seed, DType dtype = DType::f32,
+                     double scale = 1.0, const char* name = "input") {
+  const std::int64_t n = shape_numel(shape);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    v[static_cast<std::size_t>(i)] = static_cast<float>(scale * rng::normal(seed, 29, static_cast<std::uint64_t>(i)));
+  Tensor t = from_floats(shape, v, dtype);
+  t.set_name(name);
+  return ctx.device() == Device::host ? t : to_device(t, ctx.device());
+}
+
+inline Tensor positive(ExecutionContext& ctx, const Shape& shape, std::uint64_t seed) {
+  Tensor t = random(ctx, shape, seed);  // host values to adjust below
+  Tensor h = t.device() == Device::host ? t : to_device(t, Device::host);
+  float* p = h.data_as<float>();
+  for (std::int64_t i = 0; i < h.numel(); ++i) p[i] = 0.5f + std::abs(p[i]);
+  return ctx.device() == Device::host ? h : to_device(h, ctx.device());
+}
+
+inline Tensor zeros(ExecutionContext& ctx, const Shape& shape, DType dtype = DType::f32) {
+  return Tensor::zeros(shape, dtype, ctx.device(), "output");
+}
+
+// i32 values in [0, bound), every 5th = ignore when `ignore` is set.
+inline Tensor ids(ExecutionContext& ctx, std::int64_t n, std::int64_t bound, std::uint64_t seed, bool ignore) {
+  Tensor t = Tensor::empty({n}, DType::i32, Device::host, "ids");
+  auto* p = t.data_as<std::int32_t>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint64_t h = rng::hash_name(std::to_string(seed * 1000 + static_cast<std::uint64_t>(i)));
+    p[i] = ignore && i % 5 == 4 ? kIgnoreIndex : static_cast<std::int32_t>(h % static_cast<std::uint64_t>(bound));
+  }
+  return ctx.device() == Device::host ? t : to_device(t, ctx.device());
+}
+
+}  // namespace parity
+
+inline std::vector<ParityCase> parity_cases() {
+  using namespace parity;
+  constexpr std::int64_t N = 12, C = 16, O = 10, V = 37, B = 2, T = 6, Hq = 4, Hkv = 2, D = 8;
+  std::vector<ParityCase> c;
+  c.push_back({"linear_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s), w = random(ctx, {O, C}, s + 1, DType::bf16),
+                        b = random(ctx, {O}, s + 2), y = zeros(ctx, {N, O});
+                 ops::linear_forward(ctx, x, w, &b, y);
+                 return ParityOutputs{{y}, {}};
+               }});
+  c.push_back({"linear_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s), w = random(ctx, {O, C}, s + 1), dy = random(ctx, {N, O}, s + 2);
+                 Tensor dx = zeros(ctx, {N, C}), dw = random(ctx, {O, C}, s + 3), db = random(ctx, {O}, s + 4);
+                 ops::linear_backward(ctx, x, w, dy, &dx, dw, &db);
+                 return ParityOutputs{{dx, dw, db}, {}};
+               }});
+  c.push_back({"embedding_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor tokens = ids(ctx, N, V, s, false), table = random(ctx, {V, C}, s + 1), out = zeros(ctx, {N, C});
+                 ops::embedding_forward(ctx, tokens, table, out);
+                 return ParityOutputs{{out}, {}};
+               }});
+  c.push_back({"embedding_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor tokens = ids(ctx, N, V, s, false), dout = random(ctx, {N, C}, s + 1);
+                 Tensor dtable = random(ctx, {V, C}, s + 2);
+                 ops::embedding_backward(ctx, tokens, dout, dtable);
+                 return ParityOutputs{{dtable}, {}};
+               }});
+  c.push_back({"rmsnorm_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s), w = random(ctx, {C}, s + 1), y = zeros(ctx, {N, C}),
+                        rstd = zeros(ctx, {N});
+                 ops::rmsnorm_forward(ctx, x, w, 1e-5f, y, rstd);
+                 return ParityOutputs{{y, rstd}, {}};
+               }});
+  c.push_back({"rmsnorm_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s), w = random(ctx, {C}, s + 1), y = zeros(ctx, {N, C}),
+                        rstd = zeros(ctx, {N});
+                 ops::rmsnorm_forward(ctx, x, w, 1e-5f, y, rstd);
+                 Tensor dy = random(ctx, {N, C}, s + 2), dx = zeros(ctx, {N, C}), dw = random(ctx, {C}, s + 3);
+                 ops::rmsnorm_backward(ctx, x, w, rstd, dy, dx, dw);
+                 return ParityOutputs{{dx, dw}, {}};
+               }});
+  c.push_back({"layernorm_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s), w = random(ctx, {C}, s + 1), b = random(ctx, {C}, s + 2);
+                 Tensor y = zeros(ctx, {N, C}), mean = zeros(ctx, {N}), rstd = zeros(ctx, {N});
+                 ops::layernorm_forward(ctx, x, w, &b, 1e-5f, y, mean, rstd);
+                 return ParityOutputs{{y, mean, rstd}, {}};
+               }});
+  c.push_back({"layernorm_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s), w = random(ctx, {C}, s + 1), b = random(ctx, {C}, s + 2);
+                 Tensor y = zeros(ctx, {N, C}), mean = zeros(ctx, {N}), rstd = zeros(ctx, {N});
+                 ops::layernorm_forward(ctx, x, w, &b, 1e-5f, y, mean, rstd);
+                 Tensor dy = random(ctx, {N, C}, s + 3), dx = zeros(ctx, {N, C}), dw = zeros(ctx, {C}),
+                        db = zeros(ctx, {C});
+                 ops::layernorm_backward(ctx, x, w, mean, rstd, dy, dx, dw, &db);
+                 return ParityOutputs{{dx, dw, db}, {}};
+               }});
+  c.push_back({"rope_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {B, T, Hq, D}, s), y = zeros(ctx, {B, T, Hq, D});
+                 Tensor inv = rope_inv_freq(D, 10000.0);
+                 if (ctx.device() != Device::host) inv = to_device(inv, ctx.device());
+                 ops::rope_forward(ctx, x, inv, 3, y);
+                 ops::rope_forward(ctx, x, inv, 5, x);  // in place
+                 return ParityOutputs{{y, x}, {}};
+               }});
+  c.push_back({"rope_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor dy = random(ctx, {B, T, Hkv, D}, s), dx = zeros(ctx, {B, T, Hkv, D});
+                 Tensor inv = rope_inv_freq(D, 10000.0);
+                 if (ctx.device() != Device::host) inv = to_device(inv, ctx.device());
+                 ops::rope_backward(ctx, dy, inv, 7, dx);
+                 return ParityOutputs{{dx}, {}};
+               }});
+  c.push_back({"swiglu_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor g = random(ctx, {N, C}, s), u = random(ctx, {N, C}, s + 1), out = zeros(ctx, {N, C});
+                 ops::swiglu_forward(ctx, g, u, out);
+                 return ParityOutputs{{out}, {}};
+               }});
+  c.push_back({"swiglu_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor g = random(ctx, {N, C}, s), u = random(ctx, {N, C}, s + 1), d = random(ctx, {N, C}, s + 2);
+                 Tensor dg = zeros(ctx, {N, C}), du = zeros(ctx, {N, C});
+                 ops::swiglu_backward(ctx, g, u, d, dg, du);
+                 return ParityOutputs{{dg, du}, {}};
+               }});
+  c.push_back({"gelu_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s), y1 = zeros(ctx, {N, C}), y2 = zeros(ctx, {N, C}, DType::bf16);
+                 ops::gelu_forward(ctx, x, GeluApproximation::none, y1);
+                 ops::gelu_forward(ctx, x, GeluApproximation::tanh, y2);
+                 return ParityOutputs{{y1, y2}, {}};
+               }});
+  c.push_back({"gelu_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s), dy = random(ctx, {N, C}, s + 1), dx = zeros(ctx, {N, C});
+                 ops::gelu_backward(ctx, x, dy, GeluApproximation::tanh, dx);
+                 return ParityOutputs{{dx}, {}};
+               }});
+  c.push_back({"attention_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor q = random(ctx, {B, T, Hq, D}, s), k = random(ctx, {B, T, Hkv, D}, s + 1),
+                        v = random(ctx, {B, T, Hkv, D}, s + 2);
+                 Tensor out = zeros(ctx, {B, T, Hq, D}), lse = zeros(ctx, {B, Hq, T});
+                 ops::attention_forward(ctx, q, k, v, true, 0.35f, out, lse);
+                 return ParityOutputs{{out, lse}, {}};
+               }});
+  c.push_back({"attention_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor q = random(ctx, {B, T, Hq, D}, s), k = random(ctx, {B, T, Hkv, D}, s + 1),
+                        v = random(ctx, {B, T, Hkv, D}, s + 2);
+                 Tensor out = zeros(ctx, {B, T, Hq, D}), lse = zeros(ctx, {B, Hq, T});
+                 ops::attention_forward(ctx, q, k, v, false, 0.35f, out, lse);
+                 Tensor dout = random(ctx, {B, T, Hq, D}, s + 3);
+                 Tensor dq = zeros(ctx, {B, T, Hq, D}), dk = zeros(ctx, {B, T, Hkv, D});
+                 Tensor dv = zeros(ctx, {B, T, Hkv, D});
+                 ops::attention_backward(ctx, q, k, v, out, lse, dout, false, 0.35f, dq, dk, dv);
+                 return ParityOutputs{{dq, dk, dv}, {}};
+               }});
+  c.push_back({"cross_entropy_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor h = random(ctx, {N, C}, s), w = random(ctx, {V, C}, s + 1), b = random(ctx, {V}, s + 2);
+                 Tensor t = ids(ctx, N, V, s + 3, true), losses = zeros(ctx, {N}), lse = zeros(ctx, {N});
+                 ops::cross_entropy_forward(ctx, h, w, &b, t, 8, losses, lse);
+                 return ParityOutputs{{losses, lse}, {}};
+               }});
+  c.push_back({"cross_entropy_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor h = random(ctx, {N, C}, s), w = random(ctx, {V, C}, s + 1), b = random(ctx, {V}, s + 2);
+                 Tensor t = ids(ctx, N, V, s + 3, true), losses = zeros(ctx, {N}), lse = zeros(ctx, {N});
+                 ops::cross_entropy_forward(ctx, h, w, &b, t, 8, losses, lse);
+                 Tensor dh = zeros(ctx, {N, C}), dw = zeros(ctx, {V, C}), db = zeros(ctx, {V});
+                 Tensor scale = from_floats({1}, {0.125f});
+                 if (ctx.device() != Device::host) scale = to_device(scale, ctx.device());
+                 ops::cross_entropy_backward(ctx, h, w, &b, t, lse, scale, 8, dh, dw, &db);
+                 return ParityOutputs{{dh, dw, db}, {}};
+               }});
+  c.push_back({"add", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor a = random(ctx, {N, C}, s), b = random(ctx, {N, C}, s + 1, DType::bf16);
+                 Tensor out = zeros(ctx, {N, C});
+                 ops::add(ctx, a, b, out);
+                 ops::add(ctx, a, b, a);  // aliasing
+                 return ParityOutputs{{out, a}, {}};
+               }});
+  c.push_back({"add_inplace", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor acc = random(ctx, {N, C}, s), x = random(ctx, {N, C}, s + 1);
+                 ops::add_inplace(ctx, acc, x);
+                 return ParityOutputs{{acc}, {}};
+               }});
+  c.push_back({"scale_inplace", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s, DType::bf16);
+                 ops::scale_inplace(ctx, x, 0.3f);
+                 return ParityOutputs{{x}, {}};
+               }});
+  c.push_back({"fill", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s);
+                 ops::fill(ctx, x, -2.5f);
+                 return ParityOutputs{{x}, {}};
+               }});
+  c.push_back({"cast", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s, DType::f32, 100.0);
+                 Tensor b = zeros(ctx, {N, C}, DType::bf16), e4 = zeros(ctx, {N, C}, DType::fp8_e4m3),
+                        e5 = zeros(ctx, {N, C}, DType::fp8_e5m2);
+                 ops::cast(ctx, x, b);
+                 ops::cast(ctx, x, e4);
+                 ops::cast(ctx, b, e5);
+                 return ParityOutputs{{b, e4, e5}, {}};
+               }});
+  c.push_back({"sum", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s), y = random(ctx, {V}, s + 1, DType::bf16);
+                 Tensor sx = zeros(ctx, {1}), sy = zeros(ctx, {1});
+                 ops::sum(ctx, x, sx);
+                 ops::sum(ctx, y, sy);
+                 return ParityOutputs{{sx, sy}, {}};
+               }});
+  c.push_back({"sum_squares", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s), y = random(ctx, {N, C}, s + 1, DType::bf16);
+                 ops::add_inplace(ctx, x, y);  // enqueued before: the sum must see it
+                 return ParityOutputs{{x}, {ops::sum_squares(ctx, x), ops::sum_squares(ctx, y)}};
+               }});
+  c.push_back({"adamw_update", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor p = random(ctx, {N * C}, s), g = random(ctx, {N * C}, s + 1), m = random(ctx, {N * C}, s + 2);
+                 Tensor v = positive(ctx, {N * C}, s + 3);
+                 ops::adamw_update(ctx, p, g, m, v, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 3, 0.7f);
+                 return ParityOutputs{{p, m, v}, {}};
+               }});
+  return c;
+}
+
+// Every op of kernels/op_list.hpp, by name.
+inline std::vector<std::string> all_op_names() {
+  std::vector<std::string> names;
+#define FTRAIN_PARITY_OP_NAME(R, NAME, PARAMS, ARGS, DEVICE_TENSOR) names.push_back(#NAME);
+  FTRAIN_OP_LIST(FTRAIN_PARITY_OP_NAME)
+#undef FTRAIN_PARITY_OP_NAME
+  return names;
+}
+
+}  // namespace ftrain::testing
