@@ -18,28 +18,11 @@ for r in $(seq 1 "$repeats"); do
   for which in A B; do
     build=$([[ $which == A ]] && echo "$build_a" || echo "$build_b")
     run="$WORK/cmp_${which}_$r"
-    cat > "$run.in" <<DECK
-model llama preset tiny vocab_size $vocab hidden_size $hidden intermediate_size $inter &
-      num_hidden_layers $layers num_attention_heads $heads num_key_value_heads $kv
-data tokens $data
-batch micro 4 seq_len 128
-optimizer adamw lr 1e-3
-precision $precision
-max_steps $steps
-log every 1
-fsdp no_shard
-peak_tflops 1
-run_dir $run
-DECK
+    bench_llama_deck "$run.in" "$data" "$vocab $hidden $inter $layers $heads $kv" 4 128 "$steps" no_shard "$run" \
+      "precision $precision" "peak_tflops 1"
     FTRAIN_PLUGIN_PATH="$build/lib/ftrain/plugins" "${MPIRUN[@]}" -np 2 "$build/bin/ftrain" "$run.in" > "$run.log" 2>&1 \
       || { echo "run failed: $run.log"; tail -5 "$run.log"; exit 1; }
-    tps=$(python3 - "$run/metrics.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][3:]
-tokens_per_step = rows[0]["tokens"] / rows[0]["step"]
-print(round(tokens_per_step / (sum(r["step_time_s"] for r in rows) / len(rows))))
-PY
-)
+    tps=$(steady_tokens_per_s "$run/metrics.jsonl")
     echo "run $r $which: $tps tokens/s"
     sum[$which]=$(( ${sum[$which]} + tps ))
   done

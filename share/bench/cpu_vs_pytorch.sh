@@ -48,25 +48,10 @@ for cfg in "${configs[@]}"; do
     (( batch % np == 0 )) || continue
     for strategy in no_shard full_shard; do
       run="$WORK/cmp_${name}_np${np}_$strategy"
-      cat > "$run.in" <<DECK
-model llama preset tiny vocab_size $vocab hidden_size $hidden intermediate_size $inter &
-      num_hidden_layers $layers num_attention_heads $heads num_key_value_heads $kv
-data tokens $data
-batch micro $((batch / np)) seq_len $seq
-optimizer adamw lr 1e-3
-max_steps $steps
-log every 1
-fsdp $strategy
-run_dir $run
-DECK
+      bench_llama_deck "$run.in" "$data" "$vocab $hidden $inter $layers $heads $kv" $((batch / np)) $seq "$steps" \
+        "$strategy" "$run"
       "${MPIRUN[@]}" -np $np "$FTRAIN" "$run.in" > "$run.log" 2>&1
-      tps=$(python3 - "$run/metrics.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][3:]
-tokens_per_step = rows[0]["tokens"] / rows[0]["step"]
-print(round(tokens_per_step / (sum(r["step_time_s"] for r in rows) / len(rows))))
-PY
-)
+      tps=$(steady_tokens_per_s "$run/metrics.jsonl")
       threads=$((cores / np))
       printf "%-6s %-8s %-34s %s\n" "$name" "" "ftrain np=$np x $threads thread(s) $strategy" "$tps"
       (( tps > best_ftrain )) && best_ftrain=$tps

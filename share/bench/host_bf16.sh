@@ -38,28 +38,10 @@ for precision in fp32 bf16; do
     for strategy in no_shard full_shard; do
       run="$WORK/bf16_${precision}_np${np}_$strategy"
       per_rank_tflops=$(python3 -c "print($peak / 1000 / $np)")
-      cat > "$run.in" <<DECK
-model llama preset tiny vocab_size $vocab hidden_size $hidden intermediate_size $inter &
-      num_hidden_layers $layers num_attention_heads $heads num_key_value_heads $kv
-data tokens $data
-batch micro $((batch / np)) seq_len $seq
-optimizer adamw lr 1e-3
-precision $precision
-max_steps $steps
-log every 1
-fsdp $strategy
-peak_tflops $per_rank_tflops
-run_dir $run
-DECK
+      bench_llama_deck "$run.in" "$data" "$vocab $hidden $inter $layers $heads $kv" $((batch / np)) $seq "$steps" \
+        "$strategy" "$run" "precision $precision" "peak_tflops $per_rank_tflops"
       "${MPIRUN[@]}" -np $np "$FTRAIN" "$run.in" > "$run.log" 2>&1 || { echo "ftrain failed: $run.log"; tail -5 "$run.log"; exit 1; }
-      read -r tps mfu < <(python3 - "$run/metrics.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][3:]
-tokens_per_step = rows[0]["tokens"] / rows[0]["step"]
-dt = sum(r["step_time_s"] for r in rows) / len(rows)
-print(round(tokens_per_step / dt), f'{100 * sum(r["mfu"] for r in rows) / len(rows):.1f}%')
-PY
-)
+      read -r tps mfu < <(steady_tokens_per_s "$run/metrics.jsonl" mfu)
       line="ftrain $precision np=$np x $((cores / np)) $strategy"
       printf "%-34s %10s %8s\n" "$line" "$tps" "$mfu"
       results+=("ftrain_$precision $tps $mfu")

@@ -18,14 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-std::optional<std::int64_t> step_of(const std::string& name) {
-  if (name.rfind("step_", 0) != 0) return std::nullopt;
-  const std::string digits = name.substr(5);
-  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit))
-    return std::nullopt;
-  return std::stoll(digits);
-}
-
 CheckpointRecord read_record(std::int64_t step, const std::string& directory) {
   CheckpointRecord r;
   r.step = step;

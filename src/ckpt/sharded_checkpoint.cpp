@@ -122,14 +122,6 @@ void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& 
   fsync_path(path, false);
 }
 
-std::optional<std::int64_t> step_of(const std::string& name) {
-  if (name.rfind("step_", 0) != 0) return std::nullopt;
-  const std::string digits = name.substr(5);
-  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit))
-    return std::nullopt;
-  return std::stoll(digits);
-}
-
 json read_manifest(const std::string& step_dir) {
   const std::string path = step_dir + "/" + kManifest;
   std::ifstream in(path);
@@ -504,6 +496,14 @@ LoadedInfo load_resume(FsdpEngine& engine, Communicator& world, ResumePlan& plan
   FT_USER_ERROR() << "resume auto: no checkpoint of the lineage could be loaded:" << why
                   << "\nif the deck changed the model, restore it; else remove the checkpoint directory to start afresh, "
                      "or resume a checkpoint explicitly";
+}
+
+std::optional<std::int64_t> step_of(const std::string& name) {
+  if (name.rfind("step_", 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(5);
+  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit))
+    return std::nullopt;
+  return std::stoll(digits);
 }
 
 }  // namespace ftrain::ckpt

@@ -72,6 +72,8 @@ struct LoadedInfo {
 
 // "DIR/step_<N>" for a step.
 std::string step_directory(const std::string& dir, std::int64_t step);
+// N for a directory name "step_<N>" (at most 18 digits); nullopt otherwise.
+std::optional<std::int64_t> step_of(const std::string& name);
 
 // Collective over `world`. Writes, commits, updates `latest` and keeps the
 // newest `keep` checkpoints of the lineage (lineage.hpp; 0 = keep all).
