@@ -542,6 +542,10 @@ int Trainer::run() {
     return 0;
   }
   if (s.options.check_only) return 0;
+  // From here on a stop signal is recorded, not fatal: one that arrives while
+  // the model loads (a scheduler's early warning, a walltime timer) stops the
+  // run cleanly at the end of the first step.
+  install_stop_handlers();
 
   std::error_code ec;  // run_dir exists: prepare() created it and wrote in it
   if (c.per_rank_logs) {
@@ -713,7 +717,6 @@ int Trainer::run() {
     s.say("checkpoint step " + std::to_string(done) + " -> " + where + buf);
     return "";
   };
-  install_stop_handlers();
 
   const std::int64_t micro = c.batch.micro_batch;
   const std::int64_t accum = c.batch.grad_accum;
