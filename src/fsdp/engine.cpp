@@ -104,6 +104,13 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
 // holds its own references to the buffers it uses.
 FsdpEngine::~FsdpEngine() = default;
 
+namespace {
+// The one value of an f32[1] loss, wherever it lives (the stream is synchronized).
+double host_scalar(const Tensor& loss) {
+  return to_float_vector(loss.device() == Device::host ? loss : to_device(loss, Device::host))[0];
+}
+}  // namespace
+
 double FsdpEngine::comm_seconds() const {
   return shard_comm_->times().busy_seconds + (replica_comm_ ? replica_comm_->times().busy_seconds : 0.0);
 }
@@ -395,7 +402,7 @@ double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
   if (options_.strategy != ShardingStrategy::no_shard) release(0);
   drain();  // synchronizes the compute stream
   if (options_.fp8) update_fp8_scales();
-  return to_float_vector(loss.device() == Device::host ? loss : to_device(loss, Device::host))[0];
+  return host_scalar(loss);
 }
 
 double FsdpEngine::forward_only(const Batch& batch) {
@@ -422,7 +429,7 @@ double FsdpEngine::forward_only(const Batch& batch) {
   drain();
   ctx_.training = true;
   // drain() synchronized the compute stream
-  return to_float_vector(loss.device() == Device::host ? loss : to_device(loss, Device::host))[0];
+  return host_scalar(loss);
 }
 
 std::vector<std::vector<Fp8StateRef>> FsdpEngine::fp8_states() {
