@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "data/instruction_prep.hpp"
 #include "data/synthetic_corpus.hpp"
 #include "data/text_prep.hpp"
 #include "data/text_tokenizer.hpp"
@@ -27,6 +28,10 @@ constexpr const char* kUsage =
     "       ftrain-prep text --out PATH (--tokenizer spm --model FILE | --tokenizer bytes)\n"
     "                        [--jsonl [--text-field NAME]] [--doc-per-line]\n"
     "                        [--eval-out PATH [--eval-every N]] INPUT...\n"
+    "       ftrain-prep instruct --out PATH (--tokenizer spm --model FILE | --tokenizer bytes)\n"
+    "                            --template fields|alpaca|chat\n"
+    "                            [--prompt-field NAME --response-field NAME] [--messages-field NAME]\n"
+    "                            [--eval-out PATH [--eval-every N]] INPUT...\n"
     "       ftrain-prep info PATH\n"
     "       ftrain-prep --help\n"
     "\n"
@@ -53,6 +58,18 @@ constexpr const char* kUsage =
     "                      (default: one document per input file)\n"
     "  --eval-out PATH     send every N-th document to this evaluation file\n"
     "  --eval-every N      that N (default 100)\n"
+    "instruct   tokenizes JSON-lines instruction or chat examples into a token file\n"
+    "           (format version 2) with a loss mask: prompt tokens are read but not\n"
+    "           trained (their targets become -100), response tokens and the eos\n"
+    "           after each example are trained. Templates (share/doc/data.md):\n"
+    "  --template fields   [prompt]response<eos> from two string fields\n"
+    "  --template alpaca   Stanford Alpaca's prompt over instruction/input/output\n"
+    "  --template chat     a messages list of {role, content} (system, user,\n"
+    "                      assistant); every assistant turn and its eos is trained\n"
+    "  --prompt-field NAME     fields: the prompt field (default \"prompt\")\n"
+    "  --response-field NAME   fields: the response field (default \"response\")\n"
+    "  --messages-field NAME   chat: the messages field (default \"messages\")\n"
+    "  --tokenizer, --model, --eval-out, --eval-every as for text (every N-th example)\n"
     "info       validates a token file and prints its header\n";
 
 class UsageError : public UserError {
@@ -154,6 +171,73 @@ int run_synthetic(const std::vector<std::string>& args) {
   return 0;
 }
 
+// --eval-out / --eval-every, shared by text and instruct.
+void parse_eval_split(const std::map<std::string, std::string>& options, const std::string& out_path,
+                      std::string& eval_out_path, std::int64_t& eval_every) {
+  if (options.count("--eval-every") != 0 && options.count("--eval-out") == 0)
+    usage_error("--eval-every needs --eval-out");
+  if (options.count("--eval-out") != 0) {
+    eval_out_path = options.at("--eval-out");
+    if (eval_out_path == out_path) usage_error("--eval-out must differ from --out");
+    if (options.count("--eval-every") != 0) eval_every = parse_int("--eval-every", options.at("--eval-every"), 2);
+  }
+}
+
+// --tokenizer / --model, shared by text and instruct.
+std::unique_ptr<TextTokenizer> tokenizer_from(const std::map<std::string, std::string>& options) {
+  const std::string kind = required(options, "--tokenizer");
+  if (kind != "spm" && kind != "bytes") usage_error("--tokenizer must be spm or bytes, got '" + kind + "'");
+  if ((kind == "spm") != (options.count("--model") != 0)) usage_error("--model goes with --tokenizer spm (only)");
+  return kind == "spm" ? load_sentencepiece_tokenizer(options.at("--model")) : make_byte_tokenizer();
+}
+
+int run_instruct(const std::vector<std::string>& args) {
+  std::vector<std::string> valued;
+  std::vector<std::string> inputs;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i].rfind("--", 0) == 0) {
+      valued.push_back(args[i]);
+      if (i + 1 < args.size()) valued.push_back(args[++i]);
+    } else {
+      inputs.push_back(args[i]);
+    }
+  }
+  const auto options = parse_options(valued, {"--out", "--tokenizer", "--model", "--template", "--prompt-field",
+                                              "--response-field", "--messages-field", "--eval-out", "--eval-every"});
+  InstructionPrepOptions prep;
+  prep.out_path = required(options, "--out");
+  const std::string& name = required(options, "--template");
+  if (!parse_instruction_template(name, prep.format))
+    usage_error("--template must be fields, alpaca or chat, got '" + name + "'");
+  const bool fields = prep.format == InstructionTemplate::fields, chat = prep.format == InstructionTemplate::chat;
+  for (const char* key : {"--prompt-field", "--response-field"})
+    if (options.count(key) != 0 && !fields) usage_error(std::string(key) + " goes with --template fields");
+  if (options.count("--messages-field") != 0 && !chat) usage_error("--messages-field goes with --template chat");
+  if (options.count("--prompt-field") != 0) prep.prompt_field = options.at("--prompt-field");
+  if (options.count("--response-field") != 0) prep.response_field = options.at("--response-field");
+  if (options.count("--messages-field") != 0) prep.messages_field = options.at("--messages-field");
+  if (fields && prep.prompt_field == prep.response_field)
+    usage_error("--prompt-field and --response-field must differ");
+  parse_eval_split(options, prep.out_path, prep.eval_out_path, prep.eval_every);
+  if (inputs.empty()) usage_error("instruct needs at least one INPUT file (JSON lines)");
+
+  const std::unique_ptr<TextTokenizer> tokenizer = tokenizer_from(options);
+  const InstructionPrepStats s = prepare_instructions(inputs, *tokenizer, prep);
+  std::printf("tokenizer %s: vocab %llu, eos id %u\n", tokenizer->describe().c_str(),
+              static_cast<unsigned long long>(tokenizer->vocab_size()), tokenizer->eos_id());
+  std::printf("read %zu input file(s): %lld examples (template %s), %lld tokens, %lld trained (%.1f%%)\n",
+              inputs.size(), static_cast<long long>(s.examples), name.c_str(), static_cast<long long>(s.tokens),
+              static_cast<long long>(s.trained_tokens),
+              s.tokens > 0 ? 100.0 * static_cast<double>(s.trained_tokens) / static_cast<double>(s.tokens) : 0.0);
+  std::printf("longest example %lld tokens (eos included): with packing off, seq_len %lld keeps every one whole\n",
+              static_cast<long long>(s.longest_example), static_cast<long long>(s.longest_example - 1));
+  std::printf("wrote %s: %lld examples\n", prep.out_path.c_str(), static_cast<long long>(s.train_examples));
+  if (!prep.eval_out_path.empty())
+    std::printf("wrote %s: %lld examples (every %lld-th)\n", prep.eval_out_path.c_str(),
+                static_cast<long long>(s.eval_examples), static_cast<long long>(prep.eval_every));
+  return 0;
+}
+
 int run_text(const std::vector<std::string>& args) {
   // Options first, then the inputs; flags (--jsonl, --doc-per-line) take no value.
   std::vector<std::string> valued;
@@ -175,26 +259,16 @@ int run_text(const std::vector<std::string>& args) {
   const auto options =
       parse_options(valued, {"--out", "--tokenizer", "--model", "--text-field", "--eval-out", "--eval-every"});
   prep.out_path = required(options, "--out");
-  const std::string kind = required(options, "--tokenizer");
-  if (kind != "spm" && kind != "bytes") usage_error("--tokenizer must be spm or bytes, got '" + kind + "'");
-  if ((kind == "spm") != (options.count("--model") != 0)) usage_error("--model goes with --tokenizer spm (only)");
   if (options.count("--text-field") != 0) {
     if (!prep.jsonl) usage_error("--text-field needs --jsonl");
     prep.text_field = options.at("--text-field");
   }
   if (prep.doc_per_line && prep.jsonl)
     usage_error("--doc-per-line is for plain text; JSON lines are one document each");
-  if (options.count("--eval-every") != 0 && options.count("--eval-out") == 0)
-    usage_error("--eval-every needs --eval-out");
-  if (options.count("--eval-out") != 0) {
-    prep.eval_out_path = options.at("--eval-out");
-    if (prep.eval_out_path == prep.out_path) usage_error("--eval-out must differ from --out");
-    if (options.count("--eval-every") != 0) prep.eval_every = parse_int("--eval-every", options.at("--eval-every"), 2);
-  }
+  parse_eval_split(options, prep.out_path, prep.eval_out_path, prep.eval_every);
   if (inputs.empty()) usage_error("text needs at least one INPUT file");
 
-  const std::unique_ptr<TextTokenizer> tokenizer =
-      kind == "spm" ? load_sentencepiece_tokenizer(options.at("--model")) : make_byte_tokenizer();
+  const std::unique_ptr<TextTokenizer> tokenizer = tokenizer_from(options);
   const TextPrepStats s = prepare_text(inputs, *tokenizer, prep);
   std::printf("tokenizer %s: vocab %llu, eos id %u\n", tokenizer->describe().c_str(),
               static_cast<unsigned long long>(tokenizer->vocab_size()), tokenizer->eos_id());
@@ -219,10 +293,17 @@ int run_info(const std::vector<std::string>& args) {
               h.token_bytes, static_cast<unsigned long long>(h.n_tokens),
               static_cast<unsigned long long>(h.vocab_size));
   if (h.has_eos())
-    std::printf("eos id %llu, %llu documents\n", static_cast<unsigned long long>(h.eos_id),
+    std::printf("eos id %llu, %llu documents", static_cast<unsigned long long>(h.eos_id),
                 static_cast<unsigned long long>(h.n_documents));
   else
-    std::printf("no eos id\n");
+    std::printf("no eos id");
+  if (h.has_loss_mask()) {
+    std::int64_t trained = 0;
+    for (std::int64_t i = 0; i < file.n_tokens(); ++i) trained += file.trained(i) ? 1 : 0;
+    std::printf(", loss mask: %lld tokens trained, %lld masked", static_cast<long long>(trained),
+                static_cast<long long>(file.n_tokens() - trained));
+  }
+  std::printf("\n");
   return 0;
 }
 
@@ -245,8 +326,9 @@ int prep_main(int argc, char** argv) {
     args.erase(args.begin());
     if (command == "synthetic") return run_synthetic(args);
     if (command == "text") return run_text(args);
+    if (command == "instruct") return run_instruct(args);
     if (command == "info") return run_info(args);
-    usage_error("unknown command '" + command + "' (expected synthetic, text or info)");
+    usage_error("unknown command '" + command + "' (expected synthetic, text, instruct or info)");
   } catch (const UsageError& e) {
     std::fprintf(stderr, "ftrain-prep: %s\n\n%s", e.what(), kUsage);
     return 2;

@@ -7,6 +7,10 @@
 //   ftrain-prep text --out PATH (--tokenizer spm --model FILE | --tokenizer bytes)
 //                    [--jsonl [--text-field NAME]] [--doc-per-line]
 //                    [--eval-out PATH [--eval-every N]] INPUT...
+//   ftrain-prep instruct --out PATH (--tokenizer spm --model FILE | --tokenizer bytes)
+//                        --template fields|alpaca|chat [--prompt-field NAME]
+//                        [--response-field NAME] [--messages-field NAME]
+//                        [--eval-out PATH [--eval-every N]] INPUT...
 //   ftrain-prep info PATH
 //
 // Returns the process exit code: 0 on success, 2 for a usage error, 1 when

@@ -47,6 +47,19 @@ void TokenDataset::init() {
     return;
   }
   const TokenFileHeader& h = file_->header();
+  if (file_->has_document_index()) {
+    // Version 2: the index gives the documents (eos may occur inside one).
+    for (std::int64_t d = 0; d < static_cast<std::int64_t>(h.n_documents); ++d) {
+      const std::int64_t begin = file_->document_begin(d), end = file_->document_begin(d + 1);
+      if (end - begin < 2) continue;
+      doc_begin_.push_back(begin);
+      doc_end_.push_back(end);
+    }
+    n_windows_ = static_cast<std::int64_t>(doc_begin_.size());
+    if (n_windows_ == 0)
+      FT_USER_ERROR() << "data " << file_->path() << " holds no document of 2 or more tokens (packing off)";
+    return;
+  }
   if (!h.has_eos())
     FT_USER_ERROR() << "data " << file_->path() << ": packing off needs document boundaries, but the token file "
                     << "has no eos id";
@@ -96,6 +109,13 @@ void TokenDataset::check_batch_tensors(std::int64_t count, const Tensor& inputs,
   }
 }
 
+void TokenDataset::apply_loss_mask(std::int64_t first_target_token, std::int64_t count,
+                                   std::int32_t* targets) const {
+  if (!file_->header().has_loss_mask()) return;
+  for (std::int64_t t = 0; t < count; ++t)
+    if (!file_->trained(first_target_token + t)) targets[t] = kIgnoreTarget;
+}
+
 void TokenDataset::fill_window(std::int64_t window, std::int32_t* inputs, std::int32_t* targets) const {
   const std::int64_t T = options_.seq_len;
   // Read T+1 tokens into inputs[0..T-1] and one extra, then derive targets:
@@ -104,6 +124,7 @@ void TokenDataset::fill_window(std::int64_t window, std::int32_t* inputs, std::i
     file_->read(window * T, T, inputs);
     std::copy(inputs + 1, inputs + T, targets);
     file_->read(window * T + T, 1, targets + T - 1);
+    apply_loss_mask(window * T + 1, T, targets);
     return;
   }
   const std::int64_t begin = doc_begin_[static_cast<std::size_t>(window)];
@@ -112,6 +133,7 @@ void TokenDataset::fill_window(std::int64_t window, std::int32_t* inputs, std::i
   file_->read(begin, used, inputs);
   std::copy(inputs + 1, inputs + used, targets);
   file_->read(begin + used, 1, targets + used - 1);
+  apply_loss_mask(begin + 1, used, targets);
   const auto pad = static_cast<std::int32_t>(file_->header().eos_id);
   std::fill(inputs + used, inputs + T, pad);
   std::fill(targets + used, targets + T, kIgnoreTarget);

@@ -17,7 +17,18 @@
 //    predict and are skipped. The window is the document's first T+1 tokens;
 //    a document of L < T+1 tokens fills inputs[0..L-2] and targets[0..L-2],
 //    and the rest of the row has inputs = eos_id and targets = -100 (ignored
-//    by the loss). Packing off needs a token file with an eos_id.
+//    by the loss). Packing off needs a token file with an eos_id. In a
+//    version 2 file (instruction data) the documents are the file's document
+//    index instead (a chat turn may end with eos inside a document).
+//
+// Loss mask (version 2 files). Target t of a window is token x[t+1] of the
+// file; when that token's loss-mask bit is 0 (a prompt token), the target is
+// -100, so the loss and its gradient skip it and the trainer's mean runs over
+// the trained (response and eos) targets only. Inputs are never masked: the
+// model reads the prompt. With packing on, a window can hold the end of one
+// example and the start of the next, and attention still runs across that
+// boundary (share/doc/decisions.md, "Packing instruction data"); packing off
+// gives each example a row of its own.
 //
 // Sample order. Sample k (0 <= k < B) of 0-based global step s has the global
 // index g = s*B + k; epoch e = g / n_windows, position p = g mod n_windows.
@@ -85,6 +96,9 @@ class TokenDataset {
 
  private:
   void fill_window(std::int64_t window, std::int32_t* inputs, std::int32_t* targets) const;
+  // targets[t] = kIgnoreTarget where file token first_target_token + t is
+  // untrained (version 2 loss mask); no-op for version 1 files.
+  void apply_loss_mask(std::int64_t first_target_token, std::int64_t count, std::int32_t* targets) const;
   const std::vector<std::int64_t>& permutation(std::int64_t epoch);
   void check_batch_tensors(std::int64_t count, const Tensor& inputs, const Tensor& targets) const;
   void init();

@@ -194,8 +194,8 @@ TEST_F(TokenDataTest, EveryCorruptionIsAUserErrorNamingTheFile) {
   b[0] = 'X';
   expect_corrupt(b, "wrong magic");
   b = good;
-  put_u32(b, 8, 2);
-  expect_corrupt(b, "format version 2");
+  put_u32(b, 8, 3);
+  expect_corrupt(b, "format version 3");
   b = good;
   put_u32(b, 12, 3);
   expect_corrupt(b, "3-byte tokens");
