@@ -20,9 +20,9 @@ python3 "$src/share/scripts/make_instruct_data.py" --format fields --out data/in
 grep -q "token file version 2" prep.log || { echo "FAIL: not a version 2 token file"; exit 1; }
 
 deck="$src/inputs/tiny_llama_instruct.in"
-"$mpiexec" "$@" -np 1 "$ftrain" "$deck" -var data_dir data -var micro 16 -var steps 4 -var log_every 1 -var run run_np1 > np1.log 2>&1 || { cat np1.log; exit 1; }
-"$mpiexec" "$@" -np 2 "$ftrain" "$deck" -var data_dir data -var steps 4 -var log_every 1 -var run run_np2 > np2.log 2>&1 || { cat np2.log; exit 1; }
-"$mpiexec" "$@" -np 2 "$ftrain" "$deck" -var data_dir data -var steps 60 -var eval_every 30 -var run run_long > long.log 2>&1 || { cat long.log; exit 1; }
+"$mpiexec" "$@" -np 1 "$ftrain" "$deck" -var micro 16 -var max_steps 4 -var log_every 1 -var run_dir run_np1 > np1.log 2>&1 || { cat np1.log; exit 1; }
+"$mpiexec" "$@" -np 2 "$ftrain" "$deck" -var max_steps 4 -var log_every 1 -var run_dir run_np2 > np2.log 2>&1 || { cat np2.log; exit 1; }
+"$mpiexec" "$@" -np 2 "$ftrain" "$deck" -var max_steps 60 -var eval_every 30 -var run_dir run_long > long.log 2>&1 || { cat long.log; exit 1; }
 python3 - <<'PY'
 import json, math, sys
 def losses(run):
