@@ -291,6 +291,9 @@ TokenFile::TokenFile(std::string path) : path_(std::move(path)) {
       if (map_[i] != 0)
         FT_USER_ERROR() << "token file " << path_ << " has non-zero reserved header bytes (offset " << i
                         << "): written by a newer or different tool";
+    // The index is read by every packing-off window and costs 8 bytes per
+    // document: it is checked at open whatever the file's size.
+    if (header_.has_loss_mask()) validate_document_index();
     if (header_.n_tokens <= kEagerValidationTokens) validate_all();
   } catch (...) {
     ::munmap(const_cast<unsigned char*>(map_), map_bytes_);
@@ -333,6 +336,28 @@ std::int64_t TokenFile::document_begin(std::int64_t d) const {
   return static_cast<std::int64_t>(get_u64(index_ + static_cast<std::size_t>(d) * 8));
 }
 
+void TokenFile::validate_document_index() const {
+  const std::uint64_t n = header_.n_tokens;
+  if (n % 8 != 0 && (mask_[n / 8] >> (n % 8)) != 0)
+    FT_USER_ERROR() << "token file " << path_ << " has non-zero padding bits after its loss mask (corrupt file?)";
+  std::int64_t previous = document_begin(0);
+  if (previous != 0)
+    FT_USER_ERROR() << "token file " << path_ << ": its document index starts at " << previous << ", not 0";
+  for (std::int64_t d = 0; d < static_cast<std::int64_t>(header_.n_documents); ++d) {
+    const std::int64_t end = document_begin(d + 1);
+    if (end <= previous || end > n_tokens())
+      FT_USER_ERROR() << "token file " << path_ << ": document " << d << " ends at token " << end
+                      << ", not after its start " << previous << " and within the " << n_tokens() << " tokens";
+    if (header_.has_eos() && raw_token(end - 1) != header_.eos_id)
+      FT_USER_ERROR() << "token file " << path_ << ": document " << d << " (tokens [" << previous << ", " << end
+                      << ")) does not end with the eos id " << header_.eos_id;
+    previous = end;
+  }
+  if (previous != n_tokens())
+    FT_USER_ERROR() << "token file " << path_ << ": its document index ends at token " << previous << " of "
+                    << n_tokens();
+}
+
 void TokenFile::validate_all() const {
   std::uint64_t eos_count = 0;
   for (std::int64_t i = 0; i < n_tokens(); ++i) {
@@ -343,25 +368,7 @@ void TokenFile::validate_all() const {
     eos_count += (t == header_.eos_id);
   }
   if (header_.has_loss_mask()) {
-    const std::uint64_t n = header_.n_tokens;
-    if (n % 8 != 0 && (mask_[n / 8] >> (n % 8)) != 0)
-      FT_USER_ERROR() << "token file " << path_ << " has non-zero padding bits after its loss mask (corrupt file?)";
-    std::int64_t previous = document_begin(0);
-    if (previous != 0)
-      FT_USER_ERROR() << "token file " << path_ << ": its document index starts at " << previous << ", not 0";
-    for (std::int64_t d = 0; d < static_cast<std::int64_t>(header_.n_documents); ++d) {
-      const std::int64_t end = document_begin(d + 1);
-      if (end <= previous || end > n_tokens())
-        FT_USER_ERROR() << "token file " << path_ << ": document " << d << " ends at token " << end
-                        << ", not after its start " << previous << " and within the " << n_tokens() << " tokens";
-      if (header_.has_eos() && raw_token(end - 1) != header_.eos_id)
-        FT_USER_ERROR() << "token file " << path_ << ": document " << d << " (tokens [" << previous << ", " << end
-                        << ")) does not end with the eos id " << header_.eos_id;
-      previous = end;
-    }
-    if (previous != n_tokens())
-      FT_USER_ERROR() << "token file " << path_ << ": its document index ends at token " << previous << " of "
-                      << n_tokens();
+    validate_document_index();
     return;
   }
   if (header_.has_eos() && eos_count != header_.n_documents)

@@ -44,12 +44,14 @@
 // representable in token_bytes), eos_id (< vocab_size) and the file size are
 // checked at open. Token ids are checked against vocab_size
 //  * at open, for files of at most kEagerValidationTokens tokens (together
-//    with n_documents == number of eos tokens for version 1, and the
-//    document index and mask padding for version 2), so small data sets fail
-//    before training starts;
+//    with n_documents == number of eos tokens for version 1), so small data
+//    sets fail before training starts;
 //  * always, for every token read() copies out, so a corrupt id in a large
 //    file is reported when first used and never reaches an embedding lookup.
-// validate_all() runs the full open-time scan on demand for any size.
+// validate_all() runs the full open-time scan on demand for any size. A
+// version 2 file's document index (increasing, ending at n_tokens, each
+// document ending with eos) and mask padding are checked at open whatever
+// its size.
 //
 // Writing (TokenFileWriter) streams documents to "<path>.tmp" and, on
 // close(), fills in the header and renames the file onto <path>: a reader
@@ -175,6 +177,9 @@ class TokenFile {
   const unsigned char* map_ = nullptr;
   std::size_t map_bytes_ = 0;
   const unsigned char* tokens_ = nullptr;
+  // Version 2: the document index (and the mask's padding bits).
+  void validate_document_index() const;
+
   const unsigned char* mask_ = nullptr;   // version 2
   const unsigned char* index_ = nullptr;  // version 2
 };
