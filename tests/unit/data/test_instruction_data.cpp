@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -272,6 +273,45 @@ TEST_F(InstructionDataTest, ChatTemplateTrainsEveryAssistantTurn) {
                              {"<|assistant|>\n", 0}, {"Ciao", 1}, {"\x01", 1}}));
   // One document although it holds five eos tokens.
   EXPECT_EQ(got.documents, (std::vector<std::int64_t>{0, static_cast<std::int64_t>(got.tokens.size())}));
+}
+
+// With SentencePiece each piece is encoded on its own: the tokens are
+// encode(prompt) ++ encode(response) ++ eos, the mask 0...0 1...1 1.
+TEST_F(InstructionDataTest, SentencePiecePiecesAreEncodedOneByOne) {
+  if (std::system("command -v spm_train > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "spm_train not found (Debian package 'sentencepiece'); SentencePiece test skipped";
+  {
+    std::ofstream corpus(path("corpus.txt"));
+    const char* words[] = {"what", "is", "the", "cat", "on", "mat", "it", "sat", "a", "dog"};
+    for (int line = 0; line < 300; ++line) {
+      for (int w = 0; w < 6; ++w) corpus << (w ? " " : "") << words[(line * 3 + w * 7 + line / 5) % 10];
+      corpus << "\n";
+    }
+  }
+  const std::string command = "spm_train --input=" + path("corpus.txt") + " --model_prefix=" + path("tiny") +
+                              " --vocab_size=48 --model_type=bpe --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=-1"
+                              " --minloglevel=2 > " + path("spm_train.log") + " 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << "spm_train failed; see " << path("spm_train.log");
+  const std::string in = path("in.jsonl"), out = path("out.tok"), model = path("tiny.model");
+  write_bytes(in, "{\"prompt\": \"what is on the mat\", \"response\": \"a cat sat\"}\n");
+  std::vector<std::string> args{"ftrain-prep", "instruct", "--tokenizer", "spm", "--model", model,
+                                "--template", "fields", "--out", out, in};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  ASSERT_EQ(prep_main(static_cast<int>(argv.size()), argv.data()), 0);
+  const auto tokenizer = load_sentencepiece_tokenizer(model);
+  std::vector<std::uint32_t> prompt, response;
+  tokenizer->encode("what is on the mat", prompt);
+  tokenizer->encode("a cat sat", response);
+  std::vector<std::int32_t> want(prompt.begin(), prompt.end());
+  want.insert(want.end(), response.begin(), response.end());
+  want.push_back(2);
+  std::vector<int> want_mask(prompt.size(), 0);
+  want_mask.insert(want_mask.end(), response.size() + 1, 1);
+  const TokenFile f(out);
+  EXPECT_EQ(f.header().vocab_size, 48u);
+  EXPECT_EQ(all_tokens(f), want);
+  EXPECT_EQ(all_trained(f), want_mask);
 }
 
 TEST_F(InstructionDataTest, TemplateErrorsNameFileLineAndField) {
