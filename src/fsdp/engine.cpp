@@ -244,10 +244,9 @@ bool FsdpEngine::start_gather(int u) {
       ops::cast(exec_, f.master, f.gather_send);
     }
     // The collective reads what compute ops wrote (the cast above, AdamW's
-    // update of the master): they must have run. On CUDA the communicator
-    // makes its stream wait for a compute event instead (issue 12 item 6).
-    exec_.compute().synchronize();
-    f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered);
+    // update of the master): it starts after an event recorded behind them
+    // (stream order; the engine does not block: communicator.hpp).
+    f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered, exec_.compute().record());
     issued = true;
   }
   f.gathered_valid = true;
@@ -335,13 +334,16 @@ void FsdpEngine::reduce_gradients(int u) {
   if (shard_comm_->size() == 1 && !replica_comm_) {
     p.shard = send;  // nothing to communicate
   } else {
-    exec_.compute().synchronize();  // the gradient was written by backward's ops (see start_gather)
+    // The gradient was written by backward's ops: the collectives start
+    // after an event recorded behind them (see start_gather).
+    const Event written = exec_.compute().record();
     p.shard = shard_comm_->size() == 1
                   ? send
                   : Tensor::empty({f.shard_numel()}, send.dtype(), Device::host, f.unit_name() + ".grad_shard");
-    if (shard_comm_->size() > 1) p.scattered = shard_comm_->reduce_scatter_sum(send, p.shard);
-    // Stream order: the all-reduce runs after the reduce-scatter wrote p.shard.
-    if (replica_comm_) p.replicated = replica_comm_->all_reduce_sum(p.shard);
+    if (shard_comm_->size() > 1) p.scattered = shard_comm_->reduce_scatter_sum(send, p.shard, written);
+    // Stream order: the all-reduce runs after the reduce-scatter wrote p.shard
+    // (or, with one-rank shards, after the ops that wrote the gradient).
+    if (replica_comm_) p.replicated = replica_comm_->all_reduce_sum(p.shard, written);
   }
   pending_reductions_.push_back(std::move(p));
   finish_reductions(kMaxPendingReductions);
