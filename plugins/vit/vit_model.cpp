@@ -1,12 +1,14 @@
-// ViT forward and backward per unit, using ftrain::ops plus a few host loops
-// for the data movement the op set has no op for (patch unfold, class-token
-// and position-embedding assembly, class-token gather).
+// ViT forward and backward per unit, entirely in ftrain::ops: the step reads
+// no tensor data on the host, so it runs unchanged on any backend.
 //
 // Patch embedding = timm's Conv2d(Cin, C, kernel P, stride P) written as a
-// GEMM: unfold puts patch n = (py * grid + px) of image b in row b*N + n with
-// column c*P*P + ky*P + kx = pixel (py*P + ky, px*P + kx) channel c, which is
-// the (c, kh, kw) order of the conv weight, so the weight [C, Cin, P, P] is
-// used as the matrix [C, Cin*P*P] unchanged.
+// GEMM: patchify_forward puts patch n = (py * grid + px) of image b in row
+// b*N + n with column c*P*P + ky*P + kx = pixel (py*P + ky, px*P + kx)
+// channel c, which is the (c, kh, kw) order of the conv weight, so the weight
+// [C, Cin, P, P] is used as the matrix [C, Cin*P*P] unchanged. The token
+// sequence is prepend_rows_forward (class token first) then
+// broadcast_add_forward (position embedding), both in f32, rounded once to
+// the compute dtype.
 //
 // Encoder block (timm Block, pre-norm, no layer scale, no dropout):
 //   xn1 = LN1(x); q, k, v = xn1 Wqkv^T + bqkv  (rows of Wqkv: q, then k, then v;
@@ -29,9 +31,7 @@
 // and T times cheaper.
 #include "vit_model.hpp"
 
-#include <Kokkos_Core.hpp>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "core/error.hpp"
@@ -43,8 +43,6 @@ namespace ftrain::vit {
 
 namespace {
 
-using HostPolicy = Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>;
-
 Tensor activation(const StepContext& ctx, const Shape& shape) {
   return Tensor::empty(shape, ctx.compute_dtype, ctx.device);
 }
@@ -53,28 +51,6 @@ Tensor f32_tensor(const StepContext& ctx, const Shape& shape) { return Tensor::e
 void check_params(const Unit& unit, const std::vector<Tensor>& params, std::size_t expected) {
   FT_CHECK(params.size() == expected) << "unit " << unit.name() << " expects " << expected << " parameter tensors, got "
                                       << params.size();
-}
-
-// Before a host loop touches `t`: it must be host memory, and the ops
-// enqueued so far (which may read or write it) must have run.
-void require_host(ExecutionContext& exec, const char* what, const Tensor& t) {
-  FT_CHECK(t.device() == Device::host) << "vit " << what << ": " << t.describe()
-                                       << " is not on the host (this step has host loops only)";
-  exec.compute().synchronize();
-}
-
-// t itself when it is f32, else an f32 copy.
-Tensor as_f32(ExecutionContext& exec, const Tensor& t) {
-  if (t.dtype() == DType::f32) return t;
-  Tensor out = Tensor::empty(t.shape(), DType::f32, t.device());
-  ops::cast(exec, t, out);
-  return out;
-}
-
-// Stores an f32 result into `out` (any float dtype); no copy when out is f32.
-void store(ExecutionContext& exec, const Tensor& f32, Tensor& out) {
-  if (out.dtype() == DType::f32 && out.data() == f32.data()) return;
-  ops::cast(exec, f32, out);
 }
 
 ParamSpec spec(const std::string& name, Shape shape, InitKind init, float std, bool decay) {
@@ -111,40 +87,11 @@ ImageDims image_dims(const VitConfig& c, const Batch& batch) {
 }
 
 // [B, H, W, Cin] images -> f32 [B*N, Cin*P*P] patch rows in conv weight order.
-Tensor unfold_patches(ExecutionContext& exec, const VitConfig& c, const Batch& batch) {
+Tensor unfold_patches(const StepContext& ctx, const VitConfig& c, const Batch& batch) {
   const ImageDims d = image_dims(c, batch);
-  require_host(exec, "patch unfold", batch.inputs);
-  const std::int64_t P = c.patch_size, G = c.grid(), N = c.num_patches(), K = c.patch_features();
-  const std::int64_t W = d.w, Cin = d.cin;
-  Tensor out = Tensor::empty({d.b * N, K}, DType::f32);
-  const float* img = batch.inputs.data_as<float>();
-  float* rows = out.data_as<float>();
-  const std::int64_t H = d.h;
-  Kokkos::parallel_for("ftrain::vit::patch_embed::unfold", HostPolicy(0, d.b * N), [=](std::int64_t r) {
-    const std::int64_t b = r / N, n = r % N, py = n / G, px = n % G;
-    float* row = rows + r * K;
-    for (std::int64_t ch = 0; ch < Cin; ++ch)
-      for (std::int64_t ky = 0; ky < P; ++ky)
-        for (std::int64_t kx = 0; kx < P; ++kx)
-          row[(ch * P + ky) * P + kx] = img[((b * H + py * P + ky) * W + px * P + kx) * Cin + ch];
-  });
+  Tensor out = f32_tensor(ctx, {d.b * c.num_patches(), c.patch_features()});
+  ops::patchify_forward(ctx.execution(), batch.inputs, c.patch_size, out);
   return out;
-}
-
-// Copies rows of `row_bytes` bytes: dst row i <- src row src_row(i).
-template <class RowOf>
-void copy_rows(ExecutionContext& exec, const char* kernel, const Tensor& src, Tensor& dst, std::int64_t rows,
-               std::int64_t width, RowOf src_row, std::int64_t dst_stride_rows = 1, std::int64_t dst_first = 0) {
-  FT_CHECK(src.dtype() == dst.dtype()) << kernel << ": " << src.describe() << " vs " << dst.describe();
-  require_host(exec, kernel, src);
-  require_host(exec, kernel, dst);
-  const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(src.dtype());
-  const char* s = static_cast<const char*>(src.data());
-  char* t = static_cast<char*>(dst.data());
-  Kokkos::parallel_for(kernel, HostPolicy(0, rows), [=](std::int64_t i) {
-    std::memcpy(t + static_cast<std::size_t>(dst_first + i * dst_stride_rows) * row_bytes,
-                s + static_cast<std::size_t>(src_row(i)) * row_bytes, row_bytes);
-  });
 }
 
 // ---- unit 0: patch embedding, class token, position embedding -------------------------
@@ -171,31 +118,19 @@ class PatchEmbedUnit final : public Unit {
     check_params(*this, p, kNumParams);
     const std::int64_t B = image_dims(config_, batch).b, N = config_.num_patches(), T = config_.tokens(),
                        C = config_.embed_dim;
-    Tensor unfolded = unfold_patches(ctx.execution(), config_, batch);
-    Tensor patches = f32_tensor(ctx, {B * N, C});
+    Tensor unfolded = unfold_patches(ctx, config_, batch);
+    Tensor patches = f32_tensor(ctx, {B, N, C});
+    Tensor patch_rows = patches.reshape({B * N, C});
     ops::linear_forward(ctx.execution(), unfolded, p[kWeight].reshape({C, config_.patch_features()}), &p[kBias],
-                        patches);
-
-    const Tensor cls = as_f32(ctx.execution(), p[kCls]);
-    const Tensor pos = as_f32(ctx.execution(), p[kPos]);
-    Tensor h32 = f32_tensor(ctx, {B * T, C});
-    require_host(ctx.execution(), "patch_embed assembly", h32);
-    const float* pf = patches.data_as<float>();
-    const float* cf = cls.data_as<float>();
-    const float* posf = pos.data_as<float>();
-    float* hf = h32.data_as<float>();
-    Kokkos::parallel_for("ftrain::vit::patch_embed::assemble", HostPolicy(0, B * T), [=](std::int64_t r) {
-      const std::int64_t b = r / T, t = r % T;
-      const float* src = t == 0 ? cf : pf + (b * N + t - 1) * C;
-      const float* pe = posf + t * C;
-      float* dst = hf + r * C;
-      for (std::int64_t i = 0; i < C; ++i) dst[i] = src[i] + pe[i];
-    });
+                        patch_rows);
+    // Tokens: class token, then the patches (f32), plus the position
+    // embedding, rounded once into the compute dtype.
+    Tensor h32 = f32_tensor(ctx, {B, T, C});
+    ops::prepend_rows_forward(ctx.execution(), p[kCls].reshape({1, C}), patches, h32);
+    Tensor h = ctx.compute_dtype == DType::f32 ? h32 : activation(ctx, {B, T, C});
+    ops::broadcast_add_forward(ctx.execution(), h32, p[kPos].reshape({T, C}), h);
     cache.clear();
-    if (ctx.compute_dtype == DType::f32) return h32;
-    Tensor h = activation(ctx, {B * T, C});
-    store(ctx.execution(), h32, h);
-    return h;
+    return h.reshape({B * T, C});
   }
 
   Tensor backward(const StepContext& ctx, const std::vector<Tensor>& p, std::vector<Tensor>& g, const Batch& batch,
@@ -203,29 +138,16 @@ class PatchEmbedUnit final : public Unit {
     check_params(*this, p, kNumParams);
     const std::int64_t B = image_dims(config_, batch).b, N = config_.num_patches(), T = config_.tokens(),
                        C = config_.embed_dim;
-    const Tensor dy32 = as_f32(ctx.execution(), dy);
-    require_host(ctx.execution(), "patch_embed backward", dy32);
-    for (int i : {kCls, kPos}) {
-      FT_CHECK(g[i].dtype() == DType::f32 && g[i].device() == Device::host)
-          << "patch_embed: gradient " << g[i].describe() << " must be a host f32 tensor";
-    }
-    const float* d = dy32.data_as<float>();
-    float* dcls = g[kCls].data_as<float>();
-    float* dpos = g[kPos].data_as<float>();
-    // Each (token, feature) sums over the batch in its own iteration: no races.
-    Kokkos::parallel_for("ftrain::vit::patch_embed::backward_pos", HostPolicy(0, T * C), [=](std::int64_t e) {
-      float s = 0.0f;
-      for (std::int64_t b = 0; b < B; ++b) s += d[b * T * C + e];
-      dpos[e] += s;
-      if (e < C) dcls[e] += s;
-    });
-    Tensor dpatches = f32_tensor(ctx, {B * N, C});
-    copy_rows(ctx.execution(), "ftrain::vit::patch_embed::backward_rows", dy32, dpatches, B * N, C,
-              [=](std::int64_t r) { return (r / N) * T + 1 + r % N; });
-    Tensor unfolded = unfold_patches(ctx.execution(), config_, batch);
+    const Tensor dy3 = dy.reshape({B, T, C});
+    Tensor dpos = g[kPos].reshape({T, C});
+    ops::broadcast_add_backward(ctx.execution(), dy3, dpos);
+    Tensor dcls = g[kCls].reshape({1, C});
+    Tensor dpatches = f32_tensor(ctx, {B, N, C});
+    ops::prepend_rows_backward(ctx.execution(), dy3, dcls, dpatches);
+    Tensor unfolded = unfold_patches(ctx, config_, batch);
     Tensor dw = g[kWeight].reshape({C, config_.patch_features()});
-    ops::linear_backward(ctx.execution(), unfolded, p[kWeight].reshape({C, config_.patch_features()}), dpatches,
-                         nullptr, dw, &g[kBias]);
+    ops::linear_backward(ctx.execution(), unfolded, p[kWeight].reshape({C, config_.patch_features()}),
+                         dpatches.reshape({B * N, C}), nullptr, dw, &g[kBias]);
     return Tensor();
   }
 
@@ -460,10 +382,9 @@ class HeadUnit final : public Unit {
     Tensor dcls = activation(ctx, {B, C});
     ops::layernorm_backward(ctx.execution(), cls, p[kNormW], s[kMean], s[kRstd], dnormed, dcls, g[kNormW], &g[kNormB]);
     // Only the class tokens reach the loss; every other row's gradient is 0.
-    Tensor dx = activation(ctx, {B * T, C});
-    ops::fill(ctx.execution(), dx, 0.0f);
-    copy_rows(ctx.execution(), "ftrain::vit::head::scatter_cls", dcls, dx, B, C, [](std::int64_t b) { return b; }, T);
-    return dx;
+    Tensor dx = activation(ctx, {B, T, C});
+    ops::slice_rows_backward(ctx.execution(), dcls.reshape({B, 1, C}), 0, dx);
+    return dx.reshape({B * T, C});
   }
 
  private:
@@ -475,9 +396,9 @@ class HeadUnit final : public Unit {
   Tensor gather_class_tokens(const StepContext& ctx, const Tensor& x, std::int64_t B) const {
     const std::int64_t T = config_.tokens(), C = config_.embed_dim;
     FT_CHECK(x.numel() == B * T * C) << "head: input " << x.describe() << " is not [" << B * T << ", " << C << "]";
-    Tensor cls = Tensor::empty({B, C}, x.dtype(), ctx.device);
-    copy_rows(ctx.execution(), "ftrain::vit::head::gather_cls", x, cls, B, C, [=](std::int64_t b) { return b * T; });
-    return cls;
+    Tensor cls = Tensor::empty({B, 1, C}, x.dtype(), ctx.device);
+    ops::slice_rows_forward(ctx.execution(), x.reshape({B, T, C}), 0, cls);
+    return cls.reshape({B, C});
   }
 
   VitConfig config_;

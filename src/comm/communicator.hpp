@@ -19,6 +19,13 @@
 // one issued before it without waiting for it (reduce-scatter on the shard
 // group, then all-reduce of the result over the replica group).
 //
+// Ordering with compute: a collective that reads or writes what compute ops
+// enqueued takes `after`, an Event recorded on the compute stream after
+// those ops; it starts only once the event completed. The caller never
+// blocks for it: the MPI communicator's progress thread waits for the
+// event before its MPI call; NCCL makes its stream wait on it
+// (cudaStreamWaitEvent). A default Event is complete (no ordering needed).
+//
 // Errors: a collective that fails on the progress mechanism fails its
 // Request; wait(), or the test() that finds it complete, rethrows the error
 // on the caller's thread. A request is finished exactly once, whichever of
@@ -29,6 +36,7 @@
 #include <string>
 
 #include "core/tensor.hpp"
+#include "runtime/stream.hpp"
 
 namespace ftrain {
 
@@ -78,14 +86,16 @@ class Communicator {
   virtual int size() const = 0;
   virtual std::string describe() const = 0;
 
+  // Each starts after `after` completed (see "Ordering with compute"); an
+  // override repeats the default.
   // recv (size() * send.numel() elements) = concatenation of every rank's send.
-  virtual Request all_gather(const Tensor& send, Tensor& recv) = 0;
+  virtual Request all_gather(const Tensor& send, Tensor& recv, const Event& after = Event()) = 0;
   // recv (send.numel() / size() elements) = this rank's block of the sum of sends.
-  virtual Request reduce_scatter_sum(const Tensor& send, Tensor& recv) = 0;
+  virtual Request reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after = Event()) = 0;
   // inout = sum over ranks of inout.
-  virtual Request all_reduce_sum(Tensor& inout) = 0;
+  virtual Request all_reduce_sum(Tensor& inout, const Event& after = Event()) = 0;
   // inout = element-wise max over ranks (f32: FP8 amaxes).
-  virtual Request all_reduce_max(Tensor& inout) = 0;
+  virtual Request all_reduce_max(Tensor& inout, const Event& after = Event()) = 0;
   // Splits into sub-communicators; ranks with equal color form one, ordered by key.
   virtual std::unique_ptr<Communicator> split(int color, int key) const = 0;
   // The ranks that share this rank's node (MPI_COMM_TYPE_SHARED).

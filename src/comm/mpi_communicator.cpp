@@ -203,11 +203,12 @@ void MpiCommunicator::reset_times() {
   clock_->times = CommTimes{};
 }
 
-Request MpiCommunicator::issue(const char* collective, const std::string& what,
+Request MpiCommunicator::issue(const char* collective, const std::string& what, const Event& after,
                                std::function<void(MPI_Request*)> start) {
   const InjectedFault fault = injected_fault(collective);
   std::string where = describe();
   return progress_->submit(
+      after,
       [collective, what, where = std::move(where), start = std::move(start), fault] {
         if (fault.ordinal > 0) {
           int world_rank = -1;
@@ -225,39 +226,39 @@ Request MpiCommunicator::issue(const char* collective, const std::string& what,
 }
 
 // The lambdas hold the tensors (shared storage) until the collective has run.
-Request MpiCommunicator::all_gather(const Tensor& send, Tensor& recv) {
+Request MpiCommunicator::all_gather(const Tensor& send, Tensor& recv, const Event& after) {
   FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size_ && has_mpi_type(send.dtype()))
       << "all_gather: send " << send.describe() << ", recv " << recv.describe() << ", " << size_ << " ranks";
   checked_count(recv);
-  return issue("all_gather", send.describe(), [send, recv, comm = comm_](MPI_Request* r) {
+  return issue("all_gather", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
     FT_MPI_CHECK(MPI_Iallgather(send.data(), checked_count(send), mpi_type(send), recv.data(), checked_count(send),
                                 mpi_type(recv), comm, r));
   });
 }
 
-Request MpiCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv) {
+Request MpiCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after) {
   FT_CHECK(send.dtype() == recv.dtype() && send.numel() == recv.numel() * size_ && has_mpi_type(send.dtype()))
       << "reduce_scatter: send " << send.describe() << ", recv " << recv.describe() << ", " << size_ << " ranks";
   checked_count(send);
-  return issue("reduce_scatter_sum", send.describe(), [send, recv, comm = comm_](MPI_Request* r) {
+  return issue("reduce_scatter_sum", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
     FT_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), checked_count(recv), mpi_type(send),
                                            mpi_sum(send), comm, r));
   });
 }
 
-Request MpiCommunicator::all_reduce_sum(Tensor& inout) {
+Request MpiCommunicator::all_reduce_sum(Tensor& inout, const Event& after) {
   FT_CHECK(has_mpi_type(inout.dtype())) << "all_reduce_sum: no MPI type for " << inout.describe();
   checked_count(inout);
-  return issue("all_reduce_sum", inout.describe(), [inout, comm = comm_](MPI_Request* r) {
+  return issue("all_reduce_sum", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
     FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), mpi_type(inout), mpi_sum(inout),
                                 comm, r));
   });
 }
 
-Request MpiCommunicator::all_reduce_max(Tensor& inout) {
+Request MpiCommunicator::all_reduce_max(Tensor& inout, const Event& after) {
   FT_CHECK(inout.dtype() == DType::f32) << "all_reduce_max: " << inout.describe() << " (f32 only)";
   checked_count(inout);
-  return issue("all_reduce_max", inout.describe(), [inout, comm = comm_](MPI_Request* r) {
+  return issue("all_reduce_max", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
     FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), MPI_FLOAT, MPI_MAX, comm, r));
   });
 }

@@ -36,10 +36,10 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string describe() const override;
-  Request all_gather(const Tensor& send, Tensor& recv) override;
-  Request reduce_scatter_sum(const Tensor& send, Tensor& recv) override;
-  Request all_reduce_sum(Tensor& inout) override;
-  Request all_reduce_max(Tensor& inout) override;
+  Request all_gather(const Tensor& send, Tensor& recv, const Event& after = Event()) override;
+  Request reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after = Event()) override;
+  Request all_reduce_sum(Tensor& inout, const Event& after = Event()) override;
+  Request all_reduce_max(Tensor& inout, const Event& after = Event()) override;
   std::unique_ptr<Communicator> split(int color, int key) const override;
   std::unique_ptr<Communicator> split_node() const override;
   void barrier() override;
@@ -54,9 +54,11 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm handle() const { return comm_; }
 
  private:
-  // Queues one collective: `start` issues the MPI_I* call on the progress
-  // thread, which then drives it to completion. `what` names it in errors.
-  Request issue(const char* collective, const std::string& what, std::function<void(MPI_Request*)> start);
+  // Queues one collective: the progress thread waits for `after`, then
+  // `start` issues the MPI_I* call and the thread drives it to completion.
+  // `what` names it in errors.
+  Request issue(const char* collective, const std::string& what, const Event& after,
+                std::function<void(MPI_Request*)> start);
 
   std::shared_ptr<MpiProgress> progress_;
   std::shared_ptr<CommClock> clock_;

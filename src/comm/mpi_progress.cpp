@@ -102,11 +102,15 @@ void MpiProgress::clear_failure_for_testing() {
   first_failure_.clear();
 }
 
-Request MpiProgress::submit(std::function<void()> job, std::shared_ptr<CommClock> clock) {
+Request MpiProgress::submit(const Event& after, std::function<void()> job, std::shared_ptr<CommClock> clock) {
   job = guarded(std::move(job));
   // Busy time is booked before the request completes, so a waiter that
   // returns sees its collective counted.
-  std::packaged_task<void()> task([job = std::move(job), clock] {
+  std::packaged_task<void()> task([after, job = std::move(job), clock] {
+    // Stream order with compute: the collective's buffers were written by
+    // ops enqueued before `after`. Waited for here, on the progress thread
+    // (jobs behind this one wait too: collectives stay in issue order).
+    after.synchronize();
     struct BookBusy {
       CommClock* clock;
       Clock::time_point t0 = Clock::now();

@@ -63,10 +63,13 @@ class MpiProgress {
   MpiProgress(const MpiProgress&) = delete;
   MpiProgress& operator=(const MpiProgress&) = delete;
 
-  // Queues `job`; the Request completes when it has run. An exception thrown
-  // by the job fails the Request (wait()/test() rethrow it). Run time is
-  // added to clock->busy, time a waiter blocks to clock->exposed.
-  Request submit(std::function<void()> job, std::shared_ptr<CommClock> clock);
+  // Queues `job`; it runs once `after` completed (the progress thread waits
+  // for it: a compute-stream event, so the collective reads what compute
+  // wrote without the caller blocking), and the Request completes when it
+  // has run. An exception thrown by the job fails the Request (wait()/test()
+  // rethrow it). Run time is added to clock->busy (the wait for `after` is
+  // not), time a waiter blocks to clock->exposed.
+  Request submit(const Event& after, std::function<void()> job, std::shared_ptr<CommClock> clock);
   // Runs `job` after everything queued before it and returns when it has
   // run; rethrows its exception. Not timed (the blocking helpers).
   void run(std::function<void()> job);

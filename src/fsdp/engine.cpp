@@ -104,12 +104,34 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
 // holds its own references to the buffers it uses.
 FsdpEngine::~FsdpEngine() = default;
 
-namespace {
-// The one value of an f32[1] loss, wherever it lives (the stream is synchronized).
-double host_scalar(const Tensor& loss) {
-  return to_float_vector(loss.device() == Device::host ? loss : to_device(loss, Device::host))[0];
+void FsdpEngine::LossSums::add(ExecutionContext& exec, const Tensor& loss) {
+  FT_CHECK(loss.numel() == 1 && loss.dtype() == DType::f32)
+      << "the last unit must return the f32[1] loss sum, got " << loss.describe();
+  if (!slots_.defined() || count_ == slots_.numel()) {
+    // Grow (gradient accumulation deeper than before): the old slots are
+    // copied on the stream and released in stream order.
+    Tensor grown = Tensor::empty({std::max<std::int64_t>(8, 2 * count_)}, DType::f32, exec.device(), "loss_sums");
+    if (count_ > 0) {
+      Tensor kept = grown.view({count_});
+      ops::cast(exec, slots_.view({count_}), kept);
+    }
+    slots_ = grown;
+  }
+  Tensor slot = slots_.view({1}, count_);
+  ops::cast(exec, loss, slot);
+  ++count_;
 }
-}  // namespace
+
+double FsdpEngine::LossSums::take(ExecutionContext& exec) {
+  double sum = 0.0;
+  if (count_ > 0) {
+    exec.compute().synchronize();  // the copies into the slots were enqueued
+    const Tensor used = slots_.view({count_});
+    for (float v : to_float_vector(used.device() == Device::host ? used : to_device(used, Device::host))) sum += v;
+  }
+  count_ = 0;
+  return sum;
+}
 
 double FsdpEngine::comm_seconds() const {
   return shard_comm_->times().busy_seconds + (replica_comm_ ? replica_comm_->times().busy_seconds : 0.0);
@@ -222,10 +244,9 @@ bool FsdpEngine::start_gather(int u) {
       ops::cast(exec_, f.master, f.gather_send);
     }
     // The collective reads what compute ops wrote (the cast above, AdamW's
-    // update of the master): they must have run. On CUDA the communicator
-    // makes its stream wait for a compute event instead (issue 12 item 6).
-    exec_.compute().synchronize();
-    f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered);
+    // update of the master): it starts after an event recorded behind them
+    // (stream order; the engine does not block: communicator.hpp).
+    f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered, exec_.compute().record());
     issued = true;
   }
   f.gathered_valid = true;
@@ -313,13 +334,16 @@ void FsdpEngine::reduce_gradients(int u) {
   if (shard_comm_->size() == 1 && !replica_comm_) {
     p.shard = send;  // nothing to communicate
   } else {
-    exec_.compute().synchronize();  // the gradient was written by backward's ops (see start_gather)
+    // The gradient was written by backward's ops: the collectives start
+    // after an event recorded behind them (see start_gather).
+    const Event written = exec_.compute().record();
     p.shard = shard_comm_->size() == 1
                   ? send
                   : Tensor::empty({f.shard_numel()}, send.dtype(), Device::host, f.unit_name() + ".grad_shard");
-    if (shard_comm_->size() > 1) p.scattered = shard_comm_->reduce_scatter_sum(send, p.shard);
-    // Stream order: the all-reduce runs after the reduce-scatter wrote p.shard.
-    if (replica_comm_) p.replicated = replica_comm_->all_reduce_sum(p.shard);
+    if (shard_comm_->size() > 1) p.scattered = shard_comm_->reduce_scatter_sum(send, p.shard, written);
+    // Stream order: the all-reduce runs after the reduce-scatter wrote p.shard
+    // (or, with one-rank shards, after the ops that wrote the gradient).
+    if (replica_comm_) p.replicated = replica_comm_->all_reduce_sum(p.shard, written);
   }
   pending_reductions_.push_back(std::move(p));
   finish_reductions(kMaxPendingReductions);
@@ -355,7 +379,7 @@ void FsdpEngine::drain() {
   exec_.synchronize();  // the engine's callers read results on the host
 }
 
-double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
+void FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
   const int n = static_cast<int>(flats_.size());
   ctx_.training = true;
   Tensor x;
@@ -370,10 +394,8 @@ double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
     if (u < n - 1 && !keep_gathered_after_forward()) release(u);
     if (u == n - 1) loss = out; else x = out;
   }
-  FT_CHECK(loss.numel() == 1 && loss.dtype() == DType::f32)
-      << "the last unit must return the f32[1] loss sum, got " << loss.describe();
-  // The loss scale goes to the device once; the loss sum is read back below,
-  // after the backward was enqueued (one host read per micro-step).
+  train_loss_.add(exec_, loss);  // stays on the device until the trainer takes it
+  // The loss scale goes to the device once.
   Tensor dy = from_floats({1}, {loss_scale});
   if (exec_.device() != Device::host) dy = to_device(dy, exec_.device());
   for (int u = n - 1; u >= 0; --u) {
@@ -402,14 +424,12 @@ double FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
   if (options_.strategy != ShardingStrategy::no_shard) release(0);
   drain();  // synchronizes the compute stream
   if (options_.fp8) update_fp8_scales();
-  return host_scalar(loss);
 }
 
-double FsdpEngine::forward_only(const Batch& batch) {
+void FsdpEngine::forward_only(const Batch& batch) {
   const int n = static_cast<int>(flats_.size());
   ctx_.training = false;
   Tensor x;
-  Tensor loss;
   for (int u = 0; u < n; ++u) {
     for (int o : owners_needed(u)) ensure_gathered(o);
     ensure_gathered(u);
@@ -422,14 +442,12 @@ double FsdpEngine::forward_only(const Batch& batch) {
         for (int o : owners_needed(v)) needed_later |= (o == u);
       if (!needed_later && !keep_gathered_after_forward()) release(u);
     }
-    if (u == n - 1) loss = out; else x = out;
+    if (u == n - 1) eval_loss_.add(exec_, out); else x = out;
   }
   if (!keep_gathered_after_forward())
     for (int u = 0; u < n; ++u) release(u);
   drain();
   ctx_.training = true;
-  // drain() synchronized the compute stream
-  return host_scalar(loss);
 }
 
 std::vector<std::vector<Fp8StateRef>> FsdpEngine::fp8_states() {
@@ -461,6 +479,7 @@ void FsdpEngine::update_fp8_scales() {
 }
 
 void FsdpEngine::zero_grad() {
+  train_loss_.reset();
   for (auto& f : flats_) ops::fill(exec_, f->grad, 0.0f);
   exec_.compute().synchronize();  // callers (checkpoints) may read the gradients next
 }

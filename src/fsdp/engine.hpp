@@ -98,12 +98,20 @@ class FsdpEngine {
   void init_from_root(const ParameterSource& source);
 
   // One micro-batch forward + backward; accumulates into the shard gradients.
-  // loss_scale = 1 / (target tokens in the global batch). Returns this rank's
-  // sum of per-token losses.
-  double forward_backward(const Batch& batch, float loss_scale);
-  // Forward only (evaluation); returns this rank's sum of per-token losses.
-  double forward_only(const Batch& batch);
+  // loss_scale = 1 / (target tokens in the global batch). This rank's sum of
+  // per-token losses stays on the device (train_loss below): nothing is read
+  // back per micro-step.
+  void forward_backward(const Batch& batch, float loss_scale);
+  // Forward only (evaluation); the loss sum stays on the device (eval_loss).
+  void forward_only(const Batch& batch);
+  // This rank's loss sum over the micro-steps since the window started, read
+  // once (the only host read of the loss: it waits for the compute stream).
+  // The training window starts at zero_grad() (loss and gradients accumulate
+  // over the same micro-steps); the evaluation window at the last take.
+  double take_train_loss() { return train_loss_.take(exec_); }
+  double take_eval_loss() { return eval_loss_.take(exec_); }
 
+  // Zeroes the gradients and starts a new training loss window.
   void zero_grad();
   // Global L2 norm of the gradient (one all-reduce of squared shard norms).
   double grad_norm();
@@ -180,6 +188,24 @@ class FsdpEngine {
   std::deque<PendingReduction> pending_reductions_;
   static constexpr std::size_t kMaxPendingReductions = 2;  // full gradients in flight
   ExecutionContext exec_;  // where this rank's ops run; ctx_ points to it
+  // Loss sums of micro-steps, on the device: each micro-step's f32[1] loss is
+  // copied (an op) into the next slot of one f32 tensor. take() reads the
+  // slots once and adds them in double in micro-step order: the arithmetic
+  // of the per-micro-step host reads it replaced, so logged losses are
+  // unchanged bit for bit (there is no f64 dtype to accumulate in on the
+  // device, and an f32 running sum would round differently).
+  class LossSums {
+   public:
+    void add(ExecutionContext& exec, const Tensor& loss);
+    double take(ExecutionContext& exec);
+    void reset() { count_ = 0; }
+
+   private:
+    Tensor slots_;
+    std::int64_t count_ = 0;
+  };
+  LossSums train_loss_;
+  LossSums eval_loss_;
   StepContext ctx_;
   std::int64_t optimizer_step_count_ = 0;
   FsdpCounters counters_;

@@ -73,6 +73,29 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
   X(void, gelu_forward, (const Tensor& x, GeluApproximation approximation, Tensor& y), (x, approximation, y), x)   \
   X(void, gelu_backward, (const Tensor& x, const Tensor& dy, GeluApproximation approximation, Tensor& dx),         \
     (x, dy, approximation, dx), x)                                                                                \
+  /* Non-overlapping patches (im2col of a conv with kernel = stride = P, no padding): images[B,H,W,Cin]         \
+     (channels last, H and W multiples of P) -> patches[B*(H/P)*(W/P), Cin*P*P]. Row b*G + py*(W/P) + px,      \
+     column (c*P + ky)*P + kx = pixel (py*P+ky, px*P+kx) channel c: a conv weight [Cout,Cin,P,P] is then the   \
+     matrix [Cout, Cin*P*P] of linear_forward (ViT patch embedding). */                                          \
+  X(void, patchify_forward, (const Tensor& images, std::int64_t patch_size, Tensor& patches),                    \
+    (images, patch_size, patches), images)                                                                        \
+  /* dimages (=) from dpatches: the inverse permutation (patches do not overlap) */                              \
+  X(void, patchify_backward, (const Tensor& dpatches, std::int64_t patch_size, Tensor& dimages),                 \
+    (dpatches, patch_size, dimages), dpatches)                                                                    \
+  /* out[b] = rows of prefix, then rows of x[b]: prefix[R,C] shared by the batch (a class token), x[B,N,C],      \
+     out[B,R+N,C] */                                                                                              \
+  X(void, prepend_rows_forward, (const Tensor& prefix, const Tensor& x, Tensor& out), (prefix, x, out), x)        \
+  /* dprefix += sum over b of dout[b, :R] (f32, batch order); dx[b] = dout[b, R:] (=) */                         \
+  X(void, prepend_rows_backward, (const Tensor& dout, Tensor& dprefix, Tensor& dx), (dout, dprefix, dx), dout)    \
+  /* out[b] = x[b] + bias: bias[R,C] broadcast over the batch of x[B,R,C] (position embedding); out may        \
+     alias x */                                                                                                   \
+  X(void, broadcast_add_forward, (const Tensor& x, const Tensor& bias, Tensor& out), (x, bias, out), x)          \
+  /* dbias += sum over b of dout[b] (f32, batch order); dx is dout itself (no op) */                             \
+  X(void, broadcast_add_backward, (const Tensor& dout, Tensor& dbias), (dout, dbias), dout)                       \
+  /* out[b] = x[b, first : first+R]: x[B,T,C], out[B,R,C] (the class token of each image) */                     \
+  X(void, slice_rows_forward, (const Tensor& x, std::int64_t first, Tensor& out), (x, first, out), x)            \
+  /* dx[b, first : first+R] = dout[b], every other row of dx = 0 (=) */                                          \
+  X(void, slice_rows_backward, (const Tensor& dout, std::int64_t first, Tensor& dx), (dout, first, dx), dout)    \
   /* Flash attention (tiled, online softmax; never materialises T x T).                                          \
      q[B,T,Hq,D], k,v[B,T,Hkv,D] with Hq % Hkv == 0 (GQA); out[B,T,Hq,D]; lse f32[B,Hq,T] (natural log).         \
      causal: key j visible to query i iff j <= i. */                                                              \

@@ -694,6 +694,9 @@ int Trainer::run() {
     if (!poisoned.empty())
       return "step " + std::to_string(done) + ": a master weight is not finite (first: " + poisoned +
              "); no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm.";
+    if (!std::isfinite(loss))  // finite gradients, yet the loss sum overflowed (the per-step check is the norm)
+      return "step " + std::to_string(done) + ": the loss is " + std::to_string(loss) +
+             "; no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm.";
     const auto t0 = Clock::now();
     ckpt::SaveInfo info;
     info.step = done;
@@ -724,7 +727,6 @@ int Trainer::run() {
   auto evaluate = [&](std::int64_t step) {
     const std::int64_t n = s.eval_data->eval_size();
     const std::int64_t begin = n * rank / world, end = n * (rank + 1) / world;
-    double loss_sum = 0;
     std::int64_t tokens = 0;
     // forward_only gathers parameters collectively, so every rank runs the
     // same number of batches; a rank past its range runs a batch whose
@@ -737,9 +739,9 @@ int Trainer::run() {
       Batch b;
       s.eval_data->fill_eval(first, count, micro, b);
       tokens += count_targets(b.targets);
-      loss_sum += s.engine->forward_only(b);
+      s.engine->forward_only(b);  // the loss sum stays on the device
     }
-    const double total = s.world.all_reduce_sum(loss_sum);
+    const double total = s.world.all_reduce_sum(s.engine->take_eval_loss());
     const std::int64_t total_tokens = s.world.all_reduce_sum(tokens);
     const double mean = total / static_cast<double>(std::max<std::int64_t>(1, total_tokens));
     char buf[128];
@@ -773,20 +775,32 @@ int Trainer::run() {
     }
     const std::int64_t global_targets = s.world.all_reduce_sum(local_targets);
     const float loss_scale = global_targets > 0 ? 1.0f / static_cast<float>(global_targets) : 0.0f;
-    double local_loss = 0;
-    for (auto& b : micro_batches) local_loss += s.engine->forward_backward(b, loss_scale);
-    const double loss = s.world.all_reduce_sum(local_loss) / static_cast<double>(std::max<std::int64_t>(1, global_targets));
+    for (auto& b : micro_batches) s.engine->forward_backward(b, loss_scale);
+    // The loss stays on the device (share/doc/execution-model.md, "What the
+    // host reads"): it is read and all-reduced only when something needs it
+    // (the log line, a checkpoint, a diverged step), once per step at most;
+    // every rank reads at the same steps, so the all-reduce is collective.
+    std::optional<double> loss_read;
+    const auto step_loss = [&] {
+      if (!loss_read)
+        loss_read = s.world.all_reduce_sum(s.engine->take_train_loss()) /
+                    static_cast<double>(std::max<std::int64_t>(1, global_targets));
+      return *loss_read;
+    };
+    // The gradient norm is read every step: clipping needs it before the
+    // update, and it is what detects divergence before the update can apply
+    // it (a non-finite loss gives non-finite gradients).
     const double norm = s.engine->grad_norm();
     // A diverged step must change nothing: no update (it would poison the
     // master weights), no checkpoint, no pruning, so the newest checkpoint
-    // stays the last finite state. Loss and norm are all-reduced, so every
-    // rank takes this branch together and the stop is collective and clean.
-    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+    // stays the last finite state. The norm is all-reduced, so every rank
+    // takes this branch together and the stop is collective and clean.
+    if (!std::isfinite(norm)) {
+      const double loss = step_loss();
       const std::string where = s.engine->first_non_finite(FsdpEngine::ShardState::gradient);
       std::ostringstream m;
       m << "step " << step + 1 << " diverged: ";
-      if (!std::isfinite(loss)) m << "the loss is " << loss << " (grad_norm " << norm << ")";
-      else m << "the gradient norm is " << norm << " (loss " << loss << ")";
+      m << "the gradient norm is " << norm << " (loss " << loss << ")";
       m << "; first non-finite gradient (backward order): " << (where.empty() ? "none (the loss itself)" : where)
         << ". The update was not applied and no checkpoint was written or pruned";
       if (!c.checkpoint.dir.empty()) m << " (`resume auto` continues from the newest one in " << c.checkpoint.dir << ")";
@@ -808,6 +822,13 @@ int Trainer::run() {
     ++window_steps;
     const std::int64_t done = step + 1;
     if (done % c.log_every == 0 || done == c.max_steps) {
+      const double loss = step_loss();
+      // Finite gradients but a non-finite loss (a loss sum beyond f32 range):
+      // the update was applied (it is finite); stop before logging or saving it.
+      if (!std::isfinite(loss))
+        return s.stop_with_error("step " + std::to_string(done) + ": the loss is " + std::to_string(loss) +
+                                 " with a finite gradient norm " + std::to_string(norm) +
+                                 "; no checkpoint was written. Lower the learning rate or set clip_grad_norm.");
       const double step_time = window_seconds / static_cast<double>(window_steps);
       const double tokens_per_s = static_cast<double>(s.plan.tokens_per_step) / step_time;
       const double achieved_per_rank = s.plan.flops_per_step / step_time / world;
@@ -900,7 +921,7 @@ int Trainer::run() {
     const bool stopping = signalled > 0 || done == c.checkpoint.stop_after;
     const bool has_dir = !c.checkpoint.dir.empty();
     if (has_dir && (stopping || (c.checkpoint.every > 0 && done % c.checkpoint.every == 0) || done == c.max_steps)) {
-      const std::string refused = save_checkpoint(done, loss, lr, norm);
+      const std::string refused = save_checkpoint(done, step_loss(), lr, norm);
       if (!refused.empty()) return s.stop_with_error(refused);
     }
     if (stopping && done < c.max_steps) {

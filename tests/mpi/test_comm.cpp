@@ -1,8 +1,9 @@
 // Direct tests of src/comm against a straightforward reference (issue 22 s1):
 // every collective of Communicator on f32 / bf16 / i64 with odd and zero
 // sizes, split and split_node, requests in flight together, wait and test,
-// the blocking scalar reductions, the timers, and errors from the progress
-// thread reaching the caller. Run at np 1, 2, 3 and 4.
+// the blocking scalar reductions, the timers, errors from the progress
+// thread reaching the caller, and collectives gated on a compute-stream
+// event. Run at np 1, 2, 3 and 4.
 //
 // Every element's value is an integer that depends on both the rank that
 // contributes it and its index, small enough that every partial sum is exact
@@ -12,14 +13,17 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/mpi_communicator.hpp"
 #include "core/error.hpp"
+#include "runtime/stream.hpp"
 
 using namespace ftrain;
 
@@ -137,6 +141,62 @@ TEST(Comm, AllReduceMaxTakesTheLargestPerElement) {
   }
   Tensor not_f32 = contribution(DType::bf16, 0, 4);
   EXPECT_THROW(world.all_reduce_max(not_f32), Error);
+}
+
+// Stream order with compute (communicator.hpp): a collective given an event
+// recorded on an asynchronous compute stream starts only after the work
+// before the event ran, and the caller does not block for it. The work here
+// writes the collective's input after a delay: a collective that started
+// at once would send the poison values still in the buffer.
+TEST(Comm, CollectivesStartAfterTheComputeEventTheyAreGiven) {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kDelay = std::chrono::milliseconds(300);
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int size = world.size(), rank = world.rank();
+  auto compute = make_host_stream(/*asynchronous=*/true, "test_compute");
+  const std::int64_t k = 257;
+  // Enqueues "sleep, then write `values` into t" and returns the event behind it.
+  auto write_late = [&](Tensor t, std::vector<std::int64_t> values) {
+    compute->enqueue([t, values = std::move(values), kDelay]() mutable {
+      std::this_thread::sleep_for(kDelay);
+      for (std::size_t i = 0; i < values.size(); ++i) store(t, static_cast<std::int64_t>(i), values[i]);
+    });
+    return compute->record();
+  };
+  auto contributions = [&](std::int64_t n) {
+    std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = value_of(DType::f32, rank, i);
+    return v;
+  };
+
+  Tensor gather_send = poisoned(DType::f32, k), gathered = poisoned(DType::f32, k * size);
+  const auto t0 = Clock::now();
+  Request gather = world.all_gather(gather_send, gathered, write_late(gather_send, contributions(k)));
+  const auto issue_time = Clock::now() - t0;
+  if (world.threaded_progress())
+    EXPECT_LT(issue_time, kDelay / 2) << "issuing waited for the compute stream; the progress thread should";
+  gather.wait();
+  for (int q = 0; q < size; ++q)
+    for (std::int64_t j = 0; j < k; ++j)
+      ASSERT_EQ(load(gathered, q * k + j), value_of(DType::f32, q, j)) << "all_gather: rank " << q << ", element " << j;
+
+  Tensor scatter_send = poisoned(DType::f32, k * size), block = poisoned(DType::f32, k);
+  Request scattered =
+      world.reduce_scatter_sum(scatter_send, block, write_late(scatter_send, contributions(k * size)));
+  // Queued behind the reduce-scatter (stream order) and gated on the same kind of event.
+  Tensor summed = poisoned(DType::f32, k);
+  Request reduced = world.all_reduce_sum(summed, write_late(summed, contributions(k)));
+  Tensor maxed = poisoned(DType::f32, k);
+  Request maxed_request = world.all_reduce_max(maxed, write_late(maxed, contributions(k)));
+  scattered.wait();
+  reduced.wait();
+  maxed_request.wait();
+  for (std::int64_t i = 0; i < k; ++i) {
+    ASSERT_EQ(load(block, i), sum_over_ranks(DType::f32, size, rank * k + i)) << "reduce_scatter: element " << i;
+    ASSERT_EQ(load(summed, i), sum_over_ranks(DType::f32, size, i)) << "all_reduce_sum: element " << i;
+    ASSERT_EQ(load(maxed, i), value_of(DType::f32, size - 1, i)) << "all_reduce_max: element " << i;
+  }
+  compute->synchronize();
 }
 
 // Bad arguments fail at once on the caller's thread, and queue nothing.

@@ -168,6 +168,52 @@ inline std::vector<ParityCase> parity_cases() {
                  ops::gelu_backward(ctx, x, dy, GeluApproximation::tanh, dx);
                  return ParityOutputs{{dx}, {}};
                }});
+  c.push_back({"patchify_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor img = random(ctx, {B, 4, 6, 3}, s), p = zeros(ctx, {B * 6, 12});
+                 Tensor p16 = zeros(ctx, {B * 6, 12}, DType::bf16);
+                 ops::patchify_forward(ctx, img, 2, p);
+                 ops::patchify_forward(ctx, img, 2, p16);
+                 return ParityOutputs{{p, p16}, {}};
+               }});
+  c.push_back({"patchify_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor dp = random(ctx, {B * 6, 12}, s), dimg = random(ctx, {B, 4, 6, 3}, s + 1);
+                 ops::patchify_backward(ctx, dp, 2, dimg);
+                 return ParityOutputs{{dimg}, {}};
+               }});
+  c.push_back({"prepend_rows_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor prefix = random(ctx, {1, C}, s, DType::bf16), x = random(ctx, {B, T, C}, s + 1);
+                 Tensor out = zeros(ctx, {B, T + 1, C});
+                 ops::prepend_rows_forward(ctx, prefix, x, out);
+                 return ParityOutputs{{out}, {}};
+               }});
+  c.push_back({"prepend_rows_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor dout = random(ctx, {B, T + 1, C}, s), dprefix = random(ctx, {1, C}, s + 1);
+                 Tensor dx = zeros(ctx, {B, T, C});
+                 ops::prepend_rows_backward(ctx, dout, dprefix, dx);
+                 return ParityOutputs{{dprefix, dx}, {}};
+               }});
+  c.push_back({"broadcast_add_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {B, T, C}, s), bias = random(ctx, {T, C}, s + 1);
+                 Tensor out = zeros(ctx, {B, T, C}, DType::bf16);
+                 ops::broadcast_add_forward(ctx, x, bias, out);
+                 ops::broadcast_add_forward(ctx, x, bias, x);  // in place
+                 return ParityOutputs{{out, x}, {}};
+               }});
+  c.push_back({"broadcast_add_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor dout = random(ctx, {B, T, C}, s), dbias = random(ctx, {T, C}, s + 1);
+                 ops::broadcast_add_backward(ctx, dout, dbias);
+                 return ParityOutputs{{dbias}, {}};
+               }});
+  c.push_back({"slice_rows_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {B, T, C}, s), out = zeros(ctx, {B, 2, C});
+                 ops::slice_rows_forward(ctx, x, 1, out);
+                 return ParityOutputs{{out}, {}};
+               }});
+  c.push_back({"slice_rows_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor dout = random(ctx, {B, 2, C}, s), dx = random(ctx, {B, T, C}, s + 1);
+                 ops::slice_rows_backward(ctx, dout, 1, dx);
+                 return ParityOutputs{{dx}, {}};
+               }});
   c.push_back({"attention_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor q = random(ctx, {B, T, Hq, D}, s), k = random(ctx, {B, T, Hkv, D}, s + 1),
                         v = random(ctx, {B, T, Hkv, D}, s + 2);
