@@ -2,6 +2,9 @@
 //
 //   bytes  the UTF-8 bytes of the text as ids 0..255, eos id 256, vocab 257;
 //          needs no model and round-trips any byte string exactly.
+//   byte-level BPE  Llama 3 / GPT-2: a Hugging Face tokenizer.json or a
+//          tiktoken rank file (byte_level_bpe.hpp); bos prepended by encode()
+//          when the file's post-processor adds one, as Llama 3's does.
 //   spm    a SentencePiece model file (Llama's tokenizer.model): ids from
 //          SentencePieceProcessor::Encode, vocab = GetPieceSize(), eos =
 //          the model's eos_id(). A model without an eos piece is refused: the
@@ -9,7 +12,10 @@
 //
 // encode() never produces the eos id for ordinary text (it is a control
 // symbol in SentencePiece and outside 0..255 for bytes), so the writer's
-// appended eos is the only document boundary.
+// appended eos is the only document boundary. The one exception: a
+// byte-level BPE matches its special tokens in the text, as Hugging Face
+// does, so text that spells <|end_of_text|> literally gets the eos id, and
+// the token file writer refuses that document.
 #pragma once
 
 #include <cstdint>
@@ -39,5 +45,10 @@ inline constexpr std::uint64_t kByteTokenizerVocab = 257;
 std::unique_ptr<TextTokenizer> make_byte_tokenizer();
 // UserError naming the path when the model cannot be loaded or has no eos.
 std::unique_ptr<TextTokenizer> load_sentencepiece_tokenizer(const std::string& model_path);
+// Any tokenizer file, its format told by its content: a Hugging Face
+// tokenizer.json (a JSON object), a tiktoken rank file (base64 and rank per
+// line; Llama 3's original/tokenizer.model) or a SentencePiece model (Llama
+// 2's tokenizer.model). A directory means its tokenizer.json.
+std::unique_ptr<TextTokenizer> load_tokenizer_file(const std::string& path);
 
 }  // namespace ftrain::data
