@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,7 +25,7 @@ constexpr const char* kUsage =
     "usage: ftrain-prep synthetic --out PATH --tokens N --vocab V --seed S\n"
     "                             [--eval-out PATH --eval-tokens N]\n"
     "                             [--successors K] [--doc-len L]\n"
-    "       ftrain-prep text --out PATH (--tokenizer spm --model FILE | --tokenizer bytes)\n"
+    "       ftrain-prep text --out PATH (--tokenizer FILE | --tokenizer bytes | --tokenizer spm --model FILE)\n"
     "                        [--jsonl [--text-field NAME]] [--doc-per-line]\n"
     "                        [--eval-out PATH [--eval-every N]] INPUT...\n"
     "       ftrain-prep info PATH\n"
@@ -44,9 +45,14 @@ constexpr const char* kUsage =
     "text       tokenizes text files into a token file, an eos after each document.\n"
     "           Inputs are streamed: memory is bounded by the longest document.\n"
     "  --out PATH          training token file to write\n"
-    "  --tokenizer KIND    spm (a SentencePiece model, e.g. Llama's tokenizer.model)\n"
-    "                      or bytes (UTF-8 bytes 0..255, eos 256, vocab 257)\n"
-    "  --model FILE        the SentencePiece model (with --tokenizer spm)\n"
+    "  --tokenizer FILE    a tokenizer file, its format read from its content:\n"
+    "                      Hugging Face tokenizer.json (byte-level BPE, Llama 3;\n"
+    "                      bos <|begin_of_text|> before each document, eos\n"
+    "                      <|end_of_text|> after), a tiktoken rank file (Llama 3's\n"
+    "                      original/tokenizer.model), a SentencePiece model (Llama\n"
+    "                      2's tokenizer.model), or a directory with tokenizer.json\n"
+    "  --tokenizer bytes   UTF-8 bytes 0..255, eos 256, vocab 257\n"
+    "  --tokenizer spm     with --model FILE: a SentencePiece model, as before\n"
     "  --jsonl             inputs are JSON lines, one document per line\n"
     "  --text-field NAME   the string field holding the text (default \"text\")\n"
     "  --doc-per-line      plain text: one document per non-empty line\n"
@@ -175,8 +181,10 @@ int run_text(const std::vector<std::string>& args) {
   const auto options =
       parse_options(valued, {"--out", "--tokenizer", "--model", "--text-field", "--eval-out", "--eval-every"});
   prep.out_path = required(options, "--out");
+  // --tokenizer names a kind (bytes, spm + --model) or a tokenizer file.
   const std::string kind = required(options, "--tokenizer");
-  if (kind != "spm" && kind != "bytes") usage_error("--tokenizer must be spm or bytes, got '" + kind + "'");
+  if (kind != "spm" && kind != "bytes" && !std::filesystem::exists(kind))
+    usage_error("--tokenizer must be bytes, spm or a tokenizer file; '" + kind + "' is neither (no such file)");
   if ((kind == "spm") != (options.count("--model") != 0)) usage_error("--model goes with --tokenizer spm (only)");
   if (options.count("--text-field") != 0) {
     if (!prep.jsonl) usage_error("--text-field needs --jsonl");
@@ -193,8 +201,9 @@ int run_text(const std::vector<std::string>& args) {
   }
   if (inputs.empty()) usage_error("text needs at least one INPUT file");
 
-  const std::unique_ptr<TextTokenizer> tokenizer =
-      kind == "spm" ? load_sentencepiece_tokenizer(options.at("--model")) : make_byte_tokenizer();
+  const std::unique_ptr<TextTokenizer> tokenizer = kind == "spm"     ? load_sentencepiece_tokenizer(options.at("--model"))
+                                                   : kind == "bytes" ? make_byte_tokenizer()
+                                                                     : load_tokenizer_file(kind);
   const TextPrepStats s = prepare_text(inputs, *tokenizer, prep);
   std::printf("tokenizer %s: vocab %llu, eos id %u\n", tokenizer->describe().c_str(),
               static_cast<unsigned long long>(tokenizer->vocab_size()), tokenizer->eos_id());
