@@ -114,6 +114,7 @@ def texts(seed=11, n_random=300):
     fixed = corpus()[:14] + [
         "a", " ", "  ", "\n", "x\n", " \n ", "\t \t", "\r\n\r\n", "     leading", "trailing     ",
         "a\u00a0b\u00a0\u00a0c", "line\u2028sep\u2029para", "nel\x85x \x85 y", "ideo\u3000space", "x\u180ey",
+        "x \u3000\u3000 y", "a\u2003\u2003\nb", "end\u00a0\u00a0", "\u2028\u2028\u2028z", "p\u3000\u3000\u3000", "\u2003%\u2003!! a\u3000(b)",
         "HE'S I'LL YOU'D we'Re THEY'VE I'm it's don'ſ", "'s's'S 't", "o'clock rock'n'roll ''quoted'' '",
         "1 12 123 1234 12345 123456 1234567 12345678901234567890", "٣٤٥٦ ১২৩৪ ①②③ ²³ Ⅻ ５６７８",
         "e\u0301te\u0301 cafe\u0301 n\u0303 a\u0308\u0308", "👩🏽‍💻 1️⃣ #️⃣ 🏳️‍🌈 🫠", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟙𝟚𝟛 𐍈",
