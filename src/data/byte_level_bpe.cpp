@@ -324,9 +324,12 @@ void ByteLevelBpeTokenizer::encode_text(std::string_view text, std::vector<std::
 
 void ByteLevelBpeTokenizer::encode(std::string_view text, std::vector<std::uint32_t>& ids) const {
   const std::size_t bad = first_invalid_utf8(text);
-  if (bad != std::string_view::npos)
-    FT_USER_ERROR() << "a document is not valid UTF-8 at byte " << bad << " (" << describe()
-                    << " encodes Unicode text, as Hugging Face does)";
+  if (bad != std::string_view::npos) {
+    std::ostringstream m;
+    m << "a document is not valid UTF-8 at its byte " << bad << " (" << describe()
+      << " encodes Unicode text, as Hugging Face does)";
+    throw InvalidTextError(m.str());
+  }
   ids.assign(model_.prefix_ids.begin(), model_.prefix_ids.end());
   // Added tokens first, leftmost-longest; the text between them goes through
   // the pre-tokenizer and BPE.

@@ -24,7 +24,16 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.hpp"
+
 namespace ftrain::data {
+
+// Text a tokenizer cannot take (a byte-level BPE's input must be UTF-8);
+// the message names the byte, prepare_text adds the input file.
+class InvalidTextError : public UserError {
+ public:
+  using UserError::UserError;
+};
 
 class TextTokenizer {
  public:

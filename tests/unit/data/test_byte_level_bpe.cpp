@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "data/byte_level_bpe.hpp"
 #include "data/prep_cli.hpp"
+#include "data/text_prep.hpp"
 #include "data/text_tokenizer.hpp"
 #include "data/token_file.hpp"
 
@@ -256,7 +257,12 @@ TEST_F(ByteLevelBpeTest, TiktokenRankFileIsDetectedAndEncodesByRank) {
 TEST_F(ByteLevelBpeTest, ErrorsNameTheFieldOrTheByte) {
   const auto tok = load_hf_tokenizer_json(write("t.json", tiny_tokenizer_json(R"([["a", "b"]])", true)));
   Ids ids;
-  expect_user_error([&] { tok->encode("fine \xff then", ids); }, {"not valid UTF-8 at byte 5"});
+  expect_user_error([&] { tok->encode("fine \xff then", ids); }, {"not valid UTF-8 at its byte 5"});
+  TextPrepOptions options;
+  options.out_path = path("bad.tok");
+  const std::string input = write("latin1.txt", "caf\xe9");
+  expect_user_error([&] { prepare_text({input}, *tok, options); }, {"latin1.txt: ", "not valid UTF-8 at its byte 3"});
+  EXPECT_FALSE(fs::exists(path("bad.tok")));
 
   auto j = nlohmann::json::parse(tiny_tokenizer_json("[]", true));
   j["model"]["vocab"]["\xe2\x96\x81the"] = 300;
