@@ -13,8 +13,11 @@
 // of the same token meet in one piece.
 //
 // The file holds no special tokens; Meta's tokenizer.py appends 256 after
-// the ranks, in this order (Llama 3 and 3.1 name a few reserved ones
-// differently; the ids that matter here, bos and eos, are the same).
+// the ranks. Their names are Llama 3.1's (llama-models' llama3/tokenizer.py,
+// also Llama 3.2's tokenizer.json); Llama 3.0 called 128004, 128005,
+// 128008, 128010 and 128011 reserved tokens. The ids that matter to a token
+// file, bos 128000 and eos 128001, and the chat tokens 128006, 128007 and
+// 128009 are the same in both.
 #include <algorithm>
 #include <array>
 #include <fstream>
@@ -27,12 +30,11 @@ namespace ftrain::data {
 namespace {
 
 std::vector<std::string> llama3_special_tokens() {
-  std::vector<std::string> names = {
-      "<|begin_of_text|>",           "<|end_of_text|>",           "<|reserved_special_token_0|>",
-      "<|reserved_special_token_1|>", "<|reserved_special_token_2|>", "<|reserved_special_token_3|>",
-      "<|start_header_id|>",         "<|end_header_id|>",         "<|reserved_special_token_4|>",
-      "<|eot_id|>"};
-  for (int i = 5; i < 256 - 5; ++i) names.push_back("<|reserved_special_token_" + std::to_string(i) + "|>");
+  std::vector<std::string> names = {"<|begin_of_text|>",   "<|end_of_text|>",       "<|reserved_special_token_0|>",
+                                    "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>",
+                                    "<|start_header_id|>", "<|end_header_id|>",     "<|eom_id|>",
+                                    "<|eot_id|>",          "<|python_tag|>",        "<|image|>"};
+  for (int i = 2; names.size() < 256; ++i) names.push_back("<|reserved_special_token_" + std::to_string(i) + "|>");
   return names;
 }
 

@@ -27,11 +27,12 @@ FIRST_SPECIAL = 128000
 
 
 def llama3_special_tokens():
-    """Meta's tokenizer.py order (Llama 3)."""
+    """Meta's order and names (llama-models' llama3/tokenizer.py: Llama 3.1 and later; 3.0 called
+    128004/5/8/10/11 reserved tokens)."""
     names = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
-             "<|reserved_special_token_1|>", "<|reserved_special_token_2|>", "<|reserved_special_token_3|>",
-             "<|start_header_id|>", "<|end_header_id|>", "<|reserved_special_token_4|>", "<|eot_id|>"]
-    names += [f"<|reserved_special_token_{i}|>" for i in range(5, 256 - 5)]
+             "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>",
+             "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>", "<|image|>"]
+    names += [f"<|reserved_special_token_{2 + i}|>" for i in range(256 - len(names))]
     return names
 
 
@@ -119,7 +120,7 @@ def texts(seed=11, n_random=300):
         "1 12 123 1234 12345 123456 1234567 12345678901234567890", "٣٤٥٦ ১২৩৪ ①②③ ²³ Ⅻ ５６７８",
         "e\u0301te\u0301 cafe\u0301 n\u0303 a\u0308\u0308", "👩🏽‍💻 1️⃣ #️⃣ 🏳️‍🌈 🫠", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟙𝟚𝟛 𐍈",
         "<|begin_of_text|>Hello<|eot_id|>", "x<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>",
-        "<|reserved_special_token_100|><|reserved_special_token_10|>", "<|begin_of_text|", "<|not_a_token|>",
+        "<|reserved_special_token_100|><|reserved_special_token_10|><|python_tag|>", "<|begin_of_text|", "<|not_a_token|>",
         "    def f():\n        return {'a': [1, 2, 3]}  # comment\n\n\n",
         "!!!??? ... --- ***  ___ ~~~ ``` ''' \"\"\"",
         "ąćęłńóśźż ĄĆĘŁŃÓŚŹŻ ß ẞ ǅ ǈ",

@@ -16,6 +16,9 @@ corpus), then for each variant of it
   tiktoken        a tiktoken rank file of the same vocabulary (what Meta ships
                   as original/tokenizer.model), judged against the tokenizer.json
                   transformers' TikTokenConverter makes of it
+  meta_llama3     only with FTRAIN_LLAMA3_TIKTOKEN=PATH: Meta's real rank file
+                  (e.g. from the llama-models wheel), the same way, plus
+                  llama-models' own test vector
 
 writes hundreds of texts (code, CJK, emoji, whitespace runs, long numbers,
 contractions, special tokens, random code points) as JSON lines, runs
@@ -60,44 +63,51 @@ def read_token_file(path):
     return {"token_bytes": token_bytes, "vocab": vocab, "eos": eos, "docs": docs}
 
 
-def rank_file_and_oracle(spec, workdir):
-    """The vocabulary as tiktoken ranks, and the tokenizer.json transformers'
-    TikTokenConverter would make of that file (its generate_merges, restated:
-    every split of every token into two tokens, ordered by the merged token's
-    rank, then the parts' ranks)."""
-    from tokenizers import Tokenizer
-    alphabet = {fixture_char: b for b, fixture_char in enumerate(byte_alphabet())}
-    vocab = {}
-    for token, i in spec["model"]["vocab"].items():
-        if i < fixture.FIRST_SPECIAL:
-            vocab[bytes(alphabet[c] for c in token)] = i
-    n = len(vocab)
-    if sorted(vocab.values()) != list(range(n)):
+def write_rank_file(spec, path):
+    """The trained vocabulary (specials excluded) as a tiktoken rank file: rank = id."""
+    alphabet = {c: b for b, c in enumerate(byte_alphabet())}
+    ranks = {bytes(alphabet[c] for c in token): i for token, i in spec["model"]["vocab"].items()
+             if i < fixture.FIRST_SPECIAL}
+    if sorted(ranks.values()) != list(range(len(ranks))):
         fail("the trained vocabulary's ids are not 0..N-1, cannot be ranks")
-    path = os.path.join(workdir, "tokenizer.model")
     with open(path, "w") as f:
-        for token, rank in sorted(vocab.items(), key=lambda kv: kv[1]):
+        for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
             f.write(f"{base64.b64encode(token).decode()} {rank}\n")
+
+
+def oracle_for_rank_file(path, spec):
+    """The tokenizer.json transformers' TikTokenConverter makes of a rank file
+    (its generate_merges, restated: every split of every token into two
+    tokens, ordered by the merged token's rank, then the parts' ranks), with
+    the Llama 3 pre-tokenizer and template of `spec` and Meta's special tokens
+    after the ranks."""
+    from tokenizers import Tokenizer
+    ranks = {}
+    for line in open(path):
+        if line.strip():
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    n = len(ranks)
     merges = []
-    for token, rank in vocab.items():
-        local = [(token[:k], token[k:], rank) for k in range(1, len(token)) if token[:k] in vocab and token[k:] in vocab]
-        merges.extend(sorted(local, key=lambda m: (vocab[m[0]], vocab[m[1]])))
+    for token, rank in ranks.items():
+        local = [(token[:k], token[k:], rank) for k in range(1, len(token)) if token[:k] in ranks and token[k:] in ranks]
+        merges.extend(sorted(local, key=lambda m: (ranks[m[0]], ranks[m[1]])))
     merges.sort(key=lambda m: m[2])
     unmap = byte_alphabet()
     spell = lambda b: "".join(unmap[x] for x in b)  # noqa: E731
     oracle = json.loads(json.dumps(spec))
-    oracle["model"]["vocab"] = {spell(t): r for t, r in vocab.items()}
+    oracle["model"]["vocab"] = {spell(t): r for t, r in ranks.items()}
     oracle["model"]["merges"] = [[spell(a), spell(b)] for a, b, _ in merges]
     oracle["model"]["ignore_merges"] = True
-    specials = fixture.llama3_special_tokens()
-    oracle["added_tokens"] = [dict(a, id=n + i) for i, a in enumerate(spec["added_tokens"])]
-    assert [a["content"] for a in oracle["added_tokens"]] == specials
+    oracle["added_tokens"] = [{"id": n + i, "content": name, "single_word": False, "lstrip": False, "rstrip": False,
+                               "normalized": False, "special": True}
+                              for i, name in enumerate(fixture.llama3_special_tokens())]
     template = oracle["post_processor"]["processors"][1]
     template["special_tokens"]["<|begin_of_text|>"]["ids"] = [n]
     hf = Tokenizer.from_str(json.dumps(oracle))
     if hf.token_to_id("<|end_of_text|>") != n + 1:
         fail("oracle for the rank file: special tokens not at N..N+255")
-    return path, hf
+    return hf
 
 
 def byte_alphabet():
@@ -224,9 +234,34 @@ def main():
     compare("gpt2_regex", a.prep, path4, Tokenizer.from_file(path4), texts, a.workdir, expect_bos=False)
 
     # 5. The tiktoken rank file.
-    rank_path, hf5 = rank_file_and_oracle(saved, a.workdir)
-    compare("tiktoken", a.prep, rank_path, hf5, texts, a.workdir, expect_bos=True)
+    rank_path = os.path.join(a.workdir, "tokenizer.model")
+    write_rank_file(saved, rank_path)
+    compare("tiktoken", a.prep, rank_path, oracle_for_rank_file(rank_path, saved), texts, a.workdir, expect_bos=True)
+
+    # 6. Meta's own rank file, when one is at hand (not required: the
+    # llama-models wheel on PyPI ships it as llama_models/llama3/tokenizer.model).
+    real = os.environ.get("FTRAIN_LLAMA3_TIKTOKEN")
+    if real:
+        check_meta_vector(a.prep, real, a.workdir)
+        compare("meta_llama3", a.prep, real, oracle_for_rank_file(real, saved), texts, a.workdir, expect_bos=True)
+    else:
+        print("note: FTRAIN_LLAMA3_TIKTOKEN not set, Meta's own rank file not compared")
     print("PASS")
+
+
+def check_meta_vector(prep, rank_file, workdir):
+    """llama-models' own test: "This is a test sentence." with bos and eos."""
+    jsonl = os.path.join(workdir, "meta_vector.jsonl")
+    with open(jsonl, "w") as f:
+        f.write(json.dumps({"text": "This is a test sentence."}) + "\n")
+    out = os.path.join(workdir, "meta_vector.tok")
+    subprocess.run([prep, "text", "--out", out, "--tokenizer", rank_file, "--jsonl", jsonl], check=True,
+                   capture_output=True)
+    got = read_token_file(out)
+    ids = got["docs"][0] + [got["eos"]]
+    if ids != [128000, 2028, 374, 264, 1296, 11914, 13, 128001] or got["vocab"] != 128256:
+        fail(f"Meta's test vector: got {ids}, vocab {got['vocab']}")
+    print("ok: Meta's rank file: 'This is a test sentence.' -> [128000, 2028, 374, 264, 1296, 11914, 13, 128001]")
 
 
 if __name__ == "__main__":
