@@ -28,6 +28,7 @@ requires every document's ids to equal `Tokenizer.encode(text).ids` exactly
 """
 import argparse
 import base64
+import contextlib
 import json
 import os
 import struct
@@ -41,6 +42,24 @@ import llama3_bpe_fixture as fixture  # noqa: E402
 def fail(message):
     print(f"FAIL: {message}", file=sys.stderr)
     sys.exit(1)
+
+
+@contextlib.contextmanager
+def quiet_output():
+    """Silences the process's stdout and stderr (file descriptors 1 and 2, where Rust prints)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
 
 
 def read_token_file(path):
@@ -182,7 +201,8 @@ def main():
     # 1. As `tokenizers` saves it.
     path = os.path.join(a.workdir, "llama3", "tokenizer.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tok.save(path)
+    with quiet_output():  # tokenizers prints, id by id, that the vocabulary has holes below 128000: it has
+        tok.save(path)
     saved = json.load(open(path, encoding="utf-8"))
     if not isinstance(saved["model"]["merges"][0], list) or not saved["model"]["ignore_merges"]:
         fail("expected tokenizers 0.21 to save merges as lists and keep ignore_merges")
