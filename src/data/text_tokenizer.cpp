@@ -94,7 +94,12 @@ std::unique_ptr<TextTokenizer> load_tokenizer_file(const std::string& path) {
   const std::size_t start = first_line.find_first_not_of(" \t");
   if (start != std::string::npos && first_line[start] == '{') return load_hf_tokenizer_json(path);
   if (looks_like_tiktoken_line(first_line)) return load_tiktoken_ranks(path);
-  return load_sentencepiece_tokenizer(path);
+  try {
+    return load_sentencepiece_tokenizer(path);
+  } catch (const UserError& e) {
+    FT_USER_ERROR() << path << ": not a tokenizer.json (no JSON object), not a tiktoken rank file (first line is not "
+                    << "\"<base64> <rank>\") and not a SentencePiece model: " << e.what();
+  }
 }
 
 }  // namespace ftrain::data

@@ -197,6 +197,9 @@ def main():
     texts = fixture.texts()
     # Literal special tokens in the text (not the eos, which the writer refuses).
     texts += [f"{t[:20]}<|eot_id|>{t[20:]}" for t in texts[::17]]
+    # Long runs: one piece of 20,000 bytes, or a regex backtracking over one
+    # (\s+(?!\S)). ftrain-prep has also been seen equal on 1,000,000-character runs.
+    texts += [" " * 20000 + "x", "a" * 20000, "1" * 20001, "!" * 20000, " \n" * 5000, "\u3000" * 5000 + "y"]
 
     # 1. As `tokenizers` saves it.
     path = os.path.join(a.workdir, "llama3", "tokenizer.json")

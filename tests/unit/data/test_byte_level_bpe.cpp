@@ -289,6 +289,8 @@ TEST_F(ByteLevelBpeTest, ErrorsNameTheFieldOrTheByte) {
   expect_user_error([&] { load_hf_tokenizer_json(write("noeos.json", j.dump())); }, {"noeos.json", "end-of-document"});
 
   expect_user_error([&] { load_tokenizer_file(path("missing.json")); }, {"missing.json", "not found"});
+  expect_user_error([&] { load_tokenizer_file(write("notes.txt", "just some text\n")); },
+                    {"notes.txt: not a tokenizer.json", "not a tiktoken rank file", "not a SentencePiece model"});
 }
 
 int run_prep(std::vector<std::string> args) {
