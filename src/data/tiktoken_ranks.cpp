@@ -8,9 +8,10 @@
 // tokens, ranked by the token, and whose whole pieces are looked up first
 // (ignore_merges). Among the splits of one token the order is transformers'
 // (TikTokenConverter), so that this file encodes exactly as the
-// tokenizer.json converted from it (Llama 3's) does; tiktoken itself would
-// break such ties leftmost, which can differ only when two different splits
-// of the same token meet in one piece.
+// tokenizer.json converted from it (Llama 3's) does. tiktoken itself
+// breaks such ties leftmost; the two could differ only if two different
+// splits of one token were adjacent and overlapping (ab|a|ba for "aba"), which
+// a brute-force search over small vocabularies never reached.
 //
 // The file holds no special tokens; Meta's tokenizer.py appends 256 after
 // the ranks. Their names are Llama 3.1's (llama-models' llama3/tokenizer.py,
