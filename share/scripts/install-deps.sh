@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev
   nlohmann-json3-dev
   libsentencepiece-dev sentencepiece
+  libpcre2-dev  # ftrain-prep's Llama 3 tokenizer: the pre-tokenizer regex's Unicode classes
   python3 python3-numpy python3-h5py python3-matplotlib
   # The interop tests' environment (share/scripts/interop-venv.sh): a venv over
   # Debian's PyTorch 1.13 and the Python packages the pinned HF libraries need.

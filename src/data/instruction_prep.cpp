@@ -120,8 +120,15 @@ void encode_instruction(const std::vector<TemplatePiece>& pieces, const TextToke
     }
     if (p.text.empty()) continue;
     tokenizer.encode(p.text, piece_ids);
-    ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
-    trained.insert(trained.end(), piece_ids.size(), p.trained ? 1 : 0);
+    // A bos the tokenizer puts before every text starts the example once,
+    // untrained (no target predicts it), not every piece.
+    const std::size_t prefix = tokenizer.document_prefix_length();
+    const bool first_piece = ids.empty();
+    const std::size_t skip = first_piece ? 0 : std::min(prefix, piece_ids.size());
+    ids.insert(ids.end(), piece_ids.begin() + static_cast<std::ptrdiff_t>(skip), piece_ids.end());
+    std::vector<std::uint8_t> piece_trained(piece_ids.size() - skip, p.trained ? 1 : 0);
+    for (std::size_t i = 0; first_piece && i < std::min(prefix, piece_trained.size()); ++i) piece_trained[i] = 0;
+    trained.insert(trained.end(), piece_trained.begin(), piece_trained.end());
   }
 }
 

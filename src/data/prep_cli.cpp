@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,10 +26,10 @@ constexpr const char* kUsage =
     "usage: ftrain-prep synthetic --out PATH --tokens N --vocab V --seed S\n"
     "                             [--eval-out PATH --eval-tokens N]\n"
     "                             [--successors K] [--doc-len L]\n"
-    "       ftrain-prep text --out PATH (--tokenizer spm --model FILE | --tokenizer bytes)\n"
+    "       ftrain-prep text --out PATH (--tokenizer FILE | --tokenizer bytes | --tokenizer spm --model FILE)\n"
     "                        [--jsonl [--text-field NAME]] [--doc-per-line]\n"
     "                        [--eval-out PATH [--eval-every N]] INPUT...\n"
-    "       ftrain-prep instruct --out PATH (--tokenizer spm --model FILE | --tokenizer bytes)\n"
+    "       ftrain-prep instruct --out PATH (--tokenizer FILE | --tokenizer bytes | --tokenizer spm --model FILE)\n"
     "                            --template fields|alpaca|chat\n"
     "                            [--prompt-field NAME --response-field NAME] [--messages-field NAME]\n"
     "                            [--eval-out PATH [--eval-every N]] INPUT...\n"
@@ -49,9 +50,14 @@ constexpr const char* kUsage =
     "text       tokenizes text files into a token file, an eos after each document.\n"
     "           Inputs are streamed: memory is bounded by the longest document.\n"
     "  --out PATH          training token file to write\n"
-    "  --tokenizer KIND    spm (a SentencePiece model, e.g. Llama's tokenizer.model)\n"
-    "                      or bytes (UTF-8 bytes 0..255, eos 256, vocab 257)\n"
-    "  --model FILE        the SentencePiece model (with --tokenizer spm)\n"
+    "  --tokenizer FILE    a tokenizer file, its format read from its content:\n"
+    "                      Hugging Face tokenizer.json (byte-level BPE, Llama 3;\n"
+    "                      bos <|begin_of_text|> before each document, eos\n"
+    "                      <|end_of_text|> after), a tiktoken rank file (Llama 3's\n"
+    "                      original/tokenizer.model), a SentencePiece model (Llama\n"
+    "                      2's tokenizer.model), or a directory with tokenizer.json\n"
+    "  --tokenizer bytes   UTF-8 bytes 0..255, eos 256, vocab 257\n"
+    "  --tokenizer spm     with --model FILE: a SentencePiece model, as before\n"
     "  --jsonl             inputs are JSON lines, one document per line\n"
     "  --text-field NAME   the string field holding the text (default \"text\")\n"
     "  --doc-per-line      plain text: one document per non-empty line\n"
@@ -185,10 +191,14 @@ void parse_eval_split(const std::map<std::string, std::string>& options, const s
 
 // --tokenizer / --model, shared by text and instruct.
 std::unique_ptr<TextTokenizer> tokenizer_from(const std::map<std::string, std::string>& options) {
+  // --tokenizer names a kind (bytes, spm + --model) or a tokenizer file.
   const std::string kind = required(options, "--tokenizer");
-  if (kind != "spm" && kind != "bytes") usage_error("--tokenizer must be spm or bytes, got '" + kind + "'");
+  if (kind != "spm" && kind != "bytes" && !std::filesystem::exists(kind))
+    usage_error("--tokenizer must be bytes, spm or a tokenizer file; '" + kind + "' is neither (no such file)");
   if ((kind == "spm") != (options.count("--model") != 0)) usage_error("--model goes with --tokenizer spm (only)");
-  return kind == "spm" ? load_sentencepiece_tokenizer(options.at("--model")) : make_byte_tokenizer();
+  if (kind == "spm") return load_sentencepiece_tokenizer(options.at("--model"));
+  if (kind == "bytes") return make_byte_tokenizer();
+  return load_tokenizer_file(kind);
 }
 
 int run_instruct(const std::vector<std::string>& args) {

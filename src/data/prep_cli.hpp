@@ -4,7 +4,8 @@
 //   ftrain-prep synthetic --out PATH --tokens N --vocab V --seed S
 //                         [--eval-out PATH --eval-tokens N]
 //                         [--successors K] [--doc-len L]
-//   ftrain-prep text --out PATH (--tokenizer spm --model FILE | --tokenizer bytes)
+//   ftrain-prep text --out PATH (--tokenizer FILE | --tokenizer bytes |
+//                                --tokenizer spm --model FILE)
 //                    [--jsonl [--text-field NAME]] [--doc-per-line]
 //                    [--eval-out PATH [--eval-every N]] INPUT...
 //   ftrain-prep instruct --out PATH (--tokenizer spm --model FILE | --tokenizer bytes)

@@ -128,10 +128,14 @@ TextPrepStats prepare_text(const std::vector<std::string>& inputs, const TextTok
     if (!std::filesystem::is_regular_file(path)) FT_USER_ERROR() << path << ": input file not found";
   DocumentSink sink(tokenizer, options);
   for (const auto& path : inputs) {
-    if (options.jsonl)
-      read_jsonl(path, options.text_field, sink);
-    else
-      read_plain(path, options.doc_per_line, sink);
+    try {
+      if (options.jsonl)
+        read_jsonl(path, options.text_field, sink);
+      else
+        read_plain(path, options.doc_per_line, sink);
+    } catch (const InvalidTextError& e) {
+      FT_USER_ERROR() << path << ": " << e.what();
+    }
   }
   return sink.close();
 }

@@ -4,8 +4,10 @@
 #include <sentencepiece_processor.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.hpp"
+#include "data/byte_level_bpe.hpp"
 
 namespace ftrain::data {
 
@@ -71,6 +73,33 @@ std::unique_ptr<TextTokenizer> make_byte_tokenizer() { return std::make_unique<B
 
 std::unique_ptr<TextTokenizer> load_sentencepiece_tokenizer(const std::string& model_path) {
   return std::make_unique<SentencePieceTokenizer>(model_path);
+}
+
+std::unique_ptr<TextTokenizer> load_tokenizer_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(path)) {
+    const fs::path json = fs::path(path) / "tokenizer.json";
+    if (!fs::is_regular_file(json))
+      FT_USER_ERROR() << path << ": a directory without tokenizer.json; name the tokenizer file itself";
+    return load_hf_tokenizer_json(json.string());
+  }
+  if (!fs::is_regular_file(path)) FT_USER_ERROR() << path << ": tokenizer file not found";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) FT_USER_ERROR() << path << ": cannot open tokenizer file";
+  // The first line tells: JSON starts with '{', a rank file with base64 and a
+  // number; a SentencePiece model is a binary protobuf and neither.
+  std::string first_line;
+  std::getline(in, first_line);
+  if (!first_line.empty() && first_line.back() == '\r') first_line.pop_back();
+  const std::size_t start = first_line.find_first_not_of(" \t");
+  if (start != std::string::npos && first_line[start] == '{') return load_hf_tokenizer_json(path);
+  if (looks_like_tiktoken_line(first_line)) return load_tiktoken_ranks(path);
+  try {
+    return load_sentencepiece_tokenizer(path);
+  } catch (const UserError& e) {
+    FT_USER_ERROR() << path << ": not a tokenizer.json (no JSON object), not a tiktoken rank file (first line is not "
+                    << "\"<base64> <rank>\") and not a SentencePiece model: " << e.what();
+  }
 }
 
 }  // namespace ftrain::data

@@ -77,7 +77,8 @@ TEST(LossMask, MaskedTargetsAddNothingAndTheMeanIsOverTrainedTargetsOnEveryRankC
   engine.init_random(5);
   engine.zero_grad();
   const std::int64_t mine = kRows / world.size();
-  const double local_sum = engine.forward_backward(rows_of(inputs, masked, world.rank() * mine, mine), scale);
+  engine.forward_backward(rows_of(inputs, masked, world.rank() * mine, mine), scale);
+  const double local_sum = engine.take_train_loss();
   const double loss = world.all_reduce_sum(local_sum) / static_cast<double>(n_trained);
   const std::vector<float> grads = gathered_grads(engine);
 
@@ -87,7 +88,8 @@ TEST(LossMask, MaskedTargetsAddNothingAndTheMeanIsOverTrainedTargetsOnEveryRankC
   FsdpEngine ref(*ref_model, self, options);
   ref.init_random(5);
   ref.zero_grad();
-  const double ref_loss = ref.forward_backward(rows_of(inputs, masked, 0, kRows), scale) / n_trained;
+  ref.forward_backward(rows_of(inputs, masked, 0, kRows), scale);
+  const double ref_loss = ref.take_train_loss() / n_trained;
   const std::vector<float> ref_grads = gathered_grads(ref);
 
   EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss)) << "np " << world.size() << " vs one rank";
@@ -104,7 +106,8 @@ TEST(LossMask, MaskedTargetsAddNothingAndTheMeanIsOverTrainedTargetsOnEveryRankC
     if (masked[i] == kIgnore) continue;
     std::vector<std::int32_t> single(masked.size(), kIgnore);
     single[i] = masked[i];
-    sum_of_singles += ref.forward_backward(rows_of(inputs, single, 0, kRows), scale);
+    ref.forward_backward(rows_of(inputs, single, 0, kRows), scale);
+    sum_of_singles += ref.take_train_loss();
   }
   EXPECT_NEAR(sum_of_singles / n_trained, ref_loss, 1e-5 * std::abs(ref_loss));
   const std::vector<float> single_grads = gathered_grads(ref);
@@ -114,13 +117,15 @@ TEST(LossMask, MaskedTargetsAddNothingAndTheMeanIsOverTrainedTargetsOnEveryRankC
   // The unmasked batch trains on more targets: a different loss, so the
   // comparisons above could tell masked from unmasked.
   ref.zero_grad();
-  const double unmasked = ref.forward_backward(rows_of(inputs, full, 0, kRows), 1.0f) / (kRows * kSeq);
+  ref.forward_backward(rows_of(inputs, full, 0, kRows), 1.0f);
+  const double unmasked = ref.take_train_loss() / (kRows * kSeq);
   EXPECT_GT(std::abs(unmasked - ref_loss), 1e-3);
 
   // Every target masked: zero loss, every gradient element exactly zero.
   ref.zero_grad();
   const std::vector<std::int32_t> none(masked.size(), kIgnore);
-  EXPECT_EQ(ref.forward_backward(rows_of(inputs, none, 0, kRows), scale), 0.0);
+  ref.forward_backward(rows_of(inputs, none, 0, kRows), scale);
+  EXPECT_EQ(ref.take_train_loss(), 0.0);
   for (const float g : gathered_grads(ref)) ASSERT_EQ(g, 0.0f);
 }
 

@@ -314,6 +314,33 @@ TEST_F(InstructionDataTest, SentencePiecePiecesAreEncodedOneByOne) {
   EXPECT_EQ(all_trained(f), want_mask);
 }
 
+// A tokenizer that puts a bos before every text (Llama 3's byte-level BPE):
+// the example starts with one bos, untrained; the response piece gets none.
+TEST_F(InstructionDataTest, ByteLevelBpeBosStartsTheExampleOnce) {
+  const std::string tokenizer_json = std::string(FTRAIN_TEST_FIXTURES) + "/llama3_style_tokenizer.json";
+  const auto tokenizer = load_tokenizer_file(tokenizer_json);
+  ASSERT_EQ(tokenizer->document_prefix_length(), 1u) << "the fixture's post-processor adds <|begin_of_text|>";
+  const std::string in = path("in.jsonl"), out = path("out.tok");
+  write_bytes(in, "{\"prompt\": \"What is 2+2?\", \"response\": \" Four.\"}\n");
+  std::vector<std::string> args{"ftrain-prep", "instruct", "--tokenizer", tokenizer_json,
+                                "--template", "fields", "--out", out, in};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  ASSERT_EQ(prep_main(static_cast<int>(argv.size()), argv.data()), 0);
+  std::vector<std::uint32_t> prompt, response;
+  tokenizer->encode("What is 2+2?", prompt);     // bos + prompt
+  tokenizer->encode(" Four.", response);         // bos + response
+  ASSERT_GE(response.size(), 2u);
+  std::vector<std::int32_t> want(prompt.begin(), prompt.end());
+  want.insert(want.end(), response.begin() + 1, response.end());
+  want.push_back(static_cast<std::int32_t>(tokenizer->eos_id()));
+  std::vector<int> want_mask(prompt.size(), 0);
+  want_mask.insert(want_mask.end(), response.size(), 1);  // response without its bos, + eos
+  const TokenFile f(out);
+  EXPECT_EQ(all_tokens(f), want);
+  EXPECT_EQ(all_trained(f), want_mask);
+}
+
 TEST_F(InstructionDataTest, TemplateErrorsNameFileLineAndField) {
   InstructionPrepOptions o;
   o.format = InstructionTemplate::chat;
