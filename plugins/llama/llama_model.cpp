@@ -13,9 +13,10 @@
 // O(N * C) elementwise work against the O(N * C^2) of the matmuls.
 //
 // precision fp8 (ctx.fp8): the seven projections of each decoder layer run
-// fp8::linear_* with one delayed-scaling state each, kept in the layer unit
-// across steps; embedding, norms, attention and lm_head stay in the compute
-// dtype (Transformer Engine's recipe for te.Linear layers).
+// through the shared FP8 linear (fp8/linear.hpp: fp8::LinearLayers, one
+// delayed-scaling state each, kept in the layer unit across steps);
+// embedding, norms, attention and lm_head stay in the compute dtype
+// (Transformer Engine's recipe for te.Linear layers).
 #include "llama_model.hpp"
 
 #include <cmath>
@@ -23,7 +24,6 @@
 
 #include "core/error.hpp"
 #include "fp8/linear.hpp"
-#include "fp8/recipe.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/rope_frequencies.hpp"
 
@@ -99,7 +99,10 @@ class EmbeddingUnit final : public Unit {
 class DecoderLayerUnit final : public Unit {
  public:
   DecoderLayerUnit(const LlamaConfig& c, int layer, const Tensor& inv_freq)
-      : config_(c), prefix_("model.layers." + std::to_string(layer)), inv_freq_(inv_freq) {}
+      : config_(c),
+        prefix_("model.layers." + std::to_string(layer)),
+        inv_freq_(inv_freq),
+        linears_(projection_names(prefix_)) {}
 
   std::string name() const override { return prefix_; }
 
@@ -138,9 +141,9 @@ class DecoderLayerUnit final : public Unit {
     Tensor q = activation(ctx, {d.n, d.hq * d.hd});
     Tensor k = activation(ctx, {d.n, d.hkv * d.hd});
     Tensor v = activation(ctx, {d.n, d.hkv * d.hd});
-    linear_forward(ctx, kQ, xn1, p[kQ], q);
-    linear_forward(ctx, kK, xn1, p[kK], k);
-    linear_forward(ctx, kV, xn1, p[kV], v);
+    linears_.forward(ctx, kQ, xn1, p[kQ], nullptr, q);
+    linears_.forward(ctx, kK, xn1, p[kK], nullptr, k);
+    linears_.forward(ctx, kV, xn1, p[kV], nullptr, v);
     Tensor q4 = q.reshape({d.b, d.t, d.hq, d.hd});
     Tensor k4 = k.reshape({d.b, d.t, d.hkv, d.hd});
     Tensor v4 = v.reshape({d.b, d.t, d.hkv, d.hd});
@@ -152,7 +155,7 @@ class DecoderLayerUnit final : public Unit {
     ops::attention_forward(ctx.execution(), q4, k4, v4, /*causal=*/true, softmax_scale(), attn, lse);
 
     Tensor h1 = activation(ctx, {d.n, d.c});
-    linear_forward(ctx, kO, attn.reshape({d.n, d.hq * d.hd}), p[kO], h1);
+    linears_.forward(ctx, kO, attn.reshape({d.n, d.hq * d.hd}), p[kO], nullptr, h1);
     ops::add(ctx.execution(), x, h1, h1);
 
     Tensor xn2 = activation(ctx, {d.n, d.c});
@@ -160,12 +163,12 @@ class DecoderLayerUnit final : public Unit {
     ops::rmsnorm_forward(ctx.execution(), h1, p[kPostNorm], eps, xn2, rstd2);
     Tensor gate = activation(ctx, {d.n, d.i});
     Tensor up = activation(ctx, {d.n, d.i});
-    linear_forward(ctx, kGate, xn2, p[kGate], gate);
-    linear_forward(ctx, kUp, xn2, p[kUp], up);
+    linears_.forward(ctx, kGate, xn2, p[kGate], nullptr, gate);
+    linears_.forward(ctx, kUp, xn2, p[kUp], nullptr, up);
     Tensor act = activation(ctx, {d.n, d.i});
     ops::swiglu_forward(ctx.execution(), gate, up, act);
     Tensor y = activation(ctx, {d.n, d.c});
-    linear_forward(ctx, kDown, act, p[kDown], y);
+    linears_.forward(ctx, kDown, act, p[kDown], nullptr, y);
     ops::add(ctx.execution(), h1, y, y);
 
     cache.clear();
@@ -192,14 +195,14 @@ class DecoderLayerUnit final : public Unit {
     ops::swiglu_forward(ctx.execution(), s[kGateOut], s[kUpOut], act);
 
     Tensor dact = activation(ctx, {d.n, d.i});
-    linear_backward(ctx, kDown, act, p[kDown], dy, &dact, g[kDown]);
+    linears_.backward(ctx, kDown, act, p[kDown], dy, &dact, g[kDown], nullptr);
     Tensor dgate = activation(ctx, {d.n, d.i});
     Tensor dup = activation(ctx, {d.n, d.i});
     ops::swiglu_backward(ctx.execution(), s[kGateOut], s[kUpOut], dact, dgate, dup);
     Tensor dxn2 = activation(ctx, {d.n, d.c});
     Tensor dxn2_up = activation(ctx, {d.n, d.c});
-    linear_backward(ctx, kGate, xn2, p[kGate], dgate, &dxn2, g[kGate]);
-    linear_backward(ctx, kUp, xn2, p[kUp], dup, &dxn2_up, g[kUp]);
+    linears_.backward(ctx, kGate, xn2, p[kGate], dgate, &dxn2, g[kGate], nullptr);
+    linears_.backward(ctx, kUp, xn2, p[kUp], dup, &dxn2_up, g[kUp], nullptr);
     ops::add_inplace(ctx.execution(), dxn2, dxn2_up);
     // dh1 = dy (residual) + d rmsnorm2
     Tensor dh1 = activation(ctx, {d.n, d.c});
@@ -209,7 +212,7 @@ class DecoderLayerUnit final : public Unit {
     // Attention half.
     Tensor dattn = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor dattn2 = dattn.reshape({d.n, d.hq * d.hd});
-    linear_backward(ctx, kO, s[kAttn].reshape({d.n, d.hq * d.hd}), p[kO], dh1, &dattn2, g[kO]);
+    linears_.backward(ctx, kO, s[kAttn].reshape({d.n, d.hq * d.hd}), p[kO], dh1, &dattn2, g[kO], nullptr);
     Tensor dq = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor dk = activation(ctx, {d.b, d.t, d.hkv, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.hkv, d.hd});
@@ -222,10 +225,10 @@ class DecoderLayerUnit final : public Unit {
     ops::rmsnorm_forward(ctx.execution(), x, p[kInputNorm], eps, xn1, rstd_scratch);
     Tensor dxn1 = activation(ctx, {d.n, d.c});
     Tensor dxn1_part = activation(ctx, {d.n, d.c});
-    linear_backward(ctx, kQ, xn1, p[kQ], dq.reshape({d.n, d.hq * d.hd}), &dxn1, g[kQ]);
-    linear_backward(ctx, kK, xn1, p[kK], dk.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kK]);
+    linears_.backward(ctx, kQ, xn1, p[kQ], dq.reshape({d.n, d.hq * d.hd}), &dxn1, g[kQ], nullptr);
+    linears_.backward(ctx, kK, xn1, p[kK], dk.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kK], nullptr);
     ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
-    linear_backward(ctx, kV, xn1, p[kV], dv.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kV]);
+    linears_.backward(ctx, kV, xn1, p[kV], dv.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kV], nullptr);
     ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
     // dx = dh1 (residual) + d rmsnorm1
     Tensor dx = activation(ctx, {d.n, d.c});
@@ -254,49 +257,25 @@ class DecoderLayerUnit final : public Unit {
     return static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.resolved_head_dim())));
   }
 
-  // FP8 state of projection `weight` (a Param index of a matrix), created at
-  // the first FP8 step.
-  fp8::LinearState& fp8_layer(const StepContext& ctx, Param weight) {
-    FT_CHECK(ctx.fp8_recipe != nullptr) << "unit " << prefix_ << ": StepContext::fp8 without a recipe";
-    create_fp8_states(*ctx.fp8_recipe);
-    return fp8_[weight];
-  }
-  void create_fp8_states(const fp8::Recipe& recipe) {
-    if (!fp8_.empty()) return;
-    fp8_.resize(kNumParams);
-    for (Param m : kFp8Linears) fp8_[m] = fp8::LinearState::create(recipe.amax_history_len);
-  }
-
- public:
-  std::vector<Fp8StateRef> fp8_states(const fp8::Recipe& recipe) override {
-    create_fp8_states(recipe);
+  // The checkpoint names of the seven projections, indexed by Param (empty:
+  // not a projection).
+  static std::vector<std::string> projection_names(const std::string& prefix) {
     static const char* const kNames[kNumParams] = {nullptr, ".self_attn.q_proj", ".self_attn.k_proj",
                                                    ".self_attn.v_proj", ".self_attn.o_proj", nullptr,
                                                    ".mlp.gate_proj", ".mlp.up_proj", ".mlp.down_proj"};
-    std::vector<Fp8StateRef> out;
-    for (Param m : kFp8Linears) out.push_back({prefix_ + kNames[m], &fp8_[m]});
-    return out;
+    std::vector<std::string> names;
+    for (const char* n : kNames) names.push_back(n != nullptr ? prefix + n : std::string());
+    return names;
   }
+
+ public:
+  std::vector<Fp8StateRef> fp8_states(const fp8::Recipe& recipe) override { return linears_.states(recipe); }
 
  private:
-  static constexpr Param kFp8Linears[] = {kQ, kK, kV, kO, kGate, kUp, kDown};
-  void linear_forward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, Tensor& y) {
-    if (!ctx.fp8) return ops::linear_forward(ctx.execution(), x, w, nullptr, y);
-    fp8::linear_forward(ctx.execution(), *ctx.fp8_recipe, fp8_layer(ctx, weight), /*record=*/ctx.training, x, w,
-                        nullptr, y);
-  }
-  void linear_backward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, const Tensor& dy,
-                       Tensor* dx, Tensor& dw) {
-    if (!ctx.fp8) return ops::linear_backward(ctx.execution(), x, w, dy, dx, dw, nullptr);
-    fp8::LinearState& state = fp8_layer(ctx, weight);
-    fp8::linear_backward(ctx.execution(), *ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, nullptr);
-    // Scales are updated by the engine after the step (model.hpp: fp8_states).
-  }
-
   LlamaConfig config_;
   std::string prefix_;
   Tensor inv_freq_;
-  std::vector<fp8::LinearState> fp8_;  // indexed by Param; matrices only
+  fp8::LinearLayers linears_;  // the projections, indexed by Param; FP8 under precision fp8
 };
 
 // ---- unit L+1: final norm, output head and loss ------------------------------------------

@@ -21,10 +21,11 @@
 // for the attention op. Norm outputs and the GELU are recomputed in backward.
 //
 // precision fp8 (ctx.fp8): the four linears of each block (qkv, proj, fc1,
-// fc2) run fp8::linear_* with one delayed-scaling state each, kept in the
-// block unit across steps (q, k and v are one layer: one state, one scale
-// update per iteration); patch embedding, norms, attention and head stay in
-// the compute dtype, as Transformer Engine's te.Linear-only recipe does.
+// fc2) run through the shared FP8 linear (fp8/linear.hpp: fp8::LinearLayers,
+// one delayed-scaling state each, kept in the block unit across steps; q, k
+// and v are one layer: one state, one scale update per iteration); patch
+// embedding, norms, attention and head stay in the compute dtype, as
+// Transformer Engine's te.Linear-only recipe does.
 //
 // Head: timm applies the final norm to every token and then pools the class
 // token; LayerNorm is per row, so normalising only the class rows is the same
@@ -36,7 +37,6 @@
 
 #include "core/error.hpp"
 #include "fp8/linear.hpp"
-#include "fp8/recipe.hpp"
 #include "kernels/ops.hpp"
 
 namespace ftrain::vit {
@@ -159,7 +159,10 @@ class PatchEmbedUnit final : public Unit {
 
 class BlockUnit final : public Unit {
  public:
-  BlockUnit(const VitConfig& c, int index) : config_(c), prefix_("blocks." + std::to_string(index)) {}
+  BlockUnit(const VitConfig& c, int index)
+      : config_(c),
+        prefix_("blocks." + std::to_string(index)),
+        linears_({prefix_ + ".attn.qkv", prefix_ + ".attn.proj", prefix_ + ".mlp.fc1", prefix_ + ".mlp.fc2"}) {}
   std::string name() const override { return prefix_; }
 
   enum Param { kN1W, kN1B, kQkvW, kQkvB, kProjW, kProjB, kN2W, kN2B, kFc1W, kFc1B, kFc2W, kFc2B, kNumParams };
@@ -196,25 +199,25 @@ class BlockUnit final : public Unit {
       Tensor w = p[kQkvW].view({d.c, d.c}, part * d.c * d.c);
       Tensor bpart = p[kQkvB].view({d.c}, part * d.c);
       Tensor out = (part == 0 ? q : part == 1 ? k : v).reshape({d.n, d.c});
-      linear_forward(ctx, kQkvLayer, xn1, w, &bpart, out);
+      linears_.forward(ctx, kQkvLayer, xn1, w, &bpart, out);
     }
     Tensor attn = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor lse = f32_tensor(ctx, {d.b, d.h, d.t});
     ops::attention_forward(ctx.execution(), q, k, v, /*causal=*/false, softmax_scale(), attn, lse);
 
     Tensor h1 = activation(ctx, {d.n, d.c});
-    linear_forward(ctx, kProjLayer, attn.reshape({d.n, d.c}), p[kProjW], &p[kProjB], h1);
+    linears_.forward(ctx, kProjLayer, attn.reshape({d.n, d.c}), p[kProjW], &p[kProjB], h1);
     ops::add(ctx.execution(), x, h1, h1);
 
     Tensor xn2 = activation(ctx, {d.n, d.c});
     Tensor mean2 = f32_tensor(ctx, {d.n}), rstd2 = f32_tensor(ctx, {d.n});
     ops::layernorm_forward(ctx.execution(), h1, p[kN2W], &p[kN2B], eps, xn2, mean2, rstd2);
     Tensor f1 = activation(ctx, {d.n, d.m});
-    linear_forward(ctx, kFc1Layer, xn2, p[kFc1W], &p[kFc1B], f1);
+    linears_.forward(ctx, kFc1Layer, xn2, p[kFc1W], &p[kFc1B], f1);
     Tensor act = activation(ctx, {d.n, d.m});
     ops::gelu_forward(ctx.execution(), f1, GeluApproximation::none, act);
     Tensor y = activation(ctx, {d.n, d.c});
-    linear_forward(ctx, kFc2Layer, act, p[kFc2W], &p[kFc2B], y);
+    linears_.forward(ctx, kFc2Layer, act, p[kFc2W], &p[kFc2B], y);
     ops::add(ctx.execution(), h1, y, y);
 
     cache.clear();
@@ -239,11 +242,11 @@ class BlockUnit final : public Unit {
     ops::gelu_forward(ctx.execution(), s[kFc1Out], GeluApproximation::none, act);
 
     Tensor dact = activation(ctx, {d.n, d.m});
-    linear_backward(ctx, kFc2Layer, act, p[kFc2W], dy, &dact, g[kFc2W], &g[kFc2B]);
+    linears_.backward(ctx, kFc2Layer, act, p[kFc2W], dy, &dact, g[kFc2W], &g[kFc2B]);
     Tensor df1 = activation(ctx, {d.n, d.m});
     ops::gelu_backward(ctx.execution(), s[kFc1Out], dact, GeluApproximation::none, df1);
     Tensor dxn2 = activation(ctx, {d.n, d.c});
-    linear_backward(ctx, kFc1Layer, xn2, p[kFc1W], df1, &dxn2, g[kFc1W], &g[kFc1B]);
+    linears_.backward(ctx, kFc1Layer, xn2, p[kFc1W], df1, &dxn2, g[kFc1W], &g[kFc1B]);
     Tensor dh1 = activation(ctx, {d.n, d.c});
     ops::layernorm_backward(ctx.execution(), s[kH1], p[kN2W], s[kMean2], s[kRstd2], dxn2, dh1, g[kN2W], &g[kN2B]);
     ops::add(ctx.execution(), dh1, dy, dh1);
@@ -251,7 +254,7 @@ class BlockUnit final : public Unit {
     // Attention half.
     Tensor dattn = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor dattn2 = dattn.reshape({d.n, d.c});
-    linear_backward(ctx, kProjLayer, s[kAttn].reshape({d.n, d.c}), p[kProjW], dh1, &dattn2, g[kProjW], &g[kProjB]);
+    linears_.backward(ctx, kProjLayer, s[kAttn].reshape({d.n, d.c}), p[kProjW], dh1, &dattn2, g[kProjW], &g[kProjB]);
     Tensor dq = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor dk = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.h, d.hd});
@@ -267,8 +270,7 @@ class BlockUnit final : public Unit {
       Tensor dw = g[kQkvW].view({d.c, d.c}, part * d.c * d.c);
       Tensor db = g[kQkvB].view({d.c}, part * d.c);
       Tensor dout = (part == 0 ? dq : part == 1 ? dk : dv).reshape({d.n, d.c});
-      linear_backward(ctx, kQkvLayer, xn1, w, dout, part == 0 ? &dxn1 : &dxn1_part, dw, &db,
-                      /*last_call_of_iteration=*/part == 2);
+      linears_.backward(ctx, kQkvLayer, xn1, w, dout, part == 0 ? &dxn1 : &dxn1_part, dw, &db);
       if (part > 0) ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
     }
     Tensor dx = activation(ctx, {d.n, d.c});
@@ -290,45 +292,16 @@ class BlockUnit final : public Unit {
   float softmax_scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim()))); }
 
  public:
-  enum Fp8Layer { kQkvLayer, kProjLayer, kFc1Layer, kFc2Layer, kNumFp8Layers };
+  // Indices of the block's linear layers in linears_ (q, k and v are one
+  // layer: one FP8 state, one scale update per iteration).
+  enum Linear { kQkvLayer, kProjLayer, kFc1Layer, kFc2Layer };
+
+  std::vector<Fp8StateRef> fp8_states(const fp8::Recipe& recipe) override { return linears_.states(recipe); }
 
  private:
-  fp8::LinearState& fp8_layer(const StepContext& ctx, Fp8Layer layer) {
-    FT_CHECK(ctx.fp8_recipe != nullptr) << "unit " << prefix_ << ": StepContext::fp8 without a recipe";
-    create_fp8_states(*ctx.fp8_recipe);
-    return fp8_[layer];
-  }
-  void create_fp8_states(const fp8::Recipe& recipe) {
-    if (!fp8_.empty()) return;
-    for (int i = 0; i < kNumFp8Layers; ++i) fp8_.push_back(fp8::LinearState::create(recipe.amax_history_len));
-  }
-
- public:
-  std::vector<Fp8StateRef> fp8_states(const fp8::Recipe& recipe) override {
-    create_fp8_states(recipe);
-    static const char* const kNames[kNumFp8Layers] = {".attn.qkv", ".attn.proj", ".mlp.fc1", ".mlp.fc2"};
-    std::vector<Fp8StateRef> out;
-    for (int i = 0; i < kNumFp8Layers; ++i) out.push_back({prefix_ + kNames[i], &fp8_[static_cast<std::size_t>(i)]});
-    return out;
-  }
-
- private:
-  void linear_forward(const StepContext& ctx, Fp8Layer layer, const Tensor& x, const Tensor& w, const Tensor* b,
-                      Tensor& y) {
-    if (!ctx.fp8) return ops::linear_forward(ctx.execution(), x, w, b, y);
-    fp8::linear_forward(ctx.execution(), *ctx.fp8_recipe, fp8_layer(ctx, layer), /*record=*/ctx.training, x, w, b, y);
-  }
-  void linear_backward(const StepContext& ctx, Fp8Layer layer, const Tensor& x, const Tensor& w, const Tensor& dy,
-                       Tensor* dx, Tensor& dw, Tensor* db, bool last_call_of_iteration = true) {
-    if (!ctx.fp8) return ops::linear_backward(ctx.execution(), x, w, dy, dx, dw, db);
-    fp8::LinearState& state = fp8_layer(ctx, layer);
-    fp8::linear_backward(ctx.execution(), *ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, db);
-    (void)last_call_of_iteration;  // scales are updated by the engine after the step (model.hpp: fp8_states)
-  }
-
   VitConfig config_;
   std::string prefix_;
-  std::vector<fp8::LinearState> fp8_;
+  fp8::LinearLayers linears_;  // indexed by Linear; FP8 under precision fp8
 };
 
 // ---- last unit: final norm on the class token, head, cross entropy ---------------------

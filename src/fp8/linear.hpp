@@ -1,40 +1,71 @@
-// FP8 linear layer, emulated exactly on the host (the GPU backend will put
-// cuBLASLt FP8 GEMMs behind the same functions).
+// The one FP8 linear layer of ftrain, shared by every model plugin (public
+// SDK header): under `precision fp8` a linear runs FP8 GEMMs with
+// Transformer Engine's delayed scaling (fp8/recipe.hpp), otherwise the plain
+// op. Everything it does is an op on the caller's stream (kernels/op_list.hpp:
+// cast_to_fp8, fp8_linear_forward, fp8_linear_backward): no host loop, no
+// stream synchronisation, no scale or amax read back to the host.
 //
-// Forward:  xq = fp8(x * s_x), wq = fp8(w * s_w) (forward format, saturating)
+// Forward:  xq = fp8(x * s_x), wq = fp8(w * s_w) (forward format, saturating;
+//           the casts max-accumulate max|x|, max|w| into the history's row 0)
 //           y  = (xq . wq^T) / (s_x s_w) + b            f32 GEMM on the FP8 values
-// Backward: dyq = fp8(dy * s_dy) (backward format: E5M2 in hybrid)
+// Backward: dyq = fp8(dy * s_dy) (backward format: E5M2 in hybrid; its amax
+//           recorded), xq and wq re-cast with the forward's scales (nothing
+//           recorded: they were in the forward)
 //           dx  = (dyq . wq) / (s_dy s_w)
 //           dw += (dyq^T . xq) / (s_dy s_x)
 //           db += colsum(dy)   (unquantised, as TE's bias gradient)
-// The FP8 values are exact in f32 and the GEMMs accumulate in f32, which is
-// what Hopper's FP8 tensor cores do (f32 accumulation, scaling applied to
-// the f32 result), so the emulation differs from the GPU only by summation
-// order. Bias and output stay in the compute dtype (BF16 in practice).
+// Scales change only between steps, when the engine reduces the amaxes over
+// ranks and runs fp8::update_scales (model.hpp: Unit::fp8_states).
 //
-// Scales come from the layer's LinearState (recipe.hpp): `record` (training)
-// adds this call's amaxes to the history; the backward caller runs
-// state.update_scales(recipe) once all of the layer's backward GEMMs of the
-// iteration are done (a layer may split one logical GEMM into several calls,
-// e.g. ViT's qkv into q, k, v: they share one state and one update).
+// A unit keeps one LinearLayers for its linears and calls forward/backward
+// with the layer's index; a layer split into several GEMMs (ViT's qkv into
+// q, k, v) uses one index for all of them: one state, one scale update.
 #pragma once
+
+#include <string>
+#include <vector>
 
 #include "core/tensor.hpp"
 #include "fp8/recipe.hpp"
+#include "plugin/model.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain::fp8 {
 
-// dst (f32, same numel) = the FP8 value of src * scale in `fp8` (an FP8
-// dtype), as a float: fp8 decode(encode(src * scale)). Returns max |src|
-// (NaN if src holds a NaN).
-float quantize(const Tensor& src, float scale, DType fp8, Tensor& dst);
-
-// Both wait for `exec`'s compute stream on entry and return with their
-// outputs written (the emulation runs on the host, synchronously).
+// One FP8 linear on `state`, enqueued on exec's compute stream. record:
+// accumulate this call's input and weight amaxes (training forwards; an
+// evaluation forward records nothing). The backward always records the
+// output gradient's amax.
 void linear_forward(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record, const Tensor& x,
                     const Tensor& w, const Tensor* b, Tensor& y);
-void linear_backward(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record, const Tensor& x,
+void linear_backward(ExecutionContext& exec, const Recipe& recipe, LinearState& state, const Tensor& x,
                      const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db);
+
+// The linear layers of one unit.
+class LinearLayers {
+ public:
+  // names[i]: the checkpoint name of layer i, its Hugging Face / timm prefix
+  // ("model.layers.0.self_attn.q_proj"). An empty name marks an index that is
+  // not a linear layer, so a unit may index layers by its own parameter enum.
+  explicit LinearLayers(std::vector<std::string> names);
+
+  // ops::linear_forward / ops::linear_backward, or their FP8 versions when
+  // ctx.fp8 (the layer's state is created at its first FP8 use).
+  void forward(const StepContext& ctx, int layer, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
+  void backward(const StepContext& ctx, int layer, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
+                Tensor& dw, Tensor* db);
+
+  // Every layer's state and checkpoint name, in index order (Unit::fp8_states).
+  // Created on the host when asked for before the first FP8 step (a resume
+  // loads into them); the first step moves them to the training device.
+  std::vector<Fp8StateRef> states(const Recipe& recipe);
+
+ private:
+  LinearState& state(const StepContext& ctx, int layer);
+  void create(const Recipe& recipe, Device device);
+
+  std::vector<std::string> names_;
+  std::vector<LinearState> states_;  // empty until the first FP8 use; one per index
+};
 
 }  // namespace ftrain::fp8

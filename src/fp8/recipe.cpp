@@ -1,11 +1,8 @@
 // Delayed scaling; see recipe.hpp.
 #include "fp8/recipe.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-
 #include "core/error.hpp"
+#include "kernels/ops.hpp"
 
 namespace ftrain::fp8 {
 
@@ -28,56 +25,41 @@ bool parse_amax_algo(const std::string& text, AmaxAlgo& out) {
 
 float fp8_max(DType fp8) {
   FT_CHECK(fp8 == DType::fp8_e4m3 || fp8 == DType::fp8_e5m2) << "fp8_max of " << dtype_name(fp8);
-  return fp8 == DType::fp8_e4m3 ? kFp8E4m3Max : kFp8E5m2Max;
+  return fp8 == DType::fp8_e4m3 ? fp8_scaling::kE4m3Max : fp8_scaling::kE5m2Max;
 }
 
-float compute_scale(float amax, float previous_scale, float max_value, int margin) {
-  if (!(amax > 0.0f) || !std::isfinite(amax)) return previous_scale;
-  const double scale = (static_cast<double>(max_value) / amax) / std::ldexp(1.0, margin);
-  if (!std::isfinite(static_cast<float>(scale)) || scale <= 0.0) return previous_scale;
-  return static_cast<float>(scale);
-}
-
-LinearState LinearState::create(std::int64_t history_len) {
+LinearState LinearState::create(std::int64_t history_len, Device device) {
   FT_CHECK(history_len >= 1) << "fp8 amax history length " << history_len;
   LinearState s;
-  s.amax_history = Tensor::zeros({history_len, kNumOperands}, DType::f32);
-  s.scale = from_floats({kNumOperands}, {1.0f, 1.0f, 1.0f});
+  s.amax_history = Tensor::zeros({history_len, kNumOperands}, DType::f32, device, "fp8.amax_history");
+  // Scales start at 1, as TE's; scale_inv follows them.
+  const Tensor ones = from_floats({kNumOperands}, {1.0f, 1.0f, 1.0f});
+  s.scale = to_device(ones, device);
+  s.scale.set_name("fp8.scale");
+  s.scale_inv = to_device(ones, device);
+  s.scale_inv.set_name("fp8.scale_inv");
   return s;
 }
 
-void LinearState::record(Operand op, float amax) {
-  float* h = amax_history.data_as<float>();
-  // NaN propagates (so update_scales sees a non-finite amax and keeps the scale).
-  if (std::isnan(amax) || amax > h[op]) h[op] = amax;
+LinearState LinearState::to(Device device) const {
+  if (amax_history.device() == device) return *this;
+  return {to_device(amax_history, device), to_device(scale, device), to_device(scale_inv, device)};
 }
 
-void LinearState::update_scales(const Recipe& recipe) {
-  const std::int64_t len = amax_history.dim(0);
-  float* h = amax_history.data_as<float>();
-  float* s = scale.data_as<float>();
-  for (int op = 0; op < kNumOperands; ++op) {
-    float amax = h[op];
-    if (recipe.amax_algo == AmaxAlgo::max) {
-      for (std::int64_t i = 0; i < len; ++i) {
-        const float v = h[i * kNumOperands + op];
-        if (std::isnan(v) || v > amax) amax = v;
-      }
-    }
-    const DType dtype = op == kGradOutput ? recipe.backward_dtype() : recipe.forward_dtype();
-    s[op] = compute_scale(amax, s[op], fp8_max(dtype), recipe.margin);
-  }
-  // TE: h = torch.roll(h, -1, 0); h[0] = 0. Row 0 (this iteration) moves to
-  // the end, row 1 (the oldest) is overwritten by zeros for the next one, so
-  // the history always holds the last L iterations.
-  std::vector<float> first(h, h + kNumOperands);
-  std::memmove(h, h + kNumOperands, static_cast<std::size_t>((len - 1) * kNumOperands) * sizeof(float));
-  std::copy(first.begin(), first.end(), h + (len - 1) * kNumOperands);
-  std::fill(h, h + kNumOperands, 0.0f);
+Fp8Tensor LinearState::operand(Operand op, const Tensor& data, bool record) const {
+  FT_CHECK(defined()) << "FP8 operand of a linear layer without state";
+  return {data, scale.view({1}, op, "fp8.scale"), scale_inv.view({1}, op, "fp8.scale_inv"),
+          record ? amax_history.view({1}, op, "fp8.amax") : Tensor()};
 }
 
 std::vector<std::pair<std::string, Tensor>> LinearState::named_tensors(const std::string& prefix) const {
   return {{prefix + ".fp8.amax_history", amax_history}, {prefix + ".fp8.scale", scale}};
+}
+
+void update_scales(ExecutionContext& ctx, const Recipe& recipe, LinearState& state) {
+  FT_CHECK(state.defined()) << "fp8::update_scales of a linear layer without state";
+  ops::fp8_update_scales(ctx, state.amax_history, state.scale, recipe.forward_dtype(), recipe.backward_dtype(),
+                         recipe.margin, recipe.amax_algo);
 }
 
 }  // namespace ftrain::fp8

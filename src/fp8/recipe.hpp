@@ -22,16 +22,21 @@
 // Formats: hybrid = E4M3 (more mantissa) for the forward tensors (input,
 // weight) and E5M2 (more range) for the output gradient; e4m3 = E4M3 for all.
 //
-// State of one linear layer (LinearState), as named tensors so that
-// checkpoints can save and restore it exactly:
-//   amax_history  f32 [L, 3]  columns: input, weight, grad_output; row 0 = the
-//                             iteration in progress
+// State of one linear layer (LinearState), as tensors on the training device
+// (checkpoints save and restore amax_history and scale exactly):
+//   amax_history  f32 [L, 3]  columns: input, weight, grad_output (Fp8Operand);
+//                             row 0 = the iteration in progress
 //   scale         f32 [3]     the scales in use (start at 1, as TE)
-// One iteration = one forward + backward of the layer: forward records the
-// input and weight amaxes, backward records the output-gradient amax and then
-// updates all three scales (update_scales). Between them the scales do not
-// change, so backward uses exactly the forward's quantisation (and an
-// activation-checkpointing recompute of the forward reproduces it).
+//   scale_inv     f32 [3]     1 / scale, written by every cast (derived, not
+//                             checkpointed)
+// One iteration = one forward + backward of the layer: the forward's casts
+// max-accumulate the input and weight amaxes into row 0 (ops::cast_to_fp8,
+// on the device), the backward's cast the output gradient's; after the step
+// the engine max-reduces row 0 over ranks and runs update_scales (the op
+// ops::fp8_update_scales). Between them the scales do not change, so backward
+// uses exactly the forward's quantisation (and an activation-checkpointing
+// recompute of the forward reproduces it). No scale or amax is read on the
+// host on the way.
 #pragma once
 
 #include <cstdint>
@@ -40,11 +45,14 @@
 #include <vector>
 
 #include "core/tensor.hpp"
+#include "kernels/fp8_scaling.hpp"
+#include "kernels/fp8_tensor.hpp"
+#include "runtime/execution_context.hpp"
 
 namespace ftrain::fp8 {
 
 enum class Format : std::uint8_t { hybrid, e4m3 };
-enum class AmaxAlgo : std::uint8_t { max, most_recent };
+using AmaxAlgo = Fp8AmaxAlgo;
 
 struct Recipe {
   Format format = Format::hybrid;
@@ -64,24 +72,38 @@ bool parse_amax_algo(const std::string& text, AmaxAlgo& out);
 // Largest finite value of an FP8 dtype (448 for E4M3, 57344 for E5M2).
 float fp8_max(DType fp8);
 
-// The TE scale rule above for one tensor.
-float compute_scale(float amax, float previous_scale, float fp8_max, int margin);
+// The TE scale rule above for one tensor (kernels/fp8_scaling.hpp, the
+// arithmetic the update op runs).
+inline float compute_scale(float amax, float previous_scale, float max_value, int margin) {
+  return fp8_scaling::next_scale(amax, previous_scale, max_value, margin);
+}
 
-enum Operand : int { kInput = 0, kWeight = 1, kGradOutput = 2, kNumOperands = 3 };
+using Operand = Fp8Operand;
+inline constexpr Fp8Operand kInput = kFp8Input;
+inline constexpr Fp8Operand kWeight = kFp8Weight;
+inline constexpr Fp8Operand kGradOutput = kFp8GradOutput;
+inline constexpr int kNumOperands = kFp8NumOperands;
 
 struct LinearState {
   Tensor amax_history;  // f32 [L, 3]
   Tensor scale;         // f32 [3]
+  Tensor scale_inv;     // f32 [3]
 
-  static LinearState create(std::int64_t history_len);
+  static LinearState create(std::int64_t history_len, Device device = Device::host);
   bool defined() const { return scale.defined(); }
+  // The same state on `device` (a copy when it lives elsewhere).
+  LinearState to(Device device) const;
+  // The descriptor of operand `op` over FP8 `data`: its scale and scale_inv
+  // slots, and (record) its amax slot in row 0 of the history.
+  Fp8Tensor operand(Operand op, const Tensor& data, bool record) const;
+  // Host reads for tests and tools (host tensors, stream synchronized).
   float scale_of(Operand op) const { return scale.data_as<float>()[op]; }
-  // history[0][op] = max(history[0][op], amax)
-  void record(Operand op, float amax);
-  // New scales from the histories, then roll them (see above).
-  void update_scales(const Recipe& recipe);
   // "<prefix>.fp8.amax_history", "<prefix>.fp8.scale" (for checkpoints).
   std::vector<std::pair<std::string, Tensor>> named_tensors(const std::string& prefix) const;
 };
+
+// New scales from the history, then the roll (above): ops::fp8_update_scales
+// on the state's tensors, enqueued on ctx's compute stream.
+void update_scales(ExecutionContext& ctx, const Recipe& recipe, LinearState& state);
 
 }  // namespace ftrain::fp8

@@ -457,25 +457,33 @@ std::vector<std::vector<Fp8StateRef>> FsdpEngine::fp8_states() {
 }
 
 // Delayed scaling across ranks: each rank recorded the amaxes of its own
-// micro-batch; the max over all ranks is the amax of the global batch, the
-// one a single rank would have seen. One all-reduce for every FP8 tensor of
-// the model, then each layer computes its new scales (fp8/recipe.hpp).
+// micro-batch (on the device, by the casts); the max over all ranks is the
+// amax of the global batch, the one a single rank would have seen. Row 0 of
+// every layer's history is gathered into one buffer for ONE all-reduce per
+// step, scattered back, and each layer's scales are updated by the recipe
+// op (fp8/recipe.hpp). Copies and updates are ops: nothing is read on the host.
 void FsdpEngine::update_fp8_scales() {
   std::vector<fp8::LinearState*> states;
   for (auto& unit_states : fp8_states())
     for (auto& ref : unit_states) states.push_back(ref.state);
   if (states.empty()) return;
-  constexpr int k = fp8::kNumOperands;
+  constexpr std::int64_t k = fp8::kNumOperands;
   if (world_.size() > 1) {
-    Tensor amax = Tensor::empty({static_cast<std::int64_t>(states.size()) * k}, DType::f32, Device::host, "fp8.amax");
-    float* a = amax.data_as<float>();
-    for (std::size_t i = 0; i < states.size(); ++i)
-      std::memcpy(a + i * k, states[i]->amax_history.data_as<float>(), k * sizeof(float));  // row 0: this step
+    const std::int64_t n = static_cast<std::int64_t>(states.size());
+    Tensor amax = Tensor::empty({n * k}, DType::f32, exec_.device(), "fp8.amax");
+    for (std::int64_t i = 0; i < n; ++i) {
+      Tensor slot = amax.view({k}, i * k);
+      ops::cast(exec_, states[static_cast<std::size_t>(i)]->amax_history.view({k}), slot);  // row 0: this step
+    }
+    exec_.compute().synchronize();  // the collective reads what the copies wrote
     world_.all_reduce_max(amax).wait();
-    for (std::size_t i = 0; i < states.size(); ++i)
-      std::memcpy(states[i]->amax_history.data_as<float>(), a + i * k, k * sizeof(float));
+    for (std::int64_t i = 0; i < n; ++i) {
+      Tensor row0 = states[static_cast<std::size_t>(i)]->amax_history.view({k});
+      ops::cast(exec_, amax.view({k}, i * k), row0);
+    }
   }
-  for (auto* state : states) state->update_scales(options_.fp8_recipe);
+  for (auto* state : states) fp8::update_scales(exec_, options_.fp8_recipe, *state);
+  exec_.compute().synchronize();  // callers (checkpoints) read the FP8 state next
 }
 
 void FsdpEngine::zero_grad() {

@@ -21,7 +21,7 @@ class ExecutionContext;
 
 // Bumped whenever the op list or a signature in it changes; a backend
 // library built against another table is refused.
-inline constexpr std::uint32_t kOpTableVersion = 2;
+inline constexpr std::uint32_t kOpTableVersion = 3;  // 2: ViT token ops, 3: the FP8 ops
 
 struct OpTable {
   std::uint32_t version = kOpTableVersion;

@@ -27,6 +27,7 @@ struct HeldOptional {
 };
 inline Tensor hold(const Tensor& t) { return t.borrow(); }
 inline HeldOptional hold(const Tensor* t) { return t != nullptr ? HeldOptional{t->borrow(), true} : HeldOptional{}; }
+inline Fp8Tensor hold(const Fp8Tensor& t) { return t.borrow(); }
 template <class S>
   requires(std::is_arithmetic_v<S> || std::is_enum_v<S>)
 S hold(S value) {
@@ -34,6 +35,7 @@ S hold(S value) {
 }
 inline Tensor& unhold(Tensor& t) { return t; }
 inline Tensor* unhold(HeldOptional& h) { return h.present ? &h.tensor : nullptr; }
+inline Fp8Tensor& unhold(Fp8Tensor& t) { return t; }
 template <class S>
   requires(std::is_arithmetic_v<S> || std::is_enum_v<S>)
 S unhold(S value) {

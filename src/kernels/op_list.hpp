@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "core/tensor.hpp"
+#include "kernels/fp8_tensor.hpp"
 
 namespace ftrain {
 
@@ -140,4 +141,29 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
   X(void, adamw_update,                                                                                           \
     (Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2, float eps,      \
      float weight_decay, std::int64_t step, float grad_scale),                                                    \
-    (param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale), param)
+    (param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale), param)                            \
+  /* FP8 (kernels/fp8_tensor.hpp: descriptors; fp8/recipe.hpp: the delayed-scaling recipe).                      \
+     out.data = fp8(x * scale) in out.format() (round to nearest even, saturating; NaN stays NaN) with scale     \
+     read from out.scale on the device; out.scale_inv = 1 / scale; out.amax (when defined) =                     \
+     max(out.amax, max |x|), NaN when x holds a NaN. Nothing is read back to the host. */                       \
+  X(void, cast_to_fp8, (const Tensor& x, Fp8Tensor& out), (x, out), x)                                            \
+  /* y[N,out] = (x.data . w.data^T) / (scale_x scale_w) (+ b[out]): the FP8 values multiplied exactly, f32       \
+     accumulation, the factor applied to the f32 result (Hopper's FP8 GEMM); b and y any float dtype. */         \
+  X(void, fp8_linear_forward, (const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b, Tensor& y), (x, w, b, y),  \
+    x.data)                                                                                                       \
+  /* dx = (dy.data . w.data) / (scale_dy scale_w) (=, any float dtype); dw f32 += (dy.data^T . x.data) /          \
+     (scale_dy scale_x); db f32 += colsum(dy_source), the unquantised gradient dy was cast from (TE's bias        \
+     gradient). dx and db may be null. */                                                                         \
+  X(void, fp8_linear_backward,                                                                                    \
+    (const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor& dy, const Tensor& dy_source, Tensor* dx, Tensor& dw, \
+     Tensor* db),                                                                                                 \
+    (x, w, dy, dy_source, dx, dw, db), dy.data)                                                                   \
+  /* Delayed-scaling update of one linear layer, entirely on the device: amax_history f32[L, 3] (columns         \
+     Fp8Operand; row 0 the iteration just finished), scale f32[3]. Per column: amax = max over the history       \
+     (algo max, NaN-propagating) or row 0 (most_recent); scale = fp8_max / amax / 2^margin (fp8_max of           \
+     forward_format for input and weight, of backward_format for grad_output), kept when that is not finite      \
+     and positive; then the history rolls (row 0 moves to row L-1, row 0 = 0: TE's roll). */                    \
+  X(void, fp8_update_scales,                                                                                      \
+    (Tensor& amax_history, Tensor& scale, DType forward_format, DType backward_format, std::int64_t margin,        \
+     Fp8AmaxAlgo algo),                                                                                           \
+    (amax_history, scale, forward_format, backward_format, margin, algo), amax_history)

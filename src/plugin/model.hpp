@@ -75,8 +75,8 @@ struct StepContext {
   bool training = true;               // false for eval: units may skip saving for backward
   // precision fp8: the linear layers inside the blocks run FP8 GEMMs with the
   // delayed-scaling recipe (fp8/recipe.hpp; the units keep the per-layer
-  // scaling state); embeddings, norms, attention and the head stay in
-  // compute_dtype. fp8_recipe is non-null whenever fp8 is true.
+  // scaling state in fp8::LinearLayers, fp8/linear.hpp); embeddings, norms,
+  // attention and the head stay in compute_dtype. fp8_recipe is non-null whenever fp8 is true.
   bool fp8 = false;
   const fp8::Recipe* fp8_recipe = nullptr;
 };
@@ -106,11 +106,13 @@ class Unit {
   virtual Tensor backward(const StepContext& ctx, const std::vector<Tensor>& params, std::vector<Tensor>& grads,
                           const Batch& batch, const Tensor& x, const Tensor& dy, UnitCache& cache) = 0;
   // precision fp8: the state of every FP8 linear of this unit, created on
-  // first use. Units only RECORD amaxes (forward: input, weight; backward:
-  // output gradient); the engine reduces the current amaxes over all ranks
-  // and updates the scales after each forward + backward, so every rank uses
-  // the scales a single rank would have (Transformer Engine's amax reduction
-  // over the data-parallel group), and checkpoints save the states.
+  // first use (a unit keeping an fp8::LinearLayers returns its states(),
+  // fp8/linear.hpp). Units only RECORD amaxes (forward: input, weight;
+  // backward: output gradient; the casts do it on the device); the engine
+  // reduces the current amaxes over all ranks and updates the scales after
+  // each forward + backward, so every rank uses the scales a single rank
+  // would have (Transformer Engine's amax reduction over the data-parallel
+  // group), and checkpoints save the states.
   virtual std::vector<Fp8StateRef> fp8_states(const fp8::Recipe& recipe) {
     (void)recipe;
     return {};

@@ -297,6 +297,58 @@ inline std::vector<ParityCase> parity_cases() {
                  ops::adamw_update(ctx, p, g, m, v, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 3, 0.7f);
                  return ParityOutputs{{p, m, v}, {}};
                }});
+  // FP8: descriptors over f32[1] scalars on the device (filled by an op).
+  auto scalar = [](ExecutionContext& ctx, float value) {
+    Tensor t = zeros(ctx, {1});
+    ops::fill(ctx, t, value);
+    return t;
+  };
+  auto fp8 = [=](ExecutionContext& ctx, const Shape& shape, DType format, float scale, bool record) {
+    return Fp8Tensor{zeros(ctx, shape, format), scalar(ctx, scale), zeros(ctx, {1}),
+                     record ? scalar(ctx, 0.5f) : Tensor()};
+  };
+  c.push_back({"cast_to_fp8", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s, DType::f32, 30.0), y = random(ctx, {N, C}, s + 1, DType::bf16);
+                 Fp8Tensor a = fp8(ctx, {N, C}, DType::fp8_e4m3, 7.3f, true);
+                 Fp8Tensor b = fp8(ctx, {N, C}, DType::fp8_e5m2, 1000.0f, true);
+                 ops::cast_to_fp8(ctx, x, a);
+                 ops::cast_to_fp8(ctx, y, b);
+                 return ParityOutputs{{a.data, a.scale_inv, a.amax, b.data, b.scale_inv, b.amax}, {}};
+               }});
+  // The FP8 GEMMs read operands a cast wrote just before (stream order).
+  auto fp8_operands = [=](ExecutionContext& ctx, std::uint64_t s, Fp8Tensor& x, Fp8Tensor& w, Fp8Tensor& dy,
+                          Tensor& dy_source) {
+    x = fp8(ctx, {N, C}, DType::fp8_e4m3, 40.0f, false);
+    w = fp8(ctx, {O, C}, DType::fp8_e4m3, 300.0f, false);
+    dy = fp8(ctx, {N, O}, DType::fp8_e5m2, 2000.0f, false);
+    dy_source = random(ctx, {N, O}, s + 2, DType::bf16, 0.1);
+    ops::cast_to_fp8(ctx, random(ctx, {N, C}, s, DType::bf16), x);
+    ops::cast_to_fp8(ctx, random(ctx, {O, C}, s + 1, DType::f32, 0.3), w);
+    ops::cast_to_fp8(ctx, dy_source, dy);
+  };
+  c.push_back({"fp8_linear_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Fp8Tensor x, w, dy;
+                 Tensor dy_source;
+                 fp8_operands(ctx, s, x, w, dy, dy_source);
+                 Tensor b = random(ctx, {O}, s + 3), y = zeros(ctx, {N, O}), yb = zeros(ctx, {N, O}, DType::bf16);
+                 ops::fp8_linear_forward(ctx, x, w, &b, y);
+                 ops::fp8_linear_forward(ctx, x, w, nullptr, yb);
+                 return ParityOutputs{{y, yb}, {}};
+               }});
+  c.push_back({"fp8_linear_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Fp8Tensor x, w, dy;
+                 Tensor dy_source;
+                 fp8_operands(ctx, s, x, w, dy, dy_source);
+                 Tensor dx = zeros(ctx, {N, C}, DType::bf16), dw = random(ctx, {O, C}, s + 4), db = random(ctx, {O}, s + 5);
+                 ops::fp8_linear_backward(ctx, x, w, dy, dy_source, &dx, dw, &db);
+                 return ParityOutputs{{dx, dw, db}, {}};
+               }});
+  c.push_back({"fp8_update_scales", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor h = positive(ctx, {4, 3}, s), scale = positive(ctx, {3}, s + 1);
+                 ops::fp8_update_scales(ctx, h, scale, DType::fp8_e4m3, DType::fp8_e5m2, 1, Fp8AmaxAlgo::max);
+                 ops::fp8_update_scales(ctx, h, scale, DType::fp8_e4m3, DType::fp8_e4m3, 0, Fp8AmaxAlgo::most_recent);
+                 return ParityOutputs{{h, scale}, {}};
+               }});
   return c;
 }
 

@@ -1,7 +1,10 @@
 // The FP8 delayed-scaling recipe: the scale rule, the amax history (length,
 // max vs most_recent, the roll), a spike absorbed without inf/NaN, the margin,
-// and the emulated FP8 linear against a float64 reference built from the
-// same quantised operands (hybrid: E4M3 forward, E5M2 output gradient).
+// and the shared FP8 linear (fp8/linear.hpp) against a float64 reference
+// built from the same quantised operands (hybrid: E4M3 forward, E5M2 output
+// gradient). Amaxes are recorded and scales updated by the ops
+// (cast_to_fp8, fp8_update_scales); the ops' own tests are
+// tests/unit/kernels/test_fp8.cpp.
 // Exhaustive encode/decode of both formats is tests/unit/core/test_dtype.cpp.
 #include <gtest/gtest.h>
 
@@ -24,10 +27,20 @@ Tensor random_tensor(const Shape& shape, std::uint64_t seed, double scale = 1.0)
   return ftrain::testing::tensor_from(shape, ftrain::testing::random_vector(shape_numel(shape), seed, scale));
 }
 
+// The FP8 value of v * scale, through the cast op (as f32 / scale is the
+// dequantised value).
 float quantized(float v, float scale, DType fp8) {
-  Tensor src = from_floats({1}, {v}), dst = Tensor::empty({1}, DType::f32);
-  quantize(src, scale, fp8, dst);
-  return to_float_vector(dst)[0];
+  LinearState s = LinearState::create(1);
+  s.scale.data_as<float>()[kInput] = scale;
+  Fp8Tensor q = s.operand(kInput, Tensor::empty({1}, fp8), /*record=*/false);
+  ops::cast_to_fp8(host_context(), from_floats({1}, {v}), q);
+  return to_float_vector(q.data)[0];
+}
+
+// An amax recorded the way the casts record it (max-accumulated into row 0).
+void record(LinearState& s, Operand op, float amax) {
+  Fp8Tensor q = s.operand(op, Tensor::empty({1}, DType::fp8_e4m3), /*record=*/true);
+  ops::cast_to_fp8(host_context(), from_floats({1}, {amax}), q);
 }
 
 bool all_finite(const Tensor& t) {
@@ -75,9 +88,9 @@ TEST(Fp8Recipe, HistoryHoldsTheLastLIterations) {
     EXPECT_EQ(s.scale_of(kInput), 1.0f);  // TE starts at 1
     const std::vector<float> amaxes = {4, 1, 2, 0.5f, 0.25f, 8};
     for (std::size_t i = 0; i < amaxes.size(); ++i) {
-      s.record(kInput, amaxes[i] / 2);  // two recordings in one iteration: their max counts
-      s.record(kInput, amaxes[i]);
-      s.update_scales(r);
+      record(s, kInput, amaxes[i] / 2);  // two recordings in one iteration: their max counts
+      record(s, kInput, amaxes[i]);
+      update_scales(host_context(), r, s);
       float expected_amax = amaxes[i];
       if (algo == AmaxAlgo::max) {
         for (std::size_t j = i >= 2 ? i - 2 : 0; j <= i; ++j) expected_amax = std::max(expected_amax, amaxes[j]);
@@ -102,8 +115,10 @@ TEST(Fp8Recipe, QuantizeIsTheFp8GridSaturating) {
   EXPECT_EQ(quantized(1e6f, 1.0f, DType::fp8_e4m3), 448.0f);  // saturates, never inf
   EXPECT_EQ(quantized(-1e9f, 1.0f, DType::fp8_e5m2), -57344.0f);
   EXPECT_TRUE(std::isnan(quantized(std::nanf(""), 1.0f, DType::fp8_e4m3)));
-  Tensor x = from_floats({4}, {0.5f, -3.0f, 2.0f, 0.0f}), q = Tensor::empty({4}, DType::f32);
-  EXPECT_EQ(quantize(x, 1.0f, DType::fp8_e4m3, q), 3.0f);  // returns amax
+  LinearState s = LinearState::create(2);
+  Fp8Tensor q = s.operand(kWeight, Tensor::empty({4}, DType::fp8_e4m3), /*record=*/true);
+  ops::cast_to_fp8(host_context(), from_floats({4}, {0.5f, -3.0f, 2.0f, 0.0f}), q);
+  EXPECT_EQ(to_float_vector(s.amax_history)[kWeight], 3.0f) << "amax recorded into row 0, on the device";
 }
 
 TEST(Fp8Recipe, SpikeIsAbsorbedByTheHistoryWithoutInfOrNan) {
@@ -122,8 +137,8 @@ TEST(Fp8Recipe, SpikeIsAbsorbedByTheHistoryWithoutInfOrNan) {
     Tensor y = Tensor::empty({16, 6}, DType::f32);
     linear_forward(host_context(), r, s, true, x, w, nullptr, y);
     Tensor dy = random_tensor({16, 6}, 3), dx = Tensor::empty(xs, DType::f32), dw = Tensor::zeros(ws, DType::f32);
-    linear_backward(host_context(), r, s, true, x, w, dy, &dx, dw, nullptr);
-    s.update_scales(r);
+    linear_backward(host_context(), r, s, x, w, dy, &dx, dw, nullptr);
+    update_scales(host_context(), r, s);
     EXPECT_TRUE(all_finite(y) && all_finite(dx) && all_finite(dw));
     return y;
   };
@@ -166,8 +181,8 @@ TEST(Fp8Recipe, MarginGivesHeadroom) {
     r.amax_history_len = 2;
     r.margin = margin;
     LinearState s = LinearState::create(2);
-    s.record(kInput, 2.0f);
-    s.update_scales(r);
+    record(s, kInput, 2.0f);
+    update_scales(host_context(), r, s);
     const float q = quantized(3.0f, s.scale_of(kInput), r.forward_dtype()) / s.scale_of(kInput);
     if (margin == 0) {
       EXPECT_FLOAT_EQ(q, 2.0f) << "saturated at fp8_max / scale = the old amax";
@@ -192,7 +207,7 @@ TEST(Fp8Recipe, LinearMatchesFloat64OnTheQuantisedOperands) {
     linear_forward(host_context(), r, s, true, x, w, &b, y);
     Tensor dx = Tensor::empty({N, in}, DType::f32), dw = from_floats({out, in}, std::vector<float>(out * in, 1.0f));
     Tensor db = Tensor::zeros({out}, DType::f32);
-    linear_backward(host_context(), r, s, true, x, w, dy, &dx, dw, &db);
+    linear_backward(host_context(), r, s, x, w, dy, &dx, dw, &db);
 
     auto q = [](const Tensor& t, float sc, DType dt) {
       std::vector<double> out;

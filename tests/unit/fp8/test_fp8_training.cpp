@@ -84,7 +84,8 @@ class Trainer {
     // What the engine does after each forward + backward (one rank: no amax reduction).
     if (ctx_.fp8)
       for (int u = 0; u < units; ++u)
-        for (auto& ref : model_.unit(u).fp8_states(*ctx_.fp8_recipe)) ref.state->update_scales(*ctx_.fp8_recipe);
+        for (auto& ref : model_.unit(u).fp8_states(*ctx_.fp8_recipe))
+          fp8::update_scales(host_context(), *ctx_.fp8_recipe, *ref.state);
     for (auto& [name, s] : slots_) {
       ops::adamw_update(host_context(), s.param, s.grad, s.m, s.v, lr, 0.9f, 0.95f, 1e-8f, s.decay ? 0.01f : 0.0f,
                         step_index + 1, 1.0f);

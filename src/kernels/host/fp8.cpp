@@ -1,0 +1,264 @@
+// Host FP8 ops (op_list.hpp: cast_to_fp8, fp8_linear_forward,
+// fp8_linear_backward, fp8_update_scales): exact emulation of FP8 GEMMs.
+//
+// The FP8 values are decoded to f32 (exact: every E4M3/E5M2 value is an
+// f32) and multiplied by the f32 GEMM (gemm::f32, f32 accumulation); the
+// dequantisation factor 1 / (scale_a scale_b) is applied to the f32 result,
+// which is the arithmetic of Hopper's FP8 tensor cores, so the emulation
+// differs from a GPU only by summation order. The factor is computed from the
+// two scales in f32 exactly as the emulation before these ops did (the FP8
+// golden curves stay bit-identical); scale_inv is written for the GPU GEMM,
+// whose cuBLASLt scale pointers take it.
+//
+// Scales and amaxes are f32[1] tensors on the host here; the kernels read and
+// write them as the CUDA kernels will on the device: no value leaves the op.
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/fp8_scaling.hpp"
+#include "kernels/host/float_spans.hpp"
+#include "kernels/host/gemm.hpp"
+#include "kernels/host/host_ops.hpp"
+
+namespace ftrain::host {
+
+using spans::HostPolicy;
+
+namespace {
+
+bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
+
+float fp8_max_of(DType t) { return t == DType::fp8_e4m3 ? fp8_scaling::kE4m3Max : fp8_scaling::kE5m2Max; }
+
+void require_f32_scalar(const char* op, const Tensor& t, const char* role) {
+  spans::require_dtype(op, t, role, DType::f32);
+  FT_CHECK(t.numel() == 1) << op << ": " << role << " " << t.describe() << " must be f32[1]";
+}
+
+// The parts of a descriptor every FP8 op reads: fp8 data and its scale.
+void require_fp8_operand(const char* op, const Fp8Tensor& t, const char* role) {
+  spans::require_defined_host(op, t.data, role);
+  FT_CHECK(is_fp8(t.data.dtype())) << op << ": " << role << ".data " << t.data.describe()
+                                   << " must be fp8_e4m3 or fp8_e5m2";
+  require_f32_scalar(op, t.scale, (std::string(role) + ".scale").c_str());
+}
+
+// The f32 values an FP8 tensor encodes (exact), decoded into `store`.
+const float* decode_fp8(const char* kernel_name, const Tensor& data, std::vector<float>& store) {
+  const std::int64_t n = data.numel();
+  store.resize(static_cast<std::size_t>(n));
+  float* out = store.data();
+  const void* src = data.data();
+  const bool e4m3 = data.dtype() == DType::fp8_e4m3;
+  spans::for_each_chunk(kernel_name, n, [=](std::int64_t begin, std::int64_t len) {
+    if (e4m3) {
+      const fp8_e4m3* p = static_cast<const fp8_e4m3*>(src) + begin;
+      for (std::int64_t i = 0; i < len; ++i) out[begin + i] = to_float(p[i]);
+    } else {
+      const fp8_e5m2* p = static_cast<const fp8_e5m2*>(src) + begin;
+      for (std::int64_t i = 0; i < len; ++i) out[begin + i] = to_float(p[i]);
+    }
+  });
+  return out;
+}
+
+// out (f32 or bf16) = acc * factor, element by element (bf16: rounded once).
+void store_scaled(const char* kernel_name, float* acc, float factor, Tensor& out) {
+  const std::int64_t n = out.numel();
+  Kokkos::parallel_for(kernel_name, HostPolicy(0, n), [=](std::int64_t i) { acc[i] = acc[i] * factor; });
+  spans::store_whole_from_f32(kernel_name, acc, out);
+}
+
+// max |x| over a float tensor, NaN when x holds a NaN, independent of the
+// thread count. The max runs over the bit patterns of |x|: for non-negative
+// floats their order is the numeric order, and every NaN pattern is above
+// +inf's, so one integer max finds both the amax and a NaN.
+float amax_of(const Tensor& x) {
+  const std::int64_t n = x.numel();
+  const std::int64_t chunks = (n + spans::kChunk - 1) / spans::kChunk;
+  std::uint32_t top = 0;
+  Kokkos::parallel_reduce(
+      "ftrain::cast_to_fp8::amax", HostPolicy(0, chunks),
+      [=](std::int64_t c, std::uint32_t& m) {
+        const std::int64_t begin = c * spans::kChunk, len = std::min(spans::kChunk, n - begin);
+        const float* v = spans::read_f32(x, begin, len, spans::thread_scratch(1, len));
+        for (std::int64_t i = 0; i < len; ++i) m = std::max(m, float_bits(v[i]) & 0x7fffffffu);
+      },
+      Kokkos::Max<std::uint32_t>(top));
+  return top > 0x7f800000u ? NAN : bits_float(top);
+}
+
+}  // namespace
+
+void cast_to_fp8(const Tensor& x, Fp8Tensor& out) {
+  constexpr const char* op = "cast_to_fp8";
+  spans::require_float_storage(op, x, "x");
+  spans::require_defined_host(op, out.data, "out.data");
+  FT_CHECK(is_fp8(out.data.dtype())) << op << ": out.data " << out.data.describe()
+                                     << " must be fp8_e4m3 or fp8_e5m2";
+  spans::require_same_shape(op, x, "x", out.data, "out.data");
+  require_f32_scalar(op, out.scale, "out.scale");
+  require_f32_scalar(op, out.scale_inv, "out.scale_inv");
+  if (out.amax.defined()) require_f32_scalar(op, out.amax, "out.amax");
+
+  const float scale = *out.scale.data_as<float>();
+  const bool e4m3 = out.data.dtype() == DType::fp8_e4m3;
+  const Tensor tx = x;
+  void* dst = out.data.data();
+  spans::for_each_chunk("ftrain::cast_to_fp8", x.numel(), [=](std::int64_t begin, std::int64_t len) {
+    const float* v = spans::read_f32(tx, begin, len, spans::thread_scratch(0, len));
+    if (e4m3) {
+      fp8_e4m3* p = static_cast<fp8_e4m3*>(dst) + begin;
+      for (std::int64_t i = 0; i < len; ++i) p[i] = to_fp8_e4m3(v[i] * scale);
+    } else {
+      fp8_e5m2* p = static_cast<fp8_e5m2*>(dst) + begin;
+      for (std::int64_t i = 0; i < len; ++i) p[i] = to_fp8_e5m2(v[i] * scale);
+    }
+  });
+  *out.scale_inv.data_as<float>() = 1.0f / scale;
+  if (out.amax.defined()) {
+    float* slot = out.amax.data_as<float>();
+    *slot = fp8_scaling::amax_combine(*slot, amax_of(x));
+  }
+}
+
+void fp8_linear_forward(const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b, Tensor& y) {
+  constexpr const char* op = "fp8_linear_forward";
+  require_fp8_operand(op, x, "x");
+  require_fp8_operand(op, w, "w");
+  spans::require_float_storage(op, y, "y");
+  FT_CHECK(w.data.ndim() == 2) << op << ": w.data " << w.data.describe() << " must be [out, in]";
+  const std::int64_t in = w.data.dim(1), out = w.data.dim(0);
+  FT_CHECK(x.data.ndim() >= 1 && x.data.dim(-1) == in)
+      << op << ": x.data " << x.data.describe() << " must be [..., " << in << "] to match w.data "
+      << w.data.describe();
+  const std::int64_t rows = x.data.numel() / std::max<std::int64_t>(in, 1);
+  FT_CHECK(y.ndim() >= 1 && y.dim(-1) == out && y.numel() == rows * out)
+      << op << ": y " << y.describe() << " must be [" << rows << " rows, " << out << "]";
+  if (b != nullptr) {
+    spans::require_float_storage(op, *b, "b");
+    spans::require_numel(op, *b, "b", out, "one per output feature of w");
+  }
+  if (rows == 0 || out == 0) return;
+
+  std::vector<float> xs, ws, acc_store(static_cast<std::size_t>(y.numel()), 0.0f);
+  const float* xf = decode_fp8("ftrain::fp8_linear::forward::decode_x", x.data, xs);
+  const float* wf = decode_fp8("ftrain::fp8_linear::forward::decode_w", w.data, ws);
+  float* acc = acc_store.data();
+  if (in > 0) gemm::f32({gemm::Op::none, gemm::Op::transpose, rows, out, in, in, in, out}, xf, wf, 0.0f, acc);
+  const float unscale = 1.0f / (*x.scale.data_as<float>() * *w.scale.data_as<float>());
+  if (b == nullptr) {
+    store_scaled("ftrain::fp8_linear::forward::unscale", acc, unscale, y);
+    return;
+  }
+  std::vector<float> b_store;
+  const float* bf = spans::whole_as_f32("ftrain::fp8_linear::forward::widen_b", *b, b_store);
+  Kokkos::parallel_for("ftrain::fp8_linear::forward::bias", HostPolicy(0, rows), [=](std::int64_t r) {
+    for (std::int64_t j = 0; j < out; ++j) acc[r * out + j] = acc[r * out + j] * unscale + bf[j];
+  });
+  spans::store_whole_from_f32("ftrain::fp8_linear::forward::store", acc, y);
+}
+
+void fp8_linear_backward(const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor& dy, const Tensor& dy_source,
+                         Tensor* dx, Tensor& dw, Tensor* db) {
+  constexpr const char* op = "fp8_linear_backward";
+  require_fp8_operand(op, x, "x");
+  require_fp8_operand(op, w, "w");
+  require_fp8_operand(op, dy, "dy");
+  FT_CHECK(w.data.ndim() == 2) << op << ": w.data " << w.data.describe() << " must be [out, in]";
+  const std::int64_t in = w.data.dim(1), out = w.data.dim(0);
+  FT_CHECK(x.data.ndim() >= 1 && x.data.dim(-1) == in)
+      << op << ": x.data " << x.data.describe() << " must be [..., " << in << "] to match w.data "
+      << w.data.describe();
+  const std::int64_t rows = x.data.numel() / std::max<std::int64_t>(in, 1);
+  FT_CHECK(dy.data.ndim() >= 1 && dy.data.dim(-1) == out && dy.data.numel() == rows * out)
+      << op << ": dy.data " << dy.data.describe() << " must be [" << rows << " rows, " << out << "]";
+  spans::require_dtype(op, dw, "dw", DType::f32);
+  spans::require_same_shape(op, w.data, "w.data", dw, "dw");
+  if (dx != nullptr) {
+    spans::require_float_storage(op, *dx, "dx");
+    spans::require_same_shape(op, x.data, "x.data", *dx, "dx");
+  }
+  if (db != nullptr) {
+    spans::require_float_storage(op, dy_source, "dy_source");
+    spans::require_same_shape(op, dy.data, "dy.data", dy_source, "dy_source");
+    spans::require_dtype(op, *db, "db", DType::f32);
+    spans::require_numel(op, *db, "db", out, "one per output feature of w");
+  }
+  const float sx = *x.scale.data_as<float>(), sw = *w.scale.data_as<float>(), sdy = *dy.scale.data_as<float>();
+
+  std::vector<float> xs, ws, dys;
+  const float* xf = decode_fp8("ftrain::fp8_linear::backward::decode_x", x.data, xs);
+  const float* wf = decode_fp8("ftrain::fp8_linear::backward::decode_w", w.data, ws);
+  const float* dyf = decode_fp8("ftrain::fp8_linear::backward::decode_dy", dy.data, dys);
+
+  if (dx != nullptr) {
+    // dx[N,in] = dyq[N,out] . wq[out,in], then the dequantisation factor.
+    std::vector<float> dx_acc(static_cast<std::size_t>(dx->numel()), 0.0f);
+    if (rows > 0 && in > 0 && out > 0)
+      gemm::f32({gemm::Op::none, gemm::Op::none, rows, in, out, out, in, in}, dyf, wf, 0.0f, dx_acc.data());
+    store_scaled("ftrain::fp8_linear::backward::unscale_dx", dx_acc.data(), 1.0f / (sdy * sw), *dx);
+  }
+  if (rows > 0 && in > 0 && out > 0) {
+    // dw[out,in] += (dyq^T[out,N] . xq[N,in]) / (s_dy s_x): the GEMM into a
+    // zeroed f32 buffer, then one scaled add into the gradient.
+    std::vector<float> dw_acc(static_cast<std::size_t>(dw.numel()), 0.0f);
+    gemm::f32({gemm::Op::transpose, gemm::Op::none, out, in, rows, out, in, in}, dyf, xf, 1.0f, dw_acc.data());
+    const float unscale = 1.0f / (sdy * sx);
+    const float* a = dw_acc.data();
+    float* g = dw.data_as<float>();
+    Kokkos::parallel_for("ftrain::fp8_linear::backward::accumulate_dw", HostPolicy(0, dw.numel()),
+                         [=](std::int64_t i) { g[i] += a[i] * unscale; });
+  }
+  if (db != nullptr && out > 0) {
+    // Unquantised bias gradient; one column per iteration, rows in order:
+    // deterministic for any thread count.
+    std::vector<float> src_store;
+    const float* d = spans::whole_as_f32("ftrain::fp8_linear::backward::widen_dy", dy_source, src_store);
+    float* gb = db->data_as<float>();
+    Kokkos::parallel_for("ftrain::fp8_linear::backward::bias", HostPolicy(0, out), [=](std::int64_t j) {
+      float s = 0.0f;
+      for (std::int64_t r = 0; r < rows; ++r) s += d[r * out + j];
+      gb[j] += s;
+    });
+  }
+}
+
+void fp8_update_scales(Tensor& amax_history, Tensor& scale, DType forward_format, DType backward_format,
+                       std::int64_t margin, Fp8AmaxAlgo algo) {
+  constexpr const char* op = "fp8_update_scales";
+  spans::require_dtype(op, amax_history, "amax_history", DType::f32);
+  spans::require_dtype(op, scale, "scale", DType::f32);
+  FT_CHECK(amax_history.ndim() == 2 && amax_history.dim(1) == kFp8NumOperands && amax_history.dim(0) >= 1)
+      << op << ": amax_history " << amax_history.describe() << " must be [L >= 1, " << kFp8NumOperands << "]";
+  spans::require_numel(op, scale, "scale", kFp8NumOperands, "one per FP8 operand: input, weight, grad_output");
+  FT_CHECK(is_fp8(forward_format) && is_fp8(backward_format))
+      << op << ": formats " << dtype_name(forward_format) << ", " << dtype_name(backward_format)
+      << " must be fp8_e4m3 or fp8_e5m2";
+  FT_CHECK(margin >= 0 && margin <= 64) << op << ": margin " << margin << " must be in [0, 64]";
+  const std::int64_t len = amax_history.dim(0);
+  float* h = amax_history.data_as<float>();
+  float* s = scale.data_as<float>();
+  for (int column = 0; column < kFp8NumOperands; ++column) {
+    float amax = h[column];
+    if (algo == Fp8AmaxAlgo::max)
+      for (std::int64_t i = 0; i < len; ++i) amax = fp8_scaling::amax_combine(amax, h[i * kFp8NumOperands + column]);
+    const DType format = column == kFp8GradOutput ? backward_format : forward_format;
+    s[column] = fp8_scaling::next_scale(amax, s[column], fp8_max_of(format), static_cast<int>(margin));
+  }
+  // TE's _update_amax_history: torch.roll(h, -1, 0); h[0] = 0. Row 0 (the
+  // iteration just finished) moves to the end, row 1 (the oldest) is
+  // overwritten by the zeros of the next iteration: the history always holds
+  // the last L iterations.
+  float first[kFp8NumOperands];
+  std::memcpy(first, h, sizeof first);
+  std::memmove(h, h + kFp8NumOperands, static_cast<std::size_t>((len - 1) * kFp8NumOperands) * sizeof(float));
+  std::memcpy(h + (len - 1) * kFp8NumOperands, first, sizeof first);
+  std::fill(h, h + kFp8NumOperands, 0.0f);
+}
+
+}  // namespace ftrain::host
