@@ -69,8 +69,19 @@ function(ftrain_add_cuda_backend)
   set_target_properties(ftrain_cuda_kernels PROPERTIES CUDA_VISIBILITY_PRESET hidden POSITION_INDEPENDENT_CODE ON
     CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
 
+  # cuDNN (graph API) for attention: part of the toolkit here and on CI.
+  find_library(FTRAIN_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})
+  find_path(FTRAIN_CUDNN_INCLUDE_DIR cudnn_graph.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  if(FTRAIN_CUDNN_LIBRARY AND FTRAIN_CUDNN_INCLUDE_DIR)
+    set(FTRAIN_HAVE_CUDNN ON PARENT_SCOPE)
+    set(_cudnn ${FTRAIN_CUDNN_LIBRARY})
+  else()
+    message(STATUS "ftrain: cuDNN not found; libftrain_cuda is built without the cuDNN attention graphs")
+    list(FILTER _sources EXCLUDE REGEX "cudnn_")
+    set(_cudnn "")
+  endif()
   add_library(ftrain_cuda SHARED ${_sources} $<TARGET_OBJECTS:ftrain_cuda_kernels>)
-  target_link_libraries(ftrain_cuda PRIVATE ftrain CUDA::cudart_static CUDA::cublasLt)
+  target_link_libraries(ftrain_cuda PRIVATE ftrain CUDA::cudart_static CUDA::cublasLt ${_cudnn})
   target_include_directories(ftrain_cuda PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_compile_options(ftrain_cuda PRIVATE -Wall -Wextra -Werror)
   set_target_properties(ftrain_cuda PROPERTIES
