@@ -177,7 +177,8 @@ std::vector<Command> build_table() {
               "without a usable GPU (no driver, no device, too old a driver, no CUDA build) the run stops "
               "before anything else with the cause. The training engine does not run on the CUDA backend yet "
               "(share/doc/status.md), so `cuda` currently stops even with a GPU, saying so. `auto`: CUDA "
-              "once the engine runs there, the host until then; the run header says what was chosen and why.",
+              "once the engine runs there, the host until then; it asks only the driver (libcuda), never "
+              "loading the CUDA libraries into a host run, and the run header says what was chosen and why.",
       .maps_to = "Accelerate `cpu` / `TrainingArguments.use_cpu`",
       .forms = {Form{.word = "",
                      .help = "",

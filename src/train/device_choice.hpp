@@ -25,10 +25,19 @@ struct DeviceChoice {
 
 // "" when a CUDA GPU is usable, else why not.
 using CudaProbe = std::function<std::string()>;
-// The real probe (loads libftrain_cuda.so if present).
-std::string probe_cuda();
+struct CudaProbes {
+  // Cheap: the driver alone (dlopen libcuda.so.1, cuInit, cuDeviceGetCount),
+  // for `auto`, which every run asks: loading the backend (and cuBLASLt with
+  // it) costs ~100 MiB of resident memory that a host run must not pay.
+  CudaProbe driver;
+  // Complete: loads libftrain_cuda.so and lets it register, for `cuda`.
+  CudaProbe backend;
+};
+std::string probe_cuda_driver();
+std::string probe_cuda_backend();
+inline CudaProbes real_cuda_probes() { return {&probe_cuda_driver, &probe_cuda_backend}; }
 
 // Throws UserError naming the deck line for `device cuda` that cannot run.
-DeviceChoice choose_device(const std::string& requested, const DeckLocation& where, const CudaProbe& probe);
+DeviceChoice choose_device(const std::string& requested, const DeckLocation& where, const CudaProbes& probes);
 
 }  // namespace ftrain

@@ -324,7 +324,7 @@ void Trainer::prepare() {
   State& s = *state_;
   const RunConfig& c = s.config;
   // First: `device cuda` without a usable GPU stops here, naming the cause.
-  s.device_choice = choose_device(c.device, c.device_where, probe_cuda);
+  s.device_choice = choose_device(c.device, c.device_where, real_cuda_probes());
   const int ranks_here = s.world.split_node()->size();  // collective: every rank calls it
   // --check --ranks N plans the real run's geometry without its processes.
   const int plan_world = s.options.plan_ranks > 0 ? s.options.plan_ranks : s.world.size();
