@@ -66,6 +66,7 @@ void load_optional_backend_libraries() {
   if (attempted) return;
   attempted = true;
   if (const char* explicit_path = std::getenv("FTRAIN_CUDA_BACKEND"); explicit_path != nullptr && *explicit_path) {
+    if (std::string(explicit_path) == "none") return;  // host only, even where a GPU and the library are
     load_backend_library(explicit_path);
     return;
   }
