@@ -11,10 +11,6 @@ function(ftrain_component name)
   file(GLOB _sources CONFIGURE_DEPENDS
     ${PROJECT_SOURCE_DIR}/src/${name}/*.cpp
     ${PROJECT_SOURCE_DIR}/src/${name}/host/*.cpp)
-  if(name STREQUAL "kernels" AND FTRAIN_HAVE_CUDA)
-    file(GLOB _cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${name}/cuda/*.cu)
-    list(APPEND _sources ${_cuda_sources})
-  endif()
   if(NOT _sources)
     # A folder with headers only still gets a library, so dependents link
     # the same way whatever the folder holds.

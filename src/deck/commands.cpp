@@ -172,6 +172,26 @@ std::vector<Command> build_table() {
   });
 
   table.push_back(Command{
+      .name = "device",
+      .help = "Where the ops run. `host`: the CPU backend. `cuda`: the CUDA backend (libftrain_cuda.so); "
+              "without a usable GPU (no driver, no device, too old a driver, no CUDA build) the run stops "
+              "before anything else with the cause. The training engine does not run on the CUDA backend yet "
+              "(share/doc/status.md), so `cuda` currently stops even with a GPU, saying so. `auto`: CUDA "
+              "once the engine runs there, the host until then; it asks only the driver (libcuda), never "
+              "loading the CUDA libraries into a host run, and the run header says what was chosen and why.",
+      .maps_to = "Accelerate `cpu` / `TrainingArguments.use_cpu`",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{.name = "KIND", .kind = ValueKind::choice,
+                                           .help = "backend for the ops",
+                                           .choices = {{"auto", ""}, {"host", "use_cpu=True"}, {"cuda", "use_cpu=False"}},
+                                           .set = [](RunConfig& c, const Value& v) { c.device = v.text; },
+                                           .default_of = [](const RunConfig& c) { return c.device; }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) { c.device_where = p.where; }}},
+      .example = "device auto",
+  });
+
+  table.push_back(Command{
       .name = "fp8",
       .help = "The FP8 delayed-scaling recipe used under `precision fp8`: the linear layers inside "
               "the blocks quantise input, weight and output gradient with per-tensor scales from an "

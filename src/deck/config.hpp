@@ -128,6 +128,8 @@ struct Fp8Section {  // fp8 [format hybrid|e4m3] [amax_history N] [margin M] [am
 
 struct RunConfig {
   ModelSection model;
+  std::string device = "auto";     // device auto|host|cuda (train/device_choice.hpp decides)
+  DeckLocation device_where;
   std::string precision = "fp32";  // precision fp32|bf16|fp8 (fp8: block linears FP8, the rest bf16)
   std::uint64_t seed = 1234;       // seed N
   Fp8Section fp8;                  // used when precision is fp8

@@ -14,6 +14,14 @@ namespace ftrain {
 namespace {
 constexpr const char* kCudaLibrary = "libftrain_cuda.so";
 
+// Why the library beside libftrain.so did not register (empty if it did or
+// was not there): kept for messages, since its absence of a GPU is not an
+// error until a CUDA device is actually asked for.
+std::string& default_library_refusal() {
+  static std::string reason;
+  return reason;
+}
+
 std::string default_library_path() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&load_backend_library), &info) == 0 || info.dli_fname == nullptr) return {};
@@ -58,12 +66,19 @@ void load_optional_backend_libraries() {
   if (attempted) return;
   attempted = true;
   if (const char* explicit_path = std::getenv("FTRAIN_CUDA_BACKEND"); explicit_path != nullptr && *explicit_path) {
+    if (std::string(explicit_path) == "none") return;  // host only, even where a GPU and the library are
     load_backend_library(explicit_path);
     return;
   }
   const std::string path = default_library_path();
   std::error_code ec;
-  if (!path.empty() && std::filesystem::is_regular_file(path, ec)) load_backend_library(path);
+  if (path.empty() || !std::filesystem::is_regular_file(path, ec)) return;
+  try {
+    load_backend_library(path);
+  } catch (const Error& e) {
+    // Found but unusable here (no GPU, no driver): a host-only process.
+    default_library_refusal() = e.what();
+  }
 }
 
 std::string describe_backend_search() {
@@ -71,6 +86,7 @@ std::string describe_backend_search() {
   std::string out = "FTRAIN_CUDA_BACKEND is ";
   out += (explicit_path != nullptr && *explicit_path) ? std::string("'") + explicit_path + "'" : std::string("unset");
   out += "; looked for " + default_library_path();
+  if (!default_library_refusal().empty()) out += ", which was found but did not load: " + default_library_refusal();
   return out;
 }
 

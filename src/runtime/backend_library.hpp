@@ -2,9 +2,10 @@
 // backend: libftrain_cuda.so), only when present.
 //
 // Where: FTRAIN_CUDA_BACKEND=<path> names the library explicitly (then a
-// failure to load it is an error); otherwise libftrain_cuda.so beside
+// failure to load it is an error), FTRAIN_CUDA_BACKEND=none loads none; otherwise libftrain_cuda.so beside
 // libftrain.so is loaded if it exists, and its absence just means a host-only
-// ftrain. The library's entry point (runtime/ftrain_backend.h) registers
+// ftrain; so does a library there that refuses to register (no GPU, no
+// driver): the reason is kept for describe_backend_search(). The library's entry point (runtime/ftrain_backend.h) registers
 // its allocator, streams and op table.
 #pragma once
 

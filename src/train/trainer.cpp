@@ -37,6 +37,7 @@
 #include "optim/lr_schedule.hpp"
 #include "plugin/loader.hpp"
 #include "train/console.hpp"
+#include "train/device_choice.hpp"
 #include "train/device_peak.hpp"
 #include "train/output_locations.hpp"
 #include "train/host_backend.hpp"
@@ -149,6 +150,7 @@ struct Trainer::State {
   Communicator& world;
   TrainerOptions options;
   ModelHandle model;
+  DeviceChoice device_choice;  // deck `device`, decided first in prepare()
   FsdpOptions fsdp;
   RunPlan plan;
   std::unique_ptr<data::BatchSource> train_data;
@@ -321,6 +323,8 @@ Trainer::~Trainer() = default;
 void Trainer::prepare() {
   State& s = *state_;
   const RunConfig& c = s.config;
+  // First: `device cuda` without a usable GPU stops here, naming the cause.
+  s.device_choice = choose_device(c.device, c.device_where, real_cuda_probes());
   const int ranks_here = s.world.split_node()->size();  // collective: every rank calls it
   // --check --ranks N plans the real run's geometry without its processes.
   const int plan_world = s.options.plan_ranks > 0 ? s.options.plan_ranks : s.world.size();
@@ -493,7 +497,7 @@ int Trainer::run() {
   if (s.is_root()) {
     std::ostringstream h;
     h << "ftrain " << FTRAIN_VERSION_STRING << " | " << s.plan.world_size << " rank(s), " << s.ranks_per_node
-      << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: host (Kokkos; " << blas_kernel_description() << ", " << s.blas_threads
+      << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: host [" << s.device_choice.reason << "] (Kokkos; " << blas_kernel_description() << ", " << s.blas_threads
       << " thread(s) per rank) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "host GEMM: " << host::gemm::describe() << "\n";

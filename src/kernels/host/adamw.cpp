@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/adamw.hpp"
 
 namespace ftrain::host {
 
@@ -28,26 +29,13 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float
   spans::require_numel(op, v, "v", param.numel(), "same as param");
   FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (bias correction) for param "
                       << param.describe();
-  const double bias1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
-  const double bias2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
-  const float inv_bias1 = static_cast<float>(1.0 / bias1);
-  const float inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
-  const float one_minus_beta1 = 1.0f - beta1, one_minus_beta2 = 1.0f - beta2;
+  const math::AdamwConstants k = math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
   float* p = static_cast<float*>(param.data());
   const float* gr = static_cast<const float*>(grad.data());
   float* mm = static_cast<float*>(m.data());
   float* vv = static_cast<float*>(v.data());
   spans::for_each_chunk("ftrain::adamw::update", param.numel(), [=](std::int64_t begin, std::int64_t n) {
-    for (std::int64_t i = begin; i < begin + n; ++i) {
-      const float g = gr[i] * grad_scale;
-      const float mi = beta1 * mm[i] + one_minus_beta1 * g;
-      const float vi = beta2 * vv[i] + one_minus_beta2 * g * g;
-      mm[i] = mi;
-      vv[i] = vi;
-      const float mhat = mi * inv_bias1;
-      const float sqrt_vhat = std::sqrt(vi) * inv_sqrt_bias2;
-      p[i] -= lr * (mhat / (sqrt_vhat + eps) + weight_decay * p[i]);
-    }
+    for (std::int64_t i = begin; i < begin + n; ++i) math::adamw_step(k, gr[i], p[i], mm[i], vv[i]);
   });
 }
 

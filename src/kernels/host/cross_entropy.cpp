@@ -29,6 +29,7 @@
 #include "core/error.hpp"
 #include "kernels/host/gemm.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/cross_entropy.hpp"
 
 namespace ftrain::host {
 
@@ -177,8 +178,8 @@ void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias,
       for (std::int64_t c = 0; c < cs; ++c) chunk_max = std::max(chunk_max, row[c]);
       const float new_max = std::max(row_max[i], chunk_max);
       float sum = 0.0f;
-      for (std::int64_t c = 0; c < cs; ++c) sum += std::exp(row[c] - new_max);
-      row_sum[i] = row_sum[i] * std::exp(row_max[i] - new_max) + sum;
+      for (std::int64_t c = 0; c < cs; ++c) sum += math::softmax_term(row[c], new_max);
+      row_sum[i] = math::rescaled_running_sum(row_sum[i], row_max[i], new_max, sum);
       row_max[i] = new_max;
       const std::int64_t t = tgt[i];
       if (t >= v0 && t < v0 + cs) picked[i] = row[t - v0];
@@ -188,9 +189,9 @@ void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias,
   float* loss_out = losses.data_as<float>();
   float* lse_out = lse.data_as<float>();
   Kokkos::parallel_for("ftrain::cross_entropy::forward_loss", HostRange(0, N), [=](const std::int64_t i) {
-    const float row_lse = row_max[i] + std::log(row_sum[i]);
+    const float row_lse = math::log_sum_exp(row_max[i], row_sum[i]);
     lse_out[i] = row_lse;
-    loss_out[i] = tgt[i] == kIgnoreIndex ? 0.0f : row_lse - picked[i];
+    loss_out[i] = math::cross_entropy_loss(row_lse, picked[i], tgt[i] == kIgnoreIndex);
   });
 }
 
@@ -245,8 +246,8 @@ void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias
         for (std::int64_t c = 0; c < cs; ++c) row[c] = 0.0f;
       } else {
         const float row_lse = lse_in[i];
-        for (std::int64_t c = 0; c < cs; ++c) row[c] = loss_scale * std::exp(row[c] - row_lse);
-        if (t >= v0 && t < v0 + cs) row[t - v0] -= loss_scale;
+        for (std::int64_t c = 0; c < cs; ++c) row[c] = math::cross_entropy_dlogit(row[c], row_lse, loss_scale);
+        if (t >= v0 && t < v0 + cs) row[t - v0] = math::cross_entropy_target_correction(row[t - v0], loss_scale);
       }
       if (native)
         for (std::int64_t c = 0; c < cs; ++c) dlogit16[i * cs + c] = to_bf16(row[c]);

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/pointwise.hpp"
 
 namespace ftrain::host {
 
@@ -30,7 +31,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
     const float* x = spans::read_f32(ta, begin, n, spans::thread_scratch(0, n));
     const float* y = spans::read_f32(tb, begin, n, spans::thread_scratch(1, n));
     float* o = spans::write_f32_begin(tout, begin, spans::thread_scratch(2, n));
-    for (std::int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+    for (std::int64_t i = 0; i < n; ++i) o[i] = math::add_value(x[i], y[i]);
     spans::write_f32_end(tout, begin, n, o);
   });
 }
@@ -54,7 +55,7 @@ void scale_inplace(Tensor& x, float factor) {
   spans::for_each_chunk("ftrain::scale_inplace", x.numel(), [=](std::int64_t begin, std::int64_t n) {
     const float* in = spans::read_f32(tx, begin, n, spans::thread_scratch(0, n));
     float* o = spans::write_f32_begin(tx, begin, spans::thread_scratch(0, n));
-    for (std::int64_t i = 0; i < n; ++i) o[i] = in[i] * factor;
+    for (std::int64_t i = 0; i < n; ++i) o[i] = math::scale_value(in[i], factor);
     spans::write_f32_end(tx, begin, n, o);
   });
 }
@@ -195,8 +196,8 @@ double sum_squares(const Tensor& x) {
         double acc[8] = {};
         std::int64_t i = 0;
         for (; i + 8 <= len; i += 8)
-          for (int l = 0; l < 8; ++l) acc[l] += static_cast<double>(v[i + l]) * static_cast<double>(v[i + l]);
-        for (; i < len; ++i) acc[0] += static_cast<double>(v[i]) * static_cast<double>(v[i]);
+          for (int l = 0; l < 8; ++l) acc[l] += math::square_in_double(v[i + l]);
+        for (; i < len; ++i) acc[0] += math::square_in_double(v[i]);
         double s = 0.0;
         for (int l = 0; l < 8; ++l) s += acc[l];
         sum += s;

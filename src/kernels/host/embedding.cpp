@@ -17,6 +17,7 @@
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/embedding.hpp"
 
 namespace ftrain::host {
 
@@ -47,11 +48,11 @@ void check_tokens(const char* op, const Tensor& tokens, std::int64_t vocab, cons
   std::int64_t bad_count = 0;
   Kokkos::parallel_reduce(
       "ftrain::embedding::check_tokens", HostPolicy(0, tokens.numel()),
-      [=](std::int64_t i, std::int64_t& count) { count += (ids[i] < 0 || ids[i] >= vocab) ? 1 : 0; }, bad_count);
+      [=](std::int64_t i, std::int64_t& count) { count += math::embedding_token_valid(ids[i], vocab) ? 0 : 1; }, bad_count);
   if (bad_count == 0) return;
   // Report the first bad row (a serial scan: this is the error path).
   for (std::int64_t i = 0; i < tokens.numel(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab) {
+    if (!math::embedding_token_valid(ids[i], vocab)) {
       FT_THROW() << op << ": token " << ids[i] << " at row " << i << " of " << tokens.describe()
                  << " is outside the embedding table " << table.describe() << " (valid ids 0.." << vocab - 1
                  << ")";

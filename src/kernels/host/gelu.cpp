@@ -6,38 +6,22 @@
 //
 // Conventions: x, y, dy, dx share one shape, f32 or bf16 each, math in f32,
 // chunked element-wise; the approximation is chosen once per call. dx is
-// written. erf / tanh / exp are fast_math's vectorisable versions.
+// written. The formulas are kernels/math/activations.hpp's, shared with the
+// CUDA backend.
 #include <Kokkos_Core.hpp>
 #include <cmath>
 
 #include "core/error.hpp"
-#include "kernels/host/fast_math.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/activations.hpp"
 
 namespace ftrain::host {
 
 namespace {
 
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-constexpr float kSqrt2OverPi = 0.79788456080286536f;
-constexpr float kTanhCubic = 0.044715f;
-
-struct GeluExact {
-  static float value(float x) { return 0.5f * x * (1.0f + fast_math::erf(x * kInvSqrt2)); }
-  static float derivative(float x) {
-    return 0.5f * (1.0f + fast_math::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * fast_math::exp(-0.5f * x * x);
-  }
-};
-
-struct GeluTanh {
-  static float value(float x) { return 0.5f * x * (1.0f + fast_math::tanh(kSqrt2OverPi * (x + kTanhCubic * x * x * x))); }
-  static float derivative(float x) {
-    const float t = fast_math::tanh(kSqrt2OverPi * (x + kTanhCubic * x * x * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kTanhCubic * x * x);
-  }
-};
+using math::GeluExact;
+using math::GeluTanh;
 
 template <class Form>
 void gelu_forward_impl(const Tensor& x, const Tensor& y) {

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/norms.hpp"
 
 namespace ftrain::host {
 
@@ -36,11 +37,8 @@ float centred_square_sum(const float* a, float centre, std::int64_t n) {
   float acc[spans::kLanes] = {};
   std::int64_t i = 0;
   for (; i + spans::kLanes <= n; i += spans::kLanes)
-    for (int l = 0; l < spans::kLanes; ++l) {
-      const float d = a[i + l] - centre;
-      acc[l] += d * d;
-    }
-  for (; i < n; ++i) acc[0] += (a[i] - centre) * (a[i] - centre);
+    for (int l = 0; l < spans::kLanes; ++l) acc[l] += math::layernorm_centred_square(a[i + l], centre);
+  for (; i < n; ++i) acc[0] += math::layernorm_centred_square(a[i], centre);
   return spans::lane_total(acc);
 }
 
@@ -69,8 +67,8 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor* b, float 
     const float* xr = spans::read_f32(tx, offset, width, spans::thread_scratch(0, width));
     float* yr = spans::write_f32_begin(ty, offset, spans::thread_scratch(1, width));
     const float m = spans::sum_f32(xr, width) * inv_width;
-    const float s = 1.0f / std::sqrt(centred_square_sum(xr, m, width) * inv_width + eps);
-    for (std::int64_t j = 0; j < width; ++j) yr[j] = (xr[j] - m) * s * wf[j] + bf[j];
+    const float s = math::layernorm_rstd(centred_square_sum(xr, m, width), inv_width, eps);
+    for (std::int64_t j = 0; j < width; ++j) yr[j] = math::layernorm_value(xr[j], m, s, wf[j], bf[j]);
     spans::write_f32_end(ty, offset, width, yr);
     mean_out[r] = m;
     rstd_out[r] = s;
@@ -112,8 +110,8 @@ void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, co
     float* dw_acc = partial_base + block * partial_count * width;
     const float m = mean_in[r], s = rstd_in[r];
     for (std::int64_t j = 0; j < width; ++j) {
-      dxhat[j] = dyr[j] * wf[j];
-      xhat[j] = (xr[j] - m) * s;
+      dxhat[j] = math::norm_dxhat(dyr[j], wf[j]);
+      xhat[j] = math::layernorm_xhat(xr[j], m, s);
     }
     const float a = spans::sum_f32(dxhat, width) * inv_width;
     const float c = spans::dot_f32(dxhat, xhat, width) * inv_width;
@@ -122,7 +120,7 @@ void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, co
       float* db_acc = dw_acc + width;
       for (std::int64_t j = 0; j < width; ++j) db_acc[j] += dyr[j];
     }
-    for (std::int64_t j = 0; j < width; ++j) dxr[j] = s * (dxhat[j] - a - xhat[j] * c);
+    for (std::int64_t j = 0; j < width; ++j) dxr[j] = math::layernorm_dx(dxhat[j], xhat[j], s, a, c);
     spans::write_f32_end(tdx, offset, width, dxr);
   });
   partials.add_into("ftrain::layernorm::backward::dw", 0, dw);

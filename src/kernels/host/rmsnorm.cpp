@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/norms.hpp"
 
 namespace ftrain::host {
 
@@ -45,8 +46,8 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Ten
     const std::int64_t offset = r * width;
     const float* xr = spans::read_f32(tx, offset, width, spans::thread_scratch(0, width));
     float* yr = spans::write_f32_begin(ty, offset, spans::thread_scratch(1, width));
-    const float s = 1.0f / std::sqrt(spans::dot_f32(xr, xr, width) * inv_width + eps);
-    for (std::int64_t j = 0; j < width; ++j) yr[j] = wf[j] * (xr[j] * s);
+    const float s = math::rmsnorm_rstd(spans::dot_f32(xr, xr, width), inv_width, eps);
+    for (std::int64_t j = 0; j < width; ++j) yr[j] = math::rmsnorm_value(xr[j], s, wf[j]);
     spans::write_f32_end(ty, offset, width, yr);
     rstd_out[r] = s;
   });
@@ -78,13 +79,11 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
     float* dxr = spans::write_f32_begin(tdx, offset, spans::thread_scratch(3, width));
     float* dw_acc = partial_base + block * width;
     const float s = rstd_in[r];
-    for (std::int64_t j = 0; j < width; ++j) dxhat[j] = dyr[j] * wf[j];
-    // mean(dxhat * xhat) with xhat = x * s
-    const float c = spans::dot_f32(dxhat, xr, width) * s * inv_width;
+    for (std::int64_t j = 0; j < width; ++j) dxhat[j] = math::norm_dxhat(dyr[j], wf[j]);
+    const float c = math::rmsnorm_backward_coefficient(spans::dot_f32(dxhat, xr, width), s, inv_width);
     for (std::int64_t j = 0; j < width; ++j) {
-      const float xhat = xr[j] * s;
-      dw_acc[j] += dyr[j] * xhat;
-      dxr[j] = s * (dxhat[j] - xhat * c);
+      dw_acc[j] += math::rmsnorm_dw_term(dyr[j], xr[j], s);
+      dxr[j] = math::rmsnorm_dx(dxhat[j], xr[j], s, c);
     }
     spans::write_f32_end(tdx, offset, width, dxr);
   });

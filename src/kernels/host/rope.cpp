@@ -16,6 +16,7 @@
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/rope.hpp"
 
 namespace ftrain::host {
 
@@ -47,9 +48,8 @@ void rope_tables(const Tensor& inv_freq, std::int64_t position_offset, std::int6
   float* c = cos_table.data();
   float* s = sin_table.data();
   Kokkos::parallel_for("ftrain::rope::tables", spans::HostPolicy(0, time), [=](std::int64_t t) {
-    const float position = static_cast<float>(position_offset + t);
     for (std::int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(position * freq[i]);
+      const double angle = static_cast<double>(math::rope_angle(position_offset + t, freq[i]));
       c[t * half + i] = static_cast<float>(std::cos(angle));
       s[t * half + i] = static_cast<float>(std::sin(angle));
     }
@@ -75,10 +75,9 @@ void rope_apply(const char* kernel_name, const Tensor& in, const Tensor& inv_fre
       const float* x = xr + h * head_dim;
       float* y = yr + h * head_dim;
       for (std::int64_t i = 0; i < half; ++i) {
-        const float a = x[i], b = x[i + half];
-        const float sn = direction * s[i];
-        y[i] = a * c[i] - b * sn;
-        y[i + half] = b * c[i] + a * sn;
+        const math::RotatedPair r = math::rope_rotate(x[i], x[i + half], c[i], s[i], direction);
+        y[i] = r.first;
+        y[i + half] = r.second;
       }
     }
     spans::write_f32_end(out, offset, row, yr);

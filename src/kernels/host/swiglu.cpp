@@ -4,14 +4,15 @@
 // Conventions: gate, up, out, dout, dgate, dup all have one shape ([N, I] in
 // the model); each may be f32 or bf16, math in f32, chunked element-wise.
 // silu(g) = g * sigmoid(g);  d silu / dg = s * (1 + g * (1 - s)), s = sigmoid(g).
-// dgate and dup are written. sigmoid is fast_math's vectorisable one.
+// dgate and dup are written. The arithmetic is kernels/math/activations.hpp's,
+// shared with the CUDA backend.
 #include <Kokkos_Core.hpp>
 #include <cmath>
 
 #include "core/error.hpp"
-#include "kernels/host/fast_math.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/activations.hpp"
 
 namespace ftrain::host {
 
@@ -27,7 +28,7 @@ void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) {
     const float* g = spans::read_f32(tg, begin, n, spans::thread_scratch(0, n));
     const float* u = spans::read_f32(tu, begin, n, spans::thread_scratch(1, n));
     float* o = spans::write_f32_begin(to, begin, spans::thread_scratch(2, n));
-    for (std::int64_t i = 0; i < n; ++i) o[i] = g[i] * fast_math::sigmoid(g[i]) * u[i];
+    for (std::int64_t i = 0; i < n; ++i) o[i] = math::swiglu_value(g[i], u[i]);
     spans::write_f32_end(to, begin, n, o);
   });
 }
@@ -51,10 +52,9 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, T
     float* dg = spans::write_f32_begin(tdg, begin, spans::thread_scratch(3, n));
     float* du = spans::write_f32_begin(tdu, begin, spans::thread_scratch(4, n));
     for (std::int64_t i = 0; i < n; ++i) {
-      const float s = fast_math::sigmoid(g[i]);
-      const float gi = g[i], ui = u[i], di = d[i];  // dgate/dup may alias inputs
-      du[i] = di * gi * s;
-      dg[i] = di * ui * s * (1.0f + gi * (1.0f - s));
+      const math::SwigluGrads grads = math::swiglu_grads(g[i], u[i], d[i]);  // dgate/dup may alias inputs
+      dg[i] = grads.dgate;
+      du[i] = grads.dup;
     }
     spans::write_f32_end(tdg, begin, n, dg);
     spans::write_f32_end(tdu, begin, n, du);

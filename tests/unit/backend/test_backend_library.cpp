@@ -29,7 +29,8 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST(BackendLibrary, CudaBackendArrivesOnlyWhenItsLibraryIsLoaded) {
-  // No FTRAIN_CUDA_BACKEND and no libftrain_cuda.so beside libftrain: host only.
+  // FTRAIN_CUDA_BACKEND=none (tests/unit/backend/CMakeLists.txt): host only,
+  // even with a real libftrain_cuda.so beside libftrain and a GPU.
   EXPECT_EQ(find_backend(Device::cuda), nullptr);
   EXPECT_EQ(registered_backends().size(), 1u);
   std::string m = error_of([] { Tensor::empty({4}, DType::f32, Device::cuda, "activations"); });

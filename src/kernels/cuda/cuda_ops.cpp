@@ -1,0 +1,460 @@
+// The CUDA op table (cuda_ops.hpp). Argument checks mirror the host kernels'
+// (kernels/host/float_spans.hpp); the arithmetic is in the launchers
+// (kernels.hpp) and, below them, kernels/math/. Ops that still have no CUDA
+// kernel (attention, the fused cross-entropy head, casts from or to f16/fp8)
+// throw naming themselves: share/doc/status.md lists them.
+#include "kernels/cuda/cuda_ops.hpp"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/cuda/cublaslt_linear.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernels.hpp"
+#include "runtime/execution_context.hpp"
+
+namespace ftrain::cuda {
+
+namespace {
+
+cudaStream_t stream_of(ExecutionContext& ctx) { return static_cast<cudaStream_t>(ctx.compute().native_handle()); }
+
+void require_cuda(const char* op, const Tensor& t, const char* role) {
+  FT_CHECK(t.defined()) << op << ": " << role << " is an undefined tensor";
+  FT_CHECK(t.device() == Device::cuda) << op << ": " << role << " " << t.describe()
+                                       << " is not on the CUDA device (CUDA backend)";
+}
+
+FloatSpan float_span(const char* op, const Tensor& t, const char* role) {
+  require_cuda(op, t, role);
+  FT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16)
+      << op << ": " << role << " " << t.describe() << " must be f32 or bf16";
+  return {t.data(), t.dtype() == DType::f32 ? Storage::f32 : Storage::bf16};
+}
+
+FloatSpan optional_span(const char* op, const Tensor* t, const char* role) {
+  return t != nullptr ? float_span(op, *t, role) : FloatSpan{nullptr, Storage::f32};
+}
+
+void require_dtype(const char* op, const Tensor& t, const char* role, DType dtype) {
+  require_cuda(op, t, role);
+  FT_CHECK(t.dtype() == dtype) << op << ": " << role << " " << t.describe() << " must be " << dtype_name(dtype);
+}
+
+void require_same_shape(const char* op, const Tensor& a, const char* ra, const Tensor& b, const char* rb) {
+  FT_CHECK(a.shape() == b.shape()) << op << ": " << rb << " " << b.describe() << " must have the shape of " << ra
+                                   << " " << a.describe();
+}
+
+void require_numel(const char* op, const Tensor& t, const char* role, std::int64_t numel, const char* why) {
+  FT_CHECK(t.numel() == numel) << op << ": " << role << " " << t.describe() << " must have " << numel
+                               << " elements (" << why << ")";
+}
+
+// Every op of op_list.hpp has an entry: an op added to the list without a
+// CUDA kernel gets this one (a template, so the real function below, a
+// non-template, wins where it exists) and is refused naming itself.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#define FTRAIN_CUDA_MISSING(R, NAME, PARAMS, ARGS, DEVICE_TENSOR)                                           \
+  template <int = 0>                                                                                       \
+  [[noreturn]] R NAME(ExecutionContext& ctx, FTRAIN_UNPAREN PARAMS) {                                      \
+    FT_THROW() << "op " #NAME " on " << (DEVICE_TENSOR).describe()                                         \
+               << ": the CUDA backend has no kernel for it yet (share/doc/status.md); run with `device host`"; \
+  }
+FTRAIN_OP_LIST(FTRAIN_CUDA_MISSING)
+#undef FTRAIN_CUDA_MISSING
+#pragma GCC diagnostic pop
+
+std::int64_t row_width(const char* op, const Tensor& t, const char* role) {
+  FT_CHECK(t.ndim() >= 1 && t.dim(-1) > 0) << op << ": " << role << " " << t.describe()
+                                           << " must be [..., C] with C > 0";
+  return t.dim(-1);
+}
+
+GemmElement element_of(const Tensor& t) { return t.dtype() == DType::f32 ? GemmElement::f32 : GemmElement::bf16; }
+
+// ---- linear (cuBLASLt plans) ---------------------------------------------------
+
+struct LinearDims {
+  std::int64_t rows, in, out;
+};
+
+LinearDims check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& y_like, const char* y_role) {
+  float_span(op, x, "x");
+  float_span(op, w, "w");
+  float_span(op, y_like, y_role);
+  FT_CHECK(w.ndim() == 2) << op << ": w " << w.describe() << " must be [out, in]";
+  const std::int64_t in = w.dim(1), out = w.dim(0);
+  FT_CHECK(x.ndim() >= 1 && x.dim(-1) == in)
+      << op << ": x " << x.describe() << " must be [..., " << in << "] to match w " << w.describe();
+  FT_CHECK(y_like.ndim() >= 1 && y_like.dim(-1) == out)
+      << op << ": " << y_role << " " << y_like.describe() << " must be [..., " << out << "] to match w "
+      << w.describe();
+  const std::int64_t rows = x.numel() / in;
+  FT_CHECK(y_like.numel() == rows * out) << op << ": " << y_role << " " << y_like.describe() << " must have " << rows
+                                         << " rows like x " << x.describe();
+  return {rows, in, out};
+}
+
+// The two GEMM operands in one dtype: as stored when they agree, else the
+// bf16 one widened (exactly) to f32 scratch, as the host widens for
+// OpenBLAS. The scratch is released in stream order when `keep` goes.
+struct GemmInputs {
+  const void* first;
+  const void* second;
+  GemmElement element;
+  std::vector<std::shared_ptr<void>> keep;
+};
+
+GemmInputs same_dtype(ExecutionContext& ctx, const char* op, const Tensor& first, const Tensor& second) {
+  if (first.dtype() == second.dtype()) return {first.data(), second.data(), element_of(first), {}};
+  GemmInputs in{first.data(), second.data(), GemmElement::f32, {}};
+  const Tensor& narrow = first.dtype() == DType::bf16 ? first : second;
+  std::shared_ptr<void> wide = ctx.allocator().allocate(static_cast<std::size_t>(narrow.numel()) * sizeof(float));
+  launch_cast(float_span(op, narrow, "bf16 operand"), {wide.get(), Storage::f32}, narrow.numel(), stream_of(ctx));
+  (first.dtype() == DType::bf16 ? in.first : in.second) = wide.get();
+  in.keep.push_back(std::move(wide));
+  return in;
+}
+
+void linear_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
+  constexpr const char* op = "linear_forward";
+  const LinearDims d = check_linear(op, x, w, y, "y");
+  if (b != nullptr) {
+    float_span(op, *b, "b");
+    require_numel(op, *b, "b", d.out, "one bias per output feature");
+  }
+  const GemmInputs in = same_dtype(ctx, op, x, w);
+  const GemmPlan plan =
+      plan_linear(LinearPass::forward, {d.rows, d.in, d.out, in.element, in.element, element_of(y), b != nullptr});
+  GemmOperands o{in.second, in.first, y.data(), b != nullptr ? b->data() : nullptr,
+                 b != nullptr ? element_of(*b) : GemmElement::f32};
+  execute_gemm_plan(ctx, plan, o);
+}
+
+void linear_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
+                     Tensor& dw, Tensor* db) {
+  constexpr const char* op = "linear_backward";
+  const LinearDims d = check_linear(op, x, w, dy, "dy");
+  float_span(op, dw, "dw");
+  FT_CHECK(dw.shape() == w.shape()) << op << ": dw " << dw.describe() << " must have the shape of w " << w.describe();
+  if (dx != nullptr) {
+    float_span(op, *dx, "dx");
+    require_same_shape(op, x, "x", *dx, "dx");
+    const GemmInputs in = same_dtype(ctx, op, dy, w);
+    const GemmPlan dgrad =
+        plan_linear(LinearPass::dgrad, {d.rows, d.in, d.out, in.element, in.element, element_of(*dx), false});
+    execute_gemm_plan(ctx, dgrad, {in.second, in.first, dx->data(), nullptr, GemmElement::f32});
+  }
+  const GemmInputs in = same_dtype(ctx, op, x, dy);
+  const GemmPlan wgrad =
+      plan_linear(LinearPass::wgrad, {d.rows, d.in, d.out, in.element, in.element, element_of(dw), false});
+  execute_gemm_plan(ctx, wgrad, {in.first, in.second, dw.data(), nullptr, GemmElement::f32});
+  if (db != nullptr) {
+    const FloatSpan dbs = float_span(op, *db, "db");
+    require_numel(op, *db, "db", d.out, "one per output feature");
+    launch_column_sum_accumulate(float_span(op, dy, "dy"), d.rows, d.out, dbs, stream_of(ctx));
+  }
+}
+
+// ---- embedding -----------------------------------------------------------------
+
+void check_embedding(const char* op, const Tensor& tokens, const Tensor& table, const char* table_role,
+                     const Tensor& rows, const char* rows_role) {
+  require_dtype(op, tokens, "tokens", DType::i32);
+  float_span(op, table, table_role);
+  float_span(op, rows, rows_role);
+  FT_CHECK(table.ndim() == 2) << op << ": " << table_role << " " << table.describe() << " must be [V, C]";
+  const std::int64_t width = table.dim(1);
+  FT_CHECK(rows.ndim() >= 1 && rows.dim(-1) == width && rows.numel() == tokens.numel() * width)
+      << op << ": " << rows_role << " " << rows.describe() << " must hold one row of width " << width
+      << " per token of tokens " << tokens.describe();
+}
+
+// Reads the kernel's first bad row back (waits for the stream) and throws
+// naming it, as the host does.
+void report_bad_token(ExecutionContext& ctx, const char* op, const Tensor& tokens, const Tensor& table,
+                      const long long* first_bad_row_device) {
+  long long first_bad = 0;
+  FTRAIN_CUDA_CHECK(cudaMemcpyAsync(&first_bad, first_bad_row_device, sizeof first_bad, cudaMemcpyDeviceToHost,
+                                    stream_of(ctx)));
+  ctx.compute().synchronize();
+  if (first_bad >= tokens.numel()) return;
+  std::int32_t token = 0;
+  FTRAIN_CUDA_CHECK(cudaMemcpy(&token, tokens.data_as<std::int32_t>() + first_bad, sizeof token,
+                               cudaMemcpyDeviceToHost));
+  FT_THROW() << op << ": token " << token << " at row " << first_bad << " of " << tokens.describe()
+             << " is outside the table " << table.describe();
+}
+
+void embedding_forward(ExecutionContext& ctx, const Tensor& tokens, const Tensor& table, Tensor& out) {
+  constexpr const char* op = "embedding_forward";
+  check_embedding(op, tokens, table, "table", out, "out");
+  auto* bad = static_cast<long long*>(ctx.workspace(sizeof(long long)));
+  launch_embedding_forward(tokens.data_as<std::int32_t>(), tokens.numel(), float_span(op, table, "table"),
+                           table.dim(0), table.dim(1), float_span(op, out, "out"), bad, stream_of(ctx));
+  if (tokens.numel() > 0) report_bad_token(ctx, op, tokens, table, bad);
+}
+
+void embedding_backward(ExecutionContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
+  constexpr const char* op = "embedding_backward";
+  check_embedding(op, tokens, dtable, "dtable", dout, "dout");
+  auto* bad = static_cast<long long*>(ctx.workspace(sizeof(long long)));
+  launch_embedding_backward(tokens.data_as<std::int32_t>(), tokens.numel(), float_span(op, dout, "dout"),
+                            dtable.dim(0), dtable.dim(1), float_span(op, dtable, "dtable"), bad, stream_of(ctx));
+  if (tokens.numel() > 0) report_bad_token(ctx, op, tokens, dtable, bad);
+}
+
+// ---- norms -----------------------------------------------------------------------
+
+std::int64_t check_norm_stats(const char* op, const Tensor& x, const Tensor& w, const Tensor& stat,
+                              const char* stat_role) {
+  float_span(op, x, "x");
+  float_span(op, w, "w");
+  require_dtype(op, stat, stat_role, DType::f32);
+  const std::int64_t width = row_width(op, x, "x");
+  require_numel(op, w, "w", width, "one weight per feature of x");
+  require_numel(op, stat, stat_role, x.numel() / width, "one per row of x");
+  return width;
+}
+
+void rmsnorm_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
+  constexpr const char* op = "rmsnorm_forward";
+  const std::int64_t width = check_norm_stats(op, x, w, rstd, "rstd");
+  require_same_shape(op, x, "x", y, "y");
+  launch_rmsnorm_forward(float_span(op, x, "x"), float_span(op, w, "w"), eps, float_span(op, y, "y"),
+                         rstd.data_as<float>(), x.numel() / width, width, stream_of(ctx));
+}
+
+void rmsnorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
+                      Tensor& dx, Tensor& dw) {
+  constexpr const char* op = "rmsnorm_backward";
+  const std::int64_t width = check_norm_stats(op, x, w, rstd, "rstd");
+  require_same_shape(op, x, "x", dy, "dy");
+  require_same_shape(op, x, "x", dx, "dx");
+  float_span(op, dw, "dw");
+  require_numel(op, dw, "dw", width, "one per feature of x");
+  launch_rmsnorm_backward(float_span(op, x, "x"), float_span(op, w, "w"), rstd.data_as<float>(),
+                          float_span(op, dy, "dy"), float_span(op, dx, "dx"), float_span(op, dw, "dw"),
+                          x.numel() / width, width, stream_of(ctx));
+}
+
+void layernorm_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor* b, float eps, Tensor& y,
+                       Tensor& mean, Tensor& rstd) {
+  constexpr const char* op = "layernorm_forward";
+  const std::int64_t width = check_norm_stats(op, x, w, rstd, "rstd");
+  check_norm_stats(op, x, w, mean, "mean");
+  require_same_shape(op, x, "x", y, "y");
+  if (b != nullptr) require_numel(op, *b, "b", width, "one bias per feature of x");
+  launch_layernorm_forward(float_span(op, x, "x"), float_span(op, w, "w"), optional_span(op, b, "b"), eps,
+                           float_span(op, y, "y"), mean.data_as<float>(), rstd.data_as<float>(), x.numel() / width,
+                           width, stream_of(ctx));
+}
+
+void layernorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor* db) {
+  constexpr const char* op = "layernorm_backward";
+  const std::int64_t width = check_norm_stats(op, x, w, rstd, "rstd");
+  check_norm_stats(op, x, w, mean, "mean");
+  require_same_shape(op, x, "x", dy, "dy");
+  require_same_shape(op, x, "x", dx, "dx");
+  float_span(op, dw, "dw");
+  require_numel(op, dw, "dw", width, "one per feature of x");
+  if (db != nullptr) require_numel(op, *db, "db", width, "one per feature of x");
+  launch_layernorm_backward(float_span(op, x, "x"), float_span(op, w, "w"), mean.data_as<float>(),
+                            rstd.data_as<float>(), float_span(op, dy, "dy"), float_span(op, dx, "dx"),
+                            float_span(op, dw, "dw"), optional_span(op, db, "db"), x.numel() / width, width,
+                            stream_of(ctx));
+}
+
+// ---- rope ------------------------------------------------------------------------
+
+void rope(ExecutionContext& ctx, const char* op, const Tensor& in, const char* in_role, const Tensor& inv_freq,
+          std::int64_t position_offset, Tensor& out, const char* out_role, float direction) {
+  const FloatSpan is = float_span(op, in, in_role), os = float_span(op, out, out_role);
+  require_dtype(op, inv_freq, "inv_freq", DType::f32);
+  FT_CHECK(in.ndim() == 4) << op << ": " << in_role << " " << in.describe() << " must be [B, T, H, D]";
+  require_same_shape(op, in, in_role, out, out_role);
+  const std::int64_t head_dim = in.dim(3);
+  FT_CHECK(head_dim % 2 == 0) << op << ": head dimension of " << in_role << " " << in.describe() << " must be even";
+  require_numel(op, inv_freq, "inv_freq", head_dim / 2, "half the head dimension");
+  launch_rope(is, inv_freq.data_as<float>(), position_offset, os, direction, in.dim(0), in.dim(1), in.dim(2), head_dim,
+              stream_of(ctx));
+}
+
+void rope_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset,
+                  Tensor& y) {
+  rope(ctx, "rope_forward", x, "x", inv_freq, position_offset, y, "y", 1.0f);
+}
+
+void rope_backward(ExecutionContext& ctx, const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset,
+                   Tensor& dx) {
+  rope(ctx, "rope_backward", dy, "dy", inv_freq, position_offset, dx, "dx", -1.0f);
+}
+
+// ---- activations -------------------------------------------------------------------
+
+void swiglu_forward(ExecutionContext& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
+  constexpr const char* op = "swiglu_forward";
+  require_same_shape(op, gate, "gate", up, "up");
+  require_same_shape(op, gate, "gate", out, "out");
+  launch_swiglu_forward(float_span(op, gate, "gate"), float_span(op, up, "up"), float_span(op, out, "out"),
+                        gate.numel(), stream_of(ctx));
+}
+
+void swiglu_backward(ExecutionContext& ctx, const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
+                     Tensor& dup) {
+  constexpr const char* op = "swiglu_backward";
+  require_same_shape(op, gate, "gate", up, "up");
+  require_same_shape(op, gate, "gate", dout, "dout");
+  require_same_shape(op, gate, "gate", dgate, "dgate");
+  require_same_shape(op, gate, "gate", dup, "dup");
+  launch_swiglu_backward(float_span(op, gate, "gate"), float_span(op, up, "up"), float_span(op, dout, "dout"),
+                         float_span(op, dgate, "dgate"), float_span(op, dup, "dup"), gate.numel(), stream_of(ctx));
+}
+
+void gelu_forward(ExecutionContext& ctx, const Tensor& x, GeluApproximation approximation, Tensor& y) {
+  constexpr const char* op = "gelu_forward";
+  require_same_shape(op, x, "x", y, "y");
+  FT_CHECK(approximation == GeluApproximation::none || approximation == GeluApproximation::tanh)
+      << op << ": unknown approximation " << static_cast<int>(approximation);
+  launch_gelu_forward(float_span(op, x, "x"), approximation == GeluApproximation::tanh, float_span(op, y, "y"),
+                      x.numel(), stream_of(ctx));
+}
+
+void gelu_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& dy, GeluApproximation approximation,
+                   Tensor& dx) {
+  constexpr const char* op = "gelu_backward";
+  require_same_shape(op, x, "x", dy, "dy");
+  require_same_shape(op, x, "x", dx, "dx");
+  FT_CHECK(approximation == GeluApproximation::none || approximation == GeluApproximation::tanh)
+      << op << ": unknown approximation " << static_cast<int>(approximation);
+  launch_gelu_backward(float_span(op, x, "x"), float_span(op, dy, "dy"), approximation == GeluApproximation::tanh,
+                       float_span(op, dx, "dx"), x.numel(), stream_of(ctx));
+}
+
+// ---- not yet on the GPU ------------------------------------------------------------
+
+[[noreturn]] void not_on_cuda_yet(const char* op, const Tensor& t, const char* what) {
+  FT_THROW() << op << " on " << t.describe() << ": the CUDA backend has no " << what
+             << " yet (issue 18; share/doc/status.md); run this model with `device host`";
+}
+
+void attention_forward(ExecutionContext&, const Tensor& q, const Tensor&, const Tensor&, bool, float, Tensor&,
+                       Tensor&) {
+  not_on_cuda_yet("attention_forward", q, "attention kernel (cuDNN SDPA graph and the reference kernel)");
+}
+void attention_backward(ExecutionContext&, const Tensor& q, const Tensor&, const Tensor&, const Tensor&,
+                        const Tensor&, const Tensor&, bool, float, Tensor&, Tensor&, Tensor&) {
+  not_on_cuda_yet("attention_backward", q, "attention kernel (cuDNN SDPA graph and the reference kernel)");
+}
+void cross_entropy_forward(ExecutionContext&, const Tensor& h, const Tensor&, const Tensor*, const Tensor&,
+                           std::int64_t, Tensor&, Tensor&) {
+  not_on_cuda_yet("cross_entropy_forward", h, "fused chunked cross-entropy head");
+}
+void cross_entropy_backward(ExecutionContext&, const Tensor& h, const Tensor&, const Tensor*, const Tensor&,
+                            const Tensor&, const Tensor&, std::int64_t, Tensor&, Tensor&, Tensor*) {
+  not_on_cuda_yet("cross_entropy_backward", h, "fused chunked cross-entropy head");
+}
+
+// ---- element-wise ------------------------------------------------------------------
+
+void add(ExecutionContext& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
+  constexpr const char* op = "add";
+  require_same_shape(op, a, "a", b, "b");
+  require_same_shape(op, a, "a", out, "out");
+  launch_add(float_span(op, a, "a"), float_span(op, b, "b"), float_span(op, out, "out"), a.numel(), stream_of(ctx));
+}
+
+void add_inplace(ExecutionContext& ctx, Tensor& acc, const Tensor& x) {
+  constexpr const char* op = "add_inplace";
+  require_numel(op, x, "x", acc.numel(), "same as acc");
+  launch_add_inplace(float_span(op, acc, "acc"), float_span(op, x, "x"), acc.numel(), stream_of(ctx));
+}
+
+void scale_inplace(ExecutionContext& ctx, Tensor& x, float factor) {
+  launch_scale_inplace(float_span("scale_inplace", x, "x"), factor, x.numel(), stream_of(ctx));
+}
+
+void fill(ExecutionContext& ctx, Tensor& x, float value) {
+  constexpr const char* op = "fill";
+  require_cuda(op, x, "x");
+  std::uint32_t pattern = 0;
+  switch (x.dtype()) {
+    case DType::f32: std::memcpy(&pattern, &value, 4); break;
+    case DType::bf16: pattern = to_bf16(value).bits; break;
+    case DType::f16: pattern = to_f16(value).bits; break;
+    case DType::fp8_e4m3: pattern = to_fp8_e4m3(value).bits; break;
+    case DType::fp8_e5m2: pattern = to_fp8_e5m2(value).bits; break;
+    default: FT_THROW() << op << ": x " << x.describe() << " must have a float dtype";
+  }
+  launch_fill_pattern(x.data(), static_cast<int>(dtype_size(x.dtype())), pattern, x.numel(), stream_of(ctx));
+}
+
+void cast(ExecutionContext& ctx, const Tensor& src, Tensor& dst) {
+  constexpr const char* op = "cast";
+  require_cuda(op, src, "src");
+  require_cuda(op, dst, "dst");
+  require_numel(op, dst, "dst", src.numel(), "same as src");
+  if (src.dtype() == dst.dtype()) {
+    if (src.data() != dst.data())
+      FTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_of(ctx)));
+    return;
+  }
+  const auto f32_or_bf16 = [](DType t) { return t == DType::f32 || t == DType::bf16; };
+  if (!f32_or_bf16(src.dtype()) || !f32_or_bf16(dst.dtype()))
+    not_on_cuda_yet(op, src, ("cast kernel to " + std::string(dtype_name(dst.dtype())) + " (f32 <-> bf16 only)").c_str());
+  launch_cast(float_span(op, src, "src"), float_span(op, dst, "dst"), src.numel(), stream_of(ctx));
+}
+
+void sum(ExecutionContext& ctx, const Tensor& x, Tensor& out) {
+  constexpr const char* op = "sum";
+  require_dtype(op, out, "out", DType::f32);
+  require_numel(op, out, "out", 1, "one f32");
+  launch_sum(float_span(op, x, "x"), x.numel(), out.data_as<float>(), stream_of(ctx));
+}
+
+double sum_squares(ExecutionContext& ctx, const Tensor& x) {
+  auto* device_total = static_cast<double*>(ctx.workspace(sizeof(double)));
+  launch_sum_squares(float_span("sum_squares", x, "x"), x.numel(), device_total, stream_of(ctx));
+  double total = 0.0;
+  FTRAIN_CUDA_CHECK(cudaMemcpyAsync(&total, device_total, sizeof total, cudaMemcpyDeviceToHost, stream_of(ctx)));
+  ctx.compute().synchronize();
+  return total;
+}
+
+void adamw_update(ExecutionContext& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, std::int64_t step, float grad_scale) {
+  constexpr const char* op = "adamw_update";
+  require_dtype(op, param, "param", DType::f32);
+  require_dtype(op, grad, "grad", DType::f32);
+  require_dtype(op, m, "m", DType::f32);
+  require_dtype(op, v, "v", DType::f32);
+  require_numel(op, grad, "grad", param.numel(), "same as param");
+  require_numel(op, m, "m", param.numel(), "same as param");
+  require_numel(op, v, "v", param.numel(), "same as param");
+  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (bias correction) for param " << param.describe();
+  launch_adamw(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(), v.data_as<float>(),
+               math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale), param.numel(),
+               stream_of(ctx));
+}
+
+}  // namespace
+
+const OpTable& cuda_op_table() {
+  static const OpTable table = [] {
+    OpTable t;
+    t.name = "cuda";
+    t.device = Device::cuda;
+#define FTRAIN_CUDA_TABLE(R, NAME, PARAMS, ARGS, DEVICE_TENSOR) t.NAME = &NAME;
+    FTRAIN_OP_LIST(FTRAIN_CUDA_TABLE)
+#undef FTRAIN_CUDA_TABLE
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace ftrain::cuda

@@ -1,0 +1,193 @@
+#include "kernels/cuda/cudnn_sdpa_graph.hpp"
+
+#include <cudnn.h>
+
+#include <string>
+
+#include "core/error.hpp"
+
+namespace ftrain::cuda {
+
+namespace {
+
+// A failed cuDNN call throws naming the call and cuDNN's reason
+// (cudnnGetLastErrorString says which dimension or attribute it refused).
+#define FTRAIN_CUDNN_CHECK(call)                                                                        \
+  do {                                                                                                  \
+    const cudnnStatus_t ftrain_cudnn_status_ = (call);                                                  \
+    if (ftrain_cudnn_status_ != CUDNN_STATUS_SUCCESS) {                                                 \
+      char ftrain_cudnn_reason_[2048] = {};                                                             \
+      cudnnGetLastErrorString(ftrain_cudnn_reason_, sizeof ftrain_cudnn_reason_);                       \
+      FT_THROW() << "cuDNN call " #call " failed: " << cudnnGetErrorString(ftrain_cudnn_status_) << ": " \
+                 << ftrain_cudnn_reason_;                                                               \
+    }                                                                                                   \
+  } while (0)
+#define CK(x) FTRAIN_CUDNN_CHECK(x)
+
+using Desc = cudnnBackendDescriptor_t;
+Desc make(CudnnDescriptors& owner, cudnnBackendDescriptorType_t t) {
+  Desc d = nullptr;
+  CK(cudnnBackendCreateDescriptor(t, &d));
+  owner.add(d);
+  return d;
+}
+
+Desc tensor(CudnnDescriptors& o, int64_t uid, cudnnDataType_t type, std::vector<int64_t> dims, std::vector<int64_t> strides, bool virt, bool by_value = false) {
+  Desc d = make(o, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  int64_t align = 16;
+  CK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type));
+  CK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, static_cast<int64_t>(dims.size()), dims.data()));
+  CK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, static_cast<int64_t>(strides.size()), strides.data()));
+  CK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+  CK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
+  CK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt));
+  if (by_value) CK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value));
+  CK(cudnnBackendFinalize(d));
+  return d;
+}
+
+Desc matmul(CudnnDescriptors& o, Desc a, Desc b, Desc c) {
+  Desc m = make(o, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+  cudnnDataType_t f = CUDNN_DATA_FLOAT;
+  CK(cudnnBackendSetAttribute(m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f));
+  CK(cudnnBackendFinalize(m));
+  Desc op = make(o, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+  CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a));
+  CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
+  CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c));
+  CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m));
+  CK(cudnnBackendFinalize(op));
+  return op;
+}
+
+Desc pointwise(CudnnDescriptors& o, cudnnPointwiseMode_t mode, Desc x, Desc b, Desc y, Desc t = nullptr, int64_t axis = -1) {
+  Desc p = make(o, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  cudnnDataType_t f = CUDNN_DATA_FLOAT;
+  CK(cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
+  CK(cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f));
+  if (axis >= 0) CK(cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis));
+  CK(cudnnBackendFinalize(p));
+  Desc op = make(o, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p));
+  CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+  if (b) CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
+  if (t) CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t));
+  CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+  CK(cudnnBackendFinalize(op));
+  return op;
+}
+
+Desc reduction(CudnnDescriptors& o, cudnnReduceTensorOp_t mode, Desc x, Desc y) {
+  Desc r = make(o, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+  cudnnDataType_t f = CUDNN_DATA_FLOAT;
+  CK(cudnnBackendSetAttribute(r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode));
+  CK(cudnnBackendSetAttribute(r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f));
+  CK(cudnnBackendFinalize(r));
+  Desc op = make(o, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+  CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+  CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+  CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r));
+  CK(cudnnBackendFinalize(op));
+  return op;
+}
+
+// H100 SXM, the keys GPU.md lists (cuDNN 9.19 names the first one missing).
+constexpr const char* kH100Json =
+    "{\"maxGridSize\":[2147483647,65535,65535],\"maxBlockSize\":[1024,1024,64],\"regsPerBlock\":65536,"
+    "\"multiProcessorCount\":132,\"warpSize\":32,\"maxSharedMemoryPerBlock\":49152,"
+    "\"maxSharedMemoryPerBlockOptin\":232448,\"reservedSharedMemoryPerBlock\":1024,\"maxRegistersPerSM\":65536,"
+    "\"maxCtasPerSM\":32,\"maxThreadsPerBlock\":1024,\"maxThreadsPerSM\":2048,\"pciDeviceId\":9008,"
+    "\"isTccDriver\":0,\"supportCoopLaunch\":1,\"smClockRateKHz\":1980000,\"memClockRateKHz\":2619000,"
+    "\"l2CacheSize\":52428800,\"deviceName\":\"NVIDIA H100 80GB HBM3\",\"cudaDeviceId\":0,\"deviceVer\":900,"
+    "\"driverVer\":13000,\"totalGlobalMem\":85017755648}";
+
+}  // namespace
+
+CudnnDescriptors::~CudnnDescriptors() {
+  for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) cudnnBackendDestroyDescriptor(static_cast<Desc>(*it));
+}
+
+void* CudnnDescriptors::add(void* descriptor) {
+  owned_.push_back(descriptor);
+  return descriptor;
+}
+
+CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape) {
+  FT_CHECK(shape.batch > 0 && shape.q_heads > 0 && shape.kv_heads > 0 && shape.seq > 0 && shape.head_dim > 0)
+      << "SDPA graph: every dimension must be positive";
+  CudnnDescriptors o;
+  const int64_t b = shape.batch, h = shape.q_heads, hk = shape.kv_heads, s = shape.seq, d = shape.head_dim;
+  const int64_t dk = shape.key_head_dim > 0 ? shape.key_head_dim : d;
+  // [B, T, H, D] memory seen as [B, H, T, D].
+  auto bshd = [&](int64_t heads, int64_t dd) { return std::vector<int64_t>{s * heads * dd, dd, heads * dd, 1}; };
+  const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, fl = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bo = CUDNN_DATA_BOOLEAN;
+  Desc q = tensor(o, 1, bf, {b, h, s, d}, bshd(h, d), false);
+  Desc kt = tensor(o, 2, bf, {b, hk, dk, s}, {s * hk * dk, dk, 1, hk * dk}, false);  // K^T by strides
+  Desc v = tensor(o, 3, bf, {b, hk, s, d}, bshd(hk, d), false);
+  Desc out = tensor(o, 4, bf, {b, h, s, d}, bshd(h, d), false);
+  Desc stats = tensor(o, 5, fl, {b, h, s, 1}, {h * s, s, 1, 1}, false);
+  Desc scale = tensor(o, 6, fl, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  Desc neg_inf = tensor(o, 7, fl, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  const std::vector<int64_t> ss = {b, h, s, s}, ss_st = {h * s * s, s * s, s, 1}, r = {b, h, s, 1}, r_st = {h * s, s, 1, 1};
+  int64_t id = 100;
+  auto virt = [&](cudnnDataType_t t, const std::vector<int64_t>& dims, const std::vector<int64_t>& st) {
+    return tensor(o, id++, t, dims, st, true);
+  };
+  std::vector<Desc> ops;
+  Desc scores = virt(fl, ss, ss_st), scaled = virt(fl, ss, ss_st);
+  ops.push_back(matmul(o, q, kt, scores));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, scores, scale, scaled));
+  Desc masked = scaled;
+  if (shape.causal) {
+    Desc row = virt(i32, ss, ss_st), col = virt(i32, ss, ss_st), keep = virt(bo, ss, ss_st);
+    masked = virt(fl, ss, ss_st);
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, scaled, nullptr, row, nullptr, 2));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, scaled, nullptr, col, nullptr, 3));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_CMP_GE, row, col, keep));  // key j visible to query i iff j <= i
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_BINARY_SELECT, scaled, neg_inf, masked, keep));
+  }
+  Desc row_max = virt(fl, r, r_st), centred = virt(fl, ss, ss_st), e = virt(fl, ss, ss_st);
+  Desc row_sum = virt(fl, r, r_st), log_sum = virt(fl, r, r_st), p = virt(bf, ss, ss_st);
+  ops.push_back(reduction(o, CUDNN_REDUCE_TENSOR_MAX, masked, row_max));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_SUB, masked, row_max, centred));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_EXP, centred, nullptr, e));
+  ops.push_back(reduction(o, CUDNN_REDUCE_TENSOR_ADD, e, row_sum));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_LOG, row_sum, nullptr, log_sum));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_ADD, row_max, log_sum, stats));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_DIV, e, row_sum, p));
+  ops.push_back(matmul(o, p, v, out));
+  Desc graph = make(o, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  CK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                              static_cast<int64_t>(ops.size()), ops.data()));
+  CK(cudnnBackendFinalize(graph));
+  return o;
+}
+
+CudnnDescriptors h100_device_description() {
+  CudnnDescriptors o;
+  Desc device = make(o, CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+  const std::string json = kH100Json;
+  CK(cudnnBackendSetAttribute(device, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+                              static_cast<int64_t>(json.size()), json.data()));
+  CK(cudnnBackendFinalize(device));
+  return o;
+}
+
+std::int64_t sdpa_engine_configurations(const CudnnDescriptors& graph, const CudnnDescriptors& device) {
+  CudnnDescriptors o;
+  Desc heuristics = make(o, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  Desc g = static_cast<Desc>(graph.last()), dev = static_cast<Desc>(device.last());
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  CK(cudnnBackendSetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g));
+  CK(cudnnBackendSetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+  CK(cudnnBackendSetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dev));
+  CK(cudnnBackendFinalize(heuristics));
+  int64_t count = 0;
+  CK(cudnnBackendGetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                              nullptr));
+  return count;
+}
+
+#undef CK
+
+}  // namespace ftrain::cuda

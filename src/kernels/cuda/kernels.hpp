@@ -1,0 +1,81 @@
+// The CUDA kernels' launchers: raw device pointers, element counts and a
+// stream, no Tensor (so nvcc never sees the engine's headers). The op table
+// (cuda_ops.cpp) checks tensors exactly as the host kernels do, then calls
+// these. Each launcher is defined in the .cu file named in its comment and
+// computes with the kernels/math/ function named there, the one the host
+// kernel calls too.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/math/adamw.hpp"
+
+namespace ftrain::cuda {
+
+// Storage element type of a float tensor as the kernels see it.
+enum class Storage : std::uint8_t { f32, bf16 };
+
+struct FloatSpan {
+  void* data;
+  Storage storage;
+};
+
+// elementwise.cu: math::add_value, math::scale_value
+void launch_add(FloatSpan a, FloatSpan b, FloatSpan out, std::int64_t n, cudaStream_t stream);
+void launch_add_inplace(FloatSpan acc, FloatSpan x, std::int64_t n, cudaStream_t stream);
+void launch_scale_inplace(FloatSpan x, float factor, std::int64_t n, cudaStream_t stream);
+// Fills n elements of `element_bytes` (1, 2 or 4) with one encoded bit pattern.
+void launch_fill_pattern(void* data, int element_bytes, std::uint32_t pattern, std::int64_t n, cudaStream_t stream);
+// f32 <-> bf16 (same storage: a copy)
+void launch_cast(FloatSpan src, FloatSpan dst, std::int64_t n, cudaStream_t stream);
+// sum into f32[1] in double; sum of squares (math::square_in_double) into a
+// device double. One block, fixed order: the same bits every run.
+void launch_sum(FloatSpan x, std::int64_t n, float* out, cudaStream_t stream);
+void launch_sum_squares(FloatSpan x, std::int64_t n, double* out, cudaStream_t stream);
+// Column sums of [rows, cols] added (+=) into acc[cols], rows in order.
+void launch_column_sum_accumulate(FloatSpan rows_data, std::int64_t rows, std::int64_t cols, FloatSpan acc,
+                                  cudaStream_t stream);
+
+// activations.cu: math::GeluExact / GeluTanh, math::swiglu_value / swiglu_grads
+void launch_gelu_forward(FloatSpan x, bool tanh_form, FloatSpan y, std::int64_t n, cudaStream_t stream);
+void launch_gelu_backward(FloatSpan x, FloatSpan dy, bool tanh_form, FloatSpan dx, std::int64_t n,
+                          cudaStream_t stream);
+void launch_swiglu_forward(FloatSpan gate, FloatSpan up, FloatSpan out, std::int64_t n, cudaStream_t stream);
+void launch_swiglu_backward(FloatSpan gate, FloatSpan up, FloatSpan dout, FloatSpan dgate, FloatSpan dup,
+                            std::int64_t n, cudaStream_t stream);
+
+// norms.cu: math::rmsnorm_* / layernorm_*; dw/db by column sums in row order.
+void launch_rmsnorm_forward(FloatSpan x, FloatSpan w, float eps, FloatSpan y, float* rstd, std::int64_t rows,
+                            std::int64_t width, cudaStream_t stream);
+void launch_rmsnorm_backward(FloatSpan x, FloatSpan w, const float* rstd, FloatSpan dy, FloatSpan dx, FloatSpan dw,
+                             std::int64_t rows, std::int64_t width, cudaStream_t stream);
+void launch_layernorm_forward(FloatSpan x, FloatSpan w, FloatSpan b, float eps, FloatSpan y, float* mean,
+                              float* rstd, std::int64_t rows, std::int64_t width, cudaStream_t stream);
+// db.data may be null.
+void launch_layernorm_backward(FloatSpan x, FloatSpan w, const float* mean, const float* rstd, FloatSpan dy,
+                               FloatSpan dx, FloatSpan dw, FloatSpan db, std::int64_t rows, std::int64_t width,
+                               cudaStream_t stream);
+
+// rope.cu: math::rope_angle, math::rope_rotate
+void launch_rope(FloatSpan in, const float* inv_freq, std::int64_t position_offset, FloatSpan out,
+                 float direction, std::int64_t batch, std::int64_t time, std::int64_t heads, std::int64_t head_dim,
+                 cudaStream_t stream);
+
+// adamw.cu: math::adamw_step
+void launch_adamw(float* param, const float* grad, float* m, float* v, const math::AdamwConstants& k,
+                  std::int64_t n, cudaStream_t stream);
+
+// embedding.cu: math::embedding_token_valid. `first_bad_row` (device int64)
+// receives the smallest row with an invalid token, or n_tokens if none.
+void launch_embedding_forward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan table,
+                              std::int64_t vocab, std::int64_t width, FloatSpan out, long long* first_bad_row,
+                              cudaStream_t stream);
+// Deterministic: the first row of each token sums that token's rows in row
+// order (f32) and adds the sum once, as the host does.
+void launch_embedding_backward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan dout,
+                               std::int64_t vocab, std::int64_t width, FloatSpan dtable, long long* first_bad_row,
+                               cudaStream_t stream);
+
+}  // namespace ftrain::cuda

@@ -1,0 +1,68 @@
+// The launch scaffolding every CUDA kernel of ftrain shares (the only
+// CUDA-specific part of an elementwise or per-row op; the arithmetic is in
+// kernels/math/*.hpp):
+//  * launch_elementwise(n, stream, body): one grid-stride loop calling
+//    body(i) for i in [0, n), configured by launch_config.hpp;
+//  * block_sum(value, scratch): a warp-shuffle tree then a tree over the
+//    block's warps, in a fixed order (deterministic for a given block size);
+//  * load_f32 / store_f32: f32 or bf16 storage, as the host's float_spans.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/launch_config.hpp"
+#include "kernels/math/hd.hpp"
+
+namespace ftrain::cuda {
+
+__device__ __forceinline__ float load_f32(FloatSpan s, std::int64_t i) {
+  return s.storage == Storage::f32 ? static_cast<const float*>(s.data)[i]
+                                   : math::bf16_bits_to_float(static_cast<const std::uint16_t*>(s.data)[i]);
+}
+__device__ __forceinline__ void store_f32(FloatSpan s, std::int64_t i, float v) {
+  if (s.storage == Storage::f32) {
+    static_cast<float*>(s.data)[i] = v;
+  } else {
+    static_cast<std::uint16_t*>(s.data)[i] = math::float_to_bf16_bits(v);
+  }
+}
+
+template <class Body>
+__global__ void grid_stride_kernel(std::int64_t n, Body body) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) body(i);
+}
+
+// body(i) for every i < n on `stream`; errors of the launch are thrown
+// naming `what` (ftrain::Error with file:line).
+template <class Body>
+void launch_elementwise(const char* what, std::int64_t n, cudaStream_t stream, Body body) {
+  if (n <= 0) return;
+  const LaunchConfig c = elementwise_launch(n);
+  grid_stride_kernel<<<static_cast<unsigned>(c.grid_x), static_cast<unsigned>(c.block), 0, stream>>>(n, body);
+  FTRAIN_CUDA_CHECK_LAUNCH(what);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum of `value` over the block, returned to every thread. `scratch` holds
+// one float per warp; it may be reused right after the call returns.
+__device__ __forceinline__ float block_sum(float value, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  value = warp_sum(value);
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  float total = lane < warps ? scratch[lane] : 0.0f;
+  total = warp_sum(total);
+  __syncthreads();
+  return total;
+}
+
+}  // namespace ftrain::cuda

@@ -1,0 +1,94 @@
+// Launch configurations of the CUDA kernels, as pure functions of the shape
+// and the device's limits: plain C++ (no CUDA header), so the host test suite
+// checks every preset shape against the sm_90 limits without a GPU
+// (tests/unit/kernels/test_cuda_launch_config.cpp), and the .cu files only
+// apply what these return.
+//
+// Kernel families:
+//  * elementwise: one grid-stride loop over n elements (kernels/cuda/launch.cuh);
+//  * per_row: one block per row (grid-stride over rows), a block reduction
+//    of `reductions` floats per row through shared memory (one slot per warp
+//    each);
+//  * embedding_backward: one block per sorted token run, threads over columns.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ftrain::cuda {
+
+struct DeviceLimits {
+  std::int64_t max_threads_per_block;
+  std::int64_t max_shared_bytes_per_block;  // without the opt-in attribute
+  std::int64_t max_grid_x;
+  std::int64_t max_grid_yz;
+  std::int64_t warp_size;
+  std::int64_t multiprocessors;
+};
+
+// H100 SXM (sm_90): cudaDeviceProp of the device GPU.md describes.
+inline constexpr DeviceLimits kSm90Limits{1024, 49152, 2147483647, 65535, 32, 132};
+
+struct LaunchConfig {
+  std::int64_t grid_x = 1, grid_y = 1, grid_z = 1;
+  std::int64_t block = 1;
+  std::int64_t shared_bytes = 0;
+};
+
+// Empty string when `config` is launchable on `limits`, else what is wrong.
+inline std::string launch_config_problem(const LaunchConfig& c, const DeviceLimits& limits) {
+  if (c.block < 1 || c.block > limits.max_threads_per_block)
+    return "block of " + std::to_string(c.block) + " threads (limit " + std::to_string(limits.max_threads_per_block) + ")";
+  if (c.block % limits.warp_size != 0)
+    return "block of " + std::to_string(c.block) + " threads is not a multiple of the warp size";
+  if (c.grid_x < 1 || c.grid_x > limits.max_grid_x) return "grid x of " + std::to_string(c.grid_x);
+  if (c.grid_y < 1 || c.grid_y > limits.max_grid_yz || c.grid_z < 1 || c.grid_z > limits.max_grid_yz)
+    return "grid y/z of " + std::to_string(c.grid_y) + "/" + std::to_string(c.grid_z);
+  if (c.shared_bytes < 0 || c.shared_bytes > limits.max_shared_bytes_per_block)
+    return std::to_string(c.shared_bytes) + " bytes of shared memory (limit " +
+           std::to_string(limits.max_shared_bytes_per_block) + ")";
+  return {};
+}
+
+inline constexpr std::int64_t kElementwiseBlock = 256;
+// Blocks per multiprocessor a grid-stride loop needs to saturate memory.
+inline constexpr std::int64_t kElementwiseBlocksPerSm = 32;
+
+inline LaunchConfig elementwise_launch(std::int64_t n, const DeviceLimits& limits = kSm90Limits) {
+  LaunchConfig c;
+  c.block = kElementwiseBlock;
+  const std::int64_t wanted = (std::max<std::int64_t>(n, 1) + c.block - 1) / c.block;
+  c.grid_x = std::min(wanted, limits.multiprocessors * kElementwiseBlocksPerSm);
+  return c;
+}
+
+// One block per row: enough threads that each handles a few elements,
+// rounded to whole warps, at most 1024; the grid covers the rows directly up
+// to the grid limit (the kernel strides over the rest).
+inline LaunchConfig per_row_launch(std::int64_t rows, std::int64_t width, int reductions,
+                                   const DeviceLimits& limits = kSm90Limits) {
+  LaunchConfig c;
+  constexpr std::int64_t kElementsPerThread = 4;
+  const std::int64_t threads = (std::max<std::int64_t>(width, 1) + kElementsPerThread - 1) / kElementsPerThread;
+  const std::int64_t warps = (threads + limits.warp_size - 1) / limits.warp_size;
+  c.block = std::clamp<std::int64_t>(warps * limits.warp_size, limits.warp_size, limits.max_threads_per_block);
+  c.grid_x = std::clamp<std::int64_t>(rows, 1, std::min<std::int64_t>(limits.max_grid_x, 65536));
+  c.shared_bytes = static_cast<std::int64_t>(reductions) * (c.block / limits.warp_size) *
+                   static_cast<std::int64_t>(sizeof(float));
+  return c;
+}
+
+// One block per token (only the first row of each sorted run works), up to
+// 256 threads striding over the columns.
+inline LaunchConfig embedding_backward_launch(std::int64_t tokens, std::int64_t width,
+                                              const DeviceLimits& limits = kSm90Limits) {
+  LaunchConfig c;
+  const std::int64_t warps = (std::clamp<std::int64_t>(width, 1, 256) + limits.warp_size - 1) / limits.warp_size;
+  c.block = warps * limits.warp_size;
+  c.grid_x = std::clamp<std::int64_t>(tokens, 1, limits.max_grid_x);
+  return c;
+}
+
+}  // namespace ftrain::cuda

@@ -1,0 +1,51 @@
+// One AdamW element step (torch.optim.AdamW), shared by
+// kernels/host/adamw.cpp and kernels/cuda/adamw.cu:
+//   g = grad * grad_scale;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+//   p -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p)
+// mhat = m / (1 - b1^step), vhat = v / (1 - b2^step): the two corrections are
+// computed once per call (in double, by adamw_constants) and passed in.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/math/hd.hpp"
+
+namespace ftrain::math {
+
+struct AdamwConstants {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  float one_minus_beta1, one_minus_beta2;
+  float inv_bias1, inv_sqrt_bias2;
+};
+
+// Host-side only (std::pow in double): the per-call constants.
+inline AdamwConstants adamw_constants(float lr, float beta1, float beta2, float eps, float weight_decay,
+                                      std::int64_t step, float grad_scale) {
+  const double bias1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
+  const double bias2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  return {lr,
+          beta1,
+          beta2,
+          eps,
+          weight_decay,
+          grad_scale,
+          1.0f - beta1,
+          1.0f - beta2,
+          static_cast<float>(1.0 / bias1),
+          static_cast<float>(1.0 / std::sqrt(bias2))};
+}
+
+// Updates p, m, v of one element in place.
+FTRAIN_HD void adamw_step(const AdamwConstants& k, float grad, float& p, float& m, float& v) {
+  const float g = grad * k.grad_scale;
+  const float mi = k.beta1 * m + k.one_minus_beta1 * g;
+  const float vi = k.beta2 * v + k.one_minus_beta2 * g * g;
+  m = mi;
+  v = vi;
+  const float mhat = mi * k.inv_bias1;
+  const float sqrt_vhat = sqrt_f32(vi) * k.inv_sqrt_bias2;
+  p -= k.lr * (mhat / (sqrt_vhat + k.eps) + k.weight_decay * p);
+}
+
+}  // namespace ftrain::math

@@ -1,0 +1,39 @@
+// The per-row pieces of the fused, vocabulary-chunked cross entropy, shared
+// by kernels/host/cross_entropy.cpp and the CUDA head: the online
+// log-sum-exp (a running max and a rescaled running sum per row, merged chunk
+// by chunk, so [N, V] logits never exist at once), the loss, and the logit
+// gradient loss_scale * (softmax - onehot). The GEMMs around them are the
+// backend's (OpenBLAS/oneDNN, cuBLASLt).
+//
+// exp / log are libm's (hd.hpp): host libm and CUDA's differ by an ulp or
+// two, so a GPU check of this op uses a tolerance.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/math/hd.hpp"
+
+namespace ftrain::math {
+
+FTRAIN_HD float softmax_term(float logit, float row_max) { return libm_exp(logit - row_max); }
+
+// The running sum after the row's max moved from old_max to new_max and the
+// chunk's terms (taken against new_max) were added.
+FTRAIN_HD float rescaled_running_sum(float running_sum, float old_max, float new_max, float chunk_sum) {
+  return running_sum * libm_exp(old_max - new_max) + chunk_sum;
+}
+
+FTRAIN_HD float log_sum_exp(float row_max, float running_sum) { return row_max + libm_log(running_sum); }
+
+FTRAIN_HD float cross_entropy_loss(float lse, float target_logit, bool ignored) {
+  return ignored ? 0.0f : lse - target_logit;
+}
+
+// d(loss_scale * loss)/d logit without the one-hot part; the target column
+// then subtracts loss_scale (cross_entropy_target_correction).
+FTRAIN_HD float cross_entropy_dlogit(float logit, float lse, float loss_scale) {
+  return loss_scale * libm_exp(logit - lse);
+}
+FTRAIN_HD float cross_entropy_target_correction(float dlogit, float loss_scale) { return dlogit - loss_scale; }
+
+}  // namespace ftrain::math

@@ -1,0 +1,68 @@
+#include "train/device_choice.hpp"
+
+#include <dlfcn.h>
+
+#include "core/error.hpp"
+#include "kernels/backend_registry.hpp"
+#include "runtime/backend_library.hpp"
+
+namespace ftrain {
+
+namespace {
+constexpr const char* kEngineNotOnCuda =
+    "the training engine does not run on the CUDA backend yet (its kernels are built and checked without a GPU; "
+    "share/doc/status.md lists what a GPU run must confirm)";
+}
+
+std::string probe_cuda_driver() {
+  dlerror();
+  // Kept loaded when present: the driver is process-wide and a CUDA run
+  // needs it anyway.
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver == nullptr) {
+    const char* why = dlerror();
+    return std::string("no NVIDIA driver: ") + (why != nullptr ? why : "libcuda.so.1 cannot be loaded");
+  }
+  using Init = int (*)(unsigned int);
+  using DeviceCount = int (*)(int*);
+  auto init = reinterpret_cast<Init>(dlsym(driver, "cuInit"));
+  auto device_count = reinterpret_cast<DeviceCount>(dlsym(driver, "cuDeviceGetCount"));
+  if (init == nullptr || device_count == nullptr) return "libcuda.so.1 has no cuInit/cuDeviceGetCount";
+  if (const int status = init(0); status != 0)
+    return "cuInit failed with CUresult " + std::to_string(status) + " (100 = no device, 35 = driver too old)";
+  int count = 0;
+  if (const int status = device_count(&count); status != 0)
+    return "cuDeviceGetCount failed with CUresult " + std::to_string(status);
+  if (count == 0) return "the driver sees no CUDA device (CUDA_VISIBLE_DEVICES?)";
+  return {};
+}
+
+std::string probe_cuda_backend() {
+  try {
+    if (find_backend(Device::cuda) != nullptr) return {};
+  } catch (const Error& e) {
+    return e.what();  // FTRAIN_CUDA_BACKEND named a library that did not load
+  }
+  return "no CUDA backend could be loaded: " + describe_backend_search();
+}
+
+DeviceChoice choose_device(const std::string& requested, const DeckLocation& where, const CudaProbes& probes) {
+  const std::string at = where.line > 0 ? where.str() + ": " : std::string("deck: ");
+  if (requested == "host") return {Device::host, "device host"};
+  if (requested == "cuda") {
+    std::string why_not = probes.driver();
+    if (why_not.empty()) why_not = probes.backend();
+    if (!why_not.empty()) FT_USER_ERROR() << at << "device cuda: no usable CUDA GPU: " << why_not;
+    FT_USER_ERROR() << at << "device cuda: a CUDA GPU is usable, but " << kEngineNotOnCuda
+                    << "; use `device host` or `device auto`";
+  }
+  if (requested == "auto") {
+    const std::string why_not = probes.driver();
+    if (!why_not.empty()) return {Device::host, "auto: no usable CUDA GPU (" + why_not + ")"};
+    return {Device::host, std::string("auto: a CUDA GPU is usable, but ") + kEngineNotOnCuda};
+  }
+  FT_USER_ERROR() << at << "device '" << requested << "': expected auto, host or cuda";
+  return {};
+}
+
+}  // namespace ftrain

@@ -1,0 +1,43 @@
+// The deck's `device auto|host|cuda`, decided first thing in
+// Trainer::prepare(): before the model loads, so `device cuda` on a machine
+// without a usable GPU stops with the cause and nothing else happened.
+//
+// The probe asks the backend registry for a CUDA table, which loads
+// libftrain_cuda.so when it is there; the library's registration answers
+// whether a GPU is usable and, if not, why (no driver, no device, driver too
+// old); without the library the answer is that this ftrain has none.
+// The FSDP engine still runs on the host only, so a usable GPU does not make
+// `auto` pick CUDA yet and `cuda` stops saying so (share/doc/status.md).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "deck/config.hpp"
+#include "runtime/device.hpp"
+
+namespace ftrain {
+
+struct DeviceChoice {
+  Device device = Device::host;
+  std::string reason;  // for the run header: "auto: no usable CUDA GPU (...)"
+};
+
+// "" when a CUDA GPU is usable, else why not.
+using CudaProbe = std::function<std::string()>;
+struct CudaProbes {
+  // Cheap: the driver alone (dlopen libcuda.so.1, cuInit, cuDeviceGetCount),
+  // for `auto`, which every run asks: loading the backend (and cuBLASLt with
+  // it) costs ~100 MiB of resident memory that a host run must not pay.
+  CudaProbe driver;
+  // Complete: loads libftrain_cuda.so and lets it register, for `cuda`.
+  CudaProbe backend;
+};
+std::string probe_cuda_driver();
+std::string probe_cuda_backend();
+inline CudaProbes real_cuda_probes() { return {&probe_cuda_driver, &probe_cuda_backend}; }
+
+// Throws UserError naming the deck line for `device cuda` that cannot run.
+DeviceChoice choose_device(const std::string& requested, const DeckLocation& where, const CudaProbes& probes);
+
+}  // namespace ftrain

@@ -1,0 +1,78 @@
+// Launch configurations of the CUDA kernels (kernels/cuda/launch_config.hpp)
+// for every preset's shapes, checked against the sm_90 limits (threads per
+// block, shared memory per block, grid size) without a GPU. The per-row
+// kernels use one block per row of a norm's width; element-wise kernels the
+// largest activation a preset makes at its longest sequence; the embedding
+// backward one block per token.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "kernels/cuda/launch_config.hpp"
+#include "unit/cuda/preset_shapes.hpp"
+
+using namespace ftrain;
+using namespace ftrain::cuda;
+
+namespace {
+
+// Micro-batches of a training step on one GPU: 1 to 64 sequences of up to the
+// preset's maximum length (at least 1 << 20 rows for the image models).
+std::vector<std::int64_t> row_counts(const ftrain::testing::PresetShapes& s) {
+  const std::int64_t longest = std::max<std::int64_t>(s.max_positions, 1024);
+  return {1, 3, longest, 64 * longest};
+}
+
+void check(const LaunchConfig& c, const std::string& what) {
+  const std::string problem = launch_config_problem(c, kSm90Limits);
+  EXPECT_TRUE(problem.empty()) << what << ": " << problem;
+}
+
+void check_presets(const std::string& dir, const std::string& plugin) {
+  for (const std::string& preset : PluginLoader({dir}).load(plugin)->presets()) {
+    const auto s = ftrain::testing::preset_shapes(dir, plugin, preset);
+    ASSERT_FALSE(s.norm_widths.empty()) << s.model << " has no norm";
+    for (std::int64_t rows : row_counts(s)) {
+      for (std::int64_t width : s.norm_widths) {
+        const std::string at = s.model + " rows " + std::to_string(rows) + " width " + std::to_string(width);
+        check(per_row_launch(rows, width, 1), "per-row (norm) " + at);
+        check(elementwise_launch(rows * width), "element-wise " + at);
+        check(elementwise_launch(width), "norm dw columns " + at);
+      }
+      check(elementwise_launch(rows * s.largest_linear_out), s.model + " activation of the widest linear");
+      check(embedding_backward_launch(rows, *s.norm_widths.rbegin()), s.model + " embedding backward");
+      if (s.heads > 0 && s.head_dim > 0)
+        check(elementwise_launch(rows * s.heads * s.head_dim / 2), s.model + " rope pairs");
+    }
+  }
+}
+
+}  // namespace
+
+TEST(CudaLaunchConfig, LlamaPresetsFitSm90) { check_presets(FTRAIN_TEST_LLAMA_PLUGIN_DIR, "llama"); }
+TEST(CudaLaunchConfig, VitPresetsFitSm90) { check_presets(FTRAIN_TEST_VIT_PLUGIN_DIR, "vit"); }
+
+TEST(CudaLaunchConfig, TheLimitCheckCanFail) {
+  LaunchConfig c = per_row_launch(10, 4096, 1);
+  EXPECT_EQ(c.block, 1024) << "4096 features, 4 per thread";
+  EXPECT_EQ(c.shared_bytes, 32 * 4) << "one float per warp";
+  c.block = 2048;
+  EXPECT_NE(launch_config_problem(c, kSm90Limits), "");
+  c = elementwise_launch(1);
+  c.shared_bytes = 64 * 1024;
+  EXPECT_NE(launch_config_problem(c, kSm90Limits), "");
+  c = elementwise_launch(1);
+  c.grid_y = 70000;
+  EXPECT_NE(launch_config_problem(c, kSm90Limits), "");
+  c = elementwise_launch(1);
+  c.block = 100;
+  EXPECT_NE(launch_config_problem(c, kSm90Limits), "") << "not whole warps";
+}
+
+TEST(CudaLaunchConfig, ShapesNearTheLimits) {
+  // A grid-stride loop caps its grid; a per-row grid strides over rows.
+  EXPECT_EQ(elementwise_launch(std::int64_t{1} << 40).grid_x, kSm90Limits.multiprocessors * kElementwiseBlocksPerSm);
+  EXPECT_LE(per_row_launch(std::int64_t{1} << 40, 7, 2).grid_x, kSm90Limits.max_grid_x);
+  EXPECT_EQ(per_row_launch(5, 1, 2).block, 32);
+  EXPECT_EQ(elementwise_launch(0).grid_x, 1);
+}

@@ -1,0 +1,63 @@
+// cuDNN SDPA forward graphs (kernels/cuda/cudnn_sdpa_graph.hpp) for every
+// Llama preset's attention shape (heads, KV heads, head dim; causal; BSHD;
+// seq 4096, the benchmark's), checked without a GPU: the operation graph
+// finalizes and cuDNN's heuristics offer at least one engine configuration
+// for an H100 device description. A graph whose K head dimension differs
+// from Q's is refused with cuDNN's reason: the check can fail.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "core/error.hpp"
+#include "kernels/cuda/cudnn_sdpa_graph.hpp"
+#include "plugin/loader.hpp"
+#include "unit/cuda/preset_shapes.hpp"
+
+using namespace ftrain;
+using namespace ftrain::cuda;
+
+namespace {
+
+std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> llama_attention_shapes() {
+  std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> shapes;
+  for (const std::string& preset : PluginLoader({FTRAIN_TEST_LLAMA_PLUGIN_DIR}).load("llama")->presets()) {
+    auto model = PluginLoader({FTRAIN_TEST_LLAMA_PLUGIN_DIR}).create_model("llama", preset, {});
+    const auto config = model->config();
+    shapes.insert({std::stoll(config.at("num_attention_heads")), std::stoll(config.at("num_key_value_heads")),
+                   std::stoll(config.at("head_dim"))});
+  }
+  return shapes;
+}
+
+}  // namespace
+
+TEST(CudnnSdpaGraph, EveryLlamaPresetsForwardGraphHasAnH100Engine) {
+  const CudnnDescriptors h100 = h100_device_description();
+  const auto shapes = llama_attention_shapes();
+  ASSERT_GE(shapes.size(), 3u) << "tiny, Llama 2 (MHA) and Llama 3 (GQA) shapes";
+  for (const auto& [heads, kv_heads, head_dim] : shapes) {
+    SCOPED_TRACE("heads " + std::to_string(heads) + ", kv heads " + std::to_string(kv_heads) + ", head dim " +
+                 std::to_string(head_dim));
+    const CudnnDescriptors graph = build_sdpa_forward_graph({2, heads, kv_heads, 4096, head_dim, true, 0});
+    EXPECT_GE(sdpa_engine_configurations(graph, h100), 1);
+  }
+}
+
+TEST(CudnnSdpaGraph, NonCausalGraphAlsoFinalizes) {
+  const CudnnDescriptors h100 = h100_device_description();
+  const CudnnDescriptors graph = build_sdpa_forward_graph({4, 12, 12, 197, 64, false, 0});  // ViT-B/16 shape
+  EXPECT_GE(sdpa_engine_configurations(graph, h100), 1);
+}
+
+TEST(CudnnSdpaGraph, AWrongGraphIsRefusedWithTheReason) {
+  try {
+    build_sdpa_forward_graph({2, 32, 8, 4096, 64, true, 128});
+    ADD_FAILURE() << "a Q.K^T with head dims 64 and 128 was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cudnnBackendFinalize"), std::string::npos) << m;
+    EXPECT_NE(m.find("getDimA"), std::string::npos) << "cuDNN's own reason is in the message: " << m;
+  }
+}

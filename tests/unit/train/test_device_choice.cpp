@@ -1,0 +1,67 @@
+// The deck's `device auto|host|cuda` (train/device_choice.hpp): `cuda`
+// without a usable GPU is a user error naming the deck line and the cause;
+// `auto` falls back to the host and says why; the real probe on a machine
+// without a GPU (CI) reports a cause instead of claiming a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.hpp"
+#include "train/device_choice.hpp"
+
+using namespace ftrain;
+
+namespace {
+const DeckLocation kWhere{"run.in", 3};
+std::string no_gpu() { return "cudaGetDeviceCount failed: cudaErrorNoDevice"; }
+std::string gpu() { return {}; }
+const CudaProbes kNoGpu{&no_gpu, &no_gpu}, kGpu{&gpu, &gpu};
+// A driver with a device, but a backend library that does not register.
+const CudaProbes kDriverOnly{&gpu, [] { return std::string("libftrain_cuda.so did not register: no sm_90 image"); }};
+
+std::string user_error_of(const std::string& requested, const CudaProbes& probes) {
+  try {
+    choose_device(requested, kWhere, probes);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+}  // namespace
+
+TEST(DeviceChoice, CudaWithoutAGpuStopsNamingTheCause) {
+  const std::string m = user_error_of("cuda", kNoGpu);
+  EXPECT_NE(m.find("run.in:3"), std::string::npos) << m;
+  EXPECT_NE(m.find("no usable CUDA GPU"), std::string::npos) << m;
+  EXPECT_NE(m.find("cudaErrorNoDevice"), std::string::npos) << m;
+}
+
+TEST(DeviceChoice, CudaWithAGpuStillStopsWhileTheEngineIsHostOnly) {
+  const std::string m = user_error_of("cuda", kGpu);
+  EXPECT_NE(m.find("does not run on the CUDA backend yet"), std::string::npos) << m;
+}
+
+TEST(DeviceChoice, CudaAsksTheBackendWhenTheDriverIsThere) {
+  const std::string m = user_error_of("cuda", kDriverOnly);
+  EXPECT_NE(m.find("no sm_90 image"), std::string::npos) << m;
+}
+
+TEST(DeviceChoice, AutoRunsOnTheHostAndSaysWhy) {
+  DeviceChoice c = choose_device("auto", kWhere, kNoGpu);
+  EXPECT_EQ(c.device, Device::host);
+  EXPECT_NE(c.reason.find("auto: no usable CUDA GPU (cudaGetDeviceCount"), std::string::npos) << c.reason;
+  c = choose_device("auto", kWhere, kGpu);
+  EXPECT_EQ(c.device, Device::host);
+  EXPECT_NE(c.reason.find("a CUDA GPU is usable"), std::string::npos) << c.reason;
+  EXPECT_EQ(choose_device("host", kWhere, kNoGpu).device, Device::host);
+}
+
+TEST(DeviceChoice, TheRealProbesGiveACauseOrAGpu) {
+  const std::string why_not = probe_cuda_driver();
+  if (why_not.empty()) GTEST_SKIP() << "a CUDA driver with a device is here";
+  EXPECT_NE(why_not.find("libcuda"), std::string::npos) << why_not;
+  const std::string m = user_error_of("cuda", real_cuda_probes());
+  EXPECT_NE(m.find("no usable CUDA GPU"), std::string::npos) << m;
+  // This test links the static engine, so it finds no libftrain_cuda.so beside it.
+  EXPECT_NE(probe_cuda_backend().find("libftrain_cuda.so"), std::string::npos);
+}
