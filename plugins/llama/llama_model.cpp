@@ -26,6 +26,7 @@
 #include "fp8/recipe.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/rope_frequencies.hpp"
+#include "plugin/lora.hpp"
 
 namespace ftrain::llama {
 
@@ -63,6 +64,13 @@ ParamSpec norm_weight(const std::string& name, std::int64_t size) {
 
 // Token rows of a [B, T] batch tensor.
 std::int64_t token_rows(const Tensor& tokens) { return tokens.numel(); }
+
+// A block projection: a linear LoRA may adapt (plugin/lora.hpp).
+ParamSpec projection(const std::string& name, Shape shape, const LlamaConfig& c) {
+  ParamSpec p = matrix(name, std::move(shape), c);
+  p.adaptable = true;
+  return p;
+}
 
 // ---- unit 0: token embedding ------------------------------------------------------
 
@@ -111,14 +119,14 @@ class DecoderLayerUnit final : public Unit {
     const std::int64_t C = c.hidden_size, I = c.intermediate_size;
     return {
         norm_weight(prefix_ + ".input_layernorm.weight", C),
-        matrix(prefix_ + ".self_attn.q_proj.weight", {c.q_size(), C}, c),
-        matrix(prefix_ + ".self_attn.k_proj.weight", {c.kv_size(), C}, c),
-        matrix(prefix_ + ".self_attn.v_proj.weight", {c.kv_size(), C}, c),
-        matrix(prefix_ + ".self_attn.o_proj.weight", {C, c.q_size()}, c),
+        projection(prefix_ + ".self_attn.q_proj.weight", {c.q_size(), C}, c),
+        projection(prefix_ + ".self_attn.k_proj.weight", {c.kv_size(), C}, c),
+        projection(prefix_ + ".self_attn.v_proj.weight", {c.kv_size(), C}, c),
+        projection(prefix_ + ".self_attn.o_proj.weight", {C, c.q_size()}, c),
         norm_weight(prefix_ + ".post_attention_layernorm.weight", C),
-        matrix(prefix_ + ".mlp.gate_proj.weight", {I, C}, c),
-        matrix(prefix_ + ".mlp.up_proj.weight", {I, C}, c),
-        matrix(prefix_ + ".mlp.down_proj.weight", {C, I}, c),
+        projection(prefix_ + ".mlp.gate_proj.weight", {I, C}, c),
+        projection(prefix_ + ".mlp.up_proj.weight", {I, C}, c),
+        projection(prefix_ + ".mlp.down_proj.weight", {C, I}, c),
     };
   }
 
@@ -280,17 +288,28 @@ class DecoderLayerUnit final : public Unit {
 
  private:
   static constexpr Param kFp8Linears[] = {kQ, kK, kV, kO, kGate, kUp, kDown};
+  // Every projection goes through here: the base linear (FP8 or not), then
+  // its LoRA adapter when the engine gave it one (the Param index is the slot).
   void linear_forward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, Tensor& y) {
-    if (!ctx.fp8) return ops::linear_forward(ctx.execution(), x, w, nullptr, y);
-    fp8::linear_forward(ctx.execution(), *ctx.fp8_recipe, fp8_layer(ctx, weight), /*record=*/ctx.training, x, w,
-                        nullptr, y);
+    if (!ctx.fp8) {
+      ops::linear_forward(ctx.execution(), x, w, nullptr, y);
+    } else {
+      fp8::linear_forward(ctx.execution(), *ctx.fp8_recipe, fp8_layer(ctx, weight), /*record=*/ctx.training, x, w,
+                          nullptr, y);
+    }
+    lora::add_forward(ctx, weight, x, y);
   }
+  // dw is undefined when the base is frozen (LoRA): only dx is computed.
   void linear_backward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, const Tensor& dy,
                        Tensor* dx, Tensor& dw) {
-    if (!ctx.fp8) return ops::linear_backward(ctx.execution(), x, w, dy, dx, dw, nullptr);
-    fp8::LinearState& state = fp8_layer(ctx, weight);
-    fp8::linear_backward(ctx.execution(), *ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, nullptr);
-    // Scales are updated by the engine after the step (model.hpp: fp8_states).
+    if (!ctx.fp8) {
+      ops::linear_backward(ctx.execution(), x, w, dy, dx, dw, nullptr);
+    } else {
+      fp8::LinearState& state = fp8_layer(ctx, weight);
+      fp8::linear_backward(ctx.execution(), *ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, nullptr);
+      // Scales are updated by the engine after the step (model.hpp: fp8_states).
+    }
+    lora::add_backward(ctx, weight, x, dy, dx);
   }
 
   LlamaConfig config_;

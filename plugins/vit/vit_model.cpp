@@ -38,6 +38,7 @@
 #include "fp8/linear.hpp"
 #include "fp8/recipe.hpp"
 #include "kernels/ops.hpp"
+#include "plugin/lora.hpp"
 
 namespace ftrain::vit {
 
@@ -88,6 +89,12 @@ ParamSpec spec(const std::string& name, Shape shape, InitKind init, float std, b
 }
 ParamSpec matrix(const std::string& name, Shape shape, const VitConfig& c) {
   return spec(name, std::move(shape), InitKind::normal, static_cast<float>(c.initializer_range), true);
+}
+// A block linear: LoRA may adapt it (plugin/lora.hpp; PEFT's timm targets qkv, proj, fc1, fc2).
+ParamSpec linear(const std::string& name, Shape shape, const VitConfig& c) {
+  ParamSpec p = matrix(name, std::move(shape), c);
+  p.adaptable = true;
+  return p;
 }
 ParamSpec bias(const std::string& name, std::int64_t size) {
   return spec(name, {size}, InitKind::zeros, 0.0f, false);
@@ -247,11 +254,11 @@ class BlockUnit final : public Unit {
     const std::string& p = prefix_;
     return {
         norm_weight(p + ".norm1.weight", C),   bias(p + ".norm1.bias", C),
-        matrix(p + ".attn.qkv.weight", {3 * C, C}, c), bias(p + ".attn.qkv.bias", 3 * C),
-        matrix(p + ".attn.proj.weight", {C, C}, c),    bias(p + ".attn.proj.bias", C),
+        linear(p + ".attn.qkv.weight", {3 * C, C}, c), bias(p + ".attn.qkv.bias", 3 * C),
+        linear(p + ".attn.proj.weight", {C, C}, c),    bias(p + ".attn.proj.bias", C),
         norm_weight(p + ".norm2.weight", C),   bias(p + ".norm2.bias", C),
-        matrix(p + ".mlp.fc1.weight", {M, C}, c),      bias(p + ".mlp.fc1.bias", M),
-        matrix(p + ".mlp.fc2.weight", {C, M}, c),      bias(p + ".mlp.fc2.bias", C),
+        linear(p + ".mlp.fc1.weight", {M, C}, c),      bias(p + ".mlp.fc1.bias", M),
+        linear(p + ".mlp.fc2.weight", {C, M}, c),      bias(p + ".mlp.fc2.bias", C),
     };
   }
 
@@ -274,7 +281,7 @@ class BlockUnit final : public Unit {
       Tensor w = p[kQkvW].view({d.c, d.c}, part * d.c * d.c);
       Tensor bpart = p[kQkvB].view({d.c}, part * d.c);
       Tensor out = (part == 0 ? q : part == 1 ? k : v).reshape({d.n, d.c});
-      linear_forward(ctx, kQkvLayer, xn1, w, &bpart, out);
+      linear_forward(ctx, kQkvLayer, xn1, w, &bpart, out, /*out_first=*/part * d.c);
     }
     Tensor attn = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor lse = f32_tensor(ctx, {d.b, d.h, d.t});
@@ -342,11 +349,12 @@ class BlockUnit final : public Unit {
     Tensor dxn1_part = activation(ctx, {d.n, d.c});
     for (int part = 0; part < 3; ++part) {
       Tensor w = p[kQkvW].view({d.c, d.c}, part * d.c * d.c);
-      Tensor dw = g[kQkvW].view({d.c, d.c}, part * d.c * d.c);
-      Tensor db = g[kQkvB].view({d.c}, part * d.c);
+      // Frozen base (LoRA): the gradients are undefined, and so are their parts.
+      Tensor dw = g[kQkvW].defined() ? g[kQkvW].view({d.c, d.c}, part * d.c * d.c) : Tensor();
+      Tensor db = g[kQkvB].defined() ? g[kQkvB].view({d.c}, part * d.c) : Tensor();
       Tensor dout = (part == 0 ? dq : part == 1 ? dk : dv).reshape({d.n, d.c});
       linear_backward(ctx, kQkvLayer, xn1, w, dout, part == 0 ? &dxn1 : &dxn1_part, dw, &db,
-                      /*last_call_of_iteration=*/part == 2);
+                      /*last_call_of_iteration=*/part == 2, /*out_first=*/part * d.c);
       if (part > 0) ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
     }
     Tensor dx = activation(ctx, {d.n, d.c});
@@ -391,17 +399,36 @@ class BlockUnit final : public Unit {
   }
 
  private:
-  void linear_forward(const StepContext& ctx, Fp8Layer layer, const Tensor& x, const Tensor& w, const Tensor* b,
-                      Tensor& y) {
-    if (!ctx.fp8) return ops::linear_forward(ctx.execution(), x, w, b, y);
-    fp8::linear_forward(ctx.execution(), *ctx.fp8_recipe, fp8_layer(ctx, layer), /*record=*/ctx.training, x, w, b, y);
+  // The LoRA slot (plugin/lora.hpp) of each block linear: its weight's Param.
+  static int lora_slot(Fp8Layer layer) {
+    static constexpr Param kWeights[kNumFp8Layers] = {kQkvW, kProjW, kFc1W, kFc2W};
+    return kWeights[layer];
   }
+  // Every block linear goes through here: the base (FP8 or not), then its
+  // LoRA adapter when the engine gave it one. out_first: which output
+  // features of the linear y holds (qkv is computed in three parts).
+  void linear_forward(const StepContext& ctx, Fp8Layer layer, const Tensor& x, const Tensor& w, const Tensor* b,
+                      Tensor& y, std::int64_t out_first = 0) {
+    if (!ctx.fp8) {
+      ops::linear_forward(ctx.execution(), x, w, b, y);
+    } else {
+      fp8::linear_forward(ctx.execution(), *ctx.fp8_recipe, fp8_layer(ctx, layer), /*record=*/ctx.training, x, w, b,
+                          y);
+    }
+    lora::add_forward(ctx, lora_slot(layer), x, y, out_first);
+  }
+  // dw / db are undefined when the base is frozen (LoRA): only dx is computed.
   void linear_backward(const StepContext& ctx, Fp8Layer layer, const Tensor& x, const Tensor& w, const Tensor& dy,
-                       Tensor* dx, Tensor& dw, Tensor* db, bool last_call_of_iteration = true) {
-    if (!ctx.fp8) return ops::linear_backward(ctx.execution(), x, w, dy, dx, dw, db);
-    fp8::LinearState& state = fp8_layer(ctx, layer);
-    fp8::linear_backward(ctx.execution(), *ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, db);
+                       Tensor* dx, Tensor& dw, Tensor* db, bool last_call_of_iteration = true,
+                       std::int64_t out_first = 0) {
+    if (!ctx.fp8) {
+      ops::linear_backward(ctx.execution(), x, w, dy, dx, dw, db);
+    } else {
+      fp8::LinearState& state = fp8_layer(ctx, layer);
+      fp8::linear_backward(ctx.execution(), *ctx.fp8_recipe, state, /*record=*/true, x, w, dy, dx, dw, db);
+    }
     (void)last_call_of_iteration;  // scales are updated by the engine after the step (model.hpp: fp8_states)
+    lora::add_backward(ctx, lora_slot(layer), x, dy, dx, out_first);
   }
 
   VitConfig config_;
