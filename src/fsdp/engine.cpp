@@ -371,7 +371,11 @@ void FsdpEngine::ensure_gathered(int u) {
 
 void FsdpEngine::prefetch(int u, PrefetchKind kind) {
   if (u < 0 || u >= static_cast<int>(flats_.size())) return;
-  if (flats_[static_cast<std::size_t>(u)]->gathered_valid) return;
+  // Under LoRA a kept base copy stays valid across steps while the unit's
+  // adapters were updated: prefetch whatever of the unit is stale.
+  bool stale = false;
+  for (const FlatParameter* f : flats_of(u)) stale |= !f->gathered_valid;
+  if (!stale) return;
   if (gathered_count() >= options_.limit_all_gathers) return;
   if (!start_gather(u)) return;
   if (kind == PrefetchKind::forward) ++counters_.forward_prefetch_gathers;
