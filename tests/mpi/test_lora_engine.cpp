@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "comm/mpi_communicator.hpp"
@@ -173,6 +174,47 @@ TEST(LoraEngineVit, AllLinearAdaptsTheBlockLinearsOfVit) {
   engine.forward_backward(batch, 0.5f);
   EXPECT_GT(engine.grad_norm(), 0.0);
   for (const auto& f : engine.units()) EXPECT_FALSE(f->full_grad.defined() || f->grad.defined()) << f->unit_name();
+}
+
+// PEFT's initialisation: A kaiming-uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)),
+// or normal(0, 1/r) with `lora init gaussian`; B zero (so step 0 is the base).
+TEST(LoraEngineInit, AIsKaimingUniformOrGaussianAndBIsZero) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  auto model = tiny_llama();
+  for (const lora::AInit init : {lora::AInit::kaiming, lora::AInit::gaussian}) {
+    FsdpOptions o = lora_options(ShardingStrategy::full_shard, world.size());
+    o.lora.init = init;
+    FsdpEngine engine(*model, world, o);
+    double a_max = 0, a_sq = 0, b_abs = 0;
+    std::int64_t a_n = 0;
+    for (const auto& f : engine.adapter_units()) {
+      if (!f) continue;
+      const float* m = f->master.data_as<float>();
+      f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
+        for (std::int64_t i = 0; i < count; ++i) {
+          if (e % 2 == 0) {
+            a_max = std::max(a_max, std::abs(static_cast<double>(m[at + i])));
+            a_sq += static_cast<double>(m[at + i]) * m[at + i];
+            ++a_n;
+          } else {
+            b_abs += std::abs(m[at + i]);
+          }
+        }
+      });
+    }
+    a_max = world.all_reduce_max(a_max);
+    a_sq = world.all_reduce_sum(a_sq);
+    const double n = static_cast<double>(world.all_reduce_sum(a_n));
+    EXPECT_EQ(world.all_reduce_sum(b_abs), 0.0) << "lora_B starts at zero";
+    const double bound = 1.0 / std::sqrt(static_cast<double>(kHidden));  // every adapted linear here has in = 24
+    if (init == lora::AInit::kaiming) {
+      EXPECT_LE(a_max, bound);
+      EXPECT_GT(a_max, 0.9 * bound) << "uniform over the whole bound";
+      EXPECT_NEAR(std::sqrt(a_sq / n), bound / std::sqrt(3.0), 0.1 * bound);  // std of U(-b, b)
+    } else {
+      EXPECT_NEAR(std::sqrt(a_sq / n), 1.0 / kRank, 0.1 / kRank);
+    }
+  }
 }
 
 TEST(LoraEngineErrors, TargetsThatMatchNothingNameTheAdaptableLinears) {
