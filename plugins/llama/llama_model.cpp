@@ -26,6 +26,7 @@
 #include "fp8/linear.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/rope_frequencies.hpp"
+#include "plugin/lora.hpp"
 
 namespace ftrain::llama {
 
@@ -63,6 +64,13 @@ ParamSpec norm_weight(const std::string& name, std::int64_t size) {
 
 // Token rows of a [B, T] batch tensor.
 std::int64_t token_rows(const Tensor& tokens) { return tokens.numel(); }
+
+// A block projection: a linear LoRA may adapt (plugin/lora.hpp).
+ParamSpec projection(const std::string& name, Shape shape, const LlamaConfig& c) {
+  ParamSpec p = matrix(name, std::move(shape), c);
+  p.adaptable = true;
+  return p;
+}
 
 // ---- unit 0: token embedding ------------------------------------------------------
 
@@ -114,14 +122,14 @@ class DecoderLayerUnit final : public Unit {
     const std::int64_t C = c.hidden_size, I = c.intermediate_size;
     return {
         norm_weight(prefix_ + ".input_layernorm.weight", C),
-        matrix(prefix_ + ".self_attn.q_proj.weight", {c.q_size(), C}, c),
-        matrix(prefix_ + ".self_attn.k_proj.weight", {c.kv_size(), C}, c),
-        matrix(prefix_ + ".self_attn.v_proj.weight", {c.kv_size(), C}, c),
-        matrix(prefix_ + ".self_attn.o_proj.weight", {C, c.q_size()}, c),
+        projection(prefix_ + ".self_attn.q_proj.weight", {c.q_size(), C}, c),
+        projection(prefix_ + ".self_attn.k_proj.weight", {c.kv_size(), C}, c),
+        projection(prefix_ + ".self_attn.v_proj.weight", {c.kv_size(), C}, c),
+        projection(prefix_ + ".self_attn.o_proj.weight", {C, c.q_size()}, c),
         norm_weight(prefix_ + ".post_attention_layernorm.weight", C),
-        matrix(prefix_ + ".mlp.gate_proj.weight", {I, C}, c),
-        matrix(prefix_ + ".mlp.up_proj.weight", {I, C}, c),
-        matrix(prefix_ + ".mlp.down_proj.weight", {C, I}, c),
+        projection(prefix_ + ".mlp.gate_proj.weight", {I, C}, c),
+        projection(prefix_ + ".mlp.up_proj.weight", {I, C}, c),
+        projection(prefix_ + ".mlp.down_proj.weight", {C, I}, c),
     };
   }
 
@@ -141,9 +149,9 @@ class DecoderLayerUnit final : public Unit {
     Tensor q = activation(ctx, {d.n, d.hq * d.hd});
     Tensor k = activation(ctx, {d.n, d.hkv * d.hd});
     Tensor v = activation(ctx, {d.n, d.hkv * d.hd});
-    linears_.forward(ctx, kQ, xn1, p[kQ], nullptr, q);
-    linears_.forward(ctx, kK, xn1, p[kK], nullptr, k);
-    linears_.forward(ctx, kV, xn1, p[kV], nullptr, v);
+    linear_forward(ctx, kQ, xn1, p[kQ], q);
+    linear_forward(ctx, kK, xn1, p[kK], k);
+    linear_forward(ctx, kV, xn1, p[kV], v);
     Tensor q4 = q.reshape({d.b, d.t, d.hq, d.hd});
     Tensor k4 = k.reshape({d.b, d.t, d.hkv, d.hd});
     Tensor v4 = v.reshape({d.b, d.t, d.hkv, d.hd});
@@ -155,7 +163,7 @@ class DecoderLayerUnit final : public Unit {
     ops::attention_forward(ctx.execution(), q4, k4, v4, /*causal=*/true, softmax_scale(), attn, lse);
 
     Tensor h1 = activation(ctx, {d.n, d.c});
-    linears_.forward(ctx, kO, attn.reshape({d.n, d.hq * d.hd}), p[kO], nullptr, h1);
+    linear_forward(ctx, kO, attn.reshape({d.n, d.hq * d.hd}), p[kO], h1);
     ops::add(ctx.execution(), x, h1, h1);
 
     Tensor xn2 = activation(ctx, {d.n, d.c});
@@ -163,12 +171,12 @@ class DecoderLayerUnit final : public Unit {
     ops::rmsnorm_forward(ctx.execution(), h1, p[kPostNorm], eps, xn2, rstd2);
     Tensor gate = activation(ctx, {d.n, d.i});
     Tensor up = activation(ctx, {d.n, d.i});
-    linears_.forward(ctx, kGate, xn2, p[kGate], nullptr, gate);
-    linears_.forward(ctx, kUp, xn2, p[kUp], nullptr, up);
+    linear_forward(ctx, kGate, xn2, p[kGate], gate);
+    linear_forward(ctx, kUp, xn2, p[kUp], up);
     Tensor act = activation(ctx, {d.n, d.i});
     ops::swiglu_forward(ctx.execution(), gate, up, act);
     Tensor y = activation(ctx, {d.n, d.c});
-    linears_.forward(ctx, kDown, act, p[kDown], nullptr, y);
+    linear_forward(ctx, kDown, act, p[kDown], y);
     ops::add(ctx.execution(), h1, y, y);
 
     cache.clear();
@@ -195,14 +203,14 @@ class DecoderLayerUnit final : public Unit {
     ops::swiglu_forward(ctx.execution(), s[kGateOut], s[kUpOut], act);
 
     Tensor dact = activation(ctx, {d.n, d.i});
-    linears_.backward(ctx, kDown, act, p[kDown], dy, &dact, g[kDown], nullptr);
+    linear_backward(ctx, kDown, act, p[kDown], dy, &dact, g[kDown]);
     Tensor dgate = activation(ctx, {d.n, d.i});
     Tensor dup = activation(ctx, {d.n, d.i});
     ops::swiglu_backward(ctx.execution(), s[kGateOut], s[kUpOut], dact, dgate, dup);
     Tensor dxn2 = activation(ctx, {d.n, d.c});
     Tensor dxn2_up = activation(ctx, {d.n, d.c});
-    linears_.backward(ctx, kGate, xn2, p[kGate], dgate, &dxn2, g[kGate], nullptr);
-    linears_.backward(ctx, kUp, xn2, p[kUp], dup, &dxn2_up, g[kUp], nullptr);
+    linear_backward(ctx, kGate, xn2, p[kGate], dgate, &dxn2, g[kGate]);
+    linear_backward(ctx, kUp, xn2, p[kUp], dup, &dxn2_up, g[kUp]);
     ops::add_inplace(ctx.execution(), dxn2, dxn2_up);
     // dh1 = dy (residual) + d rmsnorm2
     Tensor dh1 = activation(ctx, {d.n, d.c});
@@ -212,7 +220,7 @@ class DecoderLayerUnit final : public Unit {
     // Attention half.
     Tensor dattn = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor dattn2 = dattn.reshape({d.n, d.hq * d.hd});
-    linears_.backward(ctx, kO, s[kAttn].reshape({d.n, d.hq * d.hd}), p[kO], dh1, &dattn2, g[kO], nullptr);
+    linear_backward(ctx, kO, s[kAttn].reshape({d.n, d.hq * d.hd}), p[kO], dh1, &dattn2, g[kO]);
     Tensor dq = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor dk = activation(ctx, {d.b, d.t, d.hkv, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.hkv, d.hd});
@@ -225,10 +233,10 @@ class DecoderLayerUnit final : public Unit {
     ops::rmsnorm_forward(ctx.execution(), x, p[kInputNorm], eps, xn1, rstd_scratch);
     Tensor dxn1 = activation(ctx, {d.n, d.c});
     Tensor dxn1_part = activation(ctx, {d.n, d.c});
-    linears_.backward(ctx, kQ, xn1, p[kQ], dq.reshape({d.n, d.hq * d.hd}), &dxn1, g[kQ], nullptr);
-    linears_.backward(ctx, kK, xn1, p[kK], dk.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kK], nullptr);
+    linear_backward(ctx, kQ, xn1, p[kQ], dq.reshape({d.n, d.hq * d.hd}), &dxn1, g[kQ]);
+    linear_backward(ctx, kK, xn1, p[kK], dk.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kK]);
     ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
-    linears_.backward(ctx, kV, xn1, p[kV], dv.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kV], nullptr);
+    linear_backward(ctx, kV, xn1, p[kV], dv.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kV]);
     ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
     // dx = dh1 (residual) + d rmsnorm1
     Tensor dx = activation(ctx, {d.n, d.c});
@@ -272,6 +280,20 @@ class DecoderLayerUnit final : public Unit {
   std::vector<Fp8StateRef> fp8_states(const fp8::Recipe& recipe) override { return linears_.states(recipe); }
 
  private:
+  // Every projection goes through here: the base linear (FP8 or not, the
+  // shared fp8::LinearLayers), then its LoRA adapter when the engine gave it
+  // one (the Param index is both the layer index and the LoRA slot).
+  void linear_forward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, Tensor& y) {
+    linears_.forward(ctx, weight, x, w, nullptr, y);
+    lora::add_forward(ctx, weight, x, y);
+  }
+  // dw is undefined when the base is frozen (LoRA): only dx is computed.
+  void linear_backward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, const Tensor& dy,
+                       Tensor* dx, Tensor& dw) {
+    linears_.backward(ctx, weight, x, w, dy, dx, dw, nullptr);
+    lora::add_backward(ctx, weight, x, dy, dx);
+  }
+
   LlamaConfig config_;
   std::string prefix_;
   Tensor inv_freq_;

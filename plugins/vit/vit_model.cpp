@@ -38,6 +38,7 @@
 #include "core/error.hpp"
 #include "fp8/linear.hpp"
 #include "kernels/ops.hpp"
+#include "plugin/lora.hpp"
 
 namespace ftrain::vit {
 
@@ -64,6 +65,12 @@ ParamSpec spec(const std::string& name, Shape shape, InitKind init, float std, b
 }
 ParamSpec matrix(const std::string& name, Shape shape, const VitConfig& c) {
   return spec(name, std::move(shape), InitKind::normal, static_cast<float>(c.initializer_range), true);
+}
+// A block linear: LoRA may adapt it (plugin/lora.hpp; PEFT's timm targets qkv, proj, fc1, fc2).
+ParamSpec linear(const std::string& name, Shape shape, const VitConfig& c) {
+  ParamSpec p = matrix(name, std::move(shape), c);
+  p.adaptable = true;
+  return p;
 }
 ParamSpec bias(const std::string& name, std::int64_t size) {
   return spec(name, {size}, InitKind::zeros, 0.0f, false);
@@ -172,11 +179,11 @@ class BlockUnit final : public Unit {
     const std::string& p = prefix_;
     return {
         norm_weight(p + ".norm1.weight", C),   bias(p + ".norm1.bias", C),
-        matrix(p + ".attn.qkv.weight", {3 * C, C}, c), bias(p + ".attn.qkv.bias", 3 * C),
-        matrix(p + ".attn.proj.weight", {C, C}, c),    bias(p + ".attn.proj.bias", C),
+        linear(p + ".attn.qkv.weight", {3 * C, C}, c), bias(p + ".attn.qkv.bias", 3 * C),
+        linear(p + ".attn.proj.weight", {C, C}, c),    bias(p + ".attn.proj.bias", C),
         norm_weight(p + ".norm2.weight", C),   bias(p + ".norm2.bias", C),
-        matrix(p + ".mlp.fc1.weight", {M, C}, c),      bias(p + ".mlp.fc1.bias", M),
-        matrix(p + ".mlp.fc2.weight", {C, M}, c),      bias(p + ".mlp.fc2.bias", C),
+        linear(p + ".mlp.fc1.weight", {M, C}, c),      bias(p + ".mlp.fc1.bias", M),
+        linear(p + ".mlp.fc2.weight", {C, M}, c),      bias(p + ".mlp.fc2.bias", C),
     };
   }
 
@@ -199,25 +206,25 @@ class BlockUnit final : public Unit {
       Tensor w = p[kQkvW].view({d.c, d.c}, part * d.c * d.c);
       Tensor bpart = p[kQkvB].view({d.c}, part * d.c);
       Tensor out = (part == 0 ? q : part == 1 ? k : v).reshape({d.n, d.c});
-      linears_.forward(ctx, kQkvLayer, xn1, w, &bpart, out);
+      linear_forward(ctx, kQkvLayer, xn1, w, &bpart, out, /*out_first=*/part * d.c);
     }
     Tensor attn = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor lse = f32_tensor(ctx, {d.b, d.h, d.t});
     ops::attention_forward(ctx.execution(), q, k, v, /*causal=*/false, softmax_scale(), attn, lse);
 
     Tensor h1 = activation(ctx, {d.n, d.c});
-    linears_.forward(ctx, kProjLayer, attn.reshape({d.n, d.c}), p[kProjW], &p[kProjB], h1);
+    linear_forward(ctx, kProjLayer, attn.reshape({d.n, d.c}), p[kProjW], &p[kProjB], h1);
     ops::add(ctx.execution(), x, h1, h1);
 
     Tensor xn2 = activation(ctx, {d.n, d.c});
     Tensor mean2 = f32_tensor(ctx, {d.n}), rstd2 = f32_tensor(ctx, {d.n});
     ops::layernorm_forward(ctx.execution(), h1, p[kN2W], &p[kN2B], eps, xn2, mean2, rstd2);
     Tensor f1 = activation(ctx, {d.n, d.m});
-    linears_.forward(ctx, kFc1Layer, xn2, p[kFc1W], &p[kFc1B], f1);
+    linear_forward(ctx, kFc1Layer, xn2, p[kFc1W], &p[kFc1B], f1);
     Tensor act = activation(ctx, {d.n, d.m});
     ops::gelu_forward(ctx.execution(), f1, GeluApproximation::none, act);
     Tensor y = activation(ctx, {d.n, d.c});
-    linears_.forward(ctx, kFc2Layer, act, p[kFc2W], &p[kFc2B], y);
+    linear_forward(ctx, kFc2Layer, act, p[kFc2W], &p[kFc2B], y);
     ops::add(ctx.execution(), h1, y, y);
 
     cache.clear();
@@ -242,11 +249,11 @@ class BlockUnit final : public Unit {
     ops::gelu_forward(ctx.execution(), s[kFc1Out], GeluApproximation::none, act);
 
     Tensor dact = activation(ctx, {d.n, d.m});
-    linears_.backward(ctx, kFc2Layer, act, p[kFc2W], dy, &dact, g[kFc2W], &g[kFc2B]);
+    linear_backward(ctx, kFc2Layer, act, p[kFc2W], dy, &dact, g[kFc2W], &g[kFc2B]);
     Tensor df1 = activation(ctx, {d.n, d.m});
     ops::gelu_backward(ctx.execution(), s[kFc1Out], dact, GeluApproximation::none, df1);
     Tensor dxn2 = activation(ctx, {d.n, d.c});
-    linears_.backward(ctx, kFc1Layer, xn2, p[kFc1W], df1, &dxn2, g[kFc1W], &g[kFc1B]);
+    linear_backward(ctx, kFc1Layer, xn2, p[kFc1W], df1, &dxn2, g[kFc1W], &g[kFc1B]);
     Tensor dh1 = activation(ctx, {d.n, d.c});
     ops::layernorm_backward(ctx.execution(), s[kH1], p[kN2W], s[kMean2], s[kRstd2], dxn2, dh1, g[kN2W], &g[kN2B]);
     ops::add(ctx.execution(), dh1, dy, dh1);
@@ -254,7 +261,7 @@ class BlockUnit final : public Unit {
     // Attention half.
     Tensor dattn = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor dattn2 = dattn.reshape({d.n, d.c});
-    linears_.backward(ctx, kProjLayer, s[kAttn].reshape({d.n, d.c}), p[kProjW], dh1, &dattn2, g[kProjW], &g[kProjB]);
+    linear_backward(ctx, kProjLayer, s[kAttn].reshape({d.n, d.c}), p[kProjW], dh1, &dattn2, g[kProjW], &g[kProjB]);
     Tensor dq = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor dk = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.h, d.hd});
@@ -267,10 +274,11 @@ class BlockUnit final : public Unit {
     Tensor dxn1_part = activation(ctx, {d.n, d.c});
     for (int part = 0; part < 3; ++part) {
       Tensor w = p[kQkvW].view({d.c, d.c}, part * d.c * d.c);
-      Tensor dw = g[kQkvW].view({d.c, d.c}, part * d.c * d.c);
-      Tensor db = g[kQkvB].view({d.c}, part * d.c);
+      // Frozen base (LoRA): the gradients are undefined, and so are their parts.
+      Tensor dw = g[kQkvW].defined() ? g[kQkvW].view({d.c, d.c}, part * d.c * d.c) : Tensor();
+      Tensor db = g[kQkvB].defined() ? g[kQkvB].view({d.c}, part * d.c) : Tensor();
       Tensor dout = (part == 0 ? dq : part == 1 ? dk : dv).reshape({d.n, d.c});
-      linears_.backward(ctx, kQkvLayer, xn1, w, dout, part == 0 ? &dxn1 : &dxn1_part, dw, &db);
+      linear_backward(ctx, kQkvLayer, xn1, w, dout, part == 0 ? &dxn1 : &dxn1_part, dw, &db, /*out_first=*/part * d.c);
       if (part > 0) ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
     }
     Tensor dx = activation(ctx, {d.n, d.c});
@@ -299,6 +307,27 @@ class BlockUnit final : public Unit {
   std::vector<Fp8StateRef> fp8_states(const fp8::Recipe& recipe) override { return linears_.states(recipe); }
 
  private:
+  // The LoRA slot (plugin/lora.hpp) of each block linear: its weight's Param.
+  static int lora_slot(Linear layer) {
+    static constexpr Param kWeights[] = {kQkvW, kProjW, kFc1W, kFc2W};
+    return kWeights[layer];
+  }
+  // Every block linear goes through here: the base (FP8 or not, the shared
+  // fp8::LinearLayers), then its LoRA adapter when the engine gave it one.
+  // out_first: which output features of the linear y holds (qkv is computed
+  // in three parts).
+  void linear_forward(const StepContext& ctx, Linear layer, const Tensor& x, const Tensor& w, const Tensor* b,
+                      Tensor& y, std::int64_t out_first = 0) {
+    linears_.forward(ctx, layer, x, w, b, y);
+    lora::add_forward(ctx, lora_slot(layer), x, y, out_first);
+  }
+  // dw / db are undefined when the base is frozen (LoRA): only dx is computed.
+  void linear_backward(const StepContext& ctx, Linear layer, const Tensor& x, const Tensor& w, const Tensor& dy,
+                       Tensor* dx, Tensor& dw, Tensor* db, std::int64_t out_first = 0) {
+    linears_.backward(ctx, layer, x, w, dy, dx, dw, db);
+    lora::add_backward(ctx, lora_slot(layer), x, dy, dx, out_first);
+  }
+
   VitConfig config_;
   std::string prefix_;
   fp8::LinearLayers linears_;  // indexed by Linear; FP8 under precision fp8

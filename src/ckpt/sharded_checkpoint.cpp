@@ -68,6 +68,19 @@ json entries_json(const FlatParameter& flat) {
   return entries;
 }
 
+// What a checkpoint holds per unit: every base flat, or under LoRA only the
+// adapter flats (the frozen base is referenced, not saved).
+std::vector<FlatParameter*> checkpointed_flats(const FsdpEngine& engine) {
+  std::vector<FlatParameter*> out;
+  if (!engine.lora()) {
+    for (const auto& f : engine.units()) out.push_back(f.get());
+  } else {
+    for (const auto& f : engine.adapter_units())
+      if (f) out.push_back(f.get());
+  }
+  return out;
+}
+
 void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& world, const SaveInfo& info,
                      std::int64_t parent_step) {
   h5::File file = h5::File::create(path);
@@ -89,6 +102,11 @@ void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& 
   const auto fp8_states = fp8 ? engine.fp8_states() : std::vector<std::vector<Fp8StateRef>>{};
   h5::write_string(root, "strategy", info.strategy, path);
   h5::write_string(root, "deck", info.deck_text, path);
+  h5::write_attr_i64(root, "lora", engine.lora() ? 1 : 0, path);
+  if (engine.lora()) {
+    h5::write_attr_u64(root, "base_checksum", info.base_checksum, path);
+    h5::write_string(root, "base_init", info.base_init, path);
+  }
   json names = json::array();
   for (const auto& flat : engine.units()) names.push_back(flat->unit_name());
   h5::write_string(root, "unit_names", names.dump(), path);
@@ -97,7 +115,7 @@ void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& 
   for (const auto& [name, value] : info.scalars) h5::write_attr_f64(scalars.id(), name.c_str(), value, path);
 
   h5::Group units = h5::Group::create(root, "units", path);
-  for (const auto& flat : engine.units()) {
+  for (FlatParameter* flat : checkpointed_flats(engine)) {
     FT_CHECK(flat->unit_name().find('/') == std::string::npos) << "unit name " << flat->unit_name();
     h5::Group g = h5::Group::create(units.id(), flat->unit_name(), path);
     h5::write_attr_i64(g.id(), "index", flat->unit_index(), path);
@@ -421,9 +439,19 @@ static LoadedInfo load_sharded_local(FsdpEngine& engine, const std::string& step
     if (units != engine.units().size())
       FT_USER_ERROR() << first.path << ": the checkpoint has " << units << " FSDP units, this model has "
                       << engine.units().size() << " (a different model?)";
+    info.lora = H5Aexists(root, "lora") > 0 && h5::read_attr_i64(root, "lora", first.path) != 0;
+    if (info.lora != engine.lora())
+      FT_USER_ERROR() << first.path << ": the checkpoint was written " << (info.lora ? "with" : "without")
+                      << " lora, the deck " << (engine.lora() ? "has" : "has no")
+                      << " lora line; resume with the same fine-tuning mode (a full checkpoint starts a LoRA run "
+                         "through init hdf5 of its model.h5)";
+    if (info.lora) {
+      info.base_checksum = h5::read_attr_u64(root, "base_checksum", first.path);
+      info.base_init = h5::read_string(root, "base_init", first.path);
+    }
   }
 
-  for (const auto& flat_ptr : engine.units()) {
+  for (FlatParameter* flat_ptr : checkpointed_flats(engine)) {
     FlatParameter& flat = *flat_ptr;
     const std::string unit_path = "units/" + flat.unit_name();
     OldShardFile& first = old_file(0);

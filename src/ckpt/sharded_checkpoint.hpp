@@ -53,6 +53,12 @@ struct SaveInfo {
   // recorded as the new checkpoint's parent (lineage.hpp) when it lives in
   // the same directory, else as "resumed_from".
   std::string parent_directory;
+  // LoRA (engine.lora()): only the adapters and their optimizer state are
+  // saved; the frozen base is referenced by how it was initialised and the
+  // checksum of its bits (FsdpEngine::base_checksum), so a resume can
+  // refuse a base that changed.
+  std::uint64_t base_checksum = 0;
+  std::string base_init;  // "random seed 1234 std 0.02", "safetensors PATH", "hdf5 PATH"
 };
 
 struct LoadedInfo {
@@ -68,6 +74,10 @@ struct LoadedInfo {
   // (loss, lr, grad_norm, elapsed_s = training seconds across resumes,
   // global_batch = samples per step of the writing run).
   std::map<std::string, double> scalars;
+  // A LoRA checkpoint: the base it was trained on (SaveInfo).
+  bool lora = false;
+  std::uint64_t base_checksum = 0;
+  std::string base_init;
 };
 
 // "DIR/step_<N>" for a step.
@@ -95,7 +105,8 @@ void verify_step_directory(const std::string& step_dir);
 LoadedInfo read_checkpoint_info(const std::string& step_dir);
 
 // Collective over `world`. Fills every unit's master, exp_avg, exp_avg_sq and
-// the optimizer step count from `step_dir`, resharding as needed. A failure
+// the optimizer step count (under LoRA: every adapter flat's; the base is
+// the caller's to initialise and to compare with LoadedInfo::base_checksum) from `step_dir`, resharding as needed. A failure
 // on any rank (a missing or truncated file, a damaged superblock, a Fletcher32
 // checksum mismatch in the part one rank reads) is agreed on: every rank
 // throws the same UserError, naming the failing rank, or none does.

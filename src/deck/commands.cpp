@@ -526,7 +526,16 @@ std::vector<Command> build_table() {
                      .apply = [](RunConfig& c, const ParsedCommand& p) {
                        c.init.kind = "hdf5";
                        c.init.where = p.where;
-                     }}},
+                     }},
+                Form{.word = "adapter",
+                     .help = "LoRA only, beside the base's init line: start the adapters from a Hugging Face "
+                             "PEFT adapter directory (adapter_config.json + adapter_model.safetensors; r, "
+                             "lora_alpha, use_rslora and target_modules must match the lora line)",
+                     .positionals = {Param{
+                         .name = "DIR", .kind = ValueKind::existing_path,
+                         .help = "what PeftModel.save_pretrained (or save_adapter) wrote",
+                         .set = [](RunConfig& c, const Value& v) { c.lora.adapter_path = v.text; }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) { c.lora.adapter_where = p.where; }}},
       .example = "init random std 0.02",
   });
 
@@ -742,6 +751,99 @@ std::vector<Command> build_table() {
                     .default_of = [](const RunConfig& c) { return on_off(c.checkpoint.consolidated); }}},
           .apply = [](RunConfig& c, const ParsedCommand& p) { c.checkpoint.where = p.where; }}},
       .example = "checkpoint every 500 dir runs/llama/ckpt keep 3",
+  });
+
+  table.push_back(Command{
+      .name = "lora",
+      .help = "LoRA fine-tuning: freeze the base model (no weight gradients, no optimizer state) and "
+              "train low-rank adapters y += (alpha/r) B A dropout(x) on the targeted linears, "
+              "A kaiming-uniform (or gaussian), B zero. Targets use PEFT's matching (a module whose "
+              "name is or ends with .TARGET); Llama's linears are q_proj k_proj v_proj o_proj "
+              "gate_proj up_proj down_proj, ViT's qkv proj fc1 fc2; all-linear takes all of them "
+              "(never the output head). The line may be repeated; each sets what it names "
+              "(e.g. `lora init gaussian` on its own line). share/doc/fsdp.md \"LoRA\".",
+      .maps_to = "PEFT `LoraConfig(r, lora_alpha, lora_dropout, target_modules, init_lora_weights)`",
+      .forms = {Form{
+          .word = "",
+          .help = "",
+          .keywords = {
+              Param{.name = "rank", .kind = ValueKind::positive_int, .help = "adapter rank r", .maps_to = "`r`",
+                    .set = [](RunConfig& c, const Value& v) { c.lora.rank = v.integer; },
+                    .default_of = [](const RunConfig& c) { return integer_text(c.lora.rank); }},
+              Param{.name = "alpha", .kind = ValueKind::positive_number, .help = "scaling numerator: scale alpha / r",
+                    .maps_to = "`lora_alpha`",
+                    .set = [](RunConfig& c, const Value& v) { c.lora.alpha = v.number; },
+                    .default_of = [](const RunConfig& c) { return format_number(c.lora.alpha); }},
+              Param{.name = "dropout", .kind = ValueKind::fraction,
+                    .help = "dropout on the adapter input (the run's seed; the same mask on any rank count)",
+                    .maps_to = "`lora_dropout`",
+                    .set = [](RunConfig& c, const Value& v) { c.lora.dropout = v.number; },
+                    .default_of = [](const RunConfig& c) { return format_number(c.lora.dropout); }},
+              Param{.name = "targets", .kind = ValueKind::text,
+                    .help = "comma-separated module names, or all-linear", .maps_to = "`target_modules`",
+                    .set = [](RunConfig& c, const Value& v) { c.lora.targets = v.text; },
+                    .default_of = [](const RunConfig& c) { return c.lora.targets; }},
+              Param{.name = "init", .kind = ValueKind::choice, .help = "initialisation of A (B starts at zero)",
+                    .maps_to = "`init_lora_weights`",
+                    .choices = {{"kaiming", "True"}, {"gaussian", "\"gaussian\""}},
+                    .set = [](RunConfig& c, const Value& v) { c.lora.init = v.text; },
+                    .default_of = [](const RunConfig& c) { return c.lora.init; }}},
+          .apply = [](RunConfig& c, const ParsedCommand& p) {
+            if (!c.lora.enabled) c.lora.where = p.where;
+            c.lora.enabled = true;
+            const std::string& t = c.lora.targets;
+            if (t.empty() || t.front() == ',' || t.back() == ',' || t.find(",,") != std::string::npos ||
+                (t.find("all-linear") != std::string::npos && t != "all-linear"))
+              FT_USER_ERROR() << p.where.str() << ": 'lora' targets '" << t
+                              << "': expected comma-separated module names (q_proj,v_proj) or all-linear";
+          }}},
+      .repeatable = true,
+      .example = "lora rank 8 alpha 16 dropout 0.05 targets q_proj,v_proj",
+  });
+
+  table.push_back(Command{
+      .name = "save_adapter",
+      .help = "LoRA: at the end of training, write the adapters as Hugging Face PEFT writes them "
+              "(DIR/adapter_model.safetensors with keys base_model.model.<module>.lora_A.weight, and "
+              "DIR/adapter_config.json), loadable with PeftModel.from_pretrained. The adapters are "
+              "gathered shard group by shard group; rank 0 writes.",
+      .maps_to = "`PeftModel.save_pretrained(DIR)`",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{
+                         .name = "DIR", .kind = ValueKind::path, .help = "output directory",
+                         .set = [](RunConfig& c, const Value& v) { c.lora.save_adapter_path = v.text; }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) { c.lora.save_adapter_where = p.where; }}},
+      .example = "save_adapter runs/llama70b_lora/adapter",
+  });
+
+  table.push_back(Command{
+      .name = "merge_adapter",
+      .help = "LoRA: at the end of training (after save_adapter), fold the adapters into the base "
+              "weights, W += scale B A (scale alpha/r, or alpha/sqrt(r) with rslora), so that save_final "
+              "writes a plain model (no lora tensors) that ftrain-convert turns into safetensors.",
+      .maps_to = "PEFT `merge_and_unload()`",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{
+                         .name = "on|off", .kind = ValueKind::on_off, .help = "on or off",
+                         .set = [](RunConfig& c, const Value& v) { c.lora.merge = v.flag; },
+                         .default_of = [](const RunConfig& c) { return on_off(c.lora.merge); }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) { c.lora.merge_where = p.where; }}},
+      .example = "merge_adapter on",
+  });
+
+  table.push_back(Command{
+      .name = "rslora",
+      .help = "Rank-stabilised LoRA: adapters scale by alpha / sqrt(r) instead of alpha / r.",
+      .maps_to = "PEFT `LoraConfig(use_rslora=True)`",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{
+                         .name = "on|off", .kind = ValueKind::on_off, .help = "on or off",
+                         .set = [](RunConfig& c, const Value& v) { c.lora.rslora = v.flag; },
+                         .default_of = [](const RunConfig& c) { return on_off(c.lora.rslora); }}}}},
+      .example = "rslora on",
   });
 
   table.push_back(Command{

@@ -126,6 +126,25 @@ struct Fp8Section {  // fp8 [format hybrid|e4m3] [amax_history N] [margin M] [am
   DeckLocation where;
 };
 
+// lora [rank R] [alpha A] [dropout P] [targets LIST|all-linear] [init kaiming|gaussian]
+// (repeatable: later lines set what they name) and rslora on|off.
+struct LoraSection {
+  bool enabled = false;  // any lora line
+  std::int64_t rank = 8;                 // PEFT LoraConfig defaults
+  double alpha = 8.0;
+  double dropout = 0.0;
+  std::string targets = "q_proj,v_proj";  // comma-separated module names, or "all-linear"
+  std::string init = "kaiming";           // kaiming (PEFT init_lora_weights=True) | gaussian
+  bool rslora = false;                    // rslora on
+  DeckLocation where;                     // the first lora line
+  std::string adapter_path;               // init adapter DIR: start from a PEFT adapter
+  DeckLocation adapter_where;
+  std::string save_adapter_path;          // save_adapter DIR: write a PEFT adapter at the end
+  DeckLocation save_adapter_where;
+  bool merge = false;                     // merge_adapter on: W += scale B A before save_final
+  DeckLocation merge_where;
+};
+
 struct RunConfig {
   ModelSection model;
   std::string device = "auto";     // device auto|host|cuda (train/device_choice.hpp decides)
@@ -154,6 +173,7 @@ struct RunConfig {
   CheckpointSection checkpoint;       // checkpoint ...
   ResumeSection resume;               // resume ...
   SaveFinalSection save_final;        // save_final ...
+  LoraSection lora;                   // lora ..., rslora ...
 
   // Every line of the deck after variable substitution and continuation
   // joining, "file:line: text", for echoing the resolved configuration.

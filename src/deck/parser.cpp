@@ -190,16 +190,21 @@ class DeckReader {
       fail_at(where, "unknown command " + quote_word(words[0]) +
                          did_you_mean(words[0], command_names()));
     }
+    // `init adapter DIR` (LoRA adapters) sits beside the base's `init ...`:
+    // each may be given once.
+    const std::string once_key = command->name == "init" && words.size() > 1 && words[1] == "adapter"
+                                     ? std::string("init adapter")
+                                     : std::string(command->name);
     if (!command->repeatable) {
-      if (const auto it = seen_.find(command->name); it != seen_.end()) {
-        fail_at(where, "'" + std::string(command->name) + "' was already given at " +
+      if (const auto it = seen_.find(once_key); it != seen_.end()) {
+        fail_at(where, "'" + once_key + "' was already given at " +
                            it->second.str() +
                            " (each command appears once; use a variable to vary a value)");
       }
     }
     const ParsedCommand parsed = parse_command(*command, words, where);
     check_command(parsed);
-    if (!command->repeatable) seen_.emplace(command->name, where);
+    if (!command->repeatable) seen_.emplace(once_key, where);
     config_.resolved_lines.push_back(where.str() + ": " + render_words(words));
 
     if (command->name == "variable") {
@@ -259,7 +264,7 @@ class DeckReader {
   std::map<std::string, Variable, std::less<>> variables_;
   std::set<std::string, std::less<>> read_;  // every ${NAME} expanded so far
   std::vector<Frame> chain_;
-  std::map<std::string_view, DeckLocation> seen_;
+  std::map<std::string, DeckLocation, std::less<>> seen_;  // by command (and "init adapter")
   DeckLocation end_of_deck_;
   RunConfig config_;
 };

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
@@ -37,6 +38,10 @@ const char* sharding_strategy_name(ShardingStrategy s) {
 FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& options)
     : model_(model), world_(world), options_(options), exec_(ExecutionOptions::from_environment()) {
   FT_CHECK(options_.limit_all_gathers >= 1) << "limit_all_gathers must be >= 1";
+  options_.lora.validate();
+  if (options_.lora.enabled && options_.fp8)
+    FT_USER_ERROR() << "lora with precision fp8 is not supported: the frozen base linears would need FP8 "
+                       "dgrad-only GEMMs; use precision bf16 or fp32 for LoRA";
   const int world_size = world_.size();
   int group_size = world_size;
   switch (options_.strategy) {
@@ -63,6 +68,9 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
   ctx_.fp8_recipe = options_.fp8 ? &options_.fp8_recipe : nullptr;
 
   const int n_units = model_.num_units();
+  const bool lora_on = options_.lora.enabled;
+  const std::int64_t r = options_.lora.rank;
+  std::vector<std::string> adaptable_seen;  // for the error when no target matches
   FT_CHECK(n_units >= 2) << "model " << model_.architecture() << " has " << n_units << " units; expected >= 2";
   std::map<std::string, SlotSource> owner_of;
   for (int u = 0; u < n_units; ++u) {
@@ -84,15 +92,88 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
       slots.push_back(src);
       own.push_back(spec);
     }
+    auto allocate = [](FlatParameter& f, bool trainable) {
+      const Shape shard_shape{f.shard_numel()};
+      f.master = Tensor::zeros(shard_shape, DType::f32, Device::host, f.unit_name() + ".master");
+      if (!trainable) return;  // frozen: no gradient, no optimizer state
+      f.grad = Tensor::zeros(shard_shape, DType::f32, Device::host, f.unit_name() + ".grad");
+      f.exp_avg = Tensor::zeros(shard_shape, DType::f32, Device::host, f.unit_name() + ".exp_avg");
+      f.exp_avg_sq = Tensor::zeros(shard_shape, DType::f32, Device::host, f.unit_name() + ".exp_avg_sq");
+    };
     auto flat = std::make_unique<FlatParameter>(u, unit.name(), own, shard_comm_->size(), shard_comm_->rank());
-    const Shape shard_shape{flat->shard_numel()};
-    flat->master = Tensor::zeros(shard_shape, DType::f32, Device::host, unit.name() + ".master");
-    flat->grad = Tensor::zeros(shard_shape, DType::f32, Device::host, unit.name() + ".grad");
-    flat->exp_avg = Tensor::zeros(shard_shape, DType::f32, Device::host, unit.name() + ".exp_avg");
-    flat->exp_avg_sq = Tensor::zeros(shard_shape, DType::f32, Device::host, unit.name() + ".exp_avg_sq");
+    allocate(*flat, /*trainable=*/!lora_on);
     flats_.push_back(std::move(flat));
+
+    // LoRA: lora_A [r, in] and lora_B [out, r] for every targeted linear of
+    // this unit, in slot order, in a trainable flat parameter of its own.
+    std::vector<ParamSpec> adapter_specs;
+    std::vector<lora::AdaptedLinear> adapted;
+    std::vector<int> adapted_slots;
+    for (std::size_t i = 0; lora_on && i < specs.size(); ++i) {
+      const ParamSpec& spec = specs[i];
+      if (!spec.adaptable || !spec.tied_to.empty()) continue;
+      const std::string module = lora::module_of_weight(spec.name);
+      FT_CHECK(!module.empty() && spec.shape.size() == 2)
+          << "unit " << unit.name() << " marks '" << spec.name << "' " << shape_string(spec.shape)
+          << " adaptable; LoRA needs a linear weight '<module>.weight' [out, in]";
+      adaptable_seen.push_back(module);
+      if (!options_.lora.targets_module(module)) continue;
+      const std::int64_t out = spec.shape[0], in = spec.shape[1];
+      ParamSpec a;
+      a.name = lora::lora_a_name(module);
+      a.shape = {r, in};
+      if (options_.lora.init == lora::AInit::kaiming) {
+        // kaiming_uniform_(a=sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain * sqrt(3 / fan_in) = 1 / sqrt(in)
+        a.init = InitKind::uniform;
+        a.init_bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in)));
+      } else {
+        a.init = InitKind::normal;
+        a.init_std = static_cast<float>(1.0 / static_cast<double>(r));
+      }
+      ParamSpec b;
+      b.name = lora::lora_b_name(module);
+      b.shape = {out, r};
+      b.init = InitKind::zeros;
+      adapter_specs.push_back(a);
+      adapter_specs.push_back(b);
+      lora::AdaptedLinear l;
+      l.module = module;
+      l.dropout_stream = rng::hash_name(module);
+      adapted.push_back(l);
+      adapted_slots.push_back(static_cast<int>(i));
+    }
+    if (adapter_specs.empty()) {
+      adapter_flats_.push_back(nullptr);
+    } else {
+      auto af = std::make_unique<FlatParameter>(u, unit.name() + ".lora", adapter_specs, shard_comm_->size(),
+                                                shard_comm_->rank());
+      allocate(*af, /*trainable=*/true);
+      adapter_flats_.push_back(std::move(af));
+    }
+    lora::UnitAdapters view;
+    view.by_slot.assign(specs.size(), nullptr);
+    view.scale = static_cast<float>(options_.lora.scale());
+    view.dropout = static_cast<float>(options_.lora.dropout);
+    view.seed = options_.seed;
+    adapted_.push_back(std::move(adapted));
+    adapted_slots_.push_back(std::move(adapted_slots));
+    unit_adapters_.push_back(std::move(view));
     slots_.push_back(std::move(slots));
   }
+  // Pointers into adapted_ once it no longer moves.
+  for (int u = 0; u < n_units; ++u)
+    for (std::size_t k = 0; k < adapted_[static_cast<std::size_t>(u)].size(); ++k)
+      unit_adapters_[static_cast<std::size_t>(u)].by_slot[static_cast<std::size_t>(adapted_slots_[static_cast<std::size_t>(u)][k])] =
+          &adapted_[static_cast<std::size_t>(u)][k];
+  if (lora_on && trainable_parameters() == 0) {
+    std::ostringstream known;
+    for (std::size_t i = 0; i < adaptable_seen.size() && i < 12; ++i) known << (i ? ", " : "") << adaptable_seen[i];
+    if (adaptable_seen.size() > 12) known << ", ...";
+    FT_USER_ERROR() << "lora targets " << options_.lora.targets_text() << " match no linear layer of model "
+                    << model_.architecture() << (adaptable_seen.empty() ? " (it marks none adaptable)" : "; its adaptable linears are: ")
+                    << known.str();
+  }
+  if (lora_on) init_adapters(options_.seed);
   tied_owner_.assign(static_cast<std::size_t>(n_units), false);
   for (int u = 0; u < n_units; ++u)
     for (int o : owners_needed(u)) tied_owner_[static_cast<std::size_t>(o)] = true;
@@ -156,6 +237,13 @@ void random_init_values(std::uint64_t seed, const FlatEntry& e, std::int64_t fir
         dst[i] = static_cast<float>(e.init_std * rng::normal(seed, stream, static_cast<std::uint64_t>(first + i)));
       break;
     }
+    case InitKind::uniform: {
+      const std::uint64_t stream = rng::hash_name(e.name);
+      for (std::int64_t i = 0; i < count; ++i)
+        dst[i] = static_cast<float>(e.init_bound *
+                                    (2.0 * rng::uniform(seed, stream, static_cast<std::uint64_t>(first + i)) - 1.0));
+      break;
+    }
   }
 }
 
@@ -185,6 +273,39 @@ void FsdpEngine::init_from(const ParameterSource& source) {
     flat->gathered_valid = false;
     flat->gathered = Tensor();
   }
+}
+
+void FsdpEngine::init_adapters(std::uint64_t seed) {
+  init_adapters_from([seed](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
+    random_init_values(seed, e, first, count, dst);
+  });
+}
+
+void FsdpEngine::init_adapters_from(const ParameterSource& source) {
+  exec_.synchronize();
+  for (auto& flat : adapter_flats_) {
+    if (!flat) continue;
+    float* master = flat->master.data_as<float>();
+    std::fill(master, master + flat->shard_numel(), 0.0f);
+    flat->for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
+      source(flat->entries()[static_cast<std::size_t>(e)], first, count, master + at);
+    });
+    flat->gathered_valid = false;
+    flat->gathered = Tensor();
+  }
+}
+
+std::vector<FlatParameter*> FsdpEngine::flats_of(int u) const {
+  std::vector<FlatParameter*> out{flats_[static_cast<std::size_t>(u)].get()};
+  if (auto* a = adapter_flats_[static_cast<std::size_t>(u)].get()) out.push_back(a);
+  return out;
+}
+
+std::vector<FlatParameter*> FsdpEngine::all_flats() const {
+  std::vector<FlatParameter*> out;
+  for (int u = 0; u < static_cast<int>(flats_.size()); ++u)
+    for (FlatParameter* f : flats_of(u)) out.push_back(f);
+  return out;
 }
 
 void FsdpEngine::init_from_root(const ParameterSource& source) {
@@ -226,7 +347,15 @@ int FsdpEngine::gathered_count() const {
 }
 
 bool FsdpEngine::start_gather(int u) {
-  FlatParameter& f = *flats_[static_cast<std::size_t>(u)];
+  bool issued = false;
+  for (FlatParameter* f : flats_of(u)) issued |= start_gather_flat(*f);
+  // The same count the limit is checked against, so the mark shows what
+  // limit_all_gathers actually bounded.
+  counters_.gathered_units_high_water = std::max(counters_.gathered_units_high_water, gathered_count());
+  return issued;
+}
+
+bool FsdpEngine::start_gather_flat(FlatParameter& f) {
   if (f.gathered_valid) return false;
   bool issued = false;
   const DType dt = options_.param_dtype;
@@ -250,22 +379,24 @@ bool FsdpEngine::start_gather(int u) {
     issued = true;
   }
   f.gathered_valid = true;
-  // The same count the limit is checked against, so the mark shows what
-  // limit_all_gathers actually bounded.
-  counters_.gathered_units_high_water = std::max(counters_.gathered_units_high_water, gathered_count());
   return issued;
 }
 
 void FsdpEngine::ensure_gathered(int u) {
-  FlatParameter& f = *flats_[static_cast<std::size_t>(u)];
   start_gather(u);
-  f.gather_request.wait();
-  f.gather_send = Tensor();
+  for (FlatParameter* f : flats_of(u)) {
+    f->gather_request.wait();
+    f->gather_send = Tensor();
+  }
 }
 
 void FsdpEngine::prefetch(int u, PrefetchKind kind) {
   if (u < 0 || u >= static_cast<int>(flats_.size())) return;
-  if (flats_[static_cast<std::size_t>(u)]->gathered_valid) return;
+  // Under LoRA a kept base copy stays valid across steps while the unit's
+  // adapters were updated: prefetch whatever of the unit is stale.
+  bool stale = false;
+  for (const FlatParameter* f : flats_of(u)) stale |= !f->gathered_valid;
+  if (!stale) return;
   if (gathered_count() >= options_.limit_all_gathers) return;
   if (!start_gather(u)) return;
   if (kind == PrefetchKind::forward) ++counters_.forward_prefetch_gathers;
@@ -273,12 +404,13 @@ void FsdpEngine::prefetch(int u, PrefetchKind kind) {
 }
 
 void FsdpEngine::release(int u) {
-  FlatParameter& f = *flats_[static_cast<std::size_t>(u)];
   if (options_.strategy == ShardingStrategy::no_shard) return;  // replicas keep their parameters
-  f.gather_request.wait();
-  f.gather_send = Tensor();
-  f.gathered = Tensor();
-  f.gathered_valid = false;
+  for (FlatParameter* f : flats_of(u)) {
+    f->gather_request.wait();
+    f->gather_send = Tensor();
+    f->gathered = Tensor();
+    f->gathered_valid = false;
+  }
 }
 
 std::vector<int> FsdpEngine::owners_needed(int u) const {
@@ -306,6 +438,10 @@ std::vector<Tensor> FsdpEngine::unit_grads(int u) {
   std::vector<Tensor> grads;
   for (const auto& s : slots_[static_cast<std::size_t>(u)]) {
     FlatParameter& owner = *flats_[static_cast<std::size_t>(s.unit)];
+    if (!owner.trainable()) {
+      grads.emplace_back();  // frozen (LoRA): the ops skip this gradient
+      continue;
+    }
     if (!owner.full_grad.defined())
       owner.full_grad = Tensor::zeros({owner.padded_numel()}, DType::f32, Device::host, owner.unit_name() + ".full_grad");
     const FlatEntry& e = owner.entries()[static_cast<std::size_t>(s.entry)];
@@ -320,9 +456,37 @@ bool FsdpEngine::is_checkpointed(int u) const {
   return (u - 1) % options_.checkpoint_every == 0;
 }
 
+// The adapters of unit u as the plugin sees them (StepContext::lora): views
+// of the gathered adapter flat and, in backward, of its full gradient.
+void FsdpEngine::bind_adapters(int u, const Batch& batch, bool with_grads) {
+  FlatParameter* af = adapter_flats_[static_cast<std::size_t>(u)].get();
+  if (!af) {
+    ctx_.lora = nullptr;
+    return;
+  }
+  if (with_grads && !af->full_grad.defined())
+    af->full_grad = Tensor::zeros({af->padded_numel()}, DType::f32, Device::host, af->unit_name() + ".full_grad");
+  auto& linears = adapted_[static_cast<std::size_t>(u)];
+  for (std::size_t k = 0; k < linears.size(); ++k) {
+    const FlatEntry& ea = af->entries()[2 * k];
+    const FlatEntry& eb = af->entries()[2 * k + 1];
+    linears[k].a = af->gathered.view(ea.shape, ea.offset, ea.name).borrow();
+    linears[k].b = af->gathered.view(eb.shape, eb.offset, eb.name).borrow();
+    linears[k].grad_a = with_grads ? af->full_grad.view(ea.shape, ea.offset, ea.name + ".grad") : Tensor();
+    linears[k].grad_b = with_grads ? af->full_grad.view(eb.shape, eb.offset, eb.name + ".grad") : Tensor();
+  }
+  lora::UnitAdapters& view = unit_adapters_[static_cast<std::size_t>(u)];
+  view.first_sample = batch.first_sample;
+  view.samples = batch.inputs.ndim() >= 1 ? std::max<std::int64_t>(1, batch.inputs.dim(0)) : 1;
+  ctx_.lora = &view;
+}
+
 void FsdpEngine::reduce_gradients(int u) {
-  FlatParameter& f = *flats_[static_cast<std::size_t>(u)];
-  if (!f.full_grad.defined()) return;  // no gradient flowed (e.g. frozen unit)
+  for (FlatParameter* f : flats_of(u)) reduce_flat(*f);
+}
+
+void FsdpEngine::reduce_flat(FlatParameter& f) {
+  if (!f.full_grad.defined()) return;  // no gradient flowed (frozen base under LoRA)
   Tensor send = f.full_grad;
   if (options_.reduce_dtype != DType::f32) {
     send = Tensor::empty({f.padded_numel()}, options_.reduce_dtype, Device::host, f.unit_name() + ".grad_send");
@@ -330,7 +494,7 @@ void FsdpEngine::reduce_gradients(int u) {
   }
   f.full_grad = Tensor();
   PendingReduction p;
-  p.unit = u;
+  p.flat = &f;
   if (shard_comm_->size() == 1 && !replica_comm_) {
     p.shard = send;  // nothing to communicate
   } else {
@@ -359,7 +523,7 @@ void FsdpEngine::finish_reductions(std::size_t keep_pending) {
     if (pending_reductions_.size() <= keep_pending && !(p.scattered.test() && p.replicated.test())) break;
     p.scattered.wait();
     p.replicated.wait();
-    FlatParameter& f = *flats_[static_cast<std::size_t>(p.unit)];
+    FlatParameter& f = *p.flat;
     if (p.shard.dtype() == DType::f32) {
       ops::add_inplace(exec_, f.grad, p.shard);
     } else {
@@ -373,9 +537,8 @@ void FsdpEngine::finish_reductions(std::size_t keep_pending) {
 
 void FsdpEngine::drain() {
   finish_reductions(0);
-  for (auto& f : flats_) {
-    f->gather_request.wait();
-  }
+  for (FlatParameter* f : all_flats()) f->gather_request.wait();
+  ctx_.lora = nullptr;  // its views borrow buffers the engine may free now
   exec_.synchronize();  // the engine's callers read results on the host
 }
 
@@ -389,6 +552,7 @@ void FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
     ensure_gathered(u);
     if (options_.forward_prefetch) prefetch(u + 1, PrefetchKind::forward);
     inputs_[static_cast<std::size_t>(u)] = x;
+    bind_adapters(u, batch, /*with_grads=*/false);
     Tensor out = model_.unit(u).forward(ctx_, unit_params(u), batch, x, caches_[static_cast<std::size_t>(u)]);
     if (is_checkpointed(u)) caches_[static_cast<std::size_t>(u)].clear();
     if (u < n - 1 && !keep_gathered_after_forward()) release(u);
@@ -404,6 +568,7 @@ void FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
     if (options_.backward_prefetch == BackwardPrefetch::backward_pre) prefetch(u - 1, PrefetchKind::backward);
     auto& cache = caches_[static_cast<std::size_t>(u)];
     const Tensor& input = inputs_[static_cast<std::size_t>(u)];
+    bind_adapters(u, batch, /*with_grads=*/true);
     if (is_checkpointed(u)) {
       cache.clear();
       model_.unit(u).forward(ctx_, unit_params(u), batch, input, cache);  // recompute
@@ -411,7 +576,10 @@ void FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
     }
     auto params = unit_params(u);
     auto grads = unit_grads(u);
-    Tensor dx = model_.unit(u).backward(ctx_, params, grads, batch, input, dy, cache);
+    // The first unit returns no input gradient: with nothing trainable in it
+    // (frozen base under LoRA) its backward would compute nothing at all.
+    const bool nothing_to_compute = u == 0 && !flats_[0]->trainable() && !adapter_flats_[0];
+    Tensor dx = nothing_to_compute ? Tensor() : model_.unit(u).backward(ctx_, params, grads, batch, input, dy, cache);
     cache.clear();
     inputs_[static_cast<std::size_t>(u)] = Tensor();
     dy = dx;
@@ -434,6 +602,7 @@ void FsdpEngine::forward_only(const Batch& batch) {
     for (int o : owners_needed(u)) ensure_gathered(o);
     ensure_gathered(u);
     UnitCache scratch;
+    bind_adapters(u, batch, /*with_grads=*/false);
     Tensor out = model_.unit(u).forward(ctx_, unit_params(u), batch, x, scratch);
     if (u < n - 1) {
       // Tied owners (unit 0) are still needed by the head: keep them.
@@ -488,13 +657,15 @@ void FsdpEngine::update_fp8_scales() {
 
 void FsdpEngine::zero_grad() {
   train_loss_.reset();
-  for (auto& f : flats_) ops::fill(exec_, f->grad, 0.0f);
+  for (FlatParameter* f : all_flats())
+    if (f->trainable()) ops::fill(exec_, f->grad, 0.0f);
   exec_.compute().synchronize();  // callers (checkpoints) may read the gradients next
 }
 
 double FsdpEngine::grad_norm() {
   double local = 0.0;
-  for (auto& f : flats_) local += ops::sum_squares(exec_, f->grad);
+  for (FlatParameter* f : all_flats())
+    if (f->trainable()) local += ops::sum_squares(exec_, f->grad);
   // Replicas hold identical reduced shards: summing over the shard group covers every element once.
   return std::sqrt(shard_comm_->all_reduce_sum(local));
 }
@@ -507,26 +678,38 @@ std::string FsdpEngine::first_non_finite(ShardState which) {
   constexpr double kNone = -1.0;
   constexpr std::int64_t kEntriesPerUnit = std::int64_t{1} << 24;
   double mine = kNone;
-  for (auto& f : flats_) {
+  for (FlatParameter* f : all_flats()) {
     const Tensor& state = which == ShardState::gradient ? f->grad : f->master;
+    if (!state.defined()) continue;  // frozen: no gradient
     const std::int64_t unit = f->unit_index();
+    // Adapter entries (LoRA) number after the unit's base entries.
+    const bool adapter = f != flats_[static_cast<std::size_t>(unit)].get();
+    const std::int64_t first_entry =
+        adapter ? static_cast<std::int64_t>(flats_[static_cast<std::size_t>(unit)]->entries().size()) : 0;
     f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
       if (!std::isfinite(ops::sum_squares(exec_, state.view({count}, at))))
-        mine = std::max(mine, static_cast<double>(unit * kEntriesPerUnit + (kEntriesPerUnit - 1 - e)));
+        mine = std::max(mine, static_cast<double>(unit * kEntriesPerUnit + (kEntriesPerUnit - 1 - (first_entry + e))));
     });
   }
   const double found = world_.all_reduce_max(mine);
   if (found == kNone) return "";
   const auto key = static_cast<std::int64_t>(found);
   const std::int64_t unit = key / kEntriesPerUnit, entry = kEntriesPerUnit - 1 - key % kEntriesPerUnit;
-  for (auto& f : flats_)
-    if (f->unit_index() == unit) return "unit '" + f->unit_name() + "', tensor '" + f->entries()[static_cast<std::size_t>(entry)].name + "'";
+  if (unit >= 0 && unit < static_cast<std::int64_t>(flats_.size())) {
+    const FlatParameter& base = *flats_[static_cast<std::size_t>(unit)];
+    const auto n_base = static_cast<std::int64_t>(base.entries().size());
+    const FlatParameter* adapter = adapter_flats_[static_cast<std::size_t>(unit)].get();
+    if (entry < n_base) return "unit '" + base.unit_name() + "', tensor '" + base.entries()[static_cast<std::size_t>(entry)].name + "'";
+    if (adapter && entry - n_base < static_cast<std::int64_t>(adapter->entries().size()))
+      return "unit '" + base.unit_name() + "', tensor '" + adapter->entries()[static_cast<std::size_t>(entry - n_base)].name + "'";
+  }
   FT_THROW() << "non-finite state reported in unit " << unit << ", which this engine does not hold";
 }
 
 void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
   ++optimizer_step_count_;
-  for (auto& f : flats_) {
+  for (FlatParameter* f : all_flats()) {
+    if (!f->trainable()) continue;  // frozen base (LoRA): no optimizer state, never changes
     f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
       const FlatEntry& entry = f->entries()[static_cast<std::size_t>(e)];
       Tensor p = f->master.view({count}, at);
@@ -553,9 +736,38 @@ std::int64_t FsdpEngine::num_parameters() const {
   return n;
 }
 
+std::uint64_t FsdpEngine::base_checksum() {
+  exec_.synchronize();
+  std::uint64_t sum = 0;
+  for (auto& f : flats_) {
+    const float* master = f->master.data_as<float>();
+    f->for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
+      const std::uint64_t stream = rng::hash_name(f->entries()[static_cast<std::size_t>(e)].name);
+      for (std::int64_t i = 0; i < count; ++i) {
+        std::uint32_t bits = 0;
+        std::memcpy(&bits, master + at + i, sizeof bits);
+        sum += rng::mix64(rng::mix64(stream + static_cast<std::uint64_t>(first + i)) ^ bits);
+      }
+    });
+  }
+  // Mod 2^64 through two exact int64 sums of 32-bit halves (each shard group
+  // holds every element once; replicas hold the same).
+  const std::int64_t low = shard_comm_->all_reduce_sum(static_cast<std::int64_t>(sum & 0xffffffffull));
+  const std::int64_t high = shard_comm_->all_reduce_sum(static_cast<std::int64_t>(sum >> 32));
+  return static_cast<std::uint64_t>(low) + (static_cast<std::uint64_t>(high) << 32);
+}
+
+std::int64_t FsdpEngine::trainable_parameters() const {
+  std::int64_t n = 0;
+  for (FlatParameter* f : all_flats())
+    if (f->trainable()) n += f->numel();
+  return n;
+}
+
+// master, plus gradient and both AdamW moments where trainable (f32 each).
 std::int64_t FsdpEngine::shard_state_bytes() const {
   std::int64_t n = 0;
-  for (const auto& f : flats_) n += 4 * 4 * f->shard_numel();
+  for (FlatParameter* f : all_flats()) n += (f->trainable() ? 4 * 4 : 4) * f->shard_numel();
   return n;
 }
 

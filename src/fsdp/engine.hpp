@@ -14,6 +14,14 @@
 // number of target tokens of the global batch (Batch loss scale), so sums are
 // means.
 //
+// LoRA (options.lora, plugin/lora.hpp): every base flat parameter is frozen
+// (master only: no gradient, no optimizer state, gathered and released as
+// without LoRA) and each unit with adapted linears gets a second, trainable
+// flat parameter holding its lora_A / lora_B matrices, sharded over the same
+// shard group as the base (share/doc/fsdp.md "LoRA": sharded, not
+// replicated, so the one gather / reduce-scatter / checkpoint path serves
+// both and adapter state per rank shrinks with the rank count too).
+//
 // Initialisation never needs the whole model on a rank: each rank fills only
 // its shard, with values that are a pure function of (seed, parameter name,
 // element index), so every world size gets exactly the same model.
@@ -29,6 +37,7 @@
 #include "comm/communicator.hpp"
 #include "fp8/recipe.hpp"
 #include "fsdp/flat_parameter.hpp"
+#include "plugin/lora.hpp"
 #include "plugin/model.hpp"
 #include "runtime/execution_context.hpp"
 
@@ -52,6 +61,8 @@ struct FsdpOptions {
   std::int64_t vocab_chunk = 4096;
   bool fp8 = false;          // precision fp8: block linears run the FP8 recipe
   fp8::Recipe fp8_recipe;
+  lora::Config lora;         // enabled: frozen base + trainable adapters
+  std::uint64_t seed = 0;    // the run's seed: LoRA adapter init and dropout masks
 };
 
 struct AdamWHyper {
@@ -128,9 +139,27 @@ class FsdpEngine {
   // Resume: AdamW's bias correction continues from a checkpoint's step count.
   void set_optimizer_steps(std::int64_t steps) { optimizer_step_count_ = steps; }
 
-  std::int64_t num_parameters() const;  // unique parameters of the model
+  std::int64_t num_parameters() const;  // unique parameters of the model (base, without adapters)
+  // Parameters the optimizer updates: the adapters under LoRA, else all.
+  std::int64_t trainable_parameters() const;
   std::int64_t shard_state_bytes() const;
   const std::vector<std::unique_ptr<FlatParameter>>& units() const { return flats_; }
+  // LoRA: per unit, its adapters' flat parameter (null: none adapted), and
+  // every adapted linear's module name in unit order.
+  const std::vector<std::unique_ptr<FlatParameter>>& adapter_units() const { return adapter_flats_; }
+  bool lora() const { return options_.lora.enabled; }
+  // Every flat parameter (base, then adapters, per unit): what the
+  // optimizer, clipping and the checkpoints walk.
+  std::vector<FlatParameter*> all_flats() const;
+  // A checksum of the bits of every base (non-adapter) parameter, the same
+  // on any rank count and strategy: sum mod 2^64 over elements of
+  // mix(name, index, bits). LoRA runs compare it before and after training
+  // (the frozen base must come out bit-identical) and checkpoints record it.
+  // Collective over the shard group.
+  std::uint64_t base_checksum();
+  // LoRA: sets the adapters from `source` (init adapter DIR); every rank
+  // fills its own shard.
+  void init_adapters_from(const ParameterSource& source);
   Communicator& shard_comm() { return *shard_comm_; }
   Communicator* replica_comm() { return replica_comm_.get(); }
   const FsdpOptions& options() const { return options_; }
@@ -157,6 +186,11 @@ class FsdpEngine {
   // Returns whether an all-gather was issued (false: already gathered, or a
   // one-rank shard group, which needs no communication).
   bool start_gather(int u);
+  bool start_gather_flat(FlatParameter& f);
+  std::vector<FlatParameter*> flats_of(int u) const;
+  void bind_adapters(int u, const Batch& batch, bool with_grads);
+  void reduce_flat(FlatParameter& f);
+  void init_adapters(std::uint64_t seed);
   void ensure_gathered(int u);
   void release(int u);
   bool keep_gathered_after_forward() const;
@@ -179,8 +213,12 @@ class FsdpEngine {
   std::vector<std::vector<SlotSource>> slots_;  // per unit, per declared spec
   std::vector<UnitCache> caches_;
   std::vector<Tensor> inputs_;
+  std::vector<std::unique_ptr<FlatParameter>> adapter_flats_;  // per unit, null when none
+  std::vector<std::vector<lora::AdaptedLinear>> adapted_;       // per unit, per adapted linear
+  std::vector<std::vector<int>> adapted_slots_;                 // per unit, the slot of each adapted linear
+  std::vector<lora::UnitAdapters> unit_adapters_;               // per unit, what StepContext::lora points to
   struct PendingReduction {
-    int unit;
+    FlatParameter* flat;
     Tensor shard;       // reduced shard in the reduce dtype, valid once both requests are done
     Request scattered;  // reduce-scatter over the shard group
     Request replicated; // then all-reduce over the replica group (stream order: issued at once)

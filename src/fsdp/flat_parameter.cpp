@@ -17,6 +17,7 @@ FlatParameter::FlatParameter(int unit_index, std::string unit_name, const std::v
     e.numel = shape_numel(spec.shape);
     e.init = spec.init;
     e.init_std = spec.init_std;
+    e.init_bound = spec.init_bound;
     e.weight_decay = spec.weight_decay;
     numel_ += e.numel;
     entries_.push_back(std::move(e));

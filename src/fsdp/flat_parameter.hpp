@@ -25,6 +25,7 @@ struct FlatEntry {
   std::int64_t numel = 0;
   InitKind init = InitKind::normal;
   float init_std = 0.02f;
+  float init_bound = 0.0f;
   bool weight_decay = true;
 };
 
@@ -61,8 +62,11 @@ class FlatParameter {
     }
   }
 
-  // Sharded state (f32, shard_numel elements each).
+  // Sharded state (f32, shard_numel elements each). A frozen flat (the base
+  // model under LoRA) has a master only: grad, exp_avg and exp_avg_sq stay
+  // undefined, and its units receive undefined gradient tensors.
   Tensor master, grad, exp_avg, exp_avg_sq;
+  bool trainable() const { return grad.defined(); }
 
   // Transient full buffers.
   Tensor gathered;     // compute dtype, padded_numel

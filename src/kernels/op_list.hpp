@@ -17,6 +17,10 @@
 //    (nullptr = not wanted).
 //  * Every op checks shapes, dtypes and devices and throws ftrain::Error
 //    naming the op and the offending tensor (Tensor::describe()).
+//  * A parameter gradient output (dw, db, dtable) may be an UNDEFINED
+//    Tensor (or a pointer to one): the parameter is frozen (LoRA, plugin/
+//    lora.hpp) and the op computes only the activation gradient; no weight
+//    gradient GEMM runs and nothing is accumulated.
 #pragma once
 
 #include <cstdint>
@@ -122,6 +126,12 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
     (const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets, const Tensor& lse,              \
      const Tensor& loss_scale, std::int64_t vocab_chunk, Tensor& dh, Tensor& dw, Tensor* dbias),                  \
     (h, w, bias, targets, lse, loss_scale, vocab_chunk, dh, dw, dbias), h)                                        \
+  /* Inverted dropout, x[N,C] -> y: y = x * keep / (1 - p), keep iff rng::uniform(seed, stream,                \
+     (first_row + i) * C + j) >= p (core/rng.hpp; rows are global, so any slice of rows on any rank draws the     \
+     mask one rank would). Its own backward: the same call on dy. p in [0, 1); y may alias x. */                 \
+  X(void, dropout,                                                                                                \
+    (const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream, std::int64_t first_row, Tensor& y),      \
+    (x, p, seed, stream, first_row, y), x)                                                                        \
   /* out = a + b (residual stream); out may alias a or b */                                                       \
   X(void, add, (const Tensor& a, const Tensor& b, Tensor& out), (a, b, out), a)                                   \
   /* acc += x (residual gradients, gradient accumulation) */                                                      \

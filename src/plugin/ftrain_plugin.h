@@ -25,8 +25,10 @@ extern "C" {
  *   1  first SDK
  *   2  ops take an ExecutionContext (kernels/ops.hpp); StepContext carries it
  *      (plugin/model.hpp); Tensor storage comes from stream-ordered
- *      allocators (runtime/allocator.hpp). Issue 12. */
-#define FTRAIN_PLUGIN_ABI_VERSION 2
+ *      allocators (runtime/allocator.hpp). Issue 12.
+ *   3  LoRA (plugin/lora.hpp): ParamSpec::adaptable and init_bound,
+ *      InitKind::uniform, Batch::first_sample, StepContext::lora. Issue 16. */
+#define FTRAIN_PLUGIN_ABI_VERSION 3
 #define FTRAIN_PLUGIN_ENTRY_SYMBOL "ftrain_plugin_entry"
 
 typedef struct ftrain_kv {

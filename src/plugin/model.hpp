@@ -37,15 +37,24 @@ namespace fp8 {
 struct Recipe;       // fp8/recipe.hpp
 struct LinearState;  // fp8/recipe.hpp
 }
+namespace lora {
+struct UnitAdapters;  // plugin/lora.hpp
+}
 
-enum class InitKind : std::uint8_t { normal, zeros, ones };
+// uniform: U(-init_bound, init_bound) (LoRA's A, PEFT's kaiming-uniform).
+enum class InitKind : std::uint8_t { normal, zeros, ones, uniform };
 
 struct ParamSpec {
   std::string name;  // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
   Shape shape;
   InitKind init = InitKind::normal;
   float init_std = 0.02f;     // for InitKind::normal
+  float init_bound = 0.0f;    // for InitKind::uniform
   bool weight_decay = true;   // false for norms and biases
+  // A linear layer's weight [out, in] (used as x W^T) that LoRA may adapt
+  // (plugin/lora.hpp): the plugin routes it through lora::add_forward /
+  // add_backward with this spec's index as the slot. Never the output head.
+  bool adaptable = false;
   // Non-empty: this entry is not a parameter of this unit but an alias of the
   // named parameter owned by an earlier unit (tied embeddings). The engine
   // passes that tensor in this slot and accumulates its gradient there.
@@ -57,6 +66,10 @@ struct Batch {
   Tensor inputs;   // i32 [B, T] tokens (language) or f32 [B, H, W, C] images (vision)
   Tensor targets;  // i32 [B, T] next tokens (kIgnoreIndex = padding) or i32 [B] labels
   std::int64_t position_offset = 0;  // position of column 0 (always 0 in training windows)
+  // Index of inputs' first sample in the run's sample order (step * global
+  // batch + its place in the step): keys LoRA's dropout mask, so the mask of
+  // a sample does not depend on the rank or micro-batch that computes it.
+  std::int64_t first_sample = 0;
 };
 
 // Per-step knobs the engine passes to units.
@@ -79,6 +92,10 @@ struct StepContext {
   // attention and the head stay in compute_dtype. fp8_recipe is non-null whenever fp8 is true.
   bool fp8 = false;
   const fp8::Recipe* fp8_recipe = nullptr;
+  // LoRA (plugin/lora.hpp): the adapters of the unit being computed, set by
+  // the engine per unit; null when the unit has none. Plugins pass it on to
+  // lora::add_forward / add_backward and never read it themselves.
+  const lora::UnitAdapters* lora = nullptr;
 };
 
 // Whatever a unit's forward keeps for its backward. The engine may clear() it

@@ -42,6 +42,32 @@ FsdpOptions fsdp_options_from(const RunConfig& c) {
   else if (c.activation_checkpointing == "off") o.checkpoint_every = 0;
   else o.checkpoint_every = static_cast<int>(c.activation_checkpointing_every);
   o.vocab_chunk = c.vocab_chunk;
+  o.seed = c.seed;
+  const std::pair<const std::string*, const DeckLocation*> needs_lora[] = {
+      {&c.lora.adapter_path, &c.lora.adapter_where},
+      {&c.lora.save_adapter_path, &c.lora.save_adapter_where}};
+  for (const auto& [value, where] : needs_lora)
+    if (!value->empty() && !c.lora.enabled)
+      FT_USER_ERROR() << where->str() << ": adapters need a 'lora' line (lora rank R alpha A targets ...)";
+  if (c.lora.merge && !c.lora.enabled)
+    FT_USER_ERROR() << c.lora.merge_where.str() << ": 'merge_adapter on' needs a 'lora' line";
+  if (c.lora.enabled) {
+    o.lora.enabled = true;
+    o.lora.rank = static_cast<int>(c.lora.rank);
+    o.lora.alpha = c.lora.alpha;
+    o.lora.dropout = c.lora.dropout;
+    o.lora.rslora = c.lora.rslora;
+    o.lora.init = c.lora.init == "gaussian" ? lora::AInit::gaussian : lora::AInit::kaiming;
+    o.lora.targets.clear();
+    o.lora.all_linear = c.lora.targets == "all-linear";
+    if (!o.lora.all_linear) {
+      std::stringstream list(c.lora.targets);
+      for (std::string t; std::getline(list, t, ',');) o.lora.targets.push_back(t);
+    }
+    if (o.fp8)
+      FT_USER_ERROR() << c.lora.where.str() << ": 'lora' with precision fp8 is not supported (the frozen base "
+                                               "linears would need FP8 dgrad-only GEMMs); use precision bf16 or fp32";
+  }
   return o;
 }
 
@@ -80,17 +106,39 @@ RunPlan make_plan(Model& model, const RunConfig& c, const FsdpOptions& o, int wo
   p.world_size = world_size;
   p.shard_group_size = shard_group_size_for(o, world_size, ranks_per_node);
   const std::int64_t s = p.shard_group_size;
+  p.lora = o.lora.enabled;
+  std::int64_t largest_adapter = 0;
   for (int u = 0; u < model.num_units(); ++u) {
     UnitPlan up;
     up.name = model.unit(u).name();
-    for (const auto& spec : model.unit(u).params())
-      if (spec.tied_to.empty()) up.numel += shape_numel(spec.shape);
+    std::int64_t adapter_numel = 0;
+    for (const auto& spec : model.unit(u).params()) {
+      if (!spec.tied_to.empty()) continue;
+      up.numel += shape_numel(spec.shape);
+      // The engine's rule (fsdp/engine.cpp): lora_A [r, in] + lora_B [out, r] per targeted linear.
+      if (p.lora && spec.adaptable && spec.shape.size() == 2 && o.lora.targets_module(lora::module_of_weight(spec.name))) {
+        adapter_numel += o.lora.rank * (spec.shape[0] + spec.shape[1]);
+        ++p.adapted_linears;
+      }
+    }
     up.shard_numel = std::max<std::int64_t>(1, (up.numel + s - 1) / s);
     p.parameters += up.numel;
     p.largest_unit = std::max(p.largest_unit, up.numel);
-    p.state_bytes_per_rank += 16 * up.shard_numel;
+    if (p.lora) {
+      // frozen base: f32 master only; adapters: master + grad + AdamW m, v
+      const std::int64_t adapter_shard = adapter_numel > 0 ? (adapter_numel + s - 1) / s : 0;
+      p.state_bytes_per_rank += 4 * up.shard_numel + 16 * adapter_shard;
+      p.trainable_parameters += adapter_numel;
+      largest_adapter = std::max(largest_adapter, adapter_numel);
+    } else {
+      p.state_bytes_per_rank += 16 * up.shard_numel;
+    }
     p.units.push_back(up);
   }
+  if (!p.lora) p.trainable_parameters = p.parameters;
+  if (p.lora && p.trainable_parameters == 0)
+    FT_USER_ERROR() << c.lora.where.str() << ": 'lora' targets " << o.lora.targets_text() << " match no linear layer of model "
+                    << model.architecture();
   // Sizes from the deck are multiplied with overflow checks: a wrapped count
   // would print as a plausible plan and fail far later (or never).
   const BatchSection& b = c.batch;
@@ -131,7 +179,9 @@ RunPlan make_plan(Model& model, const RunConfig& c, const FsdpOptions& o, int wo
   // In flight at once: limit_all_gathers gathered units, plus one full f32
   // gradient buffer of the unit in backward.
   const std::int64_t in_flight = o.strategy == ShardingStrategy::no_shard || s == 1 ? 0 : o.limit_all_gathers;
-  p.gathered_bytes_peak = static_cast<std::int64_t>(in_flight * p.largest_unit * param_bytes) + 4 * p.largest_unit;
+  // Under LoRA the f32 gradient buffer is the adapters' only (the base has none).
+  const std::int64_t grad_numel = p.lora ? largest_adapter : p.largest_unit;
+  p.gathered_bytes_peak = static_cast<std::int64_t>(in_flight * p.largest_unit * param_bytes) + 4 * grad_numel;
   return p;
 }
 
@@ -157,6 +207,10 @@ std::string format_plan(const RunPlan& p) {
   s << "plan:\n";
   s << "  parameters        " << p.parameters << " (" << human_count(static_cast<double>(p.parameters)) << ") in "
     << p.units.size() << " units; largest unit " << human_count(static_cast<double>(p.largest_unit)) << "\n";
+  if (p.lora) {
+    s << "  trainable         " << p.trainable_parameters << " (" << human_count(static_cast<double>(p.trainable_parameters))
+      << ", " << p.adapted_linears << " LoRA-adapted linears; the base is frozen)\n";
+  }
   s << "  ranks             " << p.world_size << ", shard group " << p.shard_group_size << ", replicas "
     << p.world_size / p.shard_group_size << "\n";
   s << "  global batch      " << p.global_batch << " samples";
@@ -166,7 +220,9 @@ std::string format_plan(const RunPlan& p) {
   std::snprintf(flops, sizeof flops, "%.4g", p.flops_per_step);
   s << "  FLOPs per step    " << flops << " (forward + backward, model FLOPs)\n";
   s << "  memory per rank   " << human_bytes(static_cast<double>(p.state_bytes_per_rank))
-    << " sharded state (f32 master + grad + AdamW m, v) + " << human_bytes(static_cast<double>(p.gathered_bytes_peak))
+    << (p.lora ? " sharded state (frozen base: f32 master; adapters: master + grad + AdamW m, v) + "
+               : " sharded state (f32 master + grad + AdamW m, v) + ")
+    << human_bytes(static_cast<double>(p.gathered_bytes_peak))
     << " gathered units in flight; activations are measured at run time\n";
   return s.str();
 }

@@ -30,6 +30,11 @@ struct RunPlan {
   double flops_per_step = 0;              // model FLOPs (forward + backward)
   std::int64_t state_bytes_per_rank = 0;  // f32 master + grad + 2 AdamW moments
   std::int64_t gathered_bytes_peak = 0;   // gathered units in flight (+ their f32 gradient)
+  // LoRA: the adapters are the trainable parameters; the base is frozen
+  // (f32 master only). Without LoRA trainable_parameters == parameters.
+  bool lora = false;
+  std::int64_t trainable_parameters = 0;
+  std::int64_t adapted_linears = 0;
 };
 
 FsdpOptions fsdp_options_from(const RunConfig& config);

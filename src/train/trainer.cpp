@@ -24,6 +24,7 @@
 #include "ckpt/lineage.hpp"
 #include "ckpt/safetensors.hpp"
 #include "ckpt/safetensors_dir.hpp"
+#include "ckpt/peft_adapter.hpp"
 #include "ckpt/sharded_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
@@ -48,6 +49,16 @@
 namespace ftrain {
 
 namespace {
+
+// How the base weights were initialised, recorded in LoRA checkpoints next
+// to their checksum (a resume that finds another base names both).
+std::string base_init_text(const RunConfig& c) {
+  std::ostringstream t;
+  if (c.init.kind == "random") t << "init random std " << c.init.std << " seed " << c.seed;
+  else t << "init " << c.init.kind << " " << c.init.path;
+  return t.str();
+}
+
 using Clock = std::chrono::steady_clock;
 
 std::string format_duration(double seconds) {
@@ -169,6 +180,7 @@ struct Trainer::State {
   double prior_elapsed = 0;      // training seconds of the runs before this one (checkpoint scalar elapsed_s)
   std::int64_t prior_global_batch = 0;  // samples per step of the run that wrote the checkpoint (0 = unknown)
   int prior_world = 0;
+  std::uint64_t base_checksum = 0;  // LoRA: the frozen base's bits after loading (FsdpEngine::base_checksum)
 
   State(const RunConfig& c, Communicator& w, const TrainerOptions& o) : config(c), world(w), options(o) {}
 
@@ -526,6 +538,14 @@ int Trainer::run() {
       << optim::warmup_steps(c.schedule, c.max_steps) << " min_lr " << c.schedule.min_lr << " | clip_grad_norm "
       << c.clip_grad_norm << (c.clip_grad_norm > 0 ? "" : " (off)") << " | precision " << c.precision << " | seed "
       << c.seed << "\n";
+    if (c.lora.enabled) {
+      const auto& l = s.fsdp.lora;
+      h << "lora: rank " << l.rank << " alpha " << l.alpha << " (scale " << l.scale() << (l.rslora ? ", rslora" : "")
+        << ") dropout " << l.dropout << " targets " << l.targets_text() << " init "
+        << (l.init == lora::AInit::gaussian ? "gaussian" : "kaiming") << "; trainable parameters "
+        << s.plan.trainable_parameters << " of " << s.plan.parameters + s.plan.trainable_parameters
+        << " (base frozen: no gradients, no optimizer state)\n";
+    }
     h << format_plan(s.plan);
     // A planned cluster's nodes are not this one: only its own rules apply.
     const double node_bytes = s.options.plan_ranks > 0 ? 0.0 : node_memory_bytes();
@@ -586,7 +606,9 @@ int Trainer::run() {
     s.resume_plan = ckpt::ResumePlan::from_json(ckpt::broadcast_text(s.world, s.resume_plan.to_json(), 0));
   const bool resuming = !s.resume_plan.candidates.empty();
   const bool sync_from_root = c.fsdp.sync_module_states && c.init.kind != "hdf5" && !resuming;
-  if (resuming) {
+  // Under LoRA a checkpoint holds the adapters only: the frozen base is
+  // initialised as the deck says, then compared with the checkpoint's.
+  if (resuming && !s.engine->lora()) {
     // nothing: load_resume below fills master, exp_avg and exp_avg_sq
   } else if (c.init.kind == "safetensors") {
     // Each rank reads only its shard's slices (mmap: untouched pages cost no
@@ -616,11 +638,29 @@ int Trainer::run() {
     if (sync_from_root) s.engine->init_from_root(random); else s.engine->init_from(random);
   }
   if (sync_from_root) s.say("sync_module_states: rank 0 initialised the model and scattered the shards\n");
+  if (!c.lora.adapter_path.empty() && !resuming) {
+    // Each rank reads its own adapter slices; a refusal (config or tensors
+    // that do not fit) is the same on every rank, decided from the files.
+    ckpt::load_adapter(*s.engine, c.lora.adapter_path);
+    s.say("init adapter: LoRA adapters from " + c.lora.adapter_path + "\n");
+  }
   if (!c.resume.from.empty()) {
     // A candidate that fails to load on any rank is skipped by all of them
     // (resume auto) or stops the run (resume PATH).
     if (resuming) {
       const auto loaded = ckpt::load_resume(*s.engine, s.world, s.resume_plan);
+      if (loaded.lora) {
+        const std::uint64_t base = s.engine->base_checksum();
+        if (base != loaded.base_checksum) {
+          char hex[2][32];
+          std::snprintf(hex[0], sizeof hex[0], "%016llx", static_cast<unsigned long long>(loaded.base_checksum));
+          std::snprintf(hex[1], sizeof hex[1], "%016llx", static_cast<unsigned long long>(base));
+          FT_USER_ERROR() << c.resume.where.str() << ": LoRA checkpoint " << loaded.directory
+                          << " was trained on a base model (" << loaded.base_init << ", checksum " << hex[0]
+                          << ") that differs from the one this deck loads (" << base_init_text(c) << ", checksum "
+                          << hex[1] << "); the adapters only fit their base: restore it or start afresh";
+        }
+      }
       if (loaded.seed != c.seed)
         FT_USER_ERROR() << c.resume.where.str() << ": checkpoint " << loaded.directory << " was written with seed "
                         << loaded.seed << ", the deck says seed " << c.seed << " (data order depends on it)";
@@ -687,6 +727,16 @@ int Trainer::run() {
   }
 
   gather_memory("after load");
+  // LoRA: the base must leave training bit-identical (frozen: no gradient,
+  // no optimizer state). Checked at the end against this checksum, which
+  // checkpoints also record so a resume can refuse a changed base.
+  if (s.engine->lora()) {
+    s.base_checksum = s.engine->base_checksum();
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(s.base_checksum));
+    s.say(std::string("lora: frozen base checksum ") + hex + ", " + std::to_string(s.engine->trainable_parameters()) +
+          " trainable adapter parameters\n");
+  }
 
   // Training time of this run (loading excluded); set again just before the loop.
   auto start = Clock::now();
@@ -706,6 +756,8 @@ int Trainer::run() {
     info.step = done;
     info.seed = c.seed;
     info.strategy = c.fsdp.strategy;
+    info.base_checksum = s.base_checksum;
+    info.base_init = base_init_text(c);
     info.deck_text = joined_deck(c.resolved_lines);
     info.scalars = {{"loss", loss},
                     {"lr", lr},
@@ -775,6 +827,7 @@ int Trainer::run() {
     for (std::int64_t a = 0; a < accum; ++a) {
       Batch& b = micro_batches[static_cast<std::size_t>(a)];
       s.train_data->fill_batch(step, (rank * accum + a) * micro, micro, b);
+      b.first_sample = step * s.plan.global_batch + (rank * accum + a) * micro;  // LoRA dropout's key
       local_targets += count_targets(b.targets);
     }
     const std::int64_t global_targets = s.world.all_reduce_sum(local_targets);
@@ -890,6 +943,7 @@ int Trainer::run() {
         j["loss"] = loss;
         j["lr"] = lr;
         j["grad_norm"] = norm;
+        j["trainable_parameters"] = s.engine->trainable_parameters();  // the adapters under LoRA
         j["samples"] = s.plan.global_batch * done;
         j["samples_per_s"] = samples_per_s;
         if (!images) {
@@ -937,6 +991,26 @@ int Trainer::run() {
     }
   }
   if (s.eval_data && c.eval.every > 0 && c.max_steps % c.eval.every != 0) evaluate(c.max_steps);
+  if (s.engine->lora()) {
+    const std::uint64_t now = s.engine->base_checksum();
+    char hex[2][32];
+    std::snprintf(hex[0], sizeof hex[0], "%016llx", static_cast<unsigned long long>(s.base_checksum));
+    std::snprintf(hex[1], sizeof hex[1], "%016llx", static_cast<unsigned long long>(now));
+    if (now != s.base_checksum)
+      FT_THROW() << "lora: the frozen base changed during training (checksum " << hex[0] << " -> " << hex[1]
+                 << "): a base weight received an update";
+    s.say(std::string("lora: frozen base bit-identical after training (checksum ") + hex[1] + ")\n");
+    if (!c.lora.save_adapter_path.empty()) {
+      const bool tokens = s.model->data_kind() == DataKind::tokens;
+      ckpt::save_adapter(*s.engine, s.world, c.lora.save_adapter_path, c.init.kind == "random" ? "" : c.init.path,
+                         tokens ? "CAUSAL_LM" : "");
+      s.say("save_adapter: PEFT adapter -> " + c.lora.save_adapter_path + "\n");
+    }
+    if (c.lora.merge) {
+      ckpt::merge_adapter(*s.engine);
+      s.say("merge_adapter: W += " + std::to_string(s.fsdp.lora.scale()) + " * B A folded into the base weights\n");
+    }
+  }
   if (!c.save_final.path.empty()) {
     const auto t0 = Clock::now();
     const auto parent = std::filesystem::path(c.save_final.path).parent_path();

@@ -10,6 +10,9 @@ constant) so that runs on different rank counts see the same samples.
 
 Scenarios:
   same_world   run 20 steps; run 10 + resume to 20 (np 2); metrics identical.
+  lora         LoRA: the checkpoint holds adapters + optimizer state only;
+               resume bit-identical (np 2), resharded to np 4 within 1e-5;
+               a changed base is refused.
   fp8_same_world  the same under precision fp8: the FP8 scaling state is
                checkpointed, so the resumed curve is identical.
   reshard_4_2  10 steps on 4 ranks, resume on 2; loss within 1e-5 of the
@@ -188,6 +191,42 @@ def scenario_same_world(r):
     for f in manifest["files"]:
         if os.path.getsize(os.path.join(ck, "step_20", f["name"])) != f["bytes"]:
             fail(f"size of {f['name']} differs from the manifest")
+
+
+def scenario_lora(r):
+    # LoRA (issue 16): a checkpoint holds the adapters and their AdamW state
+    # only, the frozen base is referenced by init + checksum. Stop at 10 and
+    # resume on the same world size: bit-identical to the uninterrupted run;
+    # resume on 4 ranks: within 1e-5. A resume whose deck loads another base
+    # is refused, naming both bases.
+    lora = "lora rank 4 alpha 8 dropout 0.05 targets q_proj,v_proj\n"
+    full = r.deck("full.in", lora)
+    part = r.deck("part.in", lora + "checkpoint every 5 dir ck stop_after 10\n")
+    cont = r.deck("cont.in", lora + "checkpoint every 5 dir ck\nresume auto\n")
+    r.run(2, full, run="full")
+    r.run(2, part, run="res")
+    out = r.run(2, cont, run="res").stdout
+    if "resumed from ck/step_10 at step 10" not in out or "frozen base bit-identical" not in out:
+        fail("LoRA resume did not take step_10 or did not keep the base:\n" + out)
+    compare(os.path.join(r.dir, "full/metrics.jsonl"), os.path.join(r.dir, "res/metrics.jsonl"), 0.0)
+    h5ls = shutil.which("h5ls")
+    if h5ls:
+        listing = subprocess.run([h5ls, "-r", os.path.join(r.dir, "ck/step_10/rank_0.h5")], capture_output=True,
+                                 text=True).stdout
+        if "/units/model.layers.0.lora/exp_avg" not in listing or "/units/model.embed_tokens" in listing:
+            fail("a LoRA checkpoint must hold the adapters with their optimizer state and no base unit:\n" + listing)
+    # Another world size reshards the adapters.
+    shutil.rmtree(os.path.join(r.dir, "res"))
+    shutil.rmtree(os.path.join(r.dir, "ck"))
+    r.run(2, part, run="res4")
+    r.run(4, cont, run="res4", micro=1)
+    compare(os.path.join(r.dir, "full/metrics.jsonl"), os.path.join(r.dir, "res4/metrics.jsonl"), 1e-5)
+    # A changed base is refused.
+    refuse = r.deck("refuse.in", lora + "resume ck/step_10\n")
+    p = r.run(2, refuse, expect_ok=False, run="refused", init="random test_perturb_by_rank 0.01")
+    if p.returncode == 0 or "was trained on a base model" not in p.stdout:
+        fail("resuming LoRA adapters onto another base must be refused:\n" + p.stdout)
+    print("ok: LoRA checkpoints hold adapters + optimizer state; a changed base is refused")
 
 
 def scenario_fp8_same_world(r):
@@ -603,6 +642,8 @@ def main():
             for d in ("full", "res", "ck"):
                 shutil.rmtree(os.path.join(workdir, d))
             scenario_reshard(r, 2, 2, "full_shard", strategy_from="no_shard")
+        elif args.scenario == "lora":
+            scenario_lora(r)
         elif args.scenario == "fp8_same_world":
             scenario_fp8_same_world(r)
         elif args.scenario == "damaged":

@@ -30,7 +30,7 @@ import resource
 import subprocess
 import sys
 
-PLAN_KEYS = ("parameters", "ranks", "global batch", "FLOPs per step", "memory per rank")
+PLAN_KEYS = ("parameters", "trainable", "ranks", "global batch", "FLOPs per step", "memory per rank")
 # --check builds no model-sized tensor: a 70B plan in a few MiB. The limit is
 # per process (ru_maxrss of the largest child), far below any real model.
 MAX_RSS_MIB = 400

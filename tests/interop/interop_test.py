@@ -43,6 +43,10 @@ the plugin's units forward on a fixed batch):
                      loads every tensor strictly: logits (log-softmax) equal.
                      ftrain's vit-b16 preset declares exactly timm's
                      vit_base_patch16_224 state_dict (names and shapes).
+  lora_to_peft       LoRA on np 2 (q/v/o_proj, rank 4): save_adapter's
+                     directory loads with PeftModel.from_pretrained onto the
+                     exported base; its log-probabilities equal ftrain's
+                     merged model (merge_adapter on + save_final) within 1e-5.
 """
 import argparse
 import json
@@ -269,6 +273,54 @@ run_dir run
     expect_close(f"{name}: log_softmax(logits), ftrain (final.h5) vs LlamaForCausalLM.from_pretrained", got, want)
 
 
+# ---- LoRA adapters -> PEFT (issue 16, issue 21 part 4) -----------------------------------------
+
+def scenario_lora_to_peft(env):
+    """ftrain trains LoRA adapters (np 2, frozen base) and writes them with save_adapter;
+    PeftModel.from_pretrained loads them onto the base (exported with ftrain-convert) with
+    nothing missing, and its log-probabilities equal those of ftrain's own merged model
+    (the same run with merge_adapter on, save_final of W + scale B A) within 1e-5."""
+    from peft import PeftModel
+    from transformers import LlamaForCausalLM
+    config = LLAMA_CONFIGS["llama3"]
+    vocab = config["vocab_size"]
+    rng = np.random.default_rng(1)
+    write_tokens(env.path("train.tok"), rng.integers(0, vocab, 4096), vocab)
+    # lr 5e-2 and init std 0.2: the adapters move the logits well beyond the tolerance.
+    deck = model_line(config) + """\
+precision fp32
+seed 5
+data tokens train.tok packing on shuffle on
+batch micro 2 seq_len 16
+optimizer adamw lr 5e-2 weight_decay 0.0
+max_steps 4
+init random std 0.2
+lora rank 4 alpha 8 dropout 0.05 targets q_proj,v_proj,o_proj
+fsdp full_shard
+log every 1
+"""
+    env.ftrain(deck + "save_adapter adapter\nsave_final base.h5\nrun_dir run\n", "run")
+    env.ftrain(deck + "merge_adapter on\nsave_final merged.h5\nrun_dir merged_run\n", "merged_run")
+    cfg = json.load(open(env.path("adapter", "adapter_config.json")))
+    if cfg["peft_type"] != "LORA" or cfg["r"] != 4 or cfg["lora_alpha"] != 8 or \
+            sorted(cfg["target_modules"]) != ["o_proj", "q_proj", "v_proj"]:
+        fail(f"adapter_config.json: {cfg}")
+    env.convert(env.path("base.h5"), env.path("hf_base"))
+    base = LlamaForCausalLM.from_pretrained(env.path("hf_base"), torch_dtype=torch.float32)
+    tokens = fixed_tokens(vocab)
+    plain = hf_logprobs(base, tokens)
+    model = PeftModel.from_pretrained(base, env.path("adapter"))
+    model.eval()
+    lora_a = [n for n, _ in model.named_parameters() if "lora_A" in n]
+    if len(lora_a) != 3 * config["num_hidden_layers"]:
+        fail(f"PeftModel has {len(lora_a)} lora_A matrices, expected {3 * config['num_hidden_layers']}")
+    want = hf_logprobs(model, tokens)
+    if np.max(np.abs(want - plain)) < 1e-3:
+        fail("the adapters do not change the logits: nothing was trained or loaded")
+    got = env.logprobs("llama", ftrain_overrides(config), env.path("merged.h5"), tokens)
+    expect_close("lora: log_softmax(logits), ftrain merged (merge_adapter) vs PeftModel.from_pretrained", got, want)
+
+
 # ---- transformers -> ftrain, one AdamW step ----------------------------------------------------
 
 def scenario_hf_to_ftrain(env):
@@ -444,6 +496,7 @@ def main():
         "llama3_tied_to_hf": lambda: scenario_to_hf(env, "llama3_tied"),
         "hf_to_ftrain": lambda: scenario_hf_to_ftrain(env),
         "vit_both_ways": lambda: scenario_vit_both_ways(env),
+        "lora_to_peft": lambda: scenario_lora_to_peft(env),
     }
     if args.scenario not in scenarios:
         fail(f"unknown scenario {args.scenario}; known: {', '.join(scenarios)}")

@@ -89,7 +89,10 @@ inline std::vector<ParityCase> parity_cases() {
                  Tensor x = random(ctx, {N, C}, s), w = random(ctx, {O, C}, s + 1), dy = random(ctx, {N, O}, s + 2);
                  Tensor dx = zeros(ctx, {N, C}), dw = random(ctx, {O, C}, s + 3), db = random(ctx, {O}, s + 4);
                  ops::linear_backward(ctx, x, w, dy, &dx, dw, &db);
-                 return ParityOutputs{{dx, dw, db}, {}};
+                 // A frozen weight (LoRA): undefined dw and db, dx only.
+                 Tensor frozen_dx = zeros(ctx, {N, C}), frozen_dw, frozen_db;
+                 ops::linear_backward(ctx, x, w, dy, &frozen_dx, frozen_dw, &frozen_db);
+                 return ParityOutputs{{dx, dw, db, frozen_dx}, {}};
                }});
   c.push_back({"embedding_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor tokens = ids(ctx, N, V, s, false), table = random(ctx, {V, C}, s + 1), out = zeros(ctx, {N, C});
@@ -264,6 +267,14 @@ inline std::vector<ParityCase> parity_cases() {
                  Tensor x = random(ctx, {N, C}, s, DType::bf16);
                  ops::scale_inplace(ctx, x, 0.3f);
                  return ParityOutputs{{x}, {}};
+               }});
+  c.push_back({"dropout", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 // The mask is a pure function of (seed, stream, global index): identical on every backend.
+                 Tensor x = random(ctx, {N, C}, s, DType::bf16);
+                 Tensor y = zeros(ctx, {N, C}, DType::bf16);
+                 ops::dropout(ctx, x, 0.3f, s, 17, 5, y);
+                 ops::dropout(ctx, x, 0.25f, s, 18, 0, x);  // in place
+                 return ParityOutputs{{y, x}, {}};
                }});
   c.push_back({"fill", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor x = random(ctx, {N, C}, s);

@@ -208,8 +208,14 @@ void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias
   check_f32_rows(op, "lse", lse, s.rows);
   check_float_storage(op, "dh", dh);
   FT_CHECK(dh.shape() == h.shape()) << op << ": dh " << dh.describe() << " must have the shape of h " << h.describe();
-  check_float_storage(op, "dw", dw);
-  FT_CHECK(dw.shape() == w.shape()) << op << ": dw " << dw.describe() << " must have the shape of w " << w.describe();
+  // Undefined dw / dbias: a frozen head (op_list.hpp); only dh is computed.
+  const bool want_dw = dw.defined();
+  if (dbias != nullptr && !dbias->defined()) dbias = nullptr;
+  if (want_dw) {
+    check_float_storage(op, "dw", dw);
+    FT_CHECK(dw.shape() == w.shape()) << op << ": dw " << dw.describe() << " must have the shape of w "
+                                      << w.describe();
+  }
   if (dbias != nullptr) {
     check_float_storage(op, "dbias", *dbias);
     FT_CHECK(dbias->shape() == Shape({s.vocab}))
@@ -270,7 +276,9 @@ void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias
         gemm::f32(dw_dims, dlogit, operands.h32, beta, out);
       }
     };
-    if (dw.dtype() == DType::f32) {
+    if (!want_dw) {
+      // frozen head: no weight gradient
+    } else if (dw.dtype() == DType::f32) {
       dw_gemm(1.0f, dw.data_as<float>() + v0 * C);
     } else {
       dw_scratch.resize(static_cast<std::size_t>(cs * C));

@@ -87,6 +87,7 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) {
 
 void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
   constexpr const char* op = "embedding_backward";
+  if (!dtable.defined()) return;  // a frozen table (op_list.hpp): there is no activation gradient to compute
   const EmbeddingDims d = check_embedding(op, tokens, dtable, "dtable", dout, "dout");
   check_tokens(op, tokens, d.vocab, dtable);
   const std::int32_t* ids = static_cast<const std::int32_t*>(tokens.data());

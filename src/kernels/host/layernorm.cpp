@@ -81,10 +81,15 @@ void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, co
   const std::int64_t width = check_layernorm(op, x, w, mean, rstd);
   spans::require_float_storage(op, dy, "dy");
   spans::require_float_storage(op, dx, "dx");
-  spans::require_float_storage(op, dw, "dw");
   spans::require_same_shape(op, x, "x", dy, "dy");
   spans::require_same_shape(op, x, "x", dx, "dx");
-  spans::require_numel(op, dw, "dw", width, "one per feature of x");
+  // Undefined dw / db: a frozen norm (op_list.hpp); partials not summed.
+  const bool want_dw = dw.defined();
+  if (db != nullptr && !db->defined()) db = nullptr;
+  if (want_dw) {
+    spans::require_float_storage(op, dw, "dw");
+    spans::require_numel(op, dw, "dw", width, "one per feature of x");
+  }
   if (db != nullptr) {
     spans::require_float_storage(op, *db, "db");
     spans::require_numel(op, *db, "db", width, "one per feature of x");
@@ -123,7 +128,7 @@ void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, co
     for (std::int64_t j = 0; j < width; ++j) dxr[j] = math::layernorm_dx(dxhat[j], xhat[j], s, a, c);
     spans::write_f32_end(tdx, offset, width, dxr);
   });
-  partials.add_into("ftrain::layernorm::backward::dw", 0, dw);
+  if (want_dw) partials.add_into("ftrain::layernorm::backward::dw", 0, dw);
   if (want_db) partials.add_into("ftrain::layernorm::backward::db", 1, *db);
 }
 

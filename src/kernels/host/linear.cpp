@@ -105,8 +105,13 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db) {
   constexpr const char* op = "linear_backward";
   const LinearDims d = check_linear(op, x, w, dy, "dy");
-  spans::require_float_storage(op, dw, "dw");
-  spans::require_same_shape(op, w, "w", dw, "dw");
+  // Undefined dw / db: a frozen weight (op_list.hpp); only dx is computed.
+  const bool want_dw = dw.defined();
+  if (db != nullptr && !db->defined()) db = nullptr;
+  if (want_dw) {
+    spans::require_float_storage(op, dw, "dw");
+    spans::require_same_shape(op, w, "w", dw, "dw");
+  }
   if (dx != nullptr) {
     spans::require_float_storage(op, *dx, "dx");
     spans::require_same_shape(op, x, "x", *dx, "dx");
@@ -148,7 +153,7 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
     if (dx->dtype() != DType::f32) spans::store_whole_from_f32("ftrain::linear::backward::round_dx", dxf, *dx);
   }
 
-  if (d.rows > 0 && d.in > 0 && d.out > 0) {
+  if (want_dw && d.rows > 0 && d.in > 0 && d.out > 0) {
     // dw[out,in] += dy^T[out,N] . x[N,in]
     const gemm::Dims dims{gemm::Op::transpose, gemm::Op::none, out, in, n, out, in, in};
     const bool native = native_bf16_pair(dy, x);

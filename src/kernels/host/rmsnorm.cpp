@@ -59,10 +59,15 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
   const std::int64_t width = check_rmsnorm(op, x, w, rstd);
   spans::require_float_storage(op, dy, "dy");
   spans::require_float_storage(op, dx, "dx");
-  spans::require_float_storage(op, dw, "dw");
   spans::require_same_shape(op, x, "x", dy, "dy");
   spans::require_same_shape(op, x, "x", dx, "dx");
-  spans::require_numel(op, dw, "dw", width, "one per feature of x");
+  // Undefined dw: a frozen norm (op_list.hpp); the per-block partials are
+  // still formed in the row loop (O(C) per row, beside dx) but not summed.
+  const bool want_dw = dw.defined();
+  if (want_dw) {
+    spans::require_float_storage(op, dw, "dw");
+    spans::require_numel(op, dw, "dw", width, "one per feature of x");
+  }
   const std::int64_t rows = x.numel() / width;
   std::vector<float> w_store;
   const float* wf = spans::whole_as_f32("ftrain::rmsnorm::backward::widen_w", w, w_store);
@@ -87,7 +92,7 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
     }
     spans::write_f32_end(tdx, offset, width, dxr);
   });
-  partials.add_into("ftrain::rmsnorm::backward::dw", 0, dw);
+  if (want_dw) partials.add_into("ftrain::rmsnorm::backward::dw", 0, dw);
 }
 
 }  // namespace ftrain::host

@@ -439,7 +439,7 @@ TEST(DeckErrors, EnumeratedValueTypoWithSuggestion) {
   expect_error(kRequired + "precision bf61\n", 3, {"'precision'", "(did you mean 'bf16'?)"});
   expect_error(kRequired + "schedule cosin\n", 3, {"(did you mean 'cosine'?)"});
   expect_error(kRequired + "init randon\n", 3,
-               {"'init' expects random|safetensors|hdf5, got 'randon' (did you mean 'random'?)"});
+               {"'init' expects random|safetensors|hdf5|adapter, got 'randon' (did you mean 'random'?)"});
   TempDir dir;
   const std::string train = dir.write("train.bin", "x");
   expect_error(kRequired + "data tokens " + train + " packing no\n", 3,
@@ -662,4 +662,49 @@ TEST(DeckRobustness, MutatedDecksRaiseOnlyUserErrors) {
     }
   }
   EXPECT_GT(parsed, 0);
+}
+
+// LoRA (issue 16): PEFT's names and defaults; repeatable `lora` lines; `init
+// adapter` beside the base's init; errors name the line.
+TEST(DeckLora, CommandsFillTheLoraSection) {
+  const RunConfig plain = parse(kRequired);
+  EXPECT_FALSE(plain.lora.enabled);
+  EXPECT_EQ(plain.lora.rank, 8);  // PEFT LoraConfig defaults
+  EXPECT_EQ(plain.lora.alpha, 8.0);
+  EXPECT_EQ(plain.lora.dropout, 0.0);
+  EXPECT_EQ(plain.lora.targets, "q_proj,v_proj");
+  TempDir dir;
+  const std::string adapter = dir.write("adapter/adapter_config.json", "{}");
+  const RunConfig c = parse(kRequired + "init random std 0.02\n"
+                                        "lora rank 16 alpha 32 dropout 0.05 targets q_proj,k_proj,v_proj,o_proj\n"
+                                        "lora init gaussian\n"
+                                        "rslora on\n"
+                                        "init adapter " + fs::path(adapter).parent_path().string() + "\n"
+                                        "save_adapter out/adapter\n"
+                                        "merge_adapter on\n");
+  EXPECT_TRUE(c.lora.enabled);
+  EXPECT_EQ(c.lora.rank, 16);
+  EXPECT_EQ(c.lora.alpha, 32.0);
+  EXPECT_EQ(c.lora.dropout, 0.05);
+  EXPECT_EQ(c.lora.targets, "q_proj,k_proj,v_proj,o_proj");
+  EXPECT_EQ(c.lora.init, "gaussian");
+  EXPECT_TRUE(c.lora.rslora);
+  EXPECT_EQ(c.init.kind, "random") << "init adapter must not replace the base's init";
+  EXPECT_EQ(c.lora.adapter_path, fs::path(adapter).parent_path().string());
+  EXPECT_EQ(c.lora.save_adapter_path, "out/adapter");
+  EXPECT_TRUE(c.lora.merge);
+  EXPECT_EQ(c.lora.where.line, 4);
+  EXPECT_EQ(parse(kRequired + "lora targets all-linear\n").lora.targets, "all-linear");
+}
+
+TEST(DeckLora, ErrorsNameTheLine) {
+  expect_error(kRequired + "lora targets q_proj,,v_proj\n", 3, {"'lora' targets 'q_proj,,v_proj'", "all-linear"});
+  expect_error(kRequired + "lora targets all-linear,q_proj\n", 3, {"'lora' targets"});
+  expect_error(kRequired + "lora dropout 1.5\n", 3, {"dropout"});
+  expect_error(kRequired + "lora rank 0\n", 3, {"rank"});
+  TempDir dir;
+  const std::string a = fs::path(dir.write("a/adapter_config.json", "{}")).parent_path().string();
+  expect_error(kRequired + "init adapter " + a + "\ninit adapter " + a + "\n", 4,
+               {"'init adapter' was already given at tiny.in:3"});
+  expect_error(kRequired + "init random\ninit hdf5 " + a + "/adapter_config.json\n", 4, {"'init' was already given"});
 }

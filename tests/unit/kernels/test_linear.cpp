@@ -81,6 +81,21 @@ TEST_P(Linear, ParameterGradientsAccumulateAndDxIsWritten) {
   expect_scaled(to_doubles(db), db1, 2.0, 1e-5, "db untouched");
 }
 
+// LoRA's frozen base (op_list.hpp): an undefined dw / db means the weight is
+// frozen; dx is the same as with gradients wanted, and nothing is allocated.
+TEST_P(Linear, UndefinedWeightGradientComputesDxOnly) {
+  Tensor x = random_tensor({7, 13}, 1, DType::f32, "x");
+  Tensor w = random_tensor({5, 13}, 2, DType::f32, "w");
+  Tensor dy = random_tensor({7, 5}, 3, DType::f32, "dy");
+  Tensor dx = named_zeros({7, 13}, DType::f32, "dx"), dw = named_zeros({5, 13}, DType::f32, "dw");
+  ops::linear_backward(backend_ctx(), x, w, dy, &dx, dw, nullptr);
+  Tensor frozen_dx = named_zeros({7, 13}, DType::f32, "frozen_dx"), frozen_dw, frozen_db;
+  ops::linear_backward(backend_ctx(), x, w, dy, &frozen_dx, frozen_dw, &frozen_db);
+  EXPECT_EQ(to_doubles(frozen_dx), to_doubles(dx));
+  EXPECT_FALSE(frozen_dw.defined());
+  EXPECT_FALSE(frozen_db.defined());
+}
+
 TEST_P(Linear, Bf16Storage) {
   const std::int64_t rows = 9, din = 24, dout = 11;
   Tensor x = random_tensor({rows, din}, 1, DType::bf16, "x");

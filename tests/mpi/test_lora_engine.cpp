@@ -1,0 +1,235 @@
+// LoRA in the FSDP engine (issue 16), at np 1, 2 and 4: the frozen base has
+// no gradient and no optimizer state (read from the engine's flat
+// parameters), receives no gradient in a step and stays bit-identical after
+// optimizer steps, while the adapters get gradients and change; the same
+// mechanism adapts Llama (q_proj, v_proj) and ViT (all-linear: qkv, proj,
+// fc1, fc2); a target that matches nothing is a user error naming what exists.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+#include "fsdp/engine.hpp"
+#include "plugin/loader.hpp"
+
+using namespace ftrain;
+
+namespace {
+
+constexpr std::int64_t kHidden = 24, kInter = 40, kLayers = 2, kVocab = 37, kRank = 4;
+
+ModelHandle tiny_llama() {
+  return PluginLoader().create_model("llama", "tiny",
+                                     {{"hidden_size", "24"}, {"intermediate_size", "40"}, {"num_hidden_layers", "2"},
+                                      {"vocab_size", "37"}, {"num_attention_heads", "4"}, {"num_key_value_heads", "2"}});
+}
+
+FsdpOptions lora_options(ShardingStrategy strategy, int world_size) {
+  FsdpOptions o;
+  o.strategy = strategy;
+  o.shard_group_size = world_size >= 2 ? 2 : 1;
+  o.seed = 7;
+  o.lora.enabled = true;
+  o.lora.rank = kRank;
+  o.lora.alpha = 8;
+  o.lora.dropout = 0.1;
+  o.lora.targets = {"q_proj", "v_proj"};
+  return o;
+}
+
+Batch token_batch(int rank) {
+  Batch batch;
+  batch.inputs = Tensor::empty({2, 8}, DType::i32);
+  batch.targets = Tensor::empty({2, 8}, DType::i32);
+  for (int i = 0; i < 16; ++i) {
+    batch.inputs.data_as<std::int32_t>()[i] = (i * 7 + rank) % kVocab;
+    batch.targets.data_as<std::int32_t>()[i] = (i * 5 + 3 + rank) % kVocab;
+  }
+  batch.first_sample = 2 * rank;
+  return batch;
+}
+
+std::vector<std::vector<float>> masters(const std::vector<FlatParameter*>& flats) {
+  std::vector<std::vector<float>> out;
+  for (const FlatParameter* f : flats) out.push_back(to_float_vector(f->master));
+  return out;
+}
+
+double sum_squares(const Tensor& t) {
+  double s = 0;
+  for (float v : to_float_vector(t)) s += static_cast<double>(v) * v;
+  return s;
+}
+
+class LoraEngine : public ::testing::TestWithParam<ShardingStrategy> {};
+
+TEST_P(LoraEngine, FrozenBaseHasNoGradientNoOptimizerStateAndNeverChanges) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const ShardingStrategy strategy = GetParam();
+  if (strategy == ShardingStrategy::hybrid_shard && world.size() % 2 != 0 && world.size() != 1) GTEST_SKIP();
+  auto model = tiny_llama();
+  FsdpEngine engine(*model, world, lora_options(strategy, world.size()));
+  engine.init_random(3);
+
+  // The optimizer state, read from the engine: none for the base.
+  std::vector<FlatParameter*> base, adapters;
+  std::int64_t base_shard = 0, adapter_shard = 0;
+  for (const auto& f : engine.units()) {
+    base.push_back(f.get());
+    base_shard += f->shard_numel();
+    EXPECT_TRUE(f->master.defined()) << f->unit_name();
+    EXPECT_FALSE(f->grad.defined()) << f->unit_name() << ": a frozen base must have no master gradient";
+    EXPECT_FALSE(f->exp_avg.defined()) << f->unit_name() << ": a frozen base must have no AdamW m";
+    EXPECT_FALSE(f->exp_avg_sq.defined()) << f->unit_name() << ": a frozen base must have no AdamW v";
+  }
+  for (const auto& f : engine.adapter_units()) {
+    if (!f) continue;
+    adapters.push_back(f.get());
+    adapter_shard += f->shard_numel();
+    EXPECT_TRUE(f->grad.defined() && f->exp_avg.defined() && f->exp_avg_sq.defined()) << f->unit_name();
+  }
+  ASSERT_EQ(adapters.size(), static_cast<std::size_t>(kLayers)) << "one adapter flat per decoder layer";
+  // q_proj [24 -> 24] and v_proj [24 -> 12] (2 kv heads of 6) per layer.
+  const std::int64_t per_layer = kRank * (kHidden + kHidden) + kRank * (kHidden + 12);
+  EXPECT_EQ(engine.trainable_parameters(), kLayers * per_layer);
+  EXPECT_EQ(adapters[0]->entries()[0].name, "model.layers.0.self_attn.q_proj.lora_A.weight");
+  EXPECT_EQ(adapters[0]->entries()[3].name, "model.layers.0.self_attn.v_proj.lora_B.weight");
+  EXPECT_EQ(engine.shard_state_bytes(), 4 * base_shard + 16 * adapter_shard);
+
+  const auto base_before = masters(base);
+  const auto adapters_before = masters(adapters);
+  for (int step = 0; step < 2; ++step) {
+    engine.zero_grad();
+    engine.forward_backward(token_batch(world.rank()), 1.0f / 32.0f);
+    // No gradient buffer was ever made for the base (dgrad only).
+    for (const FlatParameter* f : base) {
+      EXPECT_FALSE(f->grad.defined()) << f->unit_name();
+      EXPECT_FALSE(f->full_grad.defined()) << f->unit_name();
+    }
+    // B starts at zero, so in step 1 only B has a gradient; both do after.
+    double a_norm = 0, b_norm = 0;
+    for (const FlatParameter* f : adapters)
+      f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
+        (e % 2 == 0 ? a_norm : b_norm) += sum_squares(f->grad.view({count}, at));
+      });
+    a_norm = world.all_reduce_sum(a_norm);
+    b_norm = world.all_reduce_sum(b_norm);
+    EXPECT_GT(b_norm, 0.0) << "step " << step;
+    if (step == 0) EXPECT_EQ(a_norm, 0.0) << "lora_B is zero at init, so lora_A's gradient is too";
+    else EXPECT_GT(a_norm, 0.0);
+    EXPECT_GT(engine.grad_norm(), 0.0);
+    AdamWHyper h;
+    h.lr = 1e-2f;
+    h.weight_decay = 0.1f;  // would move the base if the optimizer touched it
+    engine.optimizer_step(h, 1.0f);
+  }
+  const auto base_after = masters(base);
+  for (std::size_t i = 0; i < base.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(base_before[i].data(), base_after[i].data(), base_before[i].size() * sizeof(float)))
+        << base[i]->unit_name() << ": the frozen base changed";
+  const auto adapters_after = masters(adapters);
+  bool changed = false;
+  for (std::size_t i = 0; i < adapters.size(); ++i) changed |= adapters_before[i] != adapters_after[i];
+  EXPECT_TRUE(world.all_reduce_sum(changed ? 1.0 : 0.0) > 0) << "the adapters did not train";
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, LoraEngine,
+                         ::testing::Values(ShardingStrategy::full_shard, ShardingStrategy::shard_grad_op,
+                                           ShardingStrategy::no_shard, ShardingStrategy::hybrid_shard),
+                         [](const auto& info) { return std::string(sharding_strategy_name(info.param)); });
+
+TEST(LoraEngineVit, AllLinearAdaptsTheBlockLinearsOfVit) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  auto model = PluginLoader().create_model("vit", "tiny", {});
+  FsdpOptions o = lora_options(ShardingStrategy::full_shard, world.size());
+  o.lora.all_linear = true;
+  FsdpEngine engine(*model, world, o);
+  engine.init_random(3);
+  const auto config = model->config();
+  const std::int64_t C = std::stoll(config.at("embed_dim")), M = std::stoll(config.at("mlp_dim")),
+                     depth = std::stoll(config.at("depth"));
+  // qkv [3C, C], proj [C, C], fc1 [M, C], fc2 [C, M]
+  const std::int64_t per_block = kRank * ((3 * C + C) + (C + C) + (M + C) + (C + M));
+  EXPECT_EQ(engine.trainable_parameters(), depth * per_block);
+  std::vector<std::string> names;
+  for (const auto& f : engine.adapter_units())
+    if (f)
+      for (const auto& e : f->entries()) names.push_back(e.name);
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names[0], "blocks.0.attn.qkv.lora_A.weight");
+  EXPECT_EQ(names.size(), static_cast<std::size_t>(8 * depth));
+
+  Batch batch;
+  const std::int64_t S = std::stoll(config.at("image_size")), ch = std::stoll(config.at("num_channels"));
+  batch.inputs = Tensor::empty({2, S, S, ch}, DType::f32);
+  float* px = batch.inputs.data_as<float>();
+  for (std::int64_t i = 0; i < batch.inputs.numel(); ++i) px[i] = static_cast<float>((i * 37 % 101) / 101.0 - 0.5);
+  batch.targets = Tensor::empty({2}, DType::i32);
+  batch.targets.data_as<std::int32_t>()[0] = 1;
+  batch.targets.data_as<std::int32_t>()[1] = 0;
+  engine.zero_grad();
+  engine.forward_backward(batch, 0.5f);
+  EXPECT_GT(engine.grad_norm(), 0.0);
+  for (const auto& f : engine.units()) EXPECT_FALSE(f->full_grad.defined() || f->grad.defined()) << f->unit_name();
+}
+
+// PEFT's initialisation: A kaiming-uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)),
+// or normal(0, 1/r) with `lora init gaussian`; B zero (so step 0 is the base).
+TEST(LoraEngineInit, AIsKaimingUniformOrGaussianAndBIsZero) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  auto model = tiny_llama();
+  for (const lora::AInit init : {lora::AInit::kaiming, lora::AInit::gaussian}) {
+    FsdpOptions o = lora_options(ShardingStrategy::full_shard, world.size());
+    o.lora.init = init;
+    FsdpEngine engine(*model, world, o);
+    double a_max = 0, a_sq = 0, b_abs = 0;
+    std::int64_t a_n = 0;
+    for (const auto& f : engine.adapter_units()) {
+      if (!f) continue;
+      const float* m = f->master.data_as<float>();
+      f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
+        for (std::int64_t i = 0; i < count; ++i) {
+          if (e % 2 == 0) {
+            a_max = std::max(a_max, std::abs(static_cast<double>(m[at + i])));
+            a_sq += static_cast<double>(m[at + i]) * m[at + i];
+            ++a_n;
+          } else {
+            b_abs += std::abs(m[at + i]);
+          }
+        }
+      });
+    }
+    a_max = world.all_reduce_max(a_max);
+    a_sq = world.all_reduce_sum(a_sq);
+    const double n = static_cast<double>(world.all_reduce_sum(a_n));
+    EXPECT_EQ(world.all_reduce_sum(b_abs), 0.0) << "lora_B starts at zero";
+    const double bound = 1.0 / std::sqrt(static_cast<double>(kHidden));  // every adapted linear here has in = 24
+    if (init == lora::AInit::kaiming) {
+      EXPECT_LE(a_max, bound);
+      EXPECT_GT(a_max, 0.9 * bound) << "uniform over the whole bound";
+      EXPECT_NEAR(std::sqrt(a_sq / n), bound / std::sqrt(3.0), 0.1 * bound);  // std of U(-b, b)
+    } else {
+      EXPECT_NEAR(std::sqrt(a_sq / n), 1.0 / kRank, 0.1 / kRank);
+    }
+  }
+}
+
+TEST(LoraEngineErrors, TargetsThatMatchNothingNameTheAdaptableLinears) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  auto model = tiny_llama();
+  FsdpOptions o = lora_options(ShardingStrategy::full_shard, world.size());
+  o.lora.targets = {"lm_head"};
+  try {
+    FsdpEngine engine(*model, world, o);
+    ADD_FAILURE() << "expected a user error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("lora targets lm_head match no linear layer"), std::string::npos) << m;
+    EXPECT_NE(m.find("model.layers.0.self_attn.q_proj"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
