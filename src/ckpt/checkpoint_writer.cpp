@@ -74,8 +74,10 @@ void CheckpointWriter::write(Job& job, const std::atomic<std::int64_t>& steps_do
     const auto deferred = create_shard_file(job.path, job.snapshot, job.parent_step);
     if (job.fault)
       FT_USER_ERROR() << "writing " << job.path << " failed: injected fault (FTRAIN_TEST_FAULT_CHECKPOINT_WRITE)";
-    h5::write_deferred_f32(job.path, deferred);
+    // The delay comes before the data, so a snapshot that did not copy the
+    // state would be written after training changed it (tests see that).
     if (job.delay.count() > 0) std::this_thread::sleep_for(job.delay);
+    h5::write_deferred_f32(job.path, deferred);
     job.bytes = static_cast<std::int64_t>(std::filesystem::file_size(job.path));
   });
   if (!job.failure.empty())

@@ -22,7 +22,8 @@
 //
 // Test-only switches (environment; only tests and the benchmark set them):
 //   FTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS=MS  every rank file write takes MS
-//     longer (after its data is written), to make overlap observable;
+//     longer (a pause before its data is written), to make overlap
+//     observable and to expose a snapshot that would not be a copy;
 //   FTRAIN_TEST_FAULT_CHECKPOINT_WRITE=RANK:STEP  rank RANK's write of the
 //     checkpoint of step STEP fails after the file's metadata is written, as
 //     a full disk would.
