@@ -120,7 +120,7 @@ LoadedInfo read_checkpoint_info(const std::string& step_dir);
 
 // Collective over `world`. Fills every unit's master, exp_avg, exp_avg_sq and
 // the optimizer step count from `step_dir`, resharding as needed. A failure
-// on any rank (a missing or truncated file, a damaged superblock, a Fletcher32
+// on any rank (a missing or truncated file, a damaged superblock, a CRC-32C or Fletcher32
 // checksum mismatch in the part one rank reads) is agreed on: every rank
 // throws the same UserError, naming the failing rank, or none does.
 LoadedInfo load_sharded(FsdpEngine& engine, Communicator& world, const std::string& step_dir);
