@@ -5,6 +5,7 @@
 #   bash share/bench/checkpoint_async.sh
 #   NP=2 STEPS=12 EVERY=4 ARCH="32000 512 1408 8 8 8" bash share/bench/checkpoint_async.sh
 #   FTRAIN_BEFORE=/path/to/older/bin/ftrain bash ...  # adds that build's blocking save
+#   BENCH_WORK=/dev/shm/ckb bash ...  # tmpfs: no disk, so the write path's own CPU cost shows
 # Method. The same Llama trains STEPS steps on NP ranks (full_shard) three
 # times: without checkpoints, with `checkpoint every EVERY` (blocking) and with
 # `async on`. Step period = wall time between the log lines of step 2 and of
@@ -24,8 +25,8 @@ ARCH="${ARCH:-32000 512 1408 8 8 8}"
 data=$(bench_corpus "${ARCH%% *}" 200000)
 bench_llama_deck "$WORK/base.in" "$data" "$ARCH" 1 32 "$STEPS" full_shard '${run}'
 printf 'include base.in\n' > "$WORK/none.in"
-printf 'include base.in\ncheckpoint every %s dir ${ck}\n' "$EVERY" > "$WORK/blocking.in"
-printf 'include base.in\ncheckpoint every %s dir ${ck} async on\n' "$EVERY" > "$WORK/async.in"
+printf 'include base.in\ncheckpoint every %s dir ${ck} keep 1\n' "$EVERY" > "$WORK/blocking.in"
+printf 'include base.in\ncheckpoint every %s dir ${ck} keep 1 async on\n' "$EVERY" > "$WORK/async.in"
 echo "command: NP=$NP STEPS=$STEPS EVERY=$EVERY ARCH=\"$ARCH\" bash share/bench/checkpoint_async.sh"
 echo "work dir: $WORK ($(df -T "$WORK" | awk 'NR==2{print $2" on "$1}'))"
 MPIRUN_LINE="${MPIRUN[*]}" FTRAIN="$FTRAIN" FTRAIN_BEFORE="${FTRAIN_BEFORE:-}" WORK="$WORK" NP="$NP" STEPS="$STEPS" \

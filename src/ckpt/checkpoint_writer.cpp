@@ -7,6 +7,7 @@
 
 #include "ckpt/collective_errors.hpp"
 #include "ckpt/consolidated.hpp"
+#include "ckpt/hdf5_util.hpp"
 #include "ckpt/shard_snapshot.hpp"
 #include "core/error.hpp"
 
@@ -47,7 +48,6 @@ struct CheckpointWriter::Job {
   ShardSnapshot snapshot;
   std::string path;  // DIR/step_<N>.tmp/rank_<r>.h5
   std::int64_t parent_step = -1;
-  int rank = 0;
   bool background = false;
   std::chrono::milliseconds delay{0};
   bool fault = false;
@@ -104,7 +104,6 @@ CheckpointWriter::Outcome CheckpointWriter::save(SaveInfo info, bool last) {
   }
   auto job = std::make_unique<Job>();
   job->background = options_.background && !last;
-  job->rank = world_.rank();
   job->path = rank_file_path(tmp_dir, world_.rank());
   job->parent_step = lineage_parent_step(options_.dir, info.parent_directory);
   job->delay = test_write_delay();

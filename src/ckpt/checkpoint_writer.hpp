@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "ckpt/shard_snapshot.hpp"
 #include "ckpt/sharded_checkpoint.hpp"
 
 namespace ftrain::ckpt {
@@ -86,7 +87,7 @@ class CheckpointWriter {
   Communicator& world_;
   Options options_;
   std::string last_committed_;
-  std::vector<float> snapshot_buffer_;  // the asynchronous saves' copy, reused
+  SnapshotBuffer snapshot_buffer_;  // the asynchronous saves' copy, reused
   std::unique_ptr<Job> job_;
   std::thread thread_;
   std::atomic<std::int64_t> steps_done_{0};  // the trainer's step, for the overlap report

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/hdf5_util.hpp"
 #include "core/error.hpp"
 #include "core/hdf5_lock.hpp"
 
@@ -24,7 +25,7 @@ const float* host_f32(const Tensor& t, Tensor& staging) {
 }  // namespace
 
 ShardSnapshot take_shard_snapshot(FsdpEngine& engine, Communicator& world, const SaveInfo& info,
-                                  std::vector<float>* copy_into) {
+                                  SnapshotBuffer* copy_into) {
   ShardSnapshot s;
   s.step = info.step;
   s.seed = info.seed;
@@ -76,7 +77,7 @@ ShardSnapshot take_shard_snapshot(FsdpEngine& engine, Communicator& world, const
   s.unit_names_json = names.dump();
 
   const auto elements = static_cast<std::size_t>(s.bytes / static_cast<std::int64_t>(sizeof(float)));
-  if (copy_into != nullptr && copy_into->size() < elements) copy_into->resize(elements);
+  float* copy = copy_into != nullptr ? copy_into->reserve(elements) : nullptr;
   std::size_t next = 0, at = 0;
   for (auto& u : s.units) {
     for (auto& a : u.arrays) {
@@ -86,7 +87,7 @@ ShardSnapshot take_shard_snapshot(FsdpEngine& engine, Communicator& world, const
         a.data = live;
       } else {
         FT_CHECK(copy_into != nullptr) << "a blocking save of device state needs a host copy";
-        float* dst = copy_into->data() + at;
+        float* dst = copy + at;
         std::memcpy(dst, live, static_cast<std::size_t>(a.n) * sizeof(float));
         a.data = dst;
         at += static_cast<std::size_t>(a.n);

@@ -13,15 +13,20 @@
 // (hdf5_util.hpp: write_deferred_f32), outside the library.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "ckpt/hdf5_util.hpp"
 #include "ckpt/sharded_checkpoint.hpp"
 
 namespace ftrain::ckpt {
+
+namespace h5 {
+struct DeferredF32;  // hdf5_util.hpp (kept out of this header: hdf5.h is ckpt-private)
+}
 
 struct ShardSnapshot {
   struct Array {
@@ -44,12 +49,30 @@ struct ShardSnapshot {
   std::int64_t bytes = 0;  // f32 bytes in all arrays
 };
 
+// Host memory for snapshot copies, kept from save to save. Grown without
+// zero-filling (the copy writes every element; a zero fill would touch the
+// pages twice while training waits). Where the state lives on a GPU, this is
+// the buffer to allocate pinned.
+class SnapshotBuffer {
+ public:
+  float* reserve(std::size_t elements) {
+    if (elements > size_) {
+      data_.reset(new float[elements]);
+      size_ = elements;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<float[]> data_;
+  std::size_t size_ = 0;
+};
+
 // The engine's shard state at this moment. With `copy_into` the arrays are
-// copied into it (resized as needed, reused across saves) and the snapshot
-// stays valid while the engine trains on; without, they point into the
-// engine's buffers. Not collective.
+// copied into it and the snapshot stays valid while the engine trains on;
+// without, they point into the engine's buffers. Not collective.
 ShardSnapshot take_shard_snapshot(FsdpEngine& engine, Communicator& world, const SaveInfo& info,
-                                  std::vector<float>* copy_into);
+                                  SnapshotBuffer* copy_into);
 
 // Phase 1: creates `path` with everything but the f32 data (holds the HDF5
 // lock); returns the datasets phase 2 must fill. parent_step -1 = none.
