@@ -21,10 +21,10 @@
 
 #include "ckpt/collective_errors.hpp"
 #include "ckpt/consolidated.hpp"
+#include "ckpt/checkpoint_writer.hpp"
 #include "ckpt/lineage.hpp"
 #include "ckpt/safetensors.hpp"
 #include "ckpt/safetensors_dir.hpp"
-#include "ckpt/checkpoint_writer.hpp"
 #include "ckpt/sharded_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
