@@ -47,6 +47,10 @@ Scenarios:
                switch): the run stops with exit 1 naming the step, rank and
                file, `latest` still names step_5, and `resume auto` resumes
                step_5 to exactly the uninterrupted curve.
+  async_kill   SIGKILL to the ranks while the background write of step_10
+               is in flight (4 s test delay): `latest` still names step_5,
+               only step_10.tmp is left, and `resume auto` resumes step_5 to
+               exactly the uninterrupted curve.
   consolidated_fault
                one rank fails mid-save_final (test-only fault switch): the
                job ends with its message within seconds instead of hanging.
@@ -645,6 +649,37 @@ def scenario_async_fault(r):
     compare(os.path.join(r.dir, "full/metrics.jsonl"), os.path.join(r.dir, "res/metrics.jsonl"), 0.0)
 
 
+def scenario_async_kill(r):
+    full = r.deck("full.in", "")
+    run = r.deck("run.in", "checkpoint every 5 dir ck async on\n")
+    cont = r.deck("cont.in", "checkpoint every 5 dir ck async on\nresume auto\n")
+    r.run(2, full, run="full")
+    delay = "FTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS"
+    cmd = r.command(2, run, {"run": "res"})
+    cmd = cmd[:len(r.mpirun)] + ["-x", delay] + cmd[len(r.mpirun):]
+    proc = subprocess.Popen(cmd, cwd=r.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, **{delay: "4000"}))
+    # Step 11 logged: step_5 was committed at the save of step 10, whose own
+    # write now sleeps 4 s in the background before its data.
+    if not wait_for_steps(os.path.join(r.dir, "res", "metrics.jsonl"), 11, proc, 90):
+        proc.kill()
+        fail("the run did not reach step 11:\n" + proc.communicate()[0])
+    ck = os.path.join(r.dir, "ck")
+    before = sorted(os.listdir(ck))
+    for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], stdout=subprocess.PIPE, text=True).stdout.split():
+        os.kill(int(pid), signal.SIGKILL)
+    proc.communicate(timeout=60)
+    left = sorted(os.listdir(ck))
+    if "step_10.tmp" not in before:
+        fail(f"the write of step 10 was not in flight at the kill: {before}")
+    if open(os.path.join(ck, "latest")).read().strip() != "step_5" or "step_10" in left:
+        fail(f"a kill mid-write must leave step_5 the latest: {left}")
+    out = r.run(2, cont, run="res").stdout
+    if "resumed from ck/step_5 at step 5" not in out:
+        fail(f"left {left}; resume auto did not take step_5:\n" + out)
+    compare(os.path.join(r.dir, "full/metrics.jsonl"), os.path.join(r.dir, "res/metrics.jsonl"), 0.0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario")
@@ -686,6 +721,8 @@ def main():
             scenario_lineage(r)
         elif args.scenario == "async_resume":
             scenario_async_resume(r)
+        elif args.scenario == "async_kill":
+            scenario_async_kill(r)
         elif args.scenario == "async_fault":
             scenario_async_fault(r)
         elif args.scenario == "consolidated_fault":
