@@ -1,7 +1,10 @@
 // Shard snapshots and the rank file writer (see shard_snapshot.hpp).
 #include "ckpt/shard_snapshot.hpp"
 
+#include <sys/statvfs.h>
+
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +23,27 @@ const float* host_f32(const Tensor& t, Tensor& staging) {
   if (t.device() == Device::host) return t.data_as<float>();
   staging = to_device(t, Device::host);
   return staging.data_as<float>();
+}
+
+// Refuses, before HDF5 touches the file, a rank file that cannot fit. HDF5
+// 1.10 does not recover from a write failing inside the library (a full
+// disk during H5Fcreate or the metadata flush of H5Fclose leaves a file
+// object that crashes the library's cleanup at MPI_Finalize), so a full disk
+// must show up here, or later in the plain data writes (write_deferred_f32),
+// which fail cleanly. The metadata is written first and is small (the
+// estimate below is generous), so only a disk that fills up between this
+// check and the metadata flush can still reach HDF5's failure.
+void check_free_space(const std::string& path, const ShardSnapshot& s) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  struct statvfs fs {};
+  if (::statvfs(dir.empty() ? "." : dir.c_str(), &fs) != 0) return;  // unknown: let the writes tell
+  const auto free_bytes = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+  std::uint64_t metadata = (std::uint64_t{1} << 20) + s.deck_text.size() + s.unit_names_json.size();
+  for (const auto& u : s.units) metadata += 8192 + u.entries_json.size() + 4096 * u.arrays.size();
+  const std::uint64_t needed = static_cast<std::uint64_t>(s.bytes) + s.bytes / 1000000 + metadata;
+  if (free_bytes < needed)
+    FT_USER_ERROR() << "writing " << path << ": " << free_bytes << " bytes free in " << dir << ", the rank file needs "
+                    << needed << " (disk full?)";
 }
 
 }  // namespace
@@ -99,6 +123,7 @@ ShardSnapshot take_shard_snapshot(FsdpEngine& engine, Communicator& world, const
 
 std::vector<h5::DeferredF32> create_shard_file(const std::string& path, const ShardSnapshot& s,
                                                std::int64_t parent_step) {
+  check_free_space(path, s);
   std::lock_guard<std::mutex> hdf5(hdf5_library_mutex());
   std::vector<h5::DeferredF32> deferred;
   h5::File file = h5::File::create(path);
