@@ -1,18 +1,85 @@
 // HDF5 RAII helpers (see hdf5_util.hpp).
 #include "ckpt/hdf5_util.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <vector>
 
+#include "ckpt/crc32c.hpp"
 #include "core/error.hpp"
 
 namespace ftrain::ckpt::h5 {
 
 namespace {
 
-// 1 Mi elements (4 MiB) per chunk: big enough for full-bandwidth I/O, small
-// enough that a resharded read of a short range touches little extra data.
-constexpr hsize_t kChunkElements = hsize_t{1} << 20;
+// The suffix of a dataset's checksum dataset, and the attribute that marks a
+// checksummed dataset with its block size.
+constexpr const char* kChecksumSuffix = ".crc32c";
+constexpr const char* kChecksumBlockAttr = "crc32c_block_elements";
+// Bytes per write call of the deferred data: dd's 16 MiB.
+constexpr std::int64_t kWriteBytes = std::int64_t{16} << 20;
+
+std::int64_t checksum_blocks(std::int64_t n) { return (n + kChecksumBlockElements - 1) / kChecksumBlockElements; }
+
+// Object creation properties without modification times: two saves of the
+// same state give the same bytes (asynchronous and blocking saves are
+// compared byte for byte, tests/checkpoint/test_async_checkpoint.cpp).
+Handle timeless(hid_t plist_class) {
+  Handle p(H5Pcreate(plist_class), H5Pclose);
+  H5Pset_obj_track_times(p.id(), false);
+  return p;
+}
+
+// A contiguous 1-D dataset of `n` elements of `type` whose space is
+// allocated at creation and never filled: its bytes are ours to write.
+Handle create_contiguous(hid_t loc, const std::string& name, hid_t type, std::int64_t n, const std::string& file) {
+  const hsize_t dims[1] = {static_cast<hsize_t>(n)};
+  Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+  Handle dcpl = timeless(H5P_DATASET_CREATE);
+  H5Pset_layout(dcpl.id(), H5D_CONTIGUOUS);
+  H5Pset_alloc_time(dcpl.id(), H5D_ALLOC_TIME_EARLY);
+  H5Pset_fill_time(dcpl.id(), H5D_FILL_TIME_NEVER);
+  Handle set(H5Dcreate2(loc, name.c_str(), type, space.id(), H5P_DEFAULT, dcpl.id(), H5P_DEFAULT), H5Dclose);
+  if (set.id() < 0) FT_USER_ERROR() << file << ": cannot create dataset '" << name << "'";
+  return set;
+}
+
+std::uint64_t offset_of(hid_t set, const std::string& name, const std::string& file) {
+  const haddr_t at = H5Dget_offset(set);
+  if (at == HADDR_UNDEF) FT_USER_ERROR() << file << ": dataset '" << name << "' has no file space";
+  return static_cast<std::uint64_t>(at);
+}
+
+// The checksum of every block of data[0, n).
+std::vector<std::uint32_t> block_checksums(const float* data, std::int64_t n) {
+  std::vector<std::uint32_t> sums(static_cast<std::size_t>(checksum_blocks(n)));
+  for (std::size_t b = 0; b < sums.size(); ++b) {
+    const std::int64_t lo = static_cast<std::int64_t>(b) * kChecksumBlockElements;
+    const std::int64_t len = std::min(kChecksumBlockElements, n - lo);
+    sums[b] = crc32c(data + lo, static_cast<std::size_t>(len) * sizeof(float));
+  }
+  return sums;
+}
+
+void write_all(int fd, const void* bytes, std::size_t size, std::uint64_t offset, const std::string& path,
+               const std::string& what) {
+  const auto* p = static_cast<const char*>(bytes);
+  while (size > 0) {
+    const ssize_t done = ::pwrite(fd, p, size, static_cast<off_t>(offset));
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0)
+      FT_USER_ERROR() << "writing " << path << " (" << what << ") failed: "
+                      << (done < 0 ? std::strerror(errno) : "no progress") << " (disk full?)";
+    p += done;
+    size -= static_cast<std::size_t>(done);
+    offset += static_cast<std::uint64_t>(done);
+  }
+}
 
 Handle attribute_for_write(hid_t loc, const char* name, hid_t type, const std::string& file) {
   Handle space(H5Screate(H5S_SCALAR), H5Sclose);
@@ -105,9 +172,10 @@ File File::create(const std::string& path) {
   quiet();
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_libver_bounds(fapl.id(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+  Handle fcpl = timeless(H5P_FILE_CREATE);  // the root group's header: no times either
   File f;
   f.path_ = path;
-  f.handle_ = Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()), H5Fclose);
+  f.handle_ = Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.id(), fapl.id()), H5Fclose);
   if (f.handle_.id() < 0) FT_USER_ERROR() << "cannot create HDF5 file " << path;
   return f;
 }
@@ -130,7 +198,8 @@ void File::close() {
 
 Group Group::create(hid_t parent, const std::string& name, const std::string& file) {
   Group g;
-  g.handle_ = Handle(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  Handle gcpl = timeless(H5P_GROUP_CREATE);
+  g.handle_ = Handle(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, gcpl.id(), H5P_DEFAULT), H5Gclose);
   if (g.handle_.id() < 0) FT_USER_ERROR() << file << ": cannot create group '" << name << "'";
   return g;
 }
@@ -176,7 +245,8 @@ void write_string(hid_t loc, const char* name, const std::string& value, const s
   H5Tset_size(type.id(), std::max<std::size_t>(1, value.size()));
   H5Tset_strpad(type.id(), H5T_STR_NULLPAD);
   Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle set(H5Dcreate2(loc, name, type.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  Handle dcpl = timeless(H5P_DATASET_CREATE);
+  Handle set(H5Dcreate2(loc, name, type.id(), space.id(), H5P_DEFAULT, dcpl.id(), H5P_DEFAULT), H5Dclose);
   std::string padded = value.empty() ? std::string(1, '\0') : value;
   if (set.id() < 0 || H5Dwrite(set.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()) < 0)
     FT_USER_ERROR() << file << ": cannot write dataset '" << name << "'";
@@ -196,16 +266,63 @@ std::string read_string(hid_t loc, const char* name, const std::string& file) {
   return std::string(buffer.data());
 }
 
-void write_f32(hid_t loc, const char* name, const float* data, std::int64_t n, const std::string& file) {
+DeferredF32 create_deferred_f32(hid_t loc, const char* name, const float* data, std::int64_t n,
+                                const std::string& file) {
   FT_CHECK(n > 0) << name;
-  const hsize_t dims[1] = {static_cast<hsize_t>(n)};
-  Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  const hsize_t chunk[1] = {std::min<hsize_t>(dims[0], kChunkElements)};
-  H5Pset_chunk(dcpl.id(), 1, chunk);
-  H5Pset_fletcher32(dcpl.id());
-  Handle set(H5Dcreate2(loc, name, H5T_IEEE_F32LE, space.id(), H5P_DEFAULT, dcpl.id(), H5P_DEFAULT), H5Dclose);
-  if (set.id() < 0 || H5Dwrite(set.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+  Handle set = create_contiguous(loc, name, H5T_IEEE_F32LE, n, file);
+  write_attr_i64(set.id(), kChecksumBlockAttr, kChecksumBlockElements, file);
+  const std::string sums_name = std::string(name) + kChecksumSuffix;
+  Handle sums = create_contiguous(loc, sums_name, H5T_STD_U32LE, checksum_blocks(n), file);
+  DeferredF32 d;
+  d.name = name;
+  d.data = data;
+  d.n = n;
+  d.data_offset = offset_of(set.id(), name, file);
+  d.checksum_offset = offset_of(sums.id(), sums_name, file);
+  return d;
+}
+
+void write_deferred_f32(const std::string& path, const std::vector<DeferredF32>& datasets) {
+  // The bytes are the file's little-endian f32/u32 as they are in memory.
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "raw checkpoint writes assume a little-endian host");
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) FT_USER_ERROR() << "cannot open " << path << " for writing: " << std::strerror(errno);
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{fd};
+  constexpr std::int64_t piece = kWriteBytes / static_cast<std::int64_t>(sizeof(float));
+  static_assert(piece % kChecksumBlockElements == 0, "a write piece holds whole checksum blocks");
+  for (const auto& d : datasets) {
+    std::vector<std::uint32_t> sums;
+    sums.reserve(static_cast<std::size_t>(checksum_blocks(d.n)));
+    for (std::int64_t lo = 0; lo < d.n; lo += piece) {
+      const std::int64_t len = std::min(piece, d.n - lo);
+      // Checksum the piece just before writing it: it is then in cache.
+      for (std::int64_t b = lo; b < lo + len; b += kChecksumBlockElements)
+        sums.push_back(crc32c(d.data + b, static_cast<std::size_t>(std::min(kChecksumBlockElements, lo + len - b)) *
+                                              sizeof(float)));
+      write_all(fd, d.data + lo, static_cast<std::size_t>(len) * sizeof(float),
+                d.data_offset + static_cast<std::uint64_t>(lo) * sizeof(float), path, "dataset '" + d.name + "'");
+    }
+    write_all(fd, sums.data(), sums.size() * sizeof(std::uint32_t), d.checksum_offset, path,
+              "dataset '" + d.name + kChecksumSuffix + "'");
+  }
+  if (::fsync(fd) != 0) FT_USER_ERROR() << "fsync of " << path << " failed: " << std::strerror(errno);
+  closer.fd = -1;
+  if (::close(fd) != 0) FT_USER_ERROR() << "closing " << path << " failed: " << std::strerror(errno);
+}
+
+void write_f32(hid_t loc, const char* name, const float* data, std::int64_t n, const std::string& file) {
+  const DeferredF32 d = create_deferred_f32(loc, name, data, n, file);
+  const std::vector<std::uint32_t> sums = block_checksums(data, n);
+  Handle set(H5Dopen2(loc, name, H5P_DEFAULT), H5Dclose);
+  Handle sum_set(H5Dopen2(loc, (std::string(name) + kChecksumSuffix).c_str(), H5P_DEFAULT), H5Dclose);
+  if (set.id() < 0 || sum_set.id() < 0 ||
+      H5Dwrite(set.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0 ||
+      H5Dwrite(sum_set.id(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums.data()) < 0)
     FT_USER_ERROR() << file << ": cannot write dataset '" << name << "' (disk full?)";
 }
 
@@ -219,15 +336,64 @@ void read_f32_range(hid_t loc, const char* name, std::int64_t first, std::int64_
   hsize_t dims[1] = {0};
   if (H5Sget_simple_extent_ndims(space.id()) != 1 || H5Sget_simple_extent_dims(space.id(), dims, nullptr) < 0)
     FT_USER_ERROR() << where << ": dataset '" << name << "' is not 1-D";
-  if (first < 0 || static_cast<hsize_t>(first + count) > dims[0])
-    FT_USER_ERROR() << where << ": dataset '" << name << "' has " << dims[0] << " elements, elements [" << first << ", "
+  const auto n = static_cast<std::int64_t>(dims[0]);
+  if (first < 0 || first + count > n)
+    FT_USER_ERROR() << where << ": dataset '" << name << "' has " << n << " elements, elements [" << first << ", "
                     << first + count << ") were asked for";
-  const hsize_t start[1] = {static_cast<hsize_t>(first)}, size[1] = {static_cast<hsize_t>(count)};
-  H5Sselect_hyperslab(space.id(), H5S_SELECT_SET, start, nullptr, size, nullptr);
-  Handle memory(H5Screate_simple(1, size, nullptr), H5Sclose);
-  if (H5Dread(set.id(), H5T_NATIVE_FLOAT, memory.id(), space.id(), H5P_DEFAULT, dst) < 0)
-    FT_USER_ERROR() << where << ": reading dataset '" << name
-                    << "' failed: checksum mismatch or damaged file; use an older checkpoint";
+  auto read_range = [&](std::int64_t lo, std::int64_t len, float* out) {
+    const hsize_t start[1] = {static_cast<hsize_t>(lo)}, size[1] = {static_cast<hsize_t>(len)};
+    Handle file_space(H5Dget_space(set.id()), H5Sclose);
+    H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, start, nullptr, size, nullptr);
+    Handle memory(H5Screate_simple(1, size, nullptr), H5Sclose);
+    if (H5Dread(set.id(), H5T_NATIVE_FLOAT, memory.id(), file_space.id(), H5P_DEFAULT, out) < 0)
+      FT_USER_ERROR() << where << ": reading dataset '" << name
+                      << "' failed: checksum mismatch or damaged file; use an older checkpoint";
+  };
+  if (H5Aexists(set.id(), kChecksumBlockAttr) <= 0) {  // format 1-2: chunks that HDF5 checks (Fletcher32)
+    read_range(first, count, dst);
+    return;
+  }
+  // Format 3: read whole checksum blocks, check each, keep the asked part.
+  const std::int64_t block = read_attr_i64(set.id(), kChecksumBlockAttr, where + ":" + name);
+  if (block <= 0) FT_USER_ERROR() << where << ": dataset '" << name << "' has checksum block size " << block;
+  const std::int64_t b0 = first / block, b1 = (first + count - 1) / block;
+  const std::string sums_name = std::string(name) + kChecksumSuffix;
+  Handle sums_set(H5Dopen2(loc, sums_name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (sums_set.id() < 0) FT_USER_ERROR() << where << ": dataset '" << sums_name << "' is missing or damaged";
+  std::vector<std::uint32_t> sums(static_cast<std::size_t>(b1 - b0 + 1));
+  {
+    Handle sums_space(H5Dget_space(sums_set.id()), H5Sclose);
+    hsize_t sums_dims[1] = {0};
+    if (H5Sget_simple_extent_ndims(sums_space.id()) != 1 ||
+        H5Sget_simple_extent_dims(sums_space.id(), sums_dims, nullptr) < 0 ||
+        static_cast<std::int64_t>(sums_dims[0]) != (n + block - 1) / block)
+      FT_USER_ERROR() << where << ": dataset '" << sums_name << "' does not hold one checksum per block of '" << name
+                      << "'";
+    const hsize_t start[1] = {static_cast<hsize_t>(b0)}, size[1] = {sums.size()};
+    H5Sselect_hyperslab(sums_space.id(), H5S_SELECT_SET, start, nullptr, size, nullptr);
+    Handle memory(H5Screate_simple(1, size, nullptr), H5Sclose);
+    if (H5Dread(sums_set.id(), H5T_NATIVE_UINT32, memory.id(), sums_space.id(), H5P_DEFAULT, sums.data()) < 0)
+      FT_USER_ERROR() << where << ": reading dataset '" << sums_name << "' failed (damaged file?)";
+  }
+  std::vector<float> scratch;
+  for (std::int64_t b = b0; b <= b1; ++b) {
+    const std::int64_t lo = b * block, len = std::min(block, n - lo);
+    const std::int64_t want_lo = std::max(first, lo), want_hi = std::min(first + count, lo + len);
+    // A block wholly inside the request is read in place, else into scratch.
+    const bool whole = want_lo == lo && want_hi == lo + len;
+    if (!whole) scratch.resize(static_cast<std::size_t>(len));
+    float* out = whole ? dst + (lo - first) : scratch.data();
+    read_range(lo, len, out);
+    const std::uint32_t got = crc32c(out, static_cast<std::size_t>(len) * sizeof(float));
+    const std::uint32_t stored = sums[static_cast<std::size_t>(b - b0)];
+    if (got != stored) {
+      char text[64];
+      std::snprintf(text, sizeof text, "stored %08x, computed %08x", stored, got);
+      FT_USER_ERROR() << where << ": reading dataset '" << name << "' failed: checksum mismatch in elements [" << lo
+                      << ", " << lo + len << ") (CRC-32C " << text << "): damaged file; use an older checkpoint";
+    }
+    if (!whole) std::copy(out + (want_lo - lo), out + (want_hi - lo), dst + (want_lo - first));
+  }
 }
 
 }  // namespace ftrain::ckpt::h5

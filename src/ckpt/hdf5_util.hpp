@@ -3,9 +3,13 @@
 // Every call checks its status and throws UserError naming the file (and the
 // object) on failure, so a damaged checkpoint is one clear message rather than
 // HDF5's error stack (automatic stack printing is turned off). f32 datasets
-// are chunked with the Fletcher32 checksum filter: a flipped bit in stored
-// data fails the read. Files use the newest format of this HDF5 version, which
-// also checksums the metadata (object headers, B-trees).
+// are contiguous and unfiltered, each with a CRC-32C per block of
+// kChecksumBlockElements elements in a sibling dataset `<name>.crc32c`: a
+// flipped bit in stored data fails the read (older files used chunks with the
+// Fletcher32 filter; HDF5 still checks those when they are read). Files use
+// the newest format of this HDF5 version, which also checksums the metadata
+// (object headers, B-trees), and record no modification times, so the same
+// content always gives the same bytes.
 #pragma once
 
 #include <hdf5.h>
@@ -89,10 +93,40 @@ double read_attr_f64(hid_t loc, const char* name, const std::string& file);
 void write_string(hid_t loc, const char* name, const std::string& value, const std::string& file);
 std::string read_string(hid_t loc, const char* name, const std::string& file);
 
-// 1-D f32 dataset of n elements, chunked, Fletcher32.
+// Elements per CRC-32C block (4 MiB of f32): big enough that the checksums
+// cost nothing, small enough that a resharded read of a short range reads
+// and checks little more than it needs.
+inline constexpr std::int64_t kChecksumBlockElements = std::int64_t{1} << 20;
+
+// A 1-D f32 dataset whose file space is allocated but not yet written: its
+// elements and their block checksums go to the byte offsets below, with
+// plain large writes after the file is closed (write_deferred_f32). That
+// keeps the bulk of a checkpoint out of HDF5 (no copies, no filter pipeline,
+// and no HDF5 lock held while the disk works: the library is not
+// thread-safe, core/hdf5_lock.hpp).
+struct DeferredF32 {
+  std::string name;  // "group/dataset", for errors
+  const float* data = nullptr;
+  std::int64_t n = 0;
+  std::uint64_t data_offset = 0;      // byte offset of element 0 in the file
+  std::uint64_t checksum_offset = 0;  // byte offset of the u32 CRC-32C of block 0
+};
+
+// Creates the 1-D f32 dataset `name` of n elements (contiguous, no filter,
+// space allocated now, never filled) and its checksum dataset; returns where
+// their bytes go. `data` must stay valid until write_deferred_f32.
+DeferredF32 create_deferred_f32(hid_t loc, const char* name, const float* data, std::int64_t n,
+                                const std::string& file);
+// Writes the datasets' elements and checksums into the closed file `path` at
+// their offsets (pieces of 16 MiB), then fsyncs it once. Throws UserError
+// naming the file and dataset on a failed write (disk full, I/O error).
+void write_deferred_f32(const std::string& path, const std::vector<DeferredF32>& datasets);
+
+// The same dataset written at once through HDF5 (small files, tests).
 void write_f32(hid_t loc, const char* name, const float* data, std::int64_t n, const std::string& file);
 // Elements [first, first + count) of a 1-D f32 dataset (a hyperslab: only the
-// chunks that overlap are read and checksummed).
+// checksum blocks, or for older files the chunks, that overlap are read and
+// checked).
 void read_f32_range(hid_t loc, const char* name, std::int64_t first, std::int64_t count, float* dst,
                     const std::string& where);
 

@@ -23,6 +23,7 @@
 #include "ckpt/consolidated.hpp"
 #include "ckpt/hdf5_util.hpp"
 #include "ckpt/lineage.hpp"
+#include "ckpt/shard_snapshot.hpp"
 #include "core/error.hpp"
 
 namespace ftrain::ckpt {
@@ -66,78 +67,6 @@ json entries_json(const FlatParameter& flat) {
   for (const auto& e : flat.entries())
     entries.push_back({{"name", e.name}, {"shape", e.shape}, {"offset", e.offset}, {"numel", e.numel}});
   return entries;
-}
-
-// What a checkpoint holds per unit: every base flat, or under LoRA only the
-// adapter flats (the frozen base is referenced, not saved).
-std::vector<FlatParameter*> checkpointed_flats(const FsdpEngine& engine) {
-  std::vector<FlatParameter*> out;
-  if (!engine.lora()) {
-    for (const auto& f : engine.units()) out.push_back(f.get());
-  } else {
-    for (const auto& f : engine.adapter_units())
-      if (f) out.push_back(f.get());
-  }
-  return out;
-}
-
-void write_rank_file(const std::string& path, FsdpEngine& engine, Communicator& world, const SaveInfo& info,
-                     std::int64_t parent_step) {
-  h5::File file = h5::File::create(path);
-  const hid_t root = file.id();
-  h5::write_attr_i64(root, "format_version", kShardedFormatVersion, path);
-  h5::write_attr_i64(root, "step", info.step, path);
-  h5::write_attr_u64(root, "seed", info.seed, path);
-  h5::write_attr_i64(root, "optimizer_steps", engine.optimizer_steps(), path);
-  h5::write_attr_i64(root, "world_size", world.size(), path);
-  h5::write_attr_i64(root, "rank", world.rank(), path);
-  h5::write_attr_i64(root, "shard_group_size", engine.shard_comm().size(), path);
-  h5::write_attr_i64(root, "shard_rank", engine.shard_comm().rank(), path);
-  h5::write_attr_i64(root, "num_units", static_cast<std::int64_t>(engine.units().size()), path);
-  h5::write_attr_i64(root, "parent_step", parent_step, path);
-  // FP8 delayed-scaling state (identical on every rank after the amax
-  // all-reduce): 0 = the run did not use precision fp8.
-  const bool fp8 = engine.options().fp8;
-  h5::write_attr_i64(root, "fp8_amax_history_len", fp8 ? engine.options().fp8_recipe.amax_history_len : 0, path);
-  const auto fp8_states = fp8 ? engine.fp8_states() : std::vector<std::vector<Fp8StateRef>>{};
-  h5::write_string(root, "strategy", info.strategy, path);
-  h5::write_string(root, "deck", info.deck_text, path);
-  h5::write_attr_i64(root, "lora", engine.lora() ? 1 : 0, path);
-  if (engine.lora()) {
-    h5::write_attr_u64(root, "base_checksum", info.base_checksum, path);
-    h5::write_string(root, "base_init", info.base_init, path);
-  }
-  json names = json::array();
-  for (const auto& flat : engine.units()) names.push_back(flat->unit_name());
-  h5::write_string(root, "unit_names", names.dump(), path);
-
-  h5::Group scalars = h5::Group::create(root, "scalars", path);
-  for (const auto& [name, value] : info.scalars) h5::write_attr_f64(scalars.id(), name.c_str(), value, path);
-
-  h5::Group units = h5::Group::create(root, "units", path);
-  for (FlatParameter* flat : checkpointed_flats(engine)) {
-    FT_CHECK(flat->unit_name().find('/') == std::string::npos) << "unit name " << flat->unit_name();
-    h5::Group g = h5::Group::create(units.id(), flat->unit_name(), path);
-    h5::write_attr_i64(g.id(), "index", flat->unit_index(), path);
-    h5::write_attr_i64(g.id(), "numel", flat->numel(), path);
-    h5::write_attr_i64(g.id(), "padded_numel", flat->padded_numel(), path);
-    h5::write_attr_i64(g.id(), "shard_offset", flat->shard_offset(), path);
-    h5::write_attr_i64(g.id(), "shard_numel", flat->shard_numel(), path);
-    h5::write_string(g.id(), "entries", entries_json(*flat).dump(), path);
-    h5::write_f32(g.id(), "master", flat->master.data_as<float>(), flat->shard_numel(), path);
-    h5::write_f32(g.id(), "exp_avg", flat->exp_avg.data_as<float>(), flat->shard_numel(), path);
-    h5::write_f32(g.id(), "exp_avg_sq", flat->exp_avg_sq.data_as<float>(), flat->shard_numel(), path);
-    if (fp8) {
-      for (const auto& ref : fp8_states[static_cast<std::size_t>(flat->unit_index())]) {
-        h5::write_f32(g.id(), (ref.name + ".fp8.amax_history").c_str(), ref.state->amax_history.data_as<float>(),
-                      ref.state->amax_history.numel(), path);
-        h5::write_f32(g.id(), (ref.name + ".fp8.scale").c_str(), ref.state->scale.data_as<float>(),
-                      ref.state->scale.numel(), path);
-      }
-    }
-  }
-  file.close();
-  fsync_path(path, false);
 }
 
 json read_manifest(const std::string& step_dir) {
@@ -224,6 +153,19 @@ struct OldShardFile {
 
 }  // namespace
 
+// What a checkpoint holds per unit: every base flat, or under LoRA only the
+// adapter flats (the frozen base is referenced, not saved).
+std::vector<FlatParameter*> checkpointed_flats(const FsdpEngine& engine) {
+  std::vector<FlatParameter*> out;
+  if (!engine.lora()) {
+    for (const auto& f : engine.units()) out.push_back(f.get());
+  } else {
+    for (const auto& f : engine.adapter_units())
+      if (f) out.push_back(f.get());
+  }
+  return out;
+}
+
 std::string step_directory(const std::string& dir, std::int64_t step) {
   return dir + "/step_" + std::to_string(step);
 }
@@ -264,23 +206,27 @@ std::optional<std::string> find_latest_complete(const std::string& dir, std::str
   return plan.candidates.front();
 }
 
-std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::string& dir, const SaveInfo& info,
-                         int keep) {
-  const std::string final_dir = step_directory(dir, info.step);
-  const std::string tmp_dir = final_dir + ".tmp";
-  const bool root = world.rank() == 0;
-  // The parent (lineage.hpp): recorded by step and id when it lives in this
-  // directory, so a later `resume auto` follows this run and not a branch it
-  // abandoned.
-  const auto parent_step = info.parent_directory.empty() ? std::nullopt : step_in(dir, info.parent_directory);
+std::string rank_file_path(const std::string& step_dir, int rank) { return step_dir + "/" + rank_file_name(rank); }
+
+std::int64_t lineage_parent_step(const std::string& dir, const std::string& parent_directory) {
+  if (parent_directory.empty()) return -1;
+  return step_in(dir, parent_directory).value_or(-1);
+}
+
+namespace {
+// Every rank throws rank 0's (or the lowest failing rank's) message, or none does.
+void agree(Communicator& world, const std::string& mine) {
+  const std::string failure = agree_on_failure(world, mine);
+  if (!failure.empty()) FT_USER_ERROR() << failure;
+}
+}  // namespace
+
+std::string begin_sharded_save(Communicator& world, const std::string& dir, std::int64_t step) {
+  const std::string tmp_dir = step_directory(dir, step) + ".tmp";
   // Rank 0 alone touches the directory; its failures are agreed on (the
   // agreement is also the barrier), so no rank is left waiting.
-  auto agree = [&](const std::string& mine) {
-    const std::string failure = agree_on_failure(world, mine);
-    if (!failure.empty()) FT_USER_ERROR() << failure;
-  };
-  agree(failure_of([&] {
-    if (!root) return;
+  agree(world, failure_of([&] {
+    if (world.rank() != 0) return;
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) FT_USER_ERROR() << "checkpoint dir " << dir << ": cannot create: " << ec.message();
@@ -288,18 +234,26 @@ std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::str
     fs::create_directories(tmp_dir, ec);
     if (ec) FT_USER_ERROR() << "checkpoint: cannot create " << tmp_dir << ": " << ec.message();
   }));
+  return tmp_dir;
+}
 
-  const std::string mine = tmp_dir + "/" + rank_file_name(world.rank());
+std::string commit_sharded_save(Communicator& world, int shard_group_size, const std::string& dir,
+                                const SaveInfo& info, const std::string& write_failure, std::int64_t file_bytes,
+                                int keep) {
+  const std::string final_dir = step_directory(dir, info.step);
+  const std::string tmp_dir = final_dir + ".tmp";
+  const bool root = world.rank() == 0;
+  // The parent (lineage.hpp): recorded by step and id when it lives in this
+  // directory, so a later `resume auto` follows this run and not a branch it
+  // abandoned.
+  const auto parent_step = info.parent_directory.empty() ? std::nullopt : step_in(dir, info.parent_directory);
+  agree(world, write_failure);
   Tensor sizes = Tensor::zeros({world.size()}, DType::i64);
-  agree(failure_of([&] {
-    write_rank_file(mine, engine, world, info, parent_step.value_or(-1));
-    sizes.data_as<std::int64_t>()[world.rank()] = static_cast<std::int64_t>(fs::file_size(mine));
-  }));
-  world.all_reduce_sum(sizes).wait();  // also the barrier: every file is closed and synced
+  sizes.data_as<std::int64_t>()[world.rank()] = file_bytes;
+  world.all_reduce_sum(sizes).wait();  // every file is closed and synced
   const std::string consolidated = tmp_dir + "/model.h5";
-  if (info.consolidated) save_consolidated(engine, world, consolidated, info.model_name, info.model_config);
 
-  agree(failure_of([&] {
+  agree(world, failure_of([&] {
     if (!root) return;
     json m;
     m["format_version"] = kShardedFormatVersion;
@@ -320,7 +274,7 @@ std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::str
     else if (!info.parent_directory.empty())
       m["resumed_from"] = info.parent_directory;
     m["world_size"] = world.size();
-    m["shard_group_size"] = engine.shard_comm().size();
+    m["shard_group_size"] = shard_group_size;
     m["strategy"] = info.strategy;
     json files = json::array();
     for (int r = 0; r < world.size(); ++r)
@@ -349,6 +303,21 @@ std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::str
     remove_leftovers(dir);
   }));
   return final_dir;
+}
+
+std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::string& dir, const SaveInfo& info,
+                         int keep) {
+  const std::string tmp_dir = begin_sharded_save(world, dir, info.step);
+  if (info.consolidated)
+    save_consolidated(engine, world, tmp_dir + "/model.h5", info.model_name, info.model_config);
+  std::int64_t bytes = 0;
+  const std::string failure = failure_of([&] {
+    const std::string path = rank_file_path(tmp_dir, world.rank());
+    write_shard_file(path, take_shard_snapshot(engine, world, info, nullptr),
+                     lineage_parent_step(dir, info.parent_directory));
+    bytes = static_cast<std::int64_t>(fs::file_size(path));
+  });
+  return commit_sharded_save(world, engine.shard_comm().size(), dir, info, failure, bytes, keep);
 }
 
 LoadedInfo read_checkpoint_info(const std::string& step_dir) {

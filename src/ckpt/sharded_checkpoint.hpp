@@ -10,9 +10,11 @@
 //   DIR/latest                 "step_<N>", replaced atomically after the commit
 // A save writes into DIR/step_<N>.tmp, barriers, then rank 0 writes the
 // manifest and renames the directory; a crash at any point leaves the
-// previous checkpoint and `latest` untouched. Every dataset is chunked with
-// the Fletcher32 filter, so a flipped bit fails the read, and the manifest's
-// sizes catch truncation; both errors name the file.
+// previous checkpoint and `latest` untouched. Every f32 dataset carries a
+// CRC-32C per 4 MiB block (hdf5_util.hpp; Fletcher32 chunks before format
+// 3), so a flipped bit fails the read, and the manifest's sizes catch
+// truncation; both errors name the file. checkpoint_writer.hpp runs the same
+// steps with the rank files written on a background thread.
 //
 // Loading never needs the old world size: each rank computes, per unit, which
 // old shards overlap its new shard range and reads only those element ranges
@@ -33,8 +35,10 @@
 namespace ftrain::ckpt {
 
 // Version 2 added the lineage fields (manifest "checkpoint_id", "parent",
-// rank-file attribute parent_step); version 1 is still read.
-inline constexpr int kShardedFormatVersion = 2;
+// rank-file attribute parent_step); version 3 stores f32 datasets contiguous
+// with CRC-32C block checksums (`<name>.crc32c`) instead of Fletcher32
+// chunks. Versions 1 and 2 are still read.
+inline constexpr int kShardedFormatVersion = 3;
 inline constexpr int kOldestReadableShardedFormatVersion = 1;
 
 struct SaveInfo {
@@ -91,6 +95,26 @@ std::optional<std::int64_t> step_of(const std::string& name);
 std::string save_sharded(FsdpEngine& engine, Communicator& world, const std::string& dir, const SaveInfo& info,
                          int keep);
 
+// The steps of a save, in order (save_sharded runs them in a row;
+// CheckpointWriter runs the rank file writes on a background thread between
+// them):
+// 1. Collective: rank 0 creates DIR/step_<N>.tmp, removing what killed saves
+//    and prunes left; a failure throws the same UserError on every rank.
+//    Returns the temp directory.
+std::string begin_sharded_save(Communicator& world, const std::string& dir, std::int64_t step);
+// 2. Each rank writes rank_file_path(temp dir, rank) (shard_snapshot.hpp).
+std::string rank_file_path(const std::string& step_dir, int rank);
+// The step of info.parent_directory when it is DIR/step_<N> of `dir`, else -1
+// (the rank files' parent_step attribute).
+std::int64_t lineage_parent_step(const std::string& dir, const std::string& parent_directory);
+// 3. Collective: the ranks agree on each one's `write_failure` ("" when its
+//    file of `file_bytes` bytes is written and synced) and throw the same
+//    UserError if any failed; then rank 0 writes the manifest, renames the
+//    directory, replaces `latest` and prunes beyond `keep`. Returns DIR/step_<N>.
+std::string commit_sharded_save(Communicator& world, int shard_group_size, const std::string& dir,
+                                const SaveInfo& info, const std::string& write_failure, std::int64_t file_bytes,
+                                int keep);
+
 // The newest intact checkpoint of the lineage `latest` names (lineage.hpp:
 // plan_resume_auto's first candidate). Not collective. When checkpoints were
 // skipped (damaged, missing, off the lineage), *skipped says which and why.
@@ -104,10 +128,16 @@ void verify_step_directory(const std::string& step_dir);
 // manifest and rank 0's attributes only). Not collective.
 LoadedInfo read_checkpoint_info(const std::string& step_dir);
 
+// What a checkpoint holds per unit: every base flat, or under LoRA only the
+// adapter flats (the frozen base is referenced by base_init and
+// base_checksum, not saved).
+std::vector<FlatParameter*> checkpointed_flats(const FsdpEngine& engine);
+
 // Collective over `world`. Fills every unit's master, exp_avg, exp_avg_sq and
 // the optimizer step count (under LoRA: every adapter flat's; the base is
-// the caller's to initialise and to compare with LoadedInfo::base_checksum) from `step_dir`, resharding as needed. A failure
-// on any rank (a missing or truncated file, a damaged superblock, a Fletcher32
+// the caller's to initialise and to compare with LoadedInfo::base_checksum)
+// from `step_dir`, resharding as needed. A failure on any rank (a missing or
+// truncated file, a damaged superblock, a CRC-32C or Fletcher32
 // checksum mismatch in the part one rank reads) is agreed on: every rank
 // throws the same UserError, naming the failing rank, or none does.
 LoadedInfo load_sharded(FsdpEngine& engine, Communicator& world, const std::string& step_dir);

@@ -8,10 +8,12 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/hdf5_lock.hpp"
 #include "data/image_source.hpp"
 
 namespace ftrain::data {
@@ -114,14 +116,19 @@ class Hdf5Images final : public ImageStore {
     const hsize_t start[4] = {static_cast<hsize_t>(index), 0, 0, 0};
     const hsize_t count[4] = {1, static_cast<hsize_t>(options_.height), static_cast<hsize_t>(options_.width),
                               static_cast<hsize_t>(options_.channels)};
-    Id file_space(H5Dget_space(images_.get()), H5Sclose);
-    Id memory_space(H5Screate_simple(4, count, nullptr), H5Sclose);
-    if (!file_space.ok() || !memory_space.ok() ||
-        H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
-        H5Dread(images_.get(), H5T_NATIVE_UINT8, memory_space.get(), file_space.get(), H5P_DEFAULT,
-                buffer_.data()) < 0) {
-      FT_USER_ERROR() << path_ << ": cannot read image " << index << " of dataset 'images'";
+    bool ok = false;
+    {
+      // Training reads images while an asynchronous checkpoint may be in
+      // HDF5 on its background thread (core/hdf5_lock.hpp).
+      std::lock_guard<std::mutex> hdf5(hdf5_library_mutex());
+      Id file_space(H5Dget_space(images_.get()), H5Sclose);
+      Id memory_space(H5Screate_simple(4, count, nullptr), H5Sclose);
+      ok = file_space.ok() && memory_space.ok() &&
+           H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0 &&
+           H5Dread(images_.get(), H5T_NATIVE_UINT8, memory_space.get(), file_space.get(), H5P_DEFAULT,
+                   buffer_.data()) >= 0;
     }
+    if (!ok) FT_USER_ERROR() << path_ << ": cannot read image " << index << " of dataset 'images'";
     const std::size_t C = static_cast<std::size_t>(options_.channels);
     for (std::size_t j = 0; j < buffer_.size(); ++j) {
       const std::size_t c = j % C;

@@ -748,7 +748,14 @@ std::vector<Command> build_table() {
                     .help = "also write step_<N>/model.h5, the full state dict (as save_final), in the same commit",
                     .maps_to = "FSDP FULL_STATE_DICT checkpoints",
                     .set = [](RunConfig& c, const Value& v) { c.checkpoint.consolidated = v.flag; },
-                    .default_of = [](const RunConfig& c) { return on_off(c.checkpoint.consolidated); }}},
+                    .default_of = [](const RunConfig& c) { return on_off(c.checkpoint.consolidated); }},
+              Param{.name = "async", .kind = ValueKind::on_off,
+                    .help = "copy the shard state to a host buffer and write the rank files on a background "
+                            "thread while training continues (one save in flight; the commit is unchanged; "
+                            "needs host memory for one more copy of the shard state)",
+                    .maps_to = "PyTorch DCP `async_save`",
+                    .set = [](RunConfig& c, const Value& v) { c.checkpoint.async = v.flag; },
+                    .default_of = [](const RunConfig& c) { return on_off(c.checkpoint.async); }}},
           .apply = [](RunConfig& c, const ParsedCommand& p) { c.checkpoint.where = p.where; }}},
       .example = "checkpoint every 500 dir runs/llama/ckpt keep 3",
   });

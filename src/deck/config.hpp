@@ -98,12 +98,13 @@ struct FsdpSection {  // fsdp STRATEGY [keyword value]...
   DeckLocation where;
 };
 
-struct CheckpointSection {  // checkpoint every N dir PATH [keep K] [stop_after S] [consolidated on|off]
+struct CheckpointSection {  // checkpoint every N dir PATH [keep K] [stop_after S] [consolidated on|off] [async on|off]
   std::int64_t every = 0;       // 0 = no periodic checkpoints
   std::string dir;              // empty = checkpoints off (preemption then just stops)
   std::int64_t keep = 0;        // newest K kept; 0 = all
   std::int64_t stop_after = 0;  // stop as on preemption after this optimizer step; 0 = never
   bool consolidated = false;    // also write step_<N>/model.h5 (the consolidated state dict)
+  bool async = false;           // write rank files on a background thread (ckpt/checkpoint_writer.hpp)
   DeckLocation where;
 };
 

@@ -21,6 +21,7 @@
 
 #include "ckpt/collective_errors.hpp"
 #include "ckpt/consolidated.hpp"
+#include "ckpt/checkpoint_writer.hpp"
 #include "ckpt/lineage.hpp"
 #include "ckpt/safetensors.hpp"
 #include "ckpt/safetensors_dir.hpp"
@@ -740,17 +741,37 @@ int Trainer::run() {
 
   // Training time of this run (loading excluded); set again just before the loop.
   auto start = Clock::now();
+  // Sharded checkpoints, blocking or (`async on`) written in the background;
+  // every call is collective (ckpt/checkpoint_writer.hpp). report() prints
+  // what a call did and returns its error, which every rank got: the run
+  // then stops cleanly with it.
+  std::optional<ckpt::CheckpointWriter> checkpoints;
+  if (!c.checkpoint.dir.empty())
+    checkpoints.emplace(*s.engine, s.world,
+                        ckpt::CheckpointWriter::Options{c.checkpoint.dir, static_cast<int>(c.checkpoint.keep),
+                                                        c.checkpoint.async});
+  auto report = [&](const ckpt::CheckpointWriter::Outcome& outcome) {
+    for (const auto& line : outcome.lines) s.say(line);
+    return outcome.error;
+  };
   // Returns why it refused, having saved nothing, when a master weight is
   // not finite (committing would make that state `latest` and `keep` would
-  // prune the last good checkpoint for it); empty once saved.
-  auto save_checkpoint = [&](std::int64_t done, double loss, double lr, double norm) -> std::string {
+  // prune the last good checkpoint for it), or why the save failed; empty
+  // once saved (or, asynchronously, started). `last`: nothing follows.
+  auto save_checkpoint = [&](std::int64_t done, double loss, double lr, double norm, bool last) -> std::string {
     const std::string poisoned = s.engine->first_non_finite(FsdpEngine::ShardState::master);
-    if (!poisoned.empty())
+    if (!poisoned.empty()) {
+      const std::string pending = report(checkpoints->finish());  // an earlier, finite save in flight
       return "step " + std::to_string(done) + ": a master weight is not finite (first: " + poisoned +
-             "); no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm.";
-    if (!std::isfinite(loss))  // finite gradients, yet the loss sum overflowed (the per-step check is the norm)
+             "); no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm." +
+             (pending.empty() ? "" : " Also: " + pending);
+    }
+    if (!std::isfinite(loss)) {  // finite gradients, yet the loss sum overflowed (the per-step check is the norm)
+      const std::string pending = report(checkpoints->finish());
       return "step " + std::to_string(done) + ": the loss is " + std::to_string(loss) +
-             "; no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm.";
+             "; no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm." +
+             (pending.empty() ? "" : " Also: " + pending);
+    }
     const auto t0 = Clock::now();
     ckpt::SaveInfo info;
     info.step = done;
@@ -768,13 +789,9 @@ int Trainer::run() {
     info.model_name = c.model.name;
     info.model_config = s.model->config();
     info.parent_directory = s.parent_checkpoint;
-    const std::string where = ckpt::save_sharded(*s.engine, s.world, c.checkpoint.dir, info,
-                                                 static_cast<int>(c.checkpoint.keep));
-    s.parent_checkpoint = where;
-    char buf[64];
-    std::snprintf(buf, sizeof buf, " (%.2f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
-    s.say("checkpoint step " + std::to_string(done) + " -> " + where + buf);
-    return "";
+    const std::string error = report(checkpoints->save(std::move(info), last));
+    if (!checkpoints->last_committed().empty()) s.parent_checkpoint = checkpoints->last_committed();
+    return error;
   };
 
   const std::int64_t micro = c.batch.micro_batch;
@@ -862,6 +879,10 @@ int Trainer::run() {
         << ". The update was not applied and no checkpoint was written or pruned";
       if (!c.checkpoint.dir.empty()) m << " (`resume auto` continues from the newest one in " << c.checkpoint.dir << ")";
       m << ". Lower the learning rate or set clip_grad_norm.";
+      if (checkpoints) {  // an earlier, finite save in flight is finished first
+        const std::string pending = report(checkpoints->finish());
+        if (!pending.empty()) m << " Also: " << pending;
+      }
       return s.stop_with_error(m.str());
     }
     float grad_scale = 1.0f;
@@ -973,13 +994,17 @@ int Trainer::run() {
                  elapsed / static_cast<double>(done - s.start_step) * static_cast<double>(c.max_steps - done));
     }
 
+    if (checkpoints) {  // commits a background save once every rank has written its file
+      const std::string error = report(checkpoints->poll(done));
+      if (!error.empty()) return s.stop_with_error(error);
+    }
     // Every rank must take the same branch: one all-reduce of the signal
     // number (the highest, when ranks received different ones).
     const int signalled = static_cast<int>(s.world.all_reduce_max(static_cast<double>(g_stop_signal)));
     const bool stopping = signalled > 0 || done == c.checkpoint.stop_after;
     const bool has_dir = !c.checkpoint.dir.empty();
     if (has_dir && (stopping || (c.checkpoint.every > 0 && done % c.checkpoint.every == 0) || done == c.max_steps)) {
-      const std::string refused = save_checkpoint(done, step_loss(), lr, norm);
+      const std::string refused = save_checkpoint(done, step_loss(), lr, norm, stopping || done == c.max_steps);
       if (!refused.empty()) return s.stop_with_error(refused);
     }
     if (stopping && done < c.max_steps) {

@@ -41,6 +41,19 @@ Scenarios:
                a checkpoint is written, exit status 0, `resume auto` goes on;
                SIGKILL while checkpointing every step: `resume auto` takes the
                newest complete checkpoint.
+  async_resume `checkpoint ... async on` with a 1.5 s test delay on every
+               rank file write: the step_5 and step_10 saves commit only
+               after later steps trained (the commit line says how many);
+               resuming the asynchronously written step_10 gives exactly
+               the uninterrupted curve.
+  async_fault  rank 1's background write of step_10 fails (test-only fault
+               switch): the run stops with exit 1 naming the step, rank and
+               file, `latest` still names step_5, and `resume auto` resumes
+               step_5 to exactly the uninterrupted curve.
+  async_kill   SIGKILL to the ranks while the background write of step_10
+               is in flight (4 s test delay): `latest` still names step_5,
+               only step_10.tmp is left, and `resume auto` resumes step_5 to
+               exactly the uninterrupted curve.
   consolidated_fault
                one rank fails mid-save_final (test-only fault switch): the
                job ends with its message within seconds instead of hanging.
@@ -57,6 +70,7 @@ Scenarios:
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -295,10 +309,13 @@ def scenario_damaged(r):
 
 
 def chunk_address(h5ls, file, dataset):
-    """Byte offset of the first chunk of a chunked dataset (h5ls -va)."""
+    """Byte offset of a dataset's data (h5ls -va): the `Address:` of a
+    contiguous dataset (format 3), or the first chunk of a chunked one."""
     lines = subprocess.run([h5ls, "-va", f"{file}/{dataset}"], check=True, stdout=subprocess.PIPE,
                            text=True).stdout.splitlines()
     for i, line in enumerate(lines):
+        if line.split()[:1] == ["Address:"]:
+            return int(line.split()[1])
         if line.split()[:3] == ["Flags", "Bytes", "Address"]:
             return int(lines[i + 2].split()[2])
     fail(f"no chunk address for {file}/{dataset} in h5ls output:\n" + "\n".join(lines))
@@ -615,6 +632,93 @@ def scenario_consolidated(r, h5dump, part):
     print("ok: a mismatched model is refused naming the tensor")
 
 
+def overlapped_steps(out, step):
+    """K of the commit line "checkpoint step N -> ... while K step(s) trained"."""
+    m = re.search(rf"^checkpoint step {step} -> \S+ \(written in the background in [\d.]+ s while (\d+) step\(s\) "
+                  rf"trained; training paused [\d.]+ s\)$", out, re.M)
+    if not m:
+        fail(f"no background commit line for step {step}:\n" + out)
+    return int(m.group(1))
+
+
+def scenario_async_resume(r):
+    full = r.deck("full.in", "")
+    part = r.deck("part.in", "checkpoint every 5 dir ck async on stop_after 12\n")
+    cont = r.deck("cont.in", "checkpoint every 5 dir ck async on\nresume ck/step_10\n")
+    r.run(2, full, run="full")
+    slow = {"FTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS": "1500"}
+    out = r.run(2, part, run="res", env=slow).stdout
+    # Training went on while the writes were in flight: the commit of step 5
+    # came after later steps, and those steps' lines were printed before it.
+    for step in (5, 10):
+        if overlapped_steps(out, step) < 1:
+            fail(f"the save of step {step} did not overlap any training step:\n" + out)
+    if out.index("step 7/20") > out.index("checkpoint step 5 ->"):
+        fail("step 7 was not logged before the step 5 checkpoint committed:\n" + out)
+    if not re.search(r"^checkpoint step 12 -> ck/step_12 \([\d.]+ s\)$", out, re.M) or \
+            "stopped after step 12" not in out:
+        fail("the last save (stop_after 12) was not a blocking save:\n" + out)
+    out = r.run(2, cont, run="res").stdout
+    if "resumed from ck/step_10 at step 10" not in out:
+        fail("did not resume the asynchronously written step_10:\n" + out)
+    compare(os.path.join(r.dir, "full/metrics.jsonl"), os.path.join(r.dir, "res/metrics.jsonl"), 0.0)
+    manifest = json.load(open(os.path.join(r.dir, "ck/step_15/manifest.json")))
+    if manifest["parent"]["step"] != 10 or manifest["format_version"] != 3:
+        fail(f"step_15 manifest: {manifest}")
+
+
+def scenario_async_fault(r):
+    full = r.deck("full.in", "")
+    run = r.deck("run.in", "checkpoint every 5 dir ck async on\n")
+    cont = r.deck("cont.in", "checkpoint every 5 dir ck async on\nresume auto\n")
+    r.run(2, full, run="full")
+    p = r.run(2, run, expect_ok=False, run="res", timeout=90, env={"FTRAIN_TEST_FAULT_CHECKPOINT_WRITE": "1:10"})
+    expect_error(p, "rank 1: checkpoint step 10 (background write): writing ck/step_10.tmp/rank_1.h5 failed",
+                 "injected fault", "the previous checkpoint stays the latest")
+    if "checkpoint step 5 -> ck/step_5" not in p.stdout or "checkpoint step 10 ->" in p.stdout:
+        fail("expected step 5 committed and step 10 not:\n" + p.stdout)
+    if "step 20/20" in p.stdout:
+        fail("the run went on after the failed checkpoint:\n" + p.stdout)
+    ck = os.path.join(r.dir, "ck")
+    if open(os.path.join(ck, "latest")).read().strip() != "step_5" or os.path.exists(os.path.join(ck, "step_10")):
+        fail(f"latest should still name step_5: {sorted(os.listdir(ck))}")
+    out = r.run(2, cont, run="res").stdout
+    if "resumed from ck/step_5 at step 5" not in out:
+        fail("resume auto did not take step_5:\n" + out)
+    compare(os.path.join(r.dir, "full/metrics.jsonl"), os.path.join(r.dir, "res/metrics.jsonl"), 0.0)
+
+
+def scenario_async_kill(r):
+    full = r.deck("full.in", "")
+    run = r.deck("run.in", "checkpoint every 5 dir ck async on\n")
+    cont = r.deck("cont.in", "checkpoint every 5 dir ck async on\nresume auto\n")
+    r.run(2, full, run="full")
+    delay = "FTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS"
+    cmd = r.command(2, run, {"run": "res"})
+    cmd = cmd[:len(r.mpirun)] + ["-x", delay] + cmd[len(r.mpirun):]
+    proc = subprocess.Popen(cmd, cwd=r.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, **{delay: "4000"}))
+    # Step 11 logged: step_5 was committed at the save of step 10, whose own
+    # write now sleeps 4 s in the background before its data.
+    if not wait_for_steps(os.path.join(r.dir, "res", "metrics.jsonl"), 11, proc, 90):
+        proc.kill()
+        fail("the run did not reach step 11:\n" + proc.communicate()[0])
+    ck = os.path.join(r.dir, "ck")
+    before = sorted(os.listdir(ck))
+    for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], stdout=subprocess.PIPE, text=True).stdout.split():
+        os.kill(int(pid), signal.SIGKILL)
+    proc.communicate(timeout=60)
+    left = sorted(os.listdir(ck))
+    if "step_10.tmp" not in before:
+        fail(f"the write of step 10 was not in flight at the kill: {before}")
+    if open(os.path.join(ck, "latest")).read().strip() != "step_5" or "step_10" in left:
+        fail(f"a kill mid-write must leave step_5 the latest: {left}")
+    out = r.run(2, cont, run="res").stdout
+    if "resumed from ck/step_5 at step 5" not in out:
+        fail(f"left {left}; resume auto did not take step_5:\n" + out)
+    compare(os.path.join(r.dir, "full/metrics.jsonl"), os.path.join(r.dir, "res/metrics.jsonl"), 0.0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario")
@@ -656,6 +760,12 @@ def main():
             scenario_noncoherent(r)
         elif args.scenario == "lineage":
             scenario_lineage(r)
+        elif args.scenario == "async_resume":
+            scenario_async_resume(r)
+        elif args.scenario == "async_kill":
+            scenario_async_kill(r)
+        elif args.scenario == "async_fault":
+            scenario_async_fault(r)
         elif args.scenario == "consolidated_fault":
             scenario_consolidated_fault(r)
         elif args.scenario in ("consolidated_a", "consolidated_b"):
