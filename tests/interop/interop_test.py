@@ -47,6 +47,10 @@ the plugin's units forward on a fixed batch):
                      directory loads with PeftModel.from_pretrained onto the
                      exported base; its log-probabilities equal ftrain's
                      merged model (merge_adapter on + save_final) within 1e-5.
+  peft_to_ftrain     an adapter written by PEFT (get_peft_model, B random)
+                     on a random LlamaForCausalLM: `init adapter` + `merge_adapter
+                     on` in ftrain equals PEFT's merge_and_unload within 1e-6,
+                     and ftrain's log-probabilities equal PeftModel's (1e-5).
 """
 import argparse
 import json
@@ -321,6 +325,74 @@ log every 1
     expect_close("lora: log_softmax(logits), ftrain merged (merge_adapter) vs PeftModel.from_pretrained", got, want)
 
 
+def scenario_peft_to_ftrain(env):
+    """A PEFT adapter (get_peft_model + save_pretrained, B random so it changes the logits) on a
+    random LlamaForCausalLM: ftrain loads base and adapter (init safetensors + init adapter, np 2),
+    merges (merge_adapter on) and exports; the merged weights equal PEFT's merge_and_unload within
+    1e-6 and ftrain's log-probabilities equal PeftModel's within 1e-5."""
+    import h5py
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LLAMA_CONFIGS["llama3"]
+    vocab = config["vocab_size"]
+    torch.manual_seed(9)
+    base = LlamaForCausalLM(LlamaConfig(**config, initializer_range=0.3)).float()
+    base.save_pretrained(env.path("hf_base"), safe_serialization=True)
+    # init_lora_weights False: B is random too (PEFT's default B = 0 would make the adapter a no-op).
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, init_lora_weights=False,
+                                                 target_modules=["q_proj", "v_proj"]))
+    peft_model.save_pretrained(env.path("peft_adapter"))
+    peft_model.eval()
+    tokens = fixed_tokens(vocab)
+    want = hf_logprobs(peft_model, tokens)
+    with peft_model.disable_adapter():
+        plain = hf_logprobs(peft_model, tokens)
+    if np.max(np.abs(want - plain)) < 1e-3:
+        fail("PEFT's adapter does not change the logits: the comparison could not tell it was loaded")
+    merged_ref = {k: v.detach().double().numpy() for k, v in peft_model.merge_and_unload().state_dict().items()}
+
+    rng = np.random.default_rng(2)
+    write_tokens(env.path("train.tok"), rng.integers(0, vocab, 4096), vocab)
+    line = env.run([env.args.convert, "deck-model", env.path("hf_base")], "ftrain-convert deck-model").strip()
+    # lr 1e-30: one step that cannot move an f32 weight, so the export is the loaded adapter merged.
+    env.ftrain(line + "\n" + """\
+precision fp32
+seed 5
+data tokens train.tok packing on shuffle on
+batch micro 2 seq_len 16
+optimizer adamw lr 1e-30 weight_decay 0.0
+schedule constant
+max_steps 1
+init safetensors hf_base
+init adapter peft_adapter
+lora rank 4 alpha 8 dropout 0.0 targets q_proj,v_proj
+merge_adapter on
+save_final merged.h5
+fsdp full_shard
+log every 1
+run_dir run
+""", "run")
+    worst, worst_name, changed = 0.0, None, 0
+    with h5py.File(env.path("merged.h5")) as f:
+        if sorted(f.keys()) != sorted(merged_ref):
+            fail(f"merged.h5 tensors {sorted(f.keys())} != merge_and_unload's {sorted(merged_ref)}")
+        before = {k: v.detach().double().numpy() for k, v in LlamaForCausalLM.from_pretrained(
+            env.path("hf_base"), torch_dtype=torch.float32).state_dict().items()}
+        for name, ref in merged_ref.items():
+            err = float(np.abs(np.asarray(f[name], np.float64) - ref).max())
+            if err > 1e-6:
+                fail(f"{name}: ftrain's merge differs from PEFT's merge_and_unload by {err:.3g} (allowed 1e-6)")
+            if err > worst:
+                worst, worst_name = err, name
+            changed += int(np.abs(ref - before[name]).max() > 1e-4)
+    if changed != 2 * config["num_hidden_layers"]:
+        fail(f"merge_and_unload changed {changed} tensors, expected q_proj and v_proj of every layer")
+    print(f"ok: ftrain's merged weights equal PEFT's merge_and_unload (largest difference {worst:.3g}, "
+          f"{worst_name}); {changed} tensors carry an adapter")
+    got = env.logprobs("llama", ftrain_overrides(config), env.path("merged.h5"), tokens)
+    expect_close("peft -> ftrain: log_softmax(logits), ftrain (init adapter + merge) vs PeftModel", got, want)
+
+
 # ---- transformers -> ftrain, one AdamW step ----------------------------------------------------
 
 def scenario_hf_to_ftrain(env):
@@ -497,6 +569,7 @@ def main():
         "hf_to_ftrain": lambda: scenario_hf_to_ftrain(env),
         "vit_both_ways": lambda: scenario_vit_both_ways(env),
         "lora_to_peft": lambda: scenario_lora_to_peft(env),
+        "peft_to_ftrain": lambda: scenario_peft_to_ftrain(env),
     }
     if args.scenario not in scenarios:
         fail(f"unknown scenario {args.scenario}; known: {', '.join(scenarios)}")
