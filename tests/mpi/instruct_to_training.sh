@@ -7,7 +7,10 @@
 #    about a fifth of it;
 #  * np 1 and np 2 give the same loss curve (FSDP tolerance, 1e-5 relative):
 #    the per-rank counts of trained targets differ, the global mean does not;
-#  * the response loss falls by 40% (train and eval) over a short run.
+#  * the response loss falls by 40% (train and eval) over a short run;
+#  * LoRA (inputs/tiny_llama_lora.in) on that run's saved model trains only
+#    the adapters (trainable count, base bit-identical) and lowers the
+#    response loss below the base's.
 # Usage: instruct_to_training.sh FTRAIN FTRAIN_PREP SOURCE_DIR WORKDIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
 ftrain=$1 prep=$2 src=$3 work=$4 mpiexec=$5
@@ -23,6 +26,10 @@ deck="$src/inputs/tiny_llama_instruct.in"
 "$mpiexec" "$@" -np 1 "$ftrain" "$deck" -var micro 16 -var max_steps 4 -var log_every 1 -var run_dir run_np1 > np1.log 2>&1 || { cat np1.log; exit 1; }
 "$mpiexec" "$@" -np 2 "$ftrain" "$deck" -var max_steps 4 -var log_every 1 -var run_dir run_np2 > np2.log 2>&1 || { cat np2.log; exit 1; }
 "$mpiexec" "$@" -np 2 "$ftrain" "$deck" -var max_steps 60 -var eval_every 30 -var run_dir run_long > long.log 2>&1 || { cat long.log; exit 1; }
+lora="$src/inputs/tiny_llama_lora.in"
+"$mpiexec" "$@" -np 2 "$ftrain" "$lora" -var base_init "hdf5 run_long/model.h5" -var max_steps 60 -var eval_every 30 \
+    -var run_dir run_lora > lora.log 2>&1 || { cat lora.log; exit 1; }
+grep -q "lora: frozen base bit-identical after training" lora.log || { cat lora.log; echo "FAIL: LoRA did not run"; exit 1; }
 python3 - <<'PY'
 import json, math, sys
 def losses(run):
@@ -40,6 +47,16 @@ if len(np1) != len(np2) or any(abs(a - b) > 1e-5 * abs(a) for a, b in zip(np1, n
     fail.append("np 1 and np 2 loss curves differ beyond 1e-5 relative")
 if not (evals[-1] < 0.6 * evals[0] and train[-1] < 0.6 * np1[0]):
     fail.append("the response loss did not fall by 40% (eval, and train from step 1)")
+lora_rows = [json.loads(l) for l in open("run_lora/metrics.jsonl")]
+lora_evals = [r["eval_loss"] for r in lora_rows if "eval_loss" in r]
+trainable = [r["trainable_parameters"] for r in lora_rows if "trainable_parameters" in r]
+print(f"lora: eval loss {lora_evals[0]:.3f} -> {lora_evals[-1]:.3f}, trainable {trainable[:1]}")
+if abs(lora_evals[0] - evals[-1]) > 1e-3 * evals[-1]:
+    fail.append(f"LoRA's first eval {lora_evals[0]:.4f} is not the base's last {evals[-1]:.4f}: the base was not loaded")
+if not (lora_evals[-1] < 0.985 * lora_evals[0]):
+    fail.append("LoRA did not lower the response loss by 1.5%")
+if not trainable or trainable[0] >= 100000:
+    fail.append(f"trainable parameters {trainable[:1]}: not just the adapters")
 if fail:
     sys.exit("FAIL: " + "; ".join(fail))
 print("PASS")
