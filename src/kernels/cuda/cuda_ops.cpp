@@ -1,7 +1,7 @@
 // The CUDA op table (cuda_ops.hpp). Argument checks mirror the host kernels'
 // (kernels/host/float_spans.hpp); the arithmetic is in the launchers
 // (kernels.hpp) and, below them, kernels/math/. Ops that still have no CUDA
-// kernel (attention, the fused cross-entropy head, casts from or to f16/fp8)
+// kernel (the fused cross-entropy head, casts from or to f16/fp8)
 // throw naming themselves: share/doc/status.md lists them.
 #include "kernels/cuda/cuda_ops.hpp"
 
@@ -343,14 +343,62 @@ void gelu_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& dy, Gel
              << " yet (issue 18; share/doc/status.md); run this model with `device host`";
 }
 
-void attention_forward(ExecutionContext&, const Tensor& q, const Tensor&, const Tensor&, bool, float, Tensor&,
-                       Tensor&) {
-  not_on_cuda_yet("attention_forward", q, "attention kernel (cuDNN SDPA graph and the reference kernel)");
+// ---- attention (the reference kernel, the on-device oracle) ------------------------
+
+AttentionDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  float_span(op, q, "q");
+  float_span(op, k, "k");
+  float_span(op, v, "v");
+  FT_CHECK(q.ndim() == 4) << op << ": q " << q.describe() << " must be [B, T, Hq, D]";
+  FT_CHECK(k.ndim() == 4) << op << ": k " << k.describe() << " must be [B, T, Hkv, D]";
+  const AttentionDims dims{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+  FT_CHECK(k.dim(0) == dims.batch && k.dim(1) == dims.seq && k.dim(3) == dims.head_dim)
+      << op << ": k " << k.describe() << " does not match q " << q.describe() << " in B, T or D";
+  FT_CHECK(dims.kv_heads > 0 && dims.q_heads % dims.kv_heads == 0)
+      << op << ": query heads of q " << q.describe() << " must be a multiple of the kv heads of k " << k.describe();
+  require_same_shape(op, k, "k", v, "v");
+  FT_CHECK(dims.head_dim <= kAttentionReferenceMaxHeadDim)
+      << op << ": q " << q.describe() << " has head dim " << dims.head_dim
+      << "; the CUDA reference attention takes at most " << kAttentionReferenceMaxHeadDim;
+  return dims;
 }
-void attention_backward(ExecutionContext&, const Tensor& q, const Tensor&, const Tensor&, const Tensor&,
-                        const Tensor&, const Tensor&, bool, float, Tensor&, Tensor&, Tensor&) {
-  not_on_cuda_yet("attention_backward", q, "attention kernel (cuDNN SDPA graph and the reference kernel)");
+
+void check_attention_lse(const char* op, const Tensor& lse, const AttentionDims& d) {
+  require_dtype(op, lse, "lse", DType::f32);
+  FT_CHECK(lse.shape() == Shape({d.batch, d.q_heads, d.seq}))
+      << op << ": lse " << lse.describe() << " must be f32[" << d.batch << ", " << d.q_heads << ", " << d.seq << "]";
 }
+
+void attention_forward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                       float softmax_scale, Tensor& out, Tensor& lse) {
+  constexpr const char* op = "attention_forward";
+  const AttentionDims dims = check_attention(op, q, k, v);
+  require_same_shape(op, q, "q", out, "out");
+  check_attention_lse(op, lse, dims);
+  if (q.numel() == 0) return;
+  launch_attention_reference_forward(float_span(op, q, "q"), float_span(op, k, "k"), float_span(op, v, "v"), causal,
+                                     softmax_scale, float_span(op, out, "out"), lse.data_as<float>(), dims,
+                                     stream_of(ctx));
+}
+
+void attention_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& dout, bool causal, float softmax_scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv) {
+  constexpr const char* op = "attention_backward";
+  const AttentionDims dims = check_attention(op, q, k, v);
+  require_same_shape(op, q, "q", out, "out");
+  require_same_shape(op, q, "q", dout, "dout");
+  require_same_shape(op, q, "q", dq, "dq");
+  require_same_shape(op, k, "k", dk, "dk");
+  require_same_shape(op, v, "v", dv, "dv");
+  check_attention_lse(op, lse, dims);
+  if (q.numel() == 0) return;
+  launch_attention_reference_backward(float_span(op, q, "q"), float_span(op, k, "k"), float_span(op, v, "v"),
+                                      float_span(op, out, "out"), lse.data_as<float>(), float_span(op, dout, "dout"),
+                                      causal, softmax_scale, float_span(op, dq, "dq"), float_span(op, dk, "dk"),
+                                      float_span(op, dv, "dv"), dims, stream_of(ctx));
+}
+
 void cross_entropy_forward(ExecutionContext&, const Tensor& h, const Tensor&, const Tensor*, const Tensor&,
                            std::int64_t, Tensor&, Tensor&) {
   not_on_cuda_yet("cross_entropy_forward", h, "fused chunked cross-entropy head");
