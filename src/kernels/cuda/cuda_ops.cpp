@@ -6,12 +6,20 @@
 #include "kernels/cuda/cuda_ops.hpp"
 
 #include <cstring>
+#include <iostream>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#if defined(FTRAIN_HAVE_CUDNN)
+#include "kernels/cuda/cudnn_sdpa_graph.hpp"
+#endif
 #include "kernels/cuda/kernels.hpp"
 #include "runtime/execution_context.hpp"
 
@@ -369,6 +377,59 @@ void check_attention_lse(const char* op, const Tensor& lse, const AttentionDims&
       << op << ": lse " << lse.describe() << " must be f32[" << d.batch << ", " << d.q_heads << ", " << d.seq << "]";
 }
 
+// Why cuDNN cannot run this attention call ("" if it can). The fused graphs
+// finalize for the presets' shapes (tests/unit/cuda/test_cudnn_sdpa_graph),
+// but their execution plans and variant packs are not built yet, so every
+// shape is refused for now, naming which of the two reasons applies.
+std::string cudnn_sdpa_refusal(const AttentionDims& d, bool causal, bool backward) {
+#if defined(FTRAIN_HAVE_CUDNN)
+  const SdpaShape shape{d.batch, d.q_heads, d.kv_heads, d.seq, d.head_dim, causal, 0};
+  try {
+    if (backward) {
+      build_sdpa_backward_graph(shape);
+    } else {
+      build_sdpa_forward_graph(shape);
+    }
+  } catch (const Error& e) {
+    return std::string("cuDNN refuses the operation graph: ") + e.what();
+  }
+  return "its operation graph finalizes, but ftrain does not build cuDNN SDPA execution plans yet "
+         "(share/doc/status.md)";
+#else
+  (void)d, (void)causal, (void)backward;
+  return "this libftrain_cuda was built without cuDNN";
+#endif
+}
+
+// Applies the context's attention_backend to one call before the reference
+// kernel runs: `cudnn` on a refused shape throws with the reason, `auto`
+// logs its fallback once per shape and direction. While every shape is
+// refused (no execution plans yet) the reference kernel is what runs; when
+// plans land, choice.use_cudnn selects the cached plan here.
+void apply_attention_backend(ExecutionContext& ctx, const char* op, const AttentionDims& d, bool causal,
+                         bool backward) {
+  if (ctx.attention_backend() == AttentionBackend::reference) return;
+  static std::mutex mutex;
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool>,
+                  std::string>
+      refusals;
+  std::string refusal;
+  bool first = false;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_tuple(d.batch, d.seq, d.q_heads, d.kv_heads, d.head_dim, causal, backward);
+    auto it = refusals.find(key);
+    first = it == refusals.end();
+    if (first) it = refusals.emplace(key, cudnn_sdpa_refusal(d, causal, backward)).first;
+    refusal = it->second;
+  }
+  std::ostringstream shape;
+  shape << op << " (B " << d.batch << ", T " << d.seq << ", Hq " << d.q_heads << ", Hkv " << d.kv_heads << ", D "
+        << d.head_dim << (causal ? ", causal)" : ", full)");
+  const AttentionBackendChoice choice = choose_attention_backend(ctx.attention_backend(), shape.str(), refusal);
+  if (first && !choice.fallback_note.empty()) std::cerr << "ftrain: " << choice.fallback_note << "\n";
+}
+
 void attention_forward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                        float softmax_scale, Tensor& out, Tensor& lse) {
   constexpr const char* op = "attention_forward";
@@ -376,6 +437,7 @@ void attention_forward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, 
   require_same_shape(op, q, "q", out, "out");
   check_attention_lse(op, lse, dims);
   if (q.numel() == 0) return;
+  apply_attention_backend(ctx, op, dims, causal, false);
   launch_attention_reference_forward(float_span(op, q, "q"), float_span(op, k, "k"), float_span(op, v, "v"), causal,
                                      softmax_scale, float_span(op, out, "out"), lse.data_as<float>(), dims,
                                      stream_of(ctx));
@@ -393,6 +455,7 @@ void attention_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k,
   require_same_shape(op, v, "v", dv, "dv");
   check_attention_lse(op, lse, dims);
   if (q.numel() == 0) return;
+  apply_attention_backend(ctx, op, dims, causal, true);
   launch_attention_reference_backward(float_span(op, q, "q"), float_span(op, k, "k"), float_span(op, v, "v"),
                                       float_span(op, out, "out"), lse.data_as<float>(), float_span(op, dout, "dout"),
                                       causal, softmax_scale, float_span(op, dq, "dq"), float_span(op, dk, "dk"),
