@@ -82,6 +82,10 @@ function(ftrain_add_cuda_backend)
   endif()
   add_library(ftrain_cuda SHARED ${_sources} $<TARGET_OBJECTS:ftrain_cuda_kernels>)
   target_link_libraries(ftrain_cuda PRIVATE ftrain CUDA::cudart_static CUDA::cublasLt ${_cudnn})
+  if(_cudnn)
+    # The op table asks cuDNN whether it takes an attention shape (attention_backend).
+    target_compile_definitions(ftrain_cuda PRIVATE FTRAIN_HAVE_CUDNN)
+  endif()
   target_include_directories(ftrain_cuda PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_compile_options(ftrain_cuda PRIVATE -Wall -Wextra -Werror)
   set_target_properties(ftrain_cuda PROPERTIES

@@ -21,6 +21,7 @@ STEPS=(
   "device|nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv"
   "gpu tests|ctest --test-dir $FTRAIN_BUILD_DIR -L gpu --output-on-failure"
   "memcheck of the CUDA op tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops"
+  "memcheck of the CUDA reference attention tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_attention --gtest_filter=CudaReferenceAttention.ForwardAndBackwardMatchTheHost"
   "racecheck of the CUDA op tests|compute-sanitizer --tool racecheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops --gtest_filter=CudaOps.EveryImplementedOpMatchesTheHost"
 )
 # Not runnable yet, because the training engine runs on the host only

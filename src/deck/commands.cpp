@@ -192,6 +192,27 @@ std::vector<Command> build_table() {
   });
 
   table.push_back(Command{
+      .name = "attention_backend",
+      .help = "Which attention the CUDA backend runs. `cudnn`: the fused cuDNN SDPA graphs; a shape cuDNN "
+              "refuses stops the run with cuDNN's reason. `reference`: the plain CUDA reference kernel (the "
+              "on-device oracle; slow). `auto`: cuDNN where it accepts the shape, else the reference kernel, "
+              "logged once per shape. Until ftrain builds cuDNN execution plans (share/doc/status.md) cuDNN "
+              "accepts no shape, so `auto` logs its fallback and `cudnn` stops. The host backend has one "
+              "attention kernel (tiled flash attention): there the setting has no effect, and the run header "
+              "says so.",
+      .maps_to = "transformers `attn_implementation` (\"sdpa\" / \"eager\")",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{.name = "KIND", .kind = ValueKind::choice,
+                                           .help = "attention implementation on CUDA",
+                                           .choices = {{"auto", ""}, {"cudnn", "\"sdpa\""}, {"reference", "\"eager\""}},
+                                           .set = [](RunConfig& c, const Value& v) { c.attention_backend = v.text; },
+                                           .default_of = [](const RunConfig& c) { return c.attention_backend; }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) { c.attention_backend_where = p.where; }}},
+      .example = "attention_backend auto",
+  });
+
+  table.push_back(Command{
       .name = "fp8",
       .help = "The FP8 delayed-scaling recipe used under `precision fp8`: the linear layers inside "
               "the blocks quantise input, weight and output gradient with per-tensor scales from an "

@@ -150,6 +150,8 @@ struct RunConfig {
   ModelSection model;
   std::string device = "auto";     // device auto|host|cuda (train/device_choice.hpp decides)
   DeckLocation device_where;
+  std::string attention_backend = "auto";  // attention_backend auto|cudnn|reference (CUDA only; runtime/attention_backend.hpp)
+  DeckLocation attention_backend_where;
   std::string precision = "fp32";  // precision fp32|bf16|fp8 (fp8: block linears FP8, the rest bf16)
   std::uint64_t seed = 1234;       // seed N
   Fp8Section fp8;                  // used when precision is fp8

@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "runtime/allocator.hpp"
+#include "runtime/attention_backend.hpp"
 #include "runtime/device.hpp"
 #include "runtime/stream.hpp"
 
@@ -31,6 +32,8 @@ struct ExecutionOptions {
   // Reads FTRAIN_HOST_STREAM: "sync" (default) or "async"; anything else is
   // an error naming the variable.
   static ExecutionOptions from_environment();
+  // Deck `attention_backend`: which attention the CUDA backend runs (the host has one).
+  AttentionBackend attention_backend = AttentionBackend::automatic;
 };
 
 // Library handles a backend keeps per context (cublasLtHandle_t,
@@ -55,6 +58,7 @@ class ExecutionContext {
 
   Device device() const { return options_.device; }
   bool asynchronous() const { return options_.asynchronous; }
+  AttentionBackend attention_backend() const { return options_.attention_backend; }
   Stream& compute() { return *compute_; }
   Stream& communication() { return *communication_; }
   DeviceAllocator& allocator() { return *allocator_; }

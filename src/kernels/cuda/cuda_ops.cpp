@@ -1,17 +1,25 @@
 // The CUDA op table (cuda_ops.hpp). Argument checks mirror the host kernels'
 // (kernels/host/float_spans.hpp); the arithmetic is in the launchers
 // (kernels.hpp) and, below them, kernels/math/. Ops that still have no CUDA
-// kernel (attention, the fused cross-entropy head, casts from or to f16/fp8)
+// kernel (the fused cross-entropy head, casts from or to f16/fp8)
 // throw naming themselves: share/doc/status.md lists them.
 #include "kernels/cuda/cuda_ops.hpp"
 
 #include <cstring>
+#include <iostream>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#if defined(FTRAIN_HAVE_CUDNN)
+#include "kernels/cuda/cudnn_sdpa_graph.hpp"
+#endif
 #include "kernels/cuda/kernels.hpp"
 #include "runtime/execution_context.hpp"
 
@@ -343,14 +351,117 @@ void gelu_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& dy, Gel
              << " yet (issue 18; share/doc/status.md); run this model with `device host`";
 }
 
-void attention_forward(ExecutionContext&, const Tensor& q, const Tensor&, const Tensor&, bool, float, Tensor&,
-                       Tensor&) {
-  not_on_cuda_yet("attention_forward", q, "attention kernel (cuDNN SDPA graph and the reference kernel)");
+// ---- attention (the reference kernel, the on-device oracle) ------------------------
+
+AttentionDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  float_span(op, q, "q");
+  float_span(op, k, "k");
+  float_span(op, v, "v");
+  FT_CHECK(q.ndim() == 4) << op << ": q " << q.describe() << " must be [B, T, Hq, D]";
+  FT_CHECK(k.ndim() == 4) << op << ": k " << k.describe() << " must be [B, T, Hkv, D]";
+  const AttentionDims dims{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+  FT_CHECK(k.dim(0) == dims.batch && k.dim(1) == dims.seq && k.dim(3) == dims.head_dim)
+      << op << ": k " << k.describe() << " does not match q " << q.describe() << " in B, T or D";
+  FT_CHECK(dims.kv_heads > 0 && dims.q_heads % dims.kv_heads == 0)
+      << op << ": query heads of q " << q.describe() << " must be a multiple of the kv heads of k " << k.describe();
+  require_same_shape(op, k, "k", v, "v");
+  FT_CHECK(dims.head_dim <= kAttentionReferenceMaxHeadDim)
+      << op << ": q " << q.describe() << " has head dim " << dims.head_dim
+      << "; the CUDA reference attention takes at most " << kAttentionReferenceMaxHeadDim;
+  return dims;
 }
-void attention_backward(ExecutionContext&, const Tensor& q, const Tensor&, const Tensor&, const Tensor&,
-                        const Tensor&, const Tensor&, bool, float, Tensor&, Tensor&, Tensor&) {
-  not_on_cuda_yet("attention_backward", q, "attention kernel (cuDNN SDPA graph and the reference kernel)");
+
+void check_attention_lse(const char* op, const Tensor& lse, const AttentionDims& d) {
+  require_dtype(op, lse, "lse", DType::f32);
+  FT_CHECK(lse.shape() == Shape({d.batch, d.q_heads, d.seq}))
+      << op << ": lse " << lse.describe() << " must be f32[" << d.batch << ", " << d.q_heads << ", " << d.seq << "]";
 }
+
+// Why cuDNN cannot run this attention call ("" if it can). The fused graphs
+// finalize for the presets' shapes (tests/unit/cuda/test_cudnn_sdpa_graph),
+// but their execution plans and variant packs are not built yet, so every
+// shape is refused for now, naming which of the two reasons applies.
+std::string cudnn_sdpa_refusal(const AttentionDims& d, bool causal, bool backward) {
+#if defined(FTRAIN_HAVE_CUDNN)
+  const SdpaShape shape{d.batch, d.q_heads, d.kv_heads, d.seq, d.head_dim, causal, 0};
+  try {
+    if (backward) {
+      build_sdpa_backward_graph(shape);
+    } else {
+      build_sdpa_forward_graph(shape);
+    }
+  } catch (const Error& e) {
+    return std::string("cuDNN refuses the operation graph: ") + e.what();
+  }
+  return "its operation graph finalizes, but ftrain does not build cuDNN SDPA execution plans yet "
+         "(share/doc/status.md)";
+#else
+  (void)d, (void)causal, (void)backward;
+  return "this libftrain_cuda was built without cuDNN";
+#endif
+}
+
+// Applies the context's attention_backend to one call before the reference
+// kernel runs: `cudnn` on a refused shape throws with the reason, `auto`
+// logs its fallback once per shape and direction. While every shape is
+// refused (no execution plans yet) the reference kernel is what runs; when
+// plans land, choice.use_cudnn selects the cached plan here.
+void apply_attention_backend(ExecutionContext& ctx, const char* op, const AttentionDims& d, bool causal,
+                         bool backward) {
+  if (ctx.attention_backend() == AttentionBackend::reference) return;
+  static std::mutex mutex;
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool>,
+                  std::string>
+      refusals;
+  std::string refusal;
+  bool first = false;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_tuple(d.batch, d.seq, d.q_heads, d.kv_heads, d.head_dim, causal, backward);
+    auto it = refusals.find(key);
+    first = it == refusals.end();
+    if (first) it = refusals.emplace(key, cudnn_sdpa_refusal(d, causal, backward)).first;
+    refusal = it->second;
+  }
+  std::ostringstream shape;
+  shape << op << " (B " << d.batch << ", T " << d.seq << ", Hq " << d.q_heads << ", Hkv " << d.kv_heads << ", D "
+        << d.head_dim << (causal ? ", causal)" : ", full)");
+  const AttentionBackendChoice choice = choose_attention_backend(ctx.attention_backend(), shape.str(), refusal);
+  if (first && !choice.fallback_note.empty()) std::cerr << "ftrain: " << choice.fallback_note << "\n";
+}
+
+void attention_forward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                       float softmax_scale, Tensor& out, Tensor& lse) {
+  constexpr const char* op = "attention_forward";
+  const AttentionDims dims = check_attention(op, q, k, v);
+  require_same_shape(op, q, "q", out, "out");
+  check_attention_lse(op, lse, dims);
+  if (q.numel() == 0) return;
+  apply_attention_backend(ctx, op, dims, causal, false);
+  launch_attention_reference_forward(float_span(op, q, "q"), float_span(op, k, "k"), float_span(op, v, "v"), causal,
+                                     softmax_scale, float_span(op, out, "out"), lse.data_as<float>(), dims,
+                                     stream_of(ctx));
+}
+
+void attention_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& dout, bool causal, float softmax_scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv) {
+  constexpr const char* op = "attention_backward";
+  const AttentionDims dims = check_attention(op, q, k, v);
+  require_same_shape(op, q, "q", out, "out");
+  require_same_shape(op, q, "q", dout, "dout");
+  require_same_shape(op, q, "q", dq, "dq");
+  require_same_shape(op, k, "k", dk, "dk");
+  require_same_shape(op, v, "v", dv, "dv");
+  check_attention_lse(op, lse, dims);
+  if (q.numel() == 0) return;
+  apply_attention_backend(ctx, op, dims, causal, true);
+  launch_attention_reference_backward(float_span(op, q, "q"), float_span(op, k, "k"), float_span(op, v, "v"),
+                                      float_span(op, out, "out"), lse.data_as<float>(), float_span(op, dout, "dout"),
+                                      causal, softmax_scale, float_span(op, dq, "dq"), float_span(op, dk, "dk"),
+                                      float_span(op, dv, "dv"), dims, stream_of(ctx));
+}
+
 void cross_entropy_forward(ExecutionContext&, const Tensor& h, const Tensor&, const Tensor*, const Tensor&,
                            std::int64_t, Tensor&, Tensor&) {
   not_on_cuda_yet("cross_entropy_forward", h, "fused chunked cross-entropy head");

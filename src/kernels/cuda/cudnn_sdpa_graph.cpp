@@ -91,6 +91,22 @@ Desc reduction(CudnnDescriptors& o, cudnnReduceTensorOp_t mode, Desc x, Desc y) 
   return op;
 }
 
+Desc reshape(CudnnDescriptors& o, Desc x, Desc y) {
+  Desc op = make(o, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+  CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+  CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+  CK(cudnnBackendFinalize(op));
+  return op;
+}
+
+Desc finalize_graph(CudnnDescriptors& o, std::vector<Desc>& ops) {
+  Desc graph = make(o, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  CK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                              static_cast<int64_t>(ops.size()), ops.data()));
+  CK(cudnnBackendFinalize(graph));
+  return graph;
+}
+
 // H100 SXM, the keys GPU.md lists (cuDNN 9.19 names the first one missing).
 constexpr const char* kH100Json =
     "{\"maxGridSize\":[2147483647,65535,65535],\"maxBlockSize\":[1024,1024,64],\"regsPerBlock\":65536,"
@@ -156,10 +172,102 @@ CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape) {
   ops.push_back(pointwise(o, CUDNN_POINTWISE_ADD, row_max, log_sum, stats));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_DIV, e, row_sum, p));
   ops.push_back(matmul(o, p, v, out));
-  Desc graph = make(o, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  CK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                              static_cast<int64_t>(ops.size()), ops.data()));
-  CK(cudnnBackendFinalize(graph));
+  finalize_graph(o, ops);
+  return o;
+}
+
+CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape) {
+  FT_CHECK(shape.batch > 0 && shape.q_heads > 0 && shape.kv_heads > 0 && shape.seq > 0 && shape.head_dim > 0)
+      << "SDPA backward graph: every dimension must be positive";
+  FT_CHECK(shape.q_heads % shape.kv_heads == 0)
+      << "SDPA backward graph: " << shape.q_heads << " query heads are not a multiple of " << shape.kv_heads
+      << " KV heads";
+  CudnnDescriptors o;
+  const int64_t b = shape.batch, h = shape.q_heads, hk = shape.kv_heads, s = shape.seq, d = shape.head_dim;
+  const int64_t dk = shape.key_head_dim > 0 ? shape.key_head_dim : d;
+  auto bshd = [&](int64_t heads, int64_t dd) { return std::vector<int64_t>{s * heads * dd, dd, heads * dd, 1}; };
+  // [B, T, H, D] memory seen as [B, H, D, T] (the transposes the matmuls take).
+  auto bshd_t = [&](int64_t heads, int64_t dd) { return std::vector<int64_t>{s * heads * dd, dd, 1, heads * dd}; };
+  auto bhsd = [&](int64_t heads, int64_t dd) { return std::vector<int64_t>{heads * s * dd, s * dd, dd, 1}; };
+  const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, fl = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bo = CUDNN_DATA_BOOLEAN;
+  // Graph inputs and outputs (the variant pack's uids); the forward's 1..7 keep their meaning.
+  Desc q = tensor(o, 1, bf, {b, h, s, d}, bshd(h, d), false);
+  Desc kt = tensor(o, 2, bf, {b, hk, dk, s}, bshd_t(hk, dk), false);
+  Desc vt = tensor(o, 3, bf, {b, hk, d, s}, bshd_t(hk, d), false);
+  Desc out = tensor(o, 4, bf, {b, h, s, d}, bshd(h, d), false);
+  Desc stats = tensor(o, 5, fl, {b, h, s, 1}, {h * s, s, 1, 1}, false);
+  Desc scale = tensor(o, 6, fl, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  Desc neg_inf = tensor(o, 7, fl, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  Desc one = tensor(o, 8, fl, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  Desc d_out = tensor(o, 9, bf, {b, h, s, d}, bshd(h, d), false);
+  Desc d_q = tensor(o, 10, bf, {b, h, s, d}, bshd(h, d), false);
+  Desc d_k = tensor(o, 11, bf, {b, hk, s, d}, bshd(hk, d), false);
+  Desc d_v = tensor(o, 12, bf, {b, hk, s, d}, bshd(hk, d), false);
+  // Workspace tensors cuDNN reads back in a later pass (the caller allocates
+  // them): sum_j dO.O per row (f32 [B, H, T, 1]) and dQ accumulated in f32.
+  Desc softmax_sum = tensor(o, 13, fl, {b, h, s, 1}, {h * s, s, 1, 1}, false);
+  Desc d_q_accum = tensor(o, 14, fl, {b, h, s, d}, bhsd(h, d), false);
+  const std::vector<int64_t> ss = {b, h, s, s}, ss_st = {h * s * s, s * s, s, 1};
+  const std::vector<int64_t> ss_t_st = {h * s * s, s * s, 1, s};  // the same scores read transposed
+  int64_t id = 100;
+  auto virt = [&](cudnnDataType_t t, const std::vector<int64_t>& dims, const std::vector<int64_t>& st) {
+    return tensor(o, id++, t, dims, st, true);
+  };
+  std::vector<Desc> ops;
+  // softmax_sum = rowsum(dO * O): the "D" term of dS = P * (dP - D).
+  Desc d_out_o = virt(fl, {b, h, s, d}, bshd(h, d)), row_dot = virt(fl, {b, h, s, 1}, {h * s, s, 1, 1});
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, d_out, out, d_out_o));
+  ops.push_back(reduction(o, CUDNN_REDUCE_TENSOR_ADD, d_out_o, row_dot));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, row_dot, one, softmax_sum));  // (no dropout: scale 1)
+  // P = exp(scale * Q.K^T - lse), masked: the forward's probabilities recomputed from the saved statistics.
+  Desc scores = virt(fl, ss, ss_st), scaled = virt(fl, ss, ss_st), centred = virt(fl, ss, ss_st);
+  ops.push_back(matmul(o, q, kt, scores));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, scores, scale, scaled));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_SUB, scaled, stats, centred));
+  Desc masked = centred;
+  if (shape.causal) {
+    Desc row = virt(i32, ss, ss_st), col = virt(i32, ss, ss_st), keep = virt(bo, ss, ss_st);
+    masked = virt(fl, ss, ss_st);
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, centred, nullptr, row, nullptr, 2));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, centred, nullptr, col, nullptr, 3));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_CMP_GE, row, col, keep));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_BINARY_SELECT, centred, neg_inf, masked, keep));
+  }
+  Desc p = virt(fl, ss, ss_st);
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_EXP, masked, nullptr, p));
+  // dV = P^T.dO; under GQA per query head first, then summed over each KV head's group.
+  Desc p_t = virt(bf, {b, h, s, s}, ss_t_st);
+  ops.push_back(reshape(o, p, p_t));
+  if (h == hk) {
+    ops.push_back(matmul(o, p_t, d_out, d_v));
+  } else {
+    Desc d_v_full = virt(bf, {b, h, s, d}, bhsd(h, d));
+    ops.push_back(matmul(o, p_t, d_out, d_v_full));
+    ops.push_back(reduction(o, CUDNN_REDUCE_TENSOR_ADD, d_v_full, d_v));
+  }
+  // dS = scale * P * (dO.V^T - softmax_sum).
+  Desc dp = virt(fl, ss, ss_st), dp_centred = virt(fl, ss, ss_st), ds_unscaled = virt(fl, ss, ss_st);
+  Desc ds = virt(fl, ss, ss_st);
+  ops.push_back(matmul(o, d_out, vt, dp));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_SUB, dp, softmax_sum, dp_centred));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, dp_centred, p, ds_unscaled));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, ds_unscaled, scale, ds));
+  // dK = dS^T.Q (GQA: per query head, then the group sum).
+  Desc ds_t = virt(bf, {b, h, s, s}, ss_t_st);
+  ops.push_back(reshape(o, ds, ds_t));
+  if (h == hk) {
+    ops.push_back(matmul(o, ds_t, q, d_k));
+  } else {
+    Desc d_k_full = virt(bf, {b, h, s, d}, bhsd(h, d));
+    ops.push_back(matmul(o, ds_t, q, d_k_full));
+    ops.push_back(reduction(o, CUDNN_REDUCE_TENSOR_ADD, d_k_full, d_k));
+  }
+  // dQ = dS.K, accumulated in f32 and cast once; K is K^T's memory read untransposed.
+  Desc k = virt(bf, {b, hk, s, dk}, bshd(hk, dk));
+  ops.push_back(reshape(o, kt, k));
+  ops.push_back(matmul(o, ds, k, d_q_accum));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_IDENTITY, d_q_accum, nullptr, d_q));
+  finalize_graph(o, ops);
   return o;
 }
 

@@ -7,9 +7,13 @@
 // scale, causal mask from generated row/column indices, max, subtract, exp,
 // sum, log-sum-exp (the saved statistics, f32 [B, H, T, 1]), divide, .V.
 // Q/K/V/O are BSHD straight from the QKV projection ([B, T, H, D] memory)
-// through strides; GQA through K/V having fewer heads. Execution plans need
-// a driver: they, the backward graph and the op table's cuDNN path come
-// next (share/doc/status.md).
+// through strides; GQA through K/V having fewer heads. The backward graph is
+// cudnn-frontend's composite one too (dO.O row sums, P recomputed from the
+// saved statistics, dV = P^T.dO, dS = scale.P.(dO.V^T - rowsum), dK =
+// dS^T.Q, dQ = dS.K through an f32 accumulator; under GQA dK/dV per query
+// head, then summed over each KV head's group). Execution plans need a
+// driver: they and the op table's cuDNN path come next
+// (share/doc/status.md).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +50,11 @@ class CudnnDescriptors {
 // The finalized forward operation graph (last() is the graph). Throws
 // ftrain::Error with cuDNN's own reason when cuDNN refuses it.
 CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape);
+// The finalized backward operation graph. Variant-pack uids: 1 Q, 2 K (as
+// K^T), 3 V (as V^T), 4 O, 5 statistics, 6 scale, 7 -inf, 8 one (by value),
+// 9 dO, 10 dQ, 11 dK, 12 dV, 13 and 14 f32 workspace (row sums
+// [B, H, T, 1], dQ accumulator [B, H, T, D]).
+CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape);
 // A finalized CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR for an H100 SXM (GPU.md's keys).
 CudnnDescriptors h100_device_description();
 // Engine configurations cuDNN's heuristics (mode A) offer for `graph` on

@@ -67,6 +67,20 @@ void launch_rope(FloatSpan in, const float* inv_freq, std::int64_t position_offs
 void launch_adamw(float* param, const float* grad, float* m, float* v, const math::AdamwConstants& k,
                   std::int64_t n, cudaStream_t stream);
 
+// attention_reference.cu: math::attention_kv_head / attention_bshd_row /
+// attention_key_end / attention_first_query / attention_lse_index. q, out,
+// dq, dout [B, T, Hq, D]; k, v, dk, dv [B, T, Hkv, D]; lse f32 [B, Hq, T].
+// The on-device oracle: one thread per row, f32, no atomics.
+constexpr std::int64_t kAttentionReferenceMaxHeadDim = 256;
+struct AttentionDims {
+  std::int64_t batch, seq, q_heads, kv_heads, head_dim;
+};
+void launch_attention_reference_forward(FloatSpan q, FloatSpan k, FloatSpan v, bool causal, float scale,
+                                        FloatSpan out, float* lse, AttentionDims dims, cudaStream_t stream);
+void launch_attention_reference_backward(FloatSpan q, FloatSpan k, FloatSpan v, FloatSpan out, const float* lse,
+                                         FloatSpan dout, bool causal, float scale, FloatSpan dq, FloatSpan dk,
+                                         FloatSpan dv, AttentionDims dims, cudaStream_t stream);
+
 // embedding.cu: math::embedding_token_valid. `first_bad_row` (device int64)
 // receives the smallest row with an invalid token, or n_tokens if none.
 void launch_embedding_forward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan table,

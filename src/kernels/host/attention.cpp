@@ -34,6 +34,7 @@
 #include "core/error.hpp"
 #include "kernels/host/attention_tiled.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/attention.hpp"
 
 namespace ftrain::host {
 
@@ -198,7 +199,7 @@ struct AttentionShape {
   std::int64_t group() const { return q_heads / kv_heads; }
   // Element offset of row (b, t, head) in a [B, T, heads, D] tensor.
   std::int64_t row(std::int64_t b, std::int64_t t, std::int64_t head, std::int64_t heads) const {
-    return ((b * seq + t) * heads + head) * head_dim;
+    return math::attention_bshd_row(b, t, head, seq, heads, head_dim);
   }
 };
 
@@ -247,9 +248,9 @@ void check_tiles(const char* op, const detail::AttentionTiles& tiles) {
                                              << tiles.key;
 }
 
-// Number of keys a query tile [i0, i0 + nq) can see.
+// Number of keys a query tile [i0, i0 + nq) can see: those its last row sees.
 std::int64_t visible_keys(bool causal, std::int64_t i0, std::int64_t nq, std::int64_t seq) {
-  return causal ? std::min(i0 + nq, seq) : seq;
+  return math::attention_key_end(causal, i0 + nq - 1, seq);
 }
 
 // Sets S[r][c] to -inf where key j0 + c lies after query i0 + r. Only tiles
@@ -257,7 +258,7 @@ std::int64_t visible_keys(bool causal, std::int64_t i0, std::int64_t nq, std::in
 void mask_causal(float* s, std::int64_t lds, std::int64_t i0, std::int64_t nq, std::int64_t j0, std::int64_t nk) {
   if (j0 + nk - 1 <= i0) return;
   for (std::int64_t r = 0; r < nq; ++r) {
-    const std::int64_t first_hidden = std::max<std::int64_t>(i0 + r + 1 - j0, 0);
+    const std::int64_t first_hidden = std::max<std::int64_t>(math::attention_key_end(true, i0 + r, j0 + nk) - j0, 0);
     float* row = s + r * lds;
     for (std::int64_t c = first_hidden; c < nk; ++c) row[c] = kMinusInfinity;
   }
@@ -276,7 +277,7 @@ void attention_forward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, 
   check_tiles(op, tiles);
   if (s.batch == 0 || s.seq == 0 || s.q_heads == 0) return;
 
-  const std::int64_t D = s.head_dim, T = s.seq, Hq = s.q_heads, Hkv = s.kv_heads, group = s.group();
+  const std::int64_t D = s.head_dim, T = s.seq, Hq = s.q_heads, Hkv = s.kv_heads;
   const std::int64_t BQ = tiles.query, BK = tiles.key;
   const std::int64_t q_tiles = (T + BQ - 1) / BQ;
   const void* q_data = q.data();
@@ -291,7 +292,7 @@ void attention_forward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, 
         const std::int64_t qt = task % q_tiles;
         const std::int64_t h = (task / q_tiles) % Hq;
         const std::int64_t b = task / (q_tiles * Hq);
-        const std::int64_t g = h / group;
+        const std::int64_t g = math::attention_kv_head(h, Hq, Hkv);
         const std::int64_t i0 = qt * BQ;
         const std::int64_t nq = std::min(BQ, T - i0);
 
@@ -335,7 +336,7 @@ void attention_forward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, 
           gemm(false, false, nq, D, nk, 1.0f, scores.data(), BK, v_tile.data(), D, 1.0f, acc.data(), D);
         }
 
-        float* lse_row = lse_data + (b * Hq + h) * T + i0;
+        float* lse_row = lse_data + math::attention_lse_index(b, h, i0, T, Hq);
         for (std::int64_t r = 0; r < nq; ++r) {
           const bool empty = row_sum[r] == 0.0f;
           store_row(out_data, out_type, s.row(b, i0 + r, h, Hq), D, &acc[r * D], empty ? 0.0f : 1.0f / row_sum[r]);
@@ -391,7 +392,7 @@ void attention_backward_tiled(const Tensor& q, const Tensor& k, const Tensor& v,
             row_lse(static_cast<std::size_t>(BQ)), row_delta(static_cast<std::size_t>(BQ));
 
         for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
-          const float* lse_head = lse_data + (b * Hq + h) * T;
+          const float* lse_head = lse_data + math::attention_lse_index(b, h, 0, T, Hq);
           for (std::int64_t i0 = 0; i0 < T; i0 += BQ) {
             const std::int64_t nq = std::min(BQ, T - i0);
             for (std::int64_t r = 0; r < nq; ++r) {

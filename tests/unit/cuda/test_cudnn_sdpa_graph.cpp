@@ -1,4 +1,4 @@
-// cuDNN SDPA forward graphs (kernels/cuda/cudnn_sdpa_graph.hpp) for every
+// cuDNN SDPA forward and backward graphs (kernels/cuda/cudnn_sdpa_graph.hpp) for every
 // Llama preset's attention shape (heads, KV heads, head dim; causal; BSHD;
 // seq 4096, the benchmark's), checked without a GPU: the operation graph
 // finalizes and cuDNN's heuristics offer at least one engine configuration
@@ -45,6 +45,24 @@ TEST(CudnnSdpaGraph, EveryLlamaPresetsForwardGraphHasAnH100Engine) {
   }
 }
 
+TEST(CudnnSdpaGraph, EveryLlamaPresetsBackwardGraphHasAnH100Engine) {
+  const CudnnDescriptors h100 = h100_device_description();
+  const auto shapes = llama_attention_shapes();
+  ASSERT_GE(shapes.size(), 3u) << "tiny, Llama 2 (MHA) and Llama 3 (GQA) shapes";
+  std::set<std::int64_t> head_dims;
+  bool saw_gqa = false;
+  for (const auto& [heads, kv_heads, head_dim] : shapes) {
+    SCOPED_TRACE("heads " + std::to_string(heads) + ", kv heads " + std::to_string(kv_heads) + ", head dim " +
+                 std::to_string(head_dim));
+    const CudnnDescriptors graph = build_sdpa_backward_graph({2, heads, kv_heads, 4096, head_dim, true, 0});
+    EXPECT_GE(sdpa_engine_configurations(graph, h100), 1);
+    head_dims.insert(head_dim);
+    saw_gqa = saw_gqa || kv_heads < heads;
+  }
+  EXPECT_TRUE(head_dims.count(64) && head_dims.count(128)) << "the presets cover head dims 64 and 128";
+  EXPECT_TRUE(saw_gqa) << "a GQA preset's backward graph was checked";
+}
+
 TEST(CudnnSdpaGraph, NonCausalGraphAlsoFinalizes) {
   const CudnnDescriptors h100 = h100_device_description();
   const CudnnDescriptors graph = build_sdpa_forward_graph({4, 12, 12, 197, 64, false, 0});  // ViT-B/16 shape
@@ -59,5 +77,21 @@ TEST(CudnnSdpaGraph, AWrongGraphIsRefusedWithTheReason) {
     const std::string m = e.what();
     EXPECT_NE(m.find("cudnnBackendFinalize"), std::string::npos) << m;
     EXPECT_NE(m.find("getDimA"), std::string::npos) << "cuDNN's own reason is in the message: " << m;
+  }
+}
+
+TEST(CudnnSdpaGraph, NonCausalBackwardGraphAlsoFinalizes) {
+  const CudnnDescriptors h100 = h100_device_description();
+  const CudnnDescriptors graph = build_sdpa_backward_graph({4, 12, 12, 197, 64, false, 0});  // ViT-B/16 shape
+  EXPECT_GE(sdpa_engine_configurations(graph, h100), 1);
+}
+
+TEST(CudnnSdpaGraph, AWrongBackwardGraphIsRefusedWithTheReason) {
+  try {
+    build_sdpa_backward_graph({2, 32, 8, 4096, 64, true, 128});
+    ADD_FAILURE() << "a backward graph with Q head dim 64 and K head dim 128 was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cudnnBackendFinalize"), std::string::npos) << m;
   }
 }

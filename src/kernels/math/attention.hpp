@@ -1,0 +1,43 @@
+// Attention's index math, shared by the host flash attention
+// (kernels/host/attention.cpp) and the CUDA reference attention
+// (kernels/cuda/attention_reference.cu): which KV head a query head reads
+// (GQA), which keys a query sees (causal bound), where a row lives in a
+// BSHD tensor and in the f32 [B, H, T] log-sum-exp. A wrong index here
+// breaks the host golden curves and the host attention tests, so the
+// on-device oracle is checked through the host suite too.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/math/hd.hpp"
+
+namespace ftrain::math {
+
+// Query head `q_head` of `q_heads` reads KV head q_head / (q_heads / kv_heads)
+// (consecutive query heads share a KV head; MHA when the counts are equal).
+FTRAIN_HD std::int64_t attention_kv_head(std::int64_t q_head, std::int64_t q_heads, std::int64_t kv_heads) {
+  return q_head / (q_heads / kv_heads);
+}
+
+// Element offset of row (b, t, head) in a [B, T, heads, D] (BSHD) tensor.
+FTRAIN_HD std::int64_t attention_bshd_row(std::int64_t b, std::int64_t t, std::int64_t head, std::int64_t seq,
+                                          std::int64_t heads, std::int64_t head_dim) {
+  return ((b * seq + t) * heads + head) * head_dim;
+}
+
+// Offset of (b, head, t) in the f32 [B, heads, T] log-sum-exp.
+FTRAIN_HD std::int64_t attention_lse_index(std::int64_t b, std::int64_t head, std::int64_t t, std::int64_t seq,
+                                           std::int64_t heads) {
+  return (b * heads + head) * seq + t;
+}
+
+// One past the last key query `query` sees: keys [0, end). Causal: the
+// query itself and the keys before it; full: all `seq` keys.
+FTRAIN_HD std::int64_t attention_key_end(bool causal, std::int64_t query, std::int64_t seq) {
+  return causal ? (query + 1 < seq ? query + 1 : seq) : seq;
+}
+
+// First query that sees key `key`: causal queries from `key` on, full all.
+FTRAIN_HD std::int64_t attention_first_query(bool causal, std::int64_t key) { return causal ? key : 0; }
+
+}  // namespace ftrain::math

@@ -1,0 +1,43 @@
+#include "runtime/attention_backend.hpp"
+
+#include "core/error.hpp"
+
+namespace ftrain {
+
+AttentionBackend parse_attention_backend(const std::string& word) {
+  if (word == "auto") return AttentionBackend::automatic;
+  if (word == "cudnn") return AttentionBackend::cudnn;
+  if (word == "reference") return AttentionBackend::reference;
+  FT_THROW() << "attention backend '" << word << "': expected auto, cudnn or reference";
+}
+
+const char* attention_backend_name(AttentionBackend backend) {
+  switch (backend) {
+    case AttentionBackend::automatic:
+      return "auto";
+    case AttentionBackend::cudnn:
+      return "cudnn";
+    case AttentionBackend::reference:
+      return "reference";
+  }
+  return "?";
+}
+
+AttentionBackendChoice choose_attention_backend(AttentionBackend requested, const std::string& shape,
+                                                const std::string& cudnn_refusal) {
+  switch (requested) {
+    case AttentionBackend::reference:
+      return {false, ""};
+    case AttentionBackend::cudnn:
+      FT_CHECK(cudnn_refusal.empty()) << "attention_backend cudnn: cuDNN cannot run " << shape << ": "
+                                      << cudnn_refusal << " (use `attention_backend auto` or `reference`)";
+      return {true, ""};
+    case AttentionBackend::automatic:
+      if (cudnn_refusal.empty()) return {true, ""};
+      return {false, "attention_backend auto: " + shape + " runs on the CUDA reference attention, because cuDNN " +
+                         "cannot run it: " + cudnn_refusal};
+  }
+  return {false, ""};
+}
+
+}  // namespace ftrain

@@ -1,0 +1,34 @@
+// The deck's `attention_backend auto|cudnn|reference`: which attention the
+// CUDA backend runs. The host backend has one attention kernel (the tiled
+// flash attention) and ignores the setting; the run header says so.
+//
+// On CUDA: `reference` runs the on-device oracle
+// (kernels/cuda/attention_reference.cu); `cudnn` runs the fused cuDNN SDPA
+// graphs and stops with cuDNN's reason when cuDNN refuses a shape; `auto`
+// takes cuDNN where it accepts the shape and otherwise the reference
+// kernel, logging that choice once per shape (never a silent switch).
+#pragma once
+
+#include <string>
+
+namespace ftrain {
+
+enum class AttentionBackend { automatic, cudnn, reference };
+
+// "auto" | "cudnn" | "reference"; anything else throws naming the accepted words.
+AttentionBackend parse_attention_backend(const std::string& word);
+const char* attention_backend_name(AttentionBackend backend);
+
+struct AttentionBackendChoice {
+  bool use_cudnn = false;
+  // Non-empty when `auto` fell back: the line to log (shape and cuDNN's reason).
+  std::string fallback_note;
+};
+
+// `shape` describes the attention call ("attention_forward B 2, T 4096, ...");
+// `cudnn_refusal` is "" when cuDNN accepts it, else why not. Throws
+// ftrain::Error for `cudnn` on a refused shape.
+AttentionBackendChoice choose_attention_backend(AttentionBackend requested, const std::string& shape,
+                                                const std::string& cudnn_refusal);
+
+}  // namespace ftrain

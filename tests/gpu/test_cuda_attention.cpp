@@ -1,0 +1,124 @@
+// What a GPU must confirm about the CUDA reference attention [gpu]
+// (kernels/cuda/attention_reference.cu, the on-device oracle): forward and
+// backward against the host flash attention, causal and full, MHA, GQA and
+// MQA, f32 and bf16 storage, at sizes that are no multiple of a warp, a
+// block or the host's 64-wide tiles, head dims from 1 to 256 (the kernel's
+// limit; 257 is refused naming the limit). The two sides share their index
+// math (kernels/math/attention.hpp) but not their arithmetic order (host:
+// tiled online softmax with a polynomial exp; CUDA: two passes, expf), so
+// they agree within a tolerance, and the CUDA side gives the same bits on
+// every run. Without a usable GPU every test skips, printing why.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/backend_registry.hpp"
+#include "runtime/backend_library.hpp"
+#include "support/backend_parity.hpp"
+
+using namespace ftrain;
+using namespace ftrain::testing;
+
+namespace {
+
+struct AttentionCase {
+  std::int64_t batch, seq, q_heads, kv_heads, head_dim;
+  bool causal;
+  DType storage;
+  std::string name() const {
+    return "B " + std::to_string(batch) + ", T " + std::to_string(seq) + ", Hq " + std::to_string(q_heads) +
+           ", Hkv " + std::to_string(kv_heads) + ", D " + std::to_string(head_dim) +
+           (causal ? ", causal, " : ", full, ") + std::string(dtype_name(storage));
+  }
+};
+
+const std::vector<AttentionCase> kCases = {
+    {1, 1, 1, 1, 1, true, DType::f32},        // one token, one head, one dimension
+    {2, 37, 6, 2, 24, true, DType::f32},      // GQA, T not a tile multiple
+    {2, 37, 6, 2, 24, false, DType::f32},     // the same, full attention
+    {1, 65, 4, 1, 64, true, DType::bf16},     // MQA, one past the host tile
+    {3, 29, 5, 5, 96, false, DType::bf16},    // MHA, odd heads
+    {1, 130, 8, 2, 128, true, DType::bf16},   // Llama 3 head dim, T > 2 tiles
+    {1, 33, 2, 1, 256, true, DType::f32},     // the kernel's largest head dim
+    {1, 17, 3, 3, 7, false, DType::bf16},     // odd head dim
+};
+
+bool cuda_usable(std::string& why) {
+  if (find_backend(Device::cuda) != nullptr) return true;
+  why = "no usable CUDA GPU: " + describe_backend_search();
+  return false;
+}
+
+// Forward then backward of one case on `device`: out, lse, dq, dk, dv as host floats.
+std::vector<std::vector<float>> run_attention(Device device, const AttentionCase& c, std::uint64_t seed) {
+  using namespace parity;
+  ExecutionOptions o;
+  o.device = device;
+  ExecutionContext ctx(o);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const Shape qs{c.batch, c.seq, c.q_heads, c.head_dim}, ks{c.batch, c.seq, c.kv_heads, c.head_dim};
+  Tensor q = random(ctx, qs, seed, c.storage), k = random(ctx, ks, seed + 1, c.storage),
+         v = random(ctx, ks, seed + 2, c.storage), dout = random(ctx, qs, seed + 3, c.storage);
+  Tensor out = zeros(ctx, qs, c.storage), lse = zeros(ctx, {c.batch, c.q_heads, c.seq});
+  Tensor dq = zeros(ctx, qs, c.storage), dk = zeros(ctx, ks, c.storage), dv = zeros(ctx, ks, c.storage);
+  ops::attention_forward(ctx, q, k, v, c.causal, scale, out, lse);
+  ops::attention_backward(ctx, q, k, v, out, lse, dout, c.causal, scale, dq, dk, dv);
+  ctx.synchronize();
+  std::vector<std::vector<float>> r;
+  for (const Tensor& t : {out, lse, dq, dk, dv})
+    r.push_back(to_float_vector(t.device() == Device::host ? t : to_device(t, Device::host)));
+  return r;
+}
+
+}  // namespace
+
+TEST(CudaReferenceAttention, ForwardAndBackwardMatchTheHost) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+  for (const AttentionCase& c : kCases) {
+    SCOPED_TRACE(c.name());
+    const auto want = run_attention(Device::host, c, 7);
+    const auto got = run_attention(Device::cuda, c, 7);
+    ASSERT_EQ(got.size(), want.size());
+    // bf16 outputs may round the other way when the f32 values differ in
+    // their last bits: a bf16 ulp is 2^-7 relative.
+    const float tolerance = c.storage == DType::bf16 ? 2e-2f : 2e-4f;
+    for (std::size_t t = 0; t < want.size(); ++t) {
+      ASSERT_EQ(got[t].size(), want[t].size()) << names[t];
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < want[t].size(); ++i) {
+        const float w = want[t][i], g = got[t][i];
+        if (!(std::abs(g - w) <= tolerance * (1.0f + std::abs(w))) && bad++ < 3)
+          ADD_FAILURE() << names[t] << " element " << i << ": cuda " << g << " vs host " << w;
+      }
+      EXPECT_EQ(bad, 0u) << names[t];
+    }
+  }
+}
+
+TEST(CudaReferenceAttention, RepeatedRunsAreBitIdentical) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  for (const AttentionCase& c : kCases) {
+    SCOPED_TRACE(c.name());
+    const auto first = run_attention(Device::cuda, c, 9), second = run_attention(Device::cuda, c, 9);
+    for (std::size_t t = 0; t < first.size(); ++t)
+      ASSERT_EQ(std::memcmp(first[t].data(), second[t].data(), first[t].size() * sizeof(float)), 0) << "output " << t;
+  }
+}
+
+TEST(CudaReferenceAttention, AHeadDimAboveTheLimitIsRefusedNamingIt) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  try {
+    run_attention(Device::cuda, {1, 4, 2, 1, 257, true, DType::f32}, 1);
+    ADD_FAILURE() << "head dim 257 ran on the CUDA reference attention";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 256"), std::string::npos) << e.what();
+  }
+}
