@@ -766,7 +766,7 @@ int Trainer::run() {
              "); no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm." +
              (pending.empty() ? "" : " Also: " + pending);
     }
-    if (!std::isfinite(loss)) {  // finite gradients, yet the loss sum overflowed (the per-step check is the norm)
+    if (!std::isfinite(loss)) {  // finite gradients, yet the loss sum overflowed (divergence is the norm's flag)
       const std::string pending = report(checkpoints->finish());
       return "step " + std::to_string(done) + ": the loss is " + std::to_string(loss) +
              "; no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm." +
