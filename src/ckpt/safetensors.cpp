@@ -180,6 +180,7 @@ StDType from_ftrain_dtype(DType t) {
     case DType::fp8_e5m2: return StDType::F8_E5M2;
     case DType::i32: return StDType::I32;
     case DType::i64: return StDType::I64;
+    case DType::f64: return StDType::F64;
   }
   FT_THROW() << "dtype " << static_cast<int>(t) << " has no safetensors name";
 }

@@ -48,7 +48,9 @@ const MpiTypes& mpi_types() {
   return types;
 }
 
-bool has_mpi_type(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::i32 || t == DType::i64; }
+bool has_mpi_type(DType t) {
+  return t == DType::f32 || t == DType::bf16 || t == DType::i32 || t == DType::i64 || t == DType::f64;
+}
 
 // Progress thread only (mpi_types() makes MPI calls on first use).
 MPI_Datatype mpi_type(const Tensor& t) {
@@ -57,6 +59,7 @@ MPI_Datatype mpi_type(const Tensor& t) {
     case DType::bf16: return mpi_types().bf16_type;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
+    case DType::f64: return MPI_DOUBLE;
     default: FT_THROW() << "no MPI type for " << t.describe();
   }
 }

@@ -110,7 +110,7 @@ bool parse_dtype(std::string_view text, DType& out) {
       {"fp16", DType::f16},          {"float16", DType::f16},        {"fp8_e4m3", DType::fp8_e4m3},
       {"e4m3", DType::fp8_e4m3},     {"fp8_e5m2", DType::fp8_e5m2},  {"e5m2", DType::fp8_e5m2},
       {"i32", DType::i32},           {"int32", DType::i32},          {"i64", DType::i64},
-      {"int64", DType::i64},
+      {"int64", DType::i64},         {"f64", DType::f64},            {"float64", DType::f64},
   };
   for (const auto& n : kNames) {
     if (n.text == text) {
@@ -130,6 +130,7 @@ float load_as_float(const void* data, DType t, std::int64_t i) {
     case DType::fp8_e5m2: return to_float(static_cast<const fp8_e5m2*>(data)[i]);
     case DType::i32: return static_cast<float>(static_cast<const std::int32_t*>(data)[i]);
     case DType::i64: return static_cast<float>(static_cast<const std::int64_t*>(data)[i]);
+    case DType::f64: return static_cast<float>(static_cast<const double*>(data)[i]);
   }
   FT_THROW() << "unknown dtype";
 }
@@ -143,6 +144,7 @@ void store_from_float(void* data, DType t, std::int64_t i, float v) {
     case DType::fp8_e5m2: static_cast<fp8_e5m2*>(data)[i] = to_fp8_e5m2(v); return;
     case DType::i32: static_cast<std::int32_t*>(data)[i] = static_cast<std::int32_t>(v); return;
     case DType::i64: static_cast<std::int64_t*>(data)[i] = static_cast<std::int64_t>(v); return;
+    case DType::f64: static_cast<double*>(data)[i] = v; return;
   }
   FT_THROW() << "unknown dtype";
 }

@@ -16,7 +16,11 @@
 
 namespace ftrain {
 
-enum class DType : std::uint8_t { f32, bf16, f16, fp8_e4m3, fp8_e5m2, i32, i64 };
+// f64 is an accumulator type, not a storage type of model tensors: device
+// scalars that must carry the host's double arithmetic bit for bit (the
+// gradient norm's sum of squares, execution-model.md). The kernels' float
+// math does not take it (dtype_is_float is false for it).
+enum class DType : std::uint8_t { f32, bf16, f16, fp8_e4m3, fp8_e5m2, i32, i64, f64 };
 
 inline constexpr std::size_t dtype_size(DType t) {
   switch (t) {
@@ -27,6 +31,7 @@ inline constexpr std::size_t dtype_size(DType t) {
     case DType::fp8_e5m2: return 1;
     case DType::i32: return 4;
     case DType::i64: return 8;
+    case DType::f64: return 8;
   }
   return 0;
 }
@@ -40,11 +45,13 @@ inline constexpr std::string_view dtype_name(DType t) {
     case DType::fp8_e5m2: return "fp8_e5m2";
     case DType::i32: return "i32";
     case DType::i64: return "i64";
+    case DType::f64: return "f64";
   }
   return "?";
 }
 
-inline constexpr bool dtype_is_float(DType t) { return t != DType::i32 && t != DType::i64; }
+// A float storage type the kernels compute on (in f32); not f64 (above).
+inline constexpr bool dtype_is_float(DType t) { return t != DType::i32 && t != DType::i64 && t != DType::f64; }
 
 // Parses "f32", "fp32", "float32", "bf16", ... ; returns false if unknown.
 bool parse_dtype(std::string_view text, DType& out);

@@ -113,6 +113,10 @@ template <>
 struct dtype_of<std::int64_t> {
   static constexpr DType value = DType::i64;
 };
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
 
 [[noreturn]] void throw_dtype_mismatch(const Tensor& t, DType wanted);
 

@@ -663,6 +663,7 @@ void FsdpEngine::zero_grad() {
 }
 
 double FsdpEngine::grad_norm() {
+  ++host_reads_;
   double local = 0.0;
   for (FlatParameter* f : all_flats())
     if (f->trainable()) local += ops::sum_squares(exec_, f->grad);
@@ -671,6 +672,7 @@ double FsdpEngine::grad_norm() {
 }
 
 std::string FsdpEngine::first_non_finite(ShardState which) {
+  ++host_reads_;
   // Backward runs from the last unit to the first and a NaN spreads from
   // where it appears to every unit before it, so the place to name is the
   // LAST unit holding one (its first such tensor). Each rank proposes a key,
@@ -728,6 +730,56 @@ void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
     }
   }
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next
+}
+
+void FsdpEngine::clip_and_step(const AdamWHyper& h, double clip_grad_norm, std::int64_t step) {
+  if (!clip_.sum_sq.defined()) {
+    clip_.sum_sq = Tensor::empty({1}, DType::f64, exec_.device(), "clip.sum_squares");
+    clip_.norm = Tensor::zeros({1}, DType::f64, exec_.device(), "clip.grad_norm");
+    clip_.scale = Tensor::empty({1}, DType::f32, exec_.device(), "clip.scale");
+    clip_.diverged_step = Tensor::zeros({1}, DType::i64, exec_.device(), "clip.diverged_step");
+  }
+  // The arithmetic of grad_norm(): per-flat f64 partials added in all_flats()
+  // order, one f64 sum over the shard group (replicas hold identical reduced
+  // shards), then sqrt; the clip factor as the trainer computed it.
+  ops::fill(exec_, clip_.sum_sq, 0.0f);
+  for (FlatParameter* f : all_flats())
+    if (f->trainable()) ops::sum_squares_accumulate(exec_, f->grad, clip_.sum_sq);
+  if (shard_comm_->size() > 1) shard_comm_->all_reduce_sum(clip_.sum_sq, exec_.compute().record()).wait();
+  ops::clip_coefficient(exec_, clip_.sum_sq, clip_grad_norm, step, clip_.norm, clip_.scale, clip_.diverged_step);
+  ++optimizer_step_count_;
+  for (FlatParameter* f : all_flats()) {
+    if (!f->trainable()) continue;  // frozen base (LoRA): no optimizer state, never changes
+    f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
+      const FlatEntry& entry = f->entries()[static_cast<std::size_t>(e)];
+      Tensor p = f->master.view({count}, at);
+      Tensor g = f->grad.view({count}, at);
+      Tensor m = f->exp_avg.view({count}, at);
+      Tensor v = f->exp_avg_sq.view({count}, at);
+      ops::adamw_update_guarded(exec_, p, g, m, v, h.lr, h.beta1, h.beta2, h.eps,
+                                entry.weight_decay ? h.weight_decay : 0.0f, optimizer_step_count_, clip_.scale,
+                                clip_.diverged_step);
+    });
+    // Parameters may have changed: any kept gathered copy is stale.
+    if (f->gathered_valid) {
+      f->gather_request.wait();
+      f->gathered = Tensor();
+      f->gather_send = Tensor();
+      f->gathered_valid = false;
+    }
+  }
+  exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next; nothing is read here
+}
+
+FsdpEngine::StepHealth FsdpEngine::read_step_health() {
+  StepHealth health;
+  if (!clip_.sum_sq.defined()) return health;  // no step yet
+  ++host_reads_;
+  exec_.compute().synchronize();
+  const auto host = [](const Tensor& t) { return t.device() == Device::host ? t : to_device(t, Device::host); };
+  health.grad_norm = host(clip_.norm).data_as<double>()[0];
+  health.first_diverged_step = host(clip_.diverged_step).data_as<std::int64_t>()[0];
+  return health;
 }
 
 std::int64_t FsdpEngine::num_parameters() const {

@@ -119,8 +119,14 @@ class FsdpEngine {
   // once (the only host read of the loss: it waits for the compute stream).
   // The training window starts at zero_grad() (loss and gradients accumulate
   // over the same micro-steps); the evaluation window at the last take.
-  double take_train_loss() { return train_loss_.take(exec_); }
-  double take_eval_loss() { return eval_loss_.take(exec_); }
+  double take_train_loss() {
+    ++host_reads_;
+    return train_loss_.take(exec_);
+  }
+  double take_eval_loss() {
+    ++host_reads_;
+    return eval_loss_.take(exec_);
+  }
 
   // Zeroes the gradients and starts a new training loss window.
   void zero_grad();
@@ -134,7 +140,29 @@ class FsdpEngine {
   enum class ShardState { gradient, master };
   std::string first_non_finite(ShardState which);
   // AdamW on every owned shard; grad_scale multiplies gradients (clipping).
+  // Reads nothing on the host; grad_norm() above does (tests, tools).
   void optimizer_step(const AdamWHyper& hyper, float grad_scale);
+  // The training step's clip + update with no host read (PyTorch AMP's
+  // found_inf, share/doc/execution-model.md): the gradient's sum of squares
+  // is accumulated (ops::sum_squares_accumulate) and all-reduced over the
+  // shard group in an f64 device tensor; ops::clip_coefficient makes the
+  // norm, the clip factor (clip_grad_norm <= 0: off) and the sticky diverged
+  // flag (the first diverged `step`); ops::adamw_update_guarded applies the
+  // update only while that flag is clear, so a diverged step, and every step
+  // after it until the host looks, changes no master weight or moment.
+  void clip_and_step(const AdamWHyper& hyper, double clip_grad_norm, std::int64_t step);
+  // What the host reads of the last clip_and_step, when it needs it (the log
+  // line, a checkpoint, the end): waits for the compute stream. Collective
+  // values: every rank reads the same norm and flag.
+  struct StepHealth {
+    double grad_norm = 0;                // of the last clip_and_step
+    std::int64_t first_diverged_step = 0;  // 0: none since the last clear_diverged()
+  };
+  StepHealth read_step_health();
+  // Reads of device results by the host (loss sums, norms, flags, scans):
+  // each waits for the compute stream. The step itself makes none between
+  // log intervals (test Engine.ClipAndStepReadsNothingOnTheHost).
+  std::int64_t host_reads() const { return host_reads_; }
   std::int64_t optimizer_steps() const { return optimizer_step_count_; }
   // Resume: AdamW's bias correction continues from a checkpoint's step count.
   void set_optimizer_steps(std::int64_t steps) { optimizer_step_count_ = steps; }
@@ -244,6 +272,15 @@ class FsdpEngine {
   };
   LossSums train_loss_;
   LossSums eval_loss_;
+  // clip_and_step's device scalars, made on first use.
+  struct ClipState {
+    Tensor sum_sq;         // f64[1], all-reduced over the shard group
+    Tensor norm;           // f64[1], the last step's global norm
+    Tensor scale;          // f32[1], the last step's clip factor
+    Tensor diverged_step;  // i64[1], sticky: the first step whose norm was not finite
+  };
+  ClipState clip_;
+  std::int64_t host_reads_ = 0;
   StepContext ctx_;
   std::int64_t optimizer_step_count_ = 0;
   FsdpCounters counters_;

@@ -145,6 +145,16 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
   X(void, sum, (const Tensor& x, Tensor& out), (x, out), x)                                                       \
   /* sum of squares in f64 (global-norm clipping). Returns a host value: waits for the compute stream. */         \
   X(double, sum_squares, (const Tensor& x), (x), x)                                                               \
+  /* acc f64[1] += sum of squares of x, the same f64 arithmetic as sum_squares, on the device: the gradient       \
+     norm's per-shard partials without a host read */                                                            \
+  X(void, sum_squares_accumulate, (const Tensor& x, Tensor& acc), (x, acc), x)                                    \
+  /* Global-norm clipping on the device (torch clip_grad_norm_ + AMP's found_inf): norm f64[1] = sqrt(sum_sq      \
+     f64[1]); scale f32[1] = float(max_norm / (norm + 1e-6)) when max_norm > 0 and norm > max_norm, else 1 (in   \
+     f64, the trainer's former host arithmetic); diverged_step i64[1] = step when norm is not finite and it held  \
+     0 (sticky: the first diverged step stays until the host resets it). */                                      \
+  X(void, clip_coefficient,                                                                                       \
+    (const Tensor& sum_sq, double max_norm, std::int64_t step, Tensor& norm, Tensor& scale, Tensor& diverged_step), \
+    (sum_sq, max_norm, step, norm, scale, diverged_step), sum_sq)                                                 \
   /* AdamW on one contiguous f32 range (decoupled decay, bias correction with step >= 1):                        \
      g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;                                          \
      p -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p) */                                                  \
@@ -152,6 +162,13 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
     (Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2, float eps,      \
      float weight_decay, std::int64_t step, float grad_scale),                                                    \
     (param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale), param)                            \
+  /* adamw_update with grad_scale read from an f32[1] on the device (clip_coefficient's scale), skipped          \
+     entirely (param, m, v unchanged) while diverged_step i64[1] is non-zero: a diverged step changes nothing     \
+     and nothing is read on the host to decide it */                                                            \
+  X(void, adamw_update_guarded,                                                                                   \
+    (Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2, float eps,      \
+     float weight_decay, std::int64_t step, const Tensor& grad_scale, const Tensor& diverged_step),               \
+    (param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale, diverged_step), param)             \
   /* FP8 (kernels/fp8_tensor.hpp: descriptors; fp8/recipe.hpp: the delayed-scaling recipe).                      \
      out.data = fp8(x * scale) in out.format() (round to nearest even, saturating; NaN stays NaN) with scale     \
      read from out.scale on the device; out.scale_inv = 1 / scale; out.amax (when defined) =                     \

@@ -766,7 +766,7 @@ int Trainer::run() {
              "); no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm." +
              (pending.empty() ? "" : " Also: " + pending);
     }
-    if (!std::isfinite(loss)) {  // finite gradients, yet the loss sum overflowed (the per-step check is the norm)
+    if (!std::isfinite(loss)) {  // finite gradients, yet the loss sum overflowed (divergence is the norm's flag)
       const std::string pending = report(checkpoints->finish());
       return "step " + std::to_string(done) + ": the loss is " + std::to_string(loss) +
              "; no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm." +
@@ -832,13 +832,10 @@ int Trainer::run() {
   };
 
   std::vector<Batch> micro_batches(static_cast<std::size_t>(accum));
-  start = Clock::now();
-  double window_seconds = 0;
-  std::int64_t window_steps = 0;
-  if (s.eval_data && c.eval.every > 0 && s.start_step == 0) evaluate(0);
-  for (std::int64_t step = s.start_step; step < c.max_steps; ++step) {
-    const auto t0 = Clock::now();
-    const double lr = optim::learning_rate(c.schedule, c.optimizer.lr, step, c.max_steps);
+  // One step's forward and backward over its micro-batches (zeroed
+  // gradients, a new loss window); returns the global target-token count.
+  // Also replays a diverged step to name its first non-finite gradient.
+  const auto run_micro_steps = [&](std::int64_t step) {
     s.engine->zero_grad();
     std::int64_t local_targets = 0;
     for (std::int64_t a = 0; a < accum; ++a) {
@@ -850,6 +847,16 @@ int Trainer::run() {
     const std::int64_t global_targets = s.world.all_reduce_sum(local_targets);
     const float loss_scale = global_targets > 0 ? 1.0f / static_cast<float>(global_targets) : 0.0f;
     for (auto& b : micro_batches) s.engine->forward_backward(b, loss_scale);
+    return global_targets;
+  };
+  start = Clock::now();
+  double window_seconds = 0;
+  std::int64_t window_steps = 0;
+  if (s.eval_data && c.eval.every > 0 && s.start_step == 0) evaluate(0);
+  for (std::int64_t step = s.start_step; step < c.max_steps; ++step) {
+    const auto t0 = Clock::now();
+    const double lr = optim::learning_rate(c.schedule, c.optimizer.lr, step, c.max_steps);
+    const std::int64_t global_targets = run_micro_steps(step);
     // The loss stays on the device (share/doc/execution-model.md, "What the
     // host reads"): it is read and all-reduced only when something needs it
     // (the log line, a checkpoint, a diverged step), once per step at most;
@@ -861,19 +868,46 @@ int Trainer::run() {
                     static_cast<double>(std::max<std::int64_t>(1, global_targets));
       return *loss_read;
     };
-    // The gradient norm is read every step: clipping needs it before the
-    // update, and it is what detects divergence before the update can apply
-    // it (a non-finite loss gives non-finite gradients).
-    const double norm = s.engine->grad_norm();
-    // A diverged step must change nothing: no update (it would poison the
-    // master weights), no checkpoint, no pruning, so the newest checkpoint
-    // stays the last finite state. The norm is all-reduced, so every rank
-    // takes this branch together and the stop is collective and clean.
-    if (!std::isfinite(norm)) {
-      const double loss = step_loss();
+    // Clipping and the update read nothing on the host: the norm, the clip
+    // factor and the diverged flag are device scalars, and a diverged step
+    // (non-finite norm; a non-finite loss gives non-finite gradients) and
+    // every step after it apply no update (AdamW is skipped on the device).
+    AdamWHyper hyper;
+    hyper.lr = static_cast<float>(lr);
+    hyper.beta1 = static_cast<float>(c.optimizer.beta1);
+    hyper.beta2 = static_cast<float>(c.optimizer.beta2);
+    hyper.eps = static_cast<float>(c.optimizer.eps);
+    hyper.weight_decay = static_cast<float>(c.optimizer.weight_decay);
+    s.engine->clip_and_step(hyper, c.clip_grad_norm, step + 1);
+    // The norm and the flag are read once, when the log line, an evaluation,
+    // a checkpoint or a stop needs them: before anything is logged, evaluated
+    // or saved, so nothing after a diverged step is ever written.
+    std::optional<FsdpEngine::StepHealth> health;
+    const auto read_health = [&] {
+      if (!health) health = s.engine->read_step_health();
+      return *health;
+    };
+    // The stop message when a step since the last read diverged, else empty.
+    // The norm is all-reduced, so every rank sees the same flag: the stop is
+    // collective and clean. The message is today's: the first diverged step,
+    // its norm and loss, and its first non-finite gradient; when that step is
+    // not this one, it is run again to find them (every update since was
+    // skipped, so the weights are the ones it saw).
+    const auto divergence = [&]() -> std::string {
+      const FsdpEngine::StepHealth h = read_health();
+      if (h.first_diverged_step == 0) return "";
+      double norm = h.grad_norm, loss = 0;
+      if (h.first_diverged_step == step + 1) {
+        loss = step_loss();
+      } else {
+        const std::int64_t targets = run_micro_steps(h.first_diverged_step - 1);
+        loss = s.world.all_reduce_sum(s.engine->take_train_loss()) /
+               static_cast<double>(std::max<std::int64_t>(1, targets));
+        norm = s.engine->grad_norm();
+      }
       const std::string where = s.engine->first_non_finite(FsdpEngine::ShardState::gradient);
       std::ostringstream m;
-      m << "step " << step + 1 << " diverged: ";
+      m << "step " << h.first_diverged_step << " diverged: ";
       m << "the gradient norm is " << norm << " (loss " << loss << ")";
       m << "; first non-finite gradient (backward order): " << (where.empty() ? "none (the loss itself)" : where)
         << ". The update was not applied and no checkpoint was written or pruned";
@@ -883,23 +917,16 @@ int Trainer::run() {
         const std::string pending = report(checkpoints->finish());
         if (!pending.empty()) m << " Also: " << pending;
       }
-      return s.stop_with_error(m.str());
-    }
-    float grad_scale = 1.0f;
-    if (c.clip_grad_norm > 0 && norm > c.clip_grad_norm) grad_scale = static_cast<float>(c.clip_grad_norm / (norm + 1e-6));
-    AdamWHyper hyper;
-    hyper.lr = static_cast<float>(lr);
-    hyper.beta1 = static_cast<float>(c.optimizer.beta1);
-    hyper.beta2 = static_cast<float>(c.optimizer.beta2);
-    hyper.eps = static_cast<float>(c.optimizer.eps);
-    hyper.weight_decay = static_cast<float>(c.optimizer.weight_decay);
-    s.engine->optimizer_step(hyper, grad_scale);
+      return m.str();
+    };
 
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     window_seconds += dt;
     ++window_steps;
     const std::int64_t done = step + 1;
     if (done % c.log_every == 0 || done == c.max_steps) {
+      if (const std::string diverged = divergence(); !diverged.empty()) return s.stop_with_error(diverged);
+      const double norm = read_health().grad_norm;
       const double loss = step_loss();
       // Finite gradients but a non-finite loss (a loss sum beyond f32 range):
       // the update was applied (it is finite); stop before logging or saving it.
@@ -987,7 +1014,10 @@ int Trainer::run() {
       window_seconds = 0;
       window_steps = 0;
     }
-    if (s.eval_data && c.eval.every > 0 && done % c.eval.every == 0) evaluate(done);
+    if (s.eval_data && c.eval.every > 0 && done % c.eval.every == 0) {
+      if (const std::string diverged = divergence(); !diverged.empty()) return s.stop_with_error(diverged);
+      evaluate(done);
+    }
     if (done % c.log_every != 0 && done != c.max_steps) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       s.progress(done, c.max_steps,
@@ -1003,8 +1033,14 @@ int Trainer::run() {
     const int signalled = static_cast<int>(s.world.all_reduce_max(static_cast<double>(g_stop_signal)));
     const bool stopping = signalled > 0 || done == c.checkpoint.stop_after;
     const bool has_dir = !c.checkpoint.dir.empty();
-    if (has_dir && (stopping || (c.checkpoint.every > 0 && done % c.checkpoint.every == 0) || done == c.max_steps)) {
-      const std::string refused = save_checkpoint(done, step_loss(), lr, norm, stopping || done == c.max_steps);
+    const bool saving =
+        has_dir && (stopping || (c.checkpoint.every > 0 && done % c.checkpoint.every == 0) || done == c.max_steps);
+    if (saving || stopping) {  // a checkpoint is never committed, nor a run stopped quietly, after a diverged step
+      if (const std::string diverged = divergence(); !diverged.empty()) return s.stop_with_error(diverged);
+    }
+    if (saving) {
+      const std::string refused =
+          save_checkpoint(done, step_loss(), lr, read_health().grad_norm, stopping || done == c.max_steps);
       if (!refused.empty()) return s.stop_with_error(refused);
     }
     if (stopping && done < c.max_steps) {

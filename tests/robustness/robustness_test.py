@@ -206,6 +206,22 @@ def scenario_nonfinite(r):
         fail(f"after the resumed stop, expected only step_{stopped - 1}, found {steps}")
     print(f"ok: resume auto took step_{stopped - 1}, the finite state, and nothing was pruned")
 
+    # The norm and the diverged flag stay on the device between host reads
+    # (execution-model.md): without checkpoints and with `log every 100` the
+    # host first looks at the last step, yet the stop names the same first
+    # diverged step, norm, loss and tensor (every update after it was skipped,
+    # so replaying it sees the same weights), and no metrics row is written.
+    quiet = r.write("quiet.in", DECK.replace("log every 1 ", "log every 100 ").replace(
+        "checkpoint every 1 dir ${ckpt} keep 1\n", ""))
+    cmd = r.mpirun + ["-np", "2"] + r.ftrain_args(r.variables(lr="1e9", max_steps=8, run=os.path.join(r.dir, "run_quiet")),
+                                                  deck=quiet)
+    q = r.launch(cmd)
+    same = first[:first.index("no checkpoint was written or pruned")]
+    expect_failure(q, re.escape(same), "a divergence first read at the last step names the first diverged step")
+    if train_rows(os.path.join(r.dir, "run_quiet")):
+        fail("a metrics row was written after a diverged step")
+    print(f"ok: read at step 8, the stop still names step {stopped}: {same}")
+
     # An update that overflows the master weights (lr beyond float range; the
     # gradients are finite) is refused at the save: nothing is committed.
     ckpt2 = os.path.join(r.dir, "ckpt_overflow")

@@ -13,6 +13,7 @@
 // that none is missing, so a new op cannot skip the comparison.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -306,6 +307,42 @@ inline std::vector<ParityCase> parity_cases() {
                  Tensor p = random(ctx, {N * C}, s), g = random(ctx, {N * C}, s + 1), m = random(ctx, {N * C}, s + 2);
                  Tensor v = positive(ctx, {N * C}, s + 3);
                  ops::adamw_update(ctx, p, g, m, v, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 3, 0.7f);
+                 return ParityOutputs{{p, m, v}, {}};
+               }});
+  c.push_back({"sum_squares_accumulate", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s), y = random(ctx, {V}, s + 1, DType::bf16);
+                 Tensor acc = zeros(ctx, {1}, DType::f64);
+                 ops::sum_squares_accumulate(ctx, x, acc);
+                 ops::sum_squares_accumulate(ctx, y, acc);
+                 return ParityOutputs{{acc}, {}};
+               }});
+  c.push_back({"clip_coefficient", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 // Above the limit (clipped), below it, then a NaN norm (flagged, sticky).
+                 Tensor x = random(ctx, {N, C}, s);
+                 Tensor sum_sq = zeros(ctx, {1}, DType::f64), norm = zeros(ctx, {1}, DType::f64);
+                 Tensor clipped = zeros(ctx, {1}), unclipped = zeros(ctx, {1}), nan_scale = zeros(ctx, {1});
+                 Tensor diverged = zeros(ctx, {1}, DType::i64);
+                 ops::sum_squares_accumulate(ctx, x, sum_sq);
+                 ops::clip_coefficient(ctx, sum_sq, 1.0, 4, norm, clipped, diverged);
+                 ops::clip_coefficient(ctx, sum_sq, 1e6, 5, norm, unclipped, diverged);
+                 Tensor bad = random(ctx, {N, C}, s + 1);
+                 ops::fill(ctx, bad, std::nanf(""));
+                 ops::sum_squares_accumulate(ctx, bad, sum_sq);
+                 Tensor nan_norm = zeros(ctx, {1}, DType::f64);
+                 ops::clip_coefficient(ctx, sum_sq, 1.0, 6, nan_norm, nan_scale, diverged);
+                 ops::clip_coefficient(ctx, sum_sq, 1.0, 7, nan_norm, nan_scale, diverged);
+                 return ParityOutputs{{norm, clipped, unclipped, nan_norm, nan_scale, diverged}, {}};
+               }});
+  c.push_back({"adamw_update_guarded", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor p = random(ctx, {N * C}, s), g = random(ctx, {N * C}, s + 1), m = random(ctx, {N * C}, s + 2);
+                 Tensor v = positive(ctx, {N * C}, s + 3);
+                 Tensor scale = zeros(ctx, {1}), clear = zeros(ctx, {1}, DType::i64);
+                 ops::fill(ctx, scale, 0.7f);
+                 ops::adamw_update_guarded(ctx, p, g, m, v, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 3, scale, clear);
+                 Tensor flagged = Tensor::zeros({1}, DType::i64, Device::host, "diverged_step");
+                 flagged.data_as<std::int64_t>()[0] = 3;
+                 if (ctx.device() != Device::host) flagged = to_device(flagged, ctx.device());
+                 ops::adamw_update_guarded(ctx, p, g, m, v, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 4, scale, flagged);
                  return ParityOutputs{{p, m, v}, {}};
                }});
   // FP8: descriptors over f32[1] scalars on the device (filled by an op).

@@ -133,6 +133,7 @@ void fill(Tensor& x, float value) {
     case DType::f16: return fill_typed(x, to_f16(value));
     case DType::fp8_e4m3: return fill_typed(x, to_fp8_e4m3(value));
     case DType::fp8_e5m2: return fill_typed(x, to_fp8_e5m2(value));
+    case DType::f64: return fill_typed(x, static_cast<double>(value));  // accumulators (gradient norm)
     default: FT_THROW() << op << ": x " << x.describe() << " must have a float dtype";
   }
 }

@@ -1,0 +1,56 @@
+// Gradient clipping and the guarded optimizer step without host reads
+// (op_list.hpp: sum_squares_accumulate, clip_coefficient,
+// adamw_update_guarded). The scalars live in tensors so that on a device
+// they stay there; the arithmetic is the host's former f64 arithmetic, so
+// the golden curves do not move by a bit.
+#include <cmath>
+
+#include "core/error.hpp"
+#include "kernels/host/float_spans.hpp"
+#include "kernels/host/host_ops.hpp"
+#include "kernels/math/pointwise.hpp"
+
+namespace ftrain::host {
+
+namespace {
+
+void require_scalar(const char* op, const Tensor& t, const char* role, DType dtype) {
+  spans::require_defined_host(op, t, role);
+  spans::require_dtype(op, t, role, dtype);
+  spans::require_numel(op, t, role, 1, "one element");
+}
+
+}  // namespace
+
+void sum_squares_accumulate(const Tensor& x, Tensor& acc) {
+  require_scalar("sum_squares_accumulate", acc, "acc", DType::f64);
+  // sum_squares itself: the partials are the numbers the host used to add.
+  acc.data_as<double>()[0] += sum_squares(x);
+}
+
+void clip_coefficient(const Tensor& sum_sq, double max_norm, std::int64_t step, Tensor& norm, Tensor& scale,
+                      Tensor& diverged_step) {
+  constexpr const char* op = "clip_coefficient";
+  require_scalar(op, sum_sq, "sum_sq", DType::f64);
+  require_scalar(op, norm, "norm", DType::f64);
+  require_scalar(op, scale, "scale", DType::f32);
+  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (0 means \"not diverged\")";
+  const double n = std::sqrt(sum_sq.data_as<double>()[0]);
+  norm.data_as<double>()[0] = n;
+  scale.data_as<float>()[0] = math::clip_scale(n, max_norm);
+  std::int64_t& first = diverged_step.data_as<std::int64_t>()[0];
+  if (!std::isfinite(n) && first == 0) first = step;
+}
+
+void adamw_update_guarded(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1,
+                          float beta2, float eps, float weight_decay, std::int64_t step, const Tensor& grad_scale,
+                          const Tensor& diverged_step) {
+  constexpr const char* op = "adamw_update_guarded";
+  require_scalar(op, grad_scale, "grad_scale", DType::f32);
+  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  if (diverged_step.data_as<std::int64_t>()[0] != 0) return;  // a diverged step changes nothing
+  adamw_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale.data_as<float>()[0]);
+}
+
+}  // namespace ftrain::host
