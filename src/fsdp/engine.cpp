@@ -708,20 +708,21 @@ std::string FsdpEngine::first_non_finite(ShardState which) {
   FT_THROW() << "non-finite state reported in unit " << unit << ", which this engine does not hold";
 }
 
-void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
+// One AdamW update per trainable shard piece (decay per entry), then every
+// kept gathered copy of a changed flat is dropped: optimizer_step and
+// clip_and_step differ only in the update op they enqueue.
+void FsdpEngine::update_trainable_shards(const ShardPieceUpdate& update) {
   ++optimizer_step_count_;
   for (FlatParameter* f : all_flats()) {
     if (!f->trainable()) continue;  // frozen base (LoRA): no optimizer state, never changes
     f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
-      const FlatEntry& entry = f->entries()[static_cast<std::size_t>(e)];
       Tensor p = f->master.view({count}, at);
       Tensor g = f->grad.view({count}, at);
       Tensor m = f->exp_avg.view({count}, at);
       Tensor v = f->exp_avg_sq.view({count}, at);
-      ops::adamw_update(exec_, p, g, m, v, h.lr, h.beta1, h.beta2, h.eps, entry.weight_decay ? h.weight_decay : 0.0f,
-                        optimizer_step_count_, grad_scale);
+      update(f->entries()[static_cast<std::size_t>(e)], p, g, m, v);
     });
-    // Parameters changed: any kept gathered copy is stale.
+    // Parameters may have changed: any kept gathered copy is stale.
     if (f->gathered_valid) {
       f->gather_request.wait();
       f->gathered = Tensor();
@@ -729,6 +730,13 @@ void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
       f->gathered_valid = false;
     }
   }
+}
+
+void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
+  update_trainable_shards([&](const FlatEntry& entry, Tensor& p, Tensor& g, Tensor& m, Tensor& v) {
+    ops::adamw_update(exec_, p, g, m, v, h.lr, h.beta1, h.beta2, h.eps, entry.weight_decay ? h.weight_decay : 0.0f,
+                      optimizer_step_count_, grad_scale);
+  });
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next
 }
 
@@ -747,27 +755,11 @@ void FsdpEngine::clip_and_step(const AdamWHyper& h, double clip_grad_norm, std::
     if (f->trainable()) ops::sum_squares_accumulate(exec_, f->grad, clip_.sum_sq);
   if (shard_comm_->size() > 1) shard_comm_->all_reduce_sum(clip_.sum_sq, exec_.compute().record()).wait();
   ops::clip_coefficient(exec_, clip_.sum_sq, clip_grad_norm, step, clip_.norm, clip_.scale, clip_.diverged_step);
-  ++optimizer_step_count_;
-  for (FlatParameter* f : all_flats()) {
-    if (!f->trainable()) continue;  // frozen base (LoRA): no optimizer state, never changes
-    f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
-      const FlatEntry& entry = f->entries()[static_cast<std::size_t>(e)];
-      Tensor p = f->master.view({count}, at);
-      Tensor g = f->grad.view({count}, at);
-      Tensor m = f->exp_avg.view({count}, at);
-      Tensor v = f->exp_avg_sq.view({count}, at);
-      ops::adamw_update_guarded(exec_, p, g, m, v, h.lr, h.beta1, h.beta2, h.eps,
-                                entry.weight_decay ? h.weight_decay : 0.0f, optimizer_step_count_, clip_.scale,
-                                clip_.diverged_step);
-    });
-    // Parameters may have changed: any kept gathered copy is stale.
-    if (f->gathered_valid) {
-      f->gather_request.wait();
-      f->gathered = Tensor();
-      f->gather_send = Tensor();
-      f->gathered_valid = false;
-    }
-  }
+  update_trainable_shards([&](const FlatEntry& entry, Tensor& p, Tensor& g, Tensor& m, Tensor& v) {
+    ops::adamw_update_guarded(exec_, p, g, m, v, h.lr, h.beta1, h.beta2, h.eps,
+                              entry.weight_decay ? h.weight_decay : 0.0f, optimizer_step_count_, clip_.scale,
+                              clip_.diverged_step);
+  });
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next; nothing is read here
 }
 

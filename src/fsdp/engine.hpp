@@ -209,6 +209,9 @@ class FsdpEngine {
   }
 
  private:
+  using ShardPieceUpdate = std::function<void(const FlatEntry&, Tensor& param, Tensor& grad, Tensor& exp_avg,
+                                              Tensor& exp_avg_sq)>;
+  void update_trainable_shards(const ShardPieceUpdate& update);
   std::vector<Tensor> unit_params(int u);
   std::vector<Tensor> unit_grads(int u);
   // Returns whether an all-gather was issued (false: already gathered, or a
