@@ -155,8 +155,8 @@ class DecoderLayerUnit final : public Unit {
     Tensor q4 = q.reshape({d.b, d.t, d.hq, d.hd});
     Tensor k4 = k.reshape({d.b, d.t, d.hkv, d.hd});
     Tensor v4 = v.reshape({d.b, d.t, d.hkv, d.hd});
-    ops::rope_forward(ctx.execution(), q4, inv_freq_, batch.position_offset, q4);
-    ops::rope_forward(ctx.execution(), k4, inv_freq_, batch.position_offset, k4);
+    ops::rope_forward(ctx.execution(), q4, inv_freq(ctx), batch.position_offset, q4);
+    ops::rope_forward(ctx.execution(), k4, inv_freq(ctx), batch.position_offset, k4);
 
     Tensor attn = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor lse = f32_tensor(ctx, {d.b, d.hq, d.t});
@@ -226,8 +226,8 @@ class DecoderLayerUnit final : public Unit {
     Tensor dv = activation(ctx, {d.b, d.t, d.hkv, d.hd});
     ops::attention_backward(ctx.execution(), s[kQRot], s[kKRot], s[kVal], s[kAttn], s[kLse], dattn, /*causal=*/true,
                             softmax_scale(), dq, dk, dv);
-    ops::rope_backward(ctx.execution(), dq, inv_freq_, batch.position_offset, dq);
-    ops::rope_backward(ctx.execution(), dk, inv_freq_, batch.position_offset, dk);
+    ops::rope_backward(ctx.execution(), dq, inv_freq(ctx), batch.position_offset, dq);
+    ops::rope_backward(ctx.execution(), dk, inv_freq(ctx), batch.position_offset, dk);
 
     Tensor xn1 = activation(ctx, {d.n, d.c});
     ops::rmsnorm_forward(ctx.execution(), x, p[kInputNorm], eps, xn1, rstd_scratch);
@@ -292,6 +292,13 @@ class DecoderLayerUnit final : public Unit {
                        Tensor* dx, Tensor& dw) {
     linears_.backward(ctx, weight, x, w, dy, dx, dw, nullptr);
     lora::add_backward(ctx, weight, x, dy, dx);
+  }
+
+  // The RoPE frequencies on the step's device: made on the host with the
+  // model, copied to the device once (ops never take host tensors there).
+  const Tensor& inv_freq(const StepContext& ctx) {
+    if (inv_freq_.device() != ctx.device) inv_freq_ = to_device(inv_freq_, ctx.device);
+    return inv_freq_;
   }
 
   LlamaConfig config_;

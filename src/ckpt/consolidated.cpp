@@ -88,6 +88,7 @@ void write_consolidated(FsdpEngine& engine, Communicator& world, const std::stri
     flat->for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
       piece[static_cast<std::size_t>(e)] = {first, count, at};
     });
+    Tensor master;  // this rank's shard as host memory, read once when needed
     for (std::size_t e = 0; e < flat->entries().size(); ++e, ++index) {
       const FlatEntry& entry = flat->entries()[e];
       const auto dims = dims_of(entry);
@@ -105,7 +106,8 @@ void write_consolidated(FsdpEngine& engine, Communicator& world, const std::stri
         const hsize_t mem_dims[1] = {static_cast<hsize_t>(std::max<std::int64_t>(1, count))};
         memory = h5::Handle(H5Screate_simple(1, mem_dims, nullptr), H5Sclose);
         if (count == 0) H5Sselect_none(memory.id());
-        const float* src = count > 0 ? flat->master.data_as<float>() + piece[e][2] : &dummy;
+        if (count > 0 && !master.defined()) master = host_readable(flat->master);  // a device shard: one copy per unit
+        const float* src = count > 0 ? master.data_as<float>() + piece[e][2] : &dummy;
         buffer = src;
         if (bf16_bits) {
           bits.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, count)));

@@ -104,13 +104,13 @@ namespace {
 // The full tensor of every adapter entry of unit flat `f`, gathered over the
 // shard group (collective within it).
 std::vector<float> gather_flat(FsdpEngine& engine, FlatParameter& f) {
-  Tensor full = Tensor::empty({f.padded_numel()}, DType::f32, Device::host, f.unit_name() + ".gathered_f32");
+  Tensor full = Tensor::empty({f.padded_numel()}, DType::f32, f.master.device(), f.unit_name() + ".gathered_f32");
   if (engine.shard_comm().size() == 1) {
-    std::memcpy(full.data(), f.master.data(), f.master.nbytes());
+    copy_tensor(f.master, full);
   } else {
     engine.shard_comm().all_gather(f.master, full).wait();
   }
-  return to_float_vector(full);
+  return to_float_vector(host_readable(full));
 }
 
 }  // namespace
@@ -206,7 +206,8 @@ void merge_adapter(FsdpEngine& engine) {
       const std::string module = a.name.substr(0, a.name.size() - std::string(".lora_A.weight").size());
       by_module[module + ".weight"] = {&a, &b};
     }
-    float* master = base.master.data_as<float>();
+    Tensor host = host_readable(base.master);  // merged on the host, copied back below
+    float* master = host.data_as<float>();
     base.for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
       const FlatEntry& w = base.entries()[static_cast<std::size_t>(e)];
       const auto it = by_module.find(w.name);
@@ -226,6 +227,7 @@ void merge_adapter(FsdpEngine& engine) {
         master[at + i] += static_cast<float>(scale * delta);
       }
     });
+    copy_tensor(host, base.master);
     base.gathered_valid = false;
     base.gathered = Tensor();
   }

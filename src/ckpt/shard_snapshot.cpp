@@ -50,6 +50,7 @@ void check_free_space(const std::string& path, const ShardSnapshot& s) {
 
 ShardSnapshot take_shard_snapshot(FsdpEngine& engine, Communicator& world, const SaveInfo& info,
                                   SnapshotBuffer* copy_into) {
+  engine.execution().synchronize();  // the copies below read what queued ops wrote
   ShardSnapshot s;
   s.step = info.step;
   s.seed = info.seed;
@@ -111,10 +112,10 @@ ShardSnapshot take_shard_snapshot(FsdpEngine& engine, Communicator& world, const
     for (auto& a : u.arrays) {
       Tensor staging;
       const float* live = host_f32(*tensors[next++], staging);
-      if (copy_into == nullptr && staging.numel() == 0) {
-        a.data = live;
+      if (copy_into == nullptr) {
+        a.data = live;  // the engine's host buffer, or the device state's host copy kept below
+        if (staging.defined()) s.host_copies.push_back(std::move(staging));
       } else {
-        FT_CHECK(copy_into != nullptr) << "a blocking save of device state needs a host copy";
         float* dst = copy + at;
         std::memcpy(dst, live, static_cast<std::size_t>(a.n) * sizeof(float));
         a.data = dst;

@@ -51,6 +51,9 @@ struct ShardSnapshot {
   std::vector<std::pair<std::string, double>> scalars;
   std::vector<Unit> units;
   std::int64_t bytes = 0;  // f32 bytes in all arrays
+  // A blocking save of state on a device: the host copies the arrays point
+  // into (on the host the arrays point into the engine's own buffers).
+  std::vector<Tensor> host_copies;
 };
 
 // Host memory for snapshot copies, kept from save to save. Grown without

@@ -361,10 +361,16 @@ void load_fp8_state(FsdpEngine& engine, OldShardFile& first, LoadedInfo& info) {
     const std::string unit_path = "units/" + flat->unit_name();
     h5::Group g = h5::Group::open(first.file.id(), unit_path, first.path);
     for (const auto& ref : states[static_cast<std::size_t>(flat->unit_index())]) {
-      h5::read_f32_range(g.id(), (ref.name + ".fp8.amax_history").c_str(), 0, ref.state->amax_history.numel(),
-                         ref.state->amax_history.data_as<float>(), first.path + ":" + unit_path);
-      h5::read_f32_range(g.id(), (ref.name + ".fp8.scale").c_str(), 0, ref.state->scale.numel(),
-                         ref.state->scale.data_as<float>(), first.path + ":" + unit_path);
+      // Read into host copies, then copy to wherever the state lives (the
+      // host before the first step, the training device after).
+      Tensor history = host_readable(ref.state->amax_history);
+      Tensor scale = host_readable(ref.state->scale);
+      h5::read_f32_range(g.id(), (ref.name + ".fp8.amax_history").c_str(), 0, history.numel(),
+                         history.data_as<float>(), first.path + ":" + unit_path);
+      h5::read_f32_range(g.id(), (ref.name + ".fp8.scale").c_str(), 0, scale.numel(), scale.data_as<float>(),
+                         first.path + ":" + unit_path);
+      copy_tensor(history, ref.state->amax_history);
+      copy_tensor(scale, ref.state->scale);
     }
   }
 }
@@ -449,7 +455,15 @@ static LoadedInfo load_sharded_local(FsdpEngine& engine, const std::string& step
     // New shard range [lo, hi) of the flat buffer; only [0, numel) holds data.
     const std::int64_t lo = flat.shard_offset();
     const std::int64_t hi = std::min(flat.shard_offset() + flat.shard_numel(), flat.numel());
-    float* dst[3] = {flat.master.data_as<float>(), flat.exp_avg.data_as<float>(), flat.exp_avg_sq.data_as<float>()};
+    // Host buffers (the shards themselves on the host), copied to the
+    // training device once read.
+    Tensor* state[3] = {&flat.master, &flat.exp_avg, &flat.exp_avg_sq};
+    Tensor host[3];
+    for (int t = 0; t < 3; ++t)
+      host[t] = state[t]->device() == Device::host
+                    ? *state[t]
+                    : Tensor::empty(state[t]->shape(), DType::f32, Device::host, state[t]->name() + ".load");
+    float* dst[3] = {host[0].data_as<float>(), host[1].data_as<float>(), host[2].data_as<float>()};
     for (float* d : dst) std::fill(d, d + flat.shard_numel(), 0.0f);
     static const char* kNames[3] = {"master", "exp_avg", "exp_avg_sq"};
     for (std::int64_t pos = lo; pos < hi;) {
@@ -463,6 +477,7 @@ static LoadedInfo load_sharded_local(FsdpEngine& engine, const std::string& step
                            src.path + ":" + unit_path);
       pos = end;
     }
+    for (int t = 0; t < 3; ++t) copy_tensor(host[t], *state[t]);
     flat.gathered_valid = false;
     flat.gathered = Tensor();
   }

@@ -207,12 +207,12 @@ void MpiCommunicator::reset_times() {
 }
 
 Request MpiCommunicator::issue(const char* collective, const std::string& what, const Event& after,
-                               std::function<void(MPI_Request*)> start) {
+                               std::function<void(MPI_Request*)> start, std::function<void()> finish) {
   const InjectedFault fault = injected_fault(collective);
   std::string where = describe();
   return progress_->submit(
       after,
-      [collective, what, where = std::move(where), start = std::move(start), fault] {
+      [collective, what, where = std::move(where), start = std::move(start), finish = std::move(finish), fault] {
         if (fault.ordinal > 0) {
           int world_rank = -1;
           MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -224,46 +224,85 @@ Request MpiCommunicator::issue(const char* collective, const std::string& what, 
         MPI_Request request = MPI_REQUEST_NULL;
         start(&request);
         drive(request);
+        if (finish) finish();
       },
       clock_);
 }
+
+namespace {
+// MPI moves host memory only. A collective on device tensors (the CUDA
+// backend without NCCL, the test-only simulated device) goes through host
+// copies made on the progress thread: in after the `after` event (so after
+// the ops that wrote the input), out before the Request completes (so a
+// waiter finds the result in device memory). GPU.md's staged path; a host
+// tensor is used as it is, with no copy.
+struct Staged {
+  Tensor tensor;  // the caller's (shared storage: kept alive until the collective ran)
+  Tensor host;    // what MPI reads and writes
+  explicit Staged(const Tensor& t)
+      : tensor(t),
+        host(t.device() == Device::host ? t : Tensor::empty(t.shape(), t.dtype(), Device::host, t.name() + ".mpi_staged")) {}
+  void in() const { copy_tensor(tensor, const_cast<Tensor&>(host)); }
+  void out() const { copy_tensor(host, const_cast<Tensor&>(tensor)); }
+};
+}  // namespace
 
 // The lambdas hold the tensors (shared storage) until the collective has run.
 Request MpiCommunicator::all_gather(const Tensor& send, Tensor& recv, const Event& after) {
   FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size_ && has_mpi_type(send.dtype()))
       << "all_gather: send " << send.describe() << ", recv " << recv.describe() << ", " << size_ << " ranks";
   checked_count(recv);
-  return issue("all_gather", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
-    FT_MPI_CHECK(MPI_Iallgather(send.data(), checked_count(send), mpi_type(send), recv.data(), checked_count(send),
-                                mpi_type(recv), comm, r));
-  });
+  auto s = std::make_shared<Staged>(send), d = std::make_shared<Staged>(recv);
+  return issue(
+      "all_gather", send.describe(), after,
+      [s, d, comm = comm_](MPI_Request* r) {
+        s->in();
+        FT_MPI_CHECK(MPI_Iallgather(s->host.data(), checked_count(s->host), mpi_type(s->host), d->host.data(),
+                                    checked_count(s->host), mpi_type(d->host), comm, r));
+      },
+      [d] { d->out(); });
 }
 
 Request MpiCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after) {
   FT_CHECK(send.dtype() == recv.dtype() && send.numel() == recv.numel() * size_ && has_mpi_type(send.dtype()))
       << "reduce_scatter: send " << send.describe() << ", recv " << recv.describe() << ", " << size_ << " ranks";
   checked_count(send);
-  return issue("reduce_scatter_sum", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
-    FT_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), checked_count(recv), mpi_type(send),
-                                           mpi_sum(send), comm, r));
-  });
+  auto s = std::make_shared<Staged>(send), d = std::make_shared<Staged>(recv);
+  return issue(
+      "reduce_scatter_sum", send.describe(), after,
+      [s, d, comm = comm_](MPI_Request* r) {
+        s->in();
+        FT_MPI_CHECK(MPI_Ireduce_scatter_block(s->host.data(), d->host.data(), checked_count(d->host),
+                                               mpi_type(s->host), mpi_sum(s->host), comm, r));
+      },
+      [d] { d->out(); });
 }
 
 Request MpiCommunicator::all_reduce_sum(Tensor& inout, const Event& after) {
   FT_CHECK(has_mpi_type(inout.dtype())) << "all_reduce_sum: no MPI type for " << inout.describe();
   checked_count(inout);
-  return issue("all_reduce_sum", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
-    FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), mpi_type(inout), mpi_sum(inout),
-                                comm, r));
-  });
+  auto x = std::make_shared<Staged>(inout);
+  return issue(
+      "all_reduce_sum", inout.describe(), after,
+      [x, comm = comm_](MPI_Request* r) {
+        x->in();
+        FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x->host.data(), checked_count(x->host), mpi_type(x->host),
+                                    mpi_sum(x->host), comm, r));
+      },
+      [x] { x->out(); });
 }
 
 Request MpiCommunicator::all_reduce_max(Tensor& inout, const Event& after) {
   FT_CHECK(inout.dtype() == DType::f32) << "all_reduce_max: " << inout.describe() << " (f32 only)";
   checked_count(inout);
-  return issue("all_reduce_max", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
-    FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), MPI_FLOAT, MPI_MAX, comm, r));
-  });
+  auto x = std::make_shared<Staged>(inout);
+  return issue(
+      "all_reduce_max", inout.describe(), after,
+      [x, comm = comm_](MPI_Request* r) {
+        x->in();
+        FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x->host.data(), checked_count(x->host), MPI_FLOAT, MPI_MAX, comm, r));
+      },
+      [x] { x->out(); });
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) const {

@@ -56,9 +56,10 @@ class MpiCommunicator final : public Communicator {
  private:
   // Queues one collective: the progress thread waits for `after`, then
   // `start` issues the MPI_I* call and the thread drives it to completion.
-  // `what` names it in errors.
+  // `what` names it in errors. `finish` (optional) runs on the progress
+  // thread once the MPI request completed, before the Request does.
   Request issue(const char* collective, const std::string& what, const Event& after,
-                std::function<void(MPI_Request*)> start);
+                std::function<void(MPI_Request*)> start, std::function<void()> finish = {});
 
   std::shared_ptr<MpiProgress> progress_;
   std::shared_ptr<CommClock> clock_;

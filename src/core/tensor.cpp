@@ -48,6 +48,20 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device, std::string
   return t;
 }
 
+Tensor Tensor::external(void* data, const Shape& shape, DType dtype, Device device, std::string name) {
+  FT_CHECK(data != nullptr || shape_numel(shape) == 0) << "external tensor '" << name << "' over a null pointer";
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.name_ = std::move(name);
+  t.storage_bytes_ = t.nbytes();
+  // The aliasing constructor with an empty owner: never freed here (borrow()).
+  t.storage_ = std::shared_ptr<void>(std::shared_ptr<void>(), data);
+  return t;
+}
+
 std::int64_t Tensor::dim(int i) const {
   const int n = ndim();
   const int k = i < 0 ? n + i : i;
@@ -105,6 +119,23 @@ Tensor to_device(const Tensor& t, Device device) {
   return out;
 }
 
+void copy_tensor(const Tensor& src, Tensor& dst) {
+  FT_CHECK(src.defined() && dst.defined() && src.dtype() == dst.dtype() && src.numel() == dst.numel())
+      << "copy_tensor from " << src.describe() << " to " << dst.describe() << ": dtype and numel must match";
+  if (src.device() == dst.device() && src.data() == dst.data()) return;
+  if (src.device() == dst.device()) {
+    find_allocator(dst.device())->copy(dst.data(), src.data(), src.nbytes());
+  } else if (dst.device() == Device::host) {
+    find_allocator(src.device())->copy_to_host(dst.data(), src.data(), src.nbytes());
+  } else {
+    FT_CHECK(src.device() == Device::host) << "copy_tensor from " << src.describe() << " to " << dst.describe()
+                                           << ": only host <-> device copies exist";
+    find_allocator(dst.device())->copy_from_host(dst.data(), src.data(), src.nbytes());
+  }
+}
+
+Tensor host_readable(const Tensor& t) { return t.device() == Device::host ? t : to_device(t, Device::host); }
+
 void throw_dtype_mismatch(const Tensor& t, DType wanted) {
   FT_THROW() << "tensor " << t.describe() << " accessed as " << dtype_name(wanted);
 }
@@ -123,6 +154,8 @@ void copy_convert(const Tensor& src, Tensor& dst) {
 }
 
 std::vector<float> to_float_vector(const Tensor& t) {
+  FT_CHECK(t.device() == Device::host) << "to_float_vector of " << t.describe()
+                                       << ": the tensor is not on the host (copy it with host_readable first)";
   std::vector<float> v(static_cast<std::size_t>(t.numel()));
   for (std::int64_t i = 0; i < t.numel(); ++i) v[static_cast<std::size_t>(i)] = load_as_float(t.data(), t.dtype(), i);
   return v;

@@ -38,6 +38,11 @@ class Tensor {
   // the tensor when no backend for that device is loaded.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::host, std::string name = {});
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::host, std::string name = {});
+  // A NON-OWNING tensor over `bytes`-sized memory at `data` that someone else
+  // owns and frees, tagged with `device`. For backends that translate between
+  // address spaces (the test-only simulated device hands its ops host-tagged
+  // aliases of its memory); like borrow(), valid only while the owner lives.
+  static Tensor external(void* data, const Shape& shape, DType dtype, Device device, std::string name = {});
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
@@ -130,10 +135,22 @@ T* Tensor::data_as() const {
 // through the allocators' host copies, synchronously.
 Tensor to_device(const Tensor& t, Device device);
 
+// Copies src into dst (same dtype and numel) within one device or between
+// the host and a device, synchronously through the allocators. Neither
+// tensor may be in use by queued work: the caller synchronized the streams
+// that write src or touch dst. A no-op when both are the same memory.
+void copy_tensor(const Tensor& src, Tensor& dst);
+// `t` itself when it is on the host, else a host copy of it (to_device): how
+// host code (checkpoints, initialisation) reads state that may live on a
+// device, after synchronizing. To write, fill the result and copy_tensor it
+// back (a no-op for a host tensor).
+Tensor host_readable(const Tensor& t);
+
 // Host-side copies between tensors of any float dtype (rounding as dtype.hpp
 // says) or equal integer dtypes; shapes must have equal numel.
 void copy_convert(const Tensor& src, Tensor& dst);
-// Reads a host tensor of any dtype as a vector of float (tests, logging).
+// Reads a HOST tensor of any dtype as a vector of float (tests, logging); a
+// device tensor is refused, naming it (copy it with host_readable first).
 std::vector<float> to_float_vector(const Tensor& t);
 // Makes a host f32 tensor from values.
 Tensor from_floats(const Shape& shape, const std::vector<float>& values, DType dtype = DType::f32);

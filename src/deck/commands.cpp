@@ -175,9 +175,9 @@ std::vector<Command> build_table() {
       .name = "device",
       .help = "Where the ops run. `host`: the CPU backend. `cuda`: the CUDA backend (libftrain_cuda.so); "
               "without a usable GPU (no driver, no device, too old a driver, no CUDA build) the run stops "
-              "before anything else with the cause. The training engine does not run on the CUDA backend yet "
-              "(share/doc/status.md), so `cuda` currently stops even with a GPU, saying so. `auto`: CUDA "
-              "once the engine runs there, the host until then; it asks only the driver (libcuda), never "
+              "before anything else with the cause; with one, the training engine runs there (an op the CUDA "
+              "backend has no kernel for yet stops the run naming it; share/doc/status.md). `auto`: the host "
+              "while the CUDA backend lacks kernels, CUDA after; it asks only the driver (libcuda), never "
               "loading the CUDA libraries into a host run, and the run header says what was chosen and why.",
       .maps_to = "Accelerate `cpu` / `TrainingArguments.use_cpu`",
       .forms = {Form{.word = "",

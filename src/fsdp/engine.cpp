@@ -36,7 +36,12 @@ const char* sharding_strategy_name(ShardingStrategy s) {
 }
 
 FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& options)
-    : model_(model), world_(world), options_(options), exec_(ExecutionOptions::from_environment()) {
+    : model_(model), world_(world), options_(options), exec_([&options] {
+        ExecutionOptions o = ExecutionOptions::from_environment();  // the host stream kind
+        o.device = options.device;
+        o.attention_backend = options.attention_backend;
+        return o;
+      }()) {
   FT_CHECK(options_.limit_all_gathers >= 1) << "limit_all_gathers must be >= 1";
   options_.lora.validate();
   if (options_.lora.enabled && options_.fp8)
@@ -92,13 +97,16 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
       slots.push_back(src);
       own.push_back(spec);
     }
-    auto allocate = [](FlatParameter& f, bool trainable) {
+    // Every shard lives on the training device; the host touches it only
+    // through explicit copies (init, checkpoints).
+    const Device device = exec_.device();
+    auto allocate = [device](FlatParameter& f, bool trainable) {
       const Shape shard_shape{f.shard_numel()};
-      f.master = Tensor::zeros(shard_shape, DType::f32, Device::host, f.unit_name() + ".master");
+      f.master = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".master");
       if (!trainable) return;  // frozen: no gradient, no optimizer state
-      f.grad = Tensor::zeros(shard_shape, DType::f32, Device::host, f.unit_name() + ".grad");
-      f.exp_avg = Tensor::zeros(shard_shape, DType::f32, Device::host, f.unit_name() + ".exp_avg");
-      f.exp_avg_sq = Tensor::zeros(shard_shape, DType::f32, Device::host, f.unit_name() + ".exp_avg_sq");
+      f.grad = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".grad");
+      f.exp_avg = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".exp_avg");
+      f.exp_avg_sq = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".exp_avg_sq");
     };
     auto flat = std::make_unique<FlatParameter>(u, unit.name(), own, shard_comm_->size(), shard_comm_->rank());
     allocate(*flat, /*trainable=*/!lora_on);
@@ -264,15 +272,23 @@ void FsdpEngine::init_random(std::uint64_t seed) {
 
 void FsdpEngine::init_from(const ParameterSource& source) {
   exec_.synchronize();  // the host writes the masters below
-  for (auto& flat : flats_) {
-    float* master = flat->master.data_as<float>();
-    std::fill(master, master + flat->shard_numel(), 0.0f);  // padding stays zero
-    flat->for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
-      source(flat->entries()[static_cast<std::size_t>(e)], first, count, master + at);
-    });
-    flat->gathered_valid = false;
-    flat->gathered = Tensor();
-  }
+  for (auto& flat : flats_) fill_master_from(*flat, source);
+}
+
+// The host fills a host copy of the shard, which then goes to the device
+// (on the host, the shard itself: no copy).
+void FsdpEngine::fill_master_from(FlatParameter& flat, const ParameterSource& source) {
+  Tensor host = flat.master.device() == Device::host
+                    ? flat.master
+                    : Tensor::empty(flat.master.shape(), DType::f32, Device::host, flat.unit_name() + ".master_init");
+  float* master = host.data_as<float>();
+  std::fill(master, master + flat.shard_numel(), 0.0f);  // padding stays zero
+  flat.for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
+    source(flat.entries()[static_cast<std::size_t>(e)], first, count, master + at);
+  });
+  copy_tensor(host, flat.master);
+  flat.gathered_valid = false;
+  flat.gathered = Tensor();
 }
 
 void FsdpEngine::init_adapters(std::uint64_t seed) {
@@ -283,16 +299,8 @@ void FsdpEngine::init_adapters(std::uint64_t seed) {
 
 void FsdpEngine::init_adapters_from(const ParameterSource& source) {
   exec_.synchronize();
-  for (auto& flat : adapter_flats_) {
-    if (!flat) continue;
-    float* master = flat->master.data_as<float>();
-    std::fill(master, master + flat->shard_numel(), 0.0f);
-    flat->for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
-      source(flat->entries()[static_cast<std::size_t>(e)], first, count, master + at);
-    });
-    flat->gathered_valid = false;
-    flat->gathered = Tensor();
-  }
+  for (auto& flat : adapter_flats_)
+    if (flat) fill_master_from(*flat, source);
 }
 
 std::vector<FlatParameter*> FsdpEngine::flats_of(int u) const {
@@ -319,11 +327,12 @@ void FsdpEngine::init_from_root(const ParameterSource& source) {
       float* dst = full.data_as<float>();
       for (const auto& entry : flat->entries()) source(entry, 0, entry.numel, dst + entry.offset);
     }
+    if (exec_.device() != Device::host) full = to_device(full, exec_.device());  // the collectives run on device buffers
     Request scattered, replicated;
     if (shard_comm_->size() > 1) {
       scattered = shard_comm_->reduce_scatter_sum(full, flat->master);
     } else {
-      std::memcpy(flat->master.data(), full.data(), flat->master.nbytes());
+      copy_tensor(full.view(flat->master.shape()), flat->master);
     }
     if (replica_comm_) replicated = replica_comm_->all_reduce_sum(flat->master);  // stream order: after the scatter
     scattered.wait();
@@ -362,14 +371,14 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
   if (shard_comm_->size() == 1 && dt == DType::f32) {
     f.gathered = f.master.view(f.master.shape(), 0, f.unit_name() + ".gathered");  // no copy needed
   } else if (shard_comm_->size() == 1) {
-    f.gathered = Tensor::empty({f.padded_numel()}, dt, Device::host, f.unit_name() + ".gathered");
+    f.gathered = Tensor::empty({f.padded_numel()}, dt, exec_.device(), f.unit_name() + ".gathered");
     ops::cast(exec_, f.master, f.gathered);
   } else {
-    f.gathered = Tensor::empty({f.padded_numel()}, dt, Device::host, f.unit_name() + ".gathered");
+    f.gathered = Tensor::empty({f.padded_numel()}, dt, exec_.device(), f.unit_name() + ".gathered");
     if (dt == DType::f32) {
       f.gather_send = f.master;
     } else {
-      f.gather_send = Tensor::empty({f.shard_numel()}, dt, Device::host, f.unit_name() + ".gather_send");
+      f.gather_send = Tensor::empty({f.shard_numel()}, dt, exec_.device(), f.unit_name() + ".gather_send");
       ops::cast(exec_, f.master, f.gather_send);
     }
     // The collective reads what compute ops wrote (the cast above, AdamW's
@@ -443,7 +452,7 @@ std::vector<Tensor> FsdpEngine::unit_grads(int u) {
       continue;
     }
     if (!owner.full_grad.defined())
-      owner.full_grad = Tensor::zeros({owner.padded_numel()}, DType::f32, Device::host, owner.unit_name() + ".full_grad");
+      owner.full_grad = Tensor::zeros({owner.padded_numel()}, DType::f32, exec_.device(), owner.unit_name() + ".full_grad");
     const FlatEntry& e = owner.entries()[static_cast<std::size_t>(s.entry)];
     grads.push_back(owner.full_grad.view(e.shape, e.offset, e.name + ".grad"));
   }
@@ -465,7 +474,7 @@ void FsdpEngine::bind_adapters(int u, const Batch& batch, bool with_grads) {
     return;
   }
   if (with_grads && !af->full_grad.defined())
-    af->full_grad = Tensor::zeros({af->padded_numel()}, DType::f32, Device::host, af->unit_name() + ".full_grad");
+    af->full_grad = Tensor::zeros({af->padded_numel()}, DType::f32, exec_.device(), af->unit_name() + ".full_grad");
   auto& linears = adapted_[static_cast<std::size_t>(u)];
   for (std::size_t k = 0; k < linears.size(); ++k) {
     const FlatEntry& ea = af->entries()[2 * k];
@@ -489,7 +498,7 @@ void FsdpEngine::reduce_flat(FlatParameter& f) {
   if (!f.full_grad.defined()) return;  // no gradient flowed (frozen base under LoRA)
   Tensor send = f.full_grad;
   if (options_.reduce_dtype != DType::f32) {
-    send = Tensor::empty({f.padded_numel()}, options_.reduce_dtype, Device::host, f.unit_name() + ".grad_send");
+    send = Tensor::empty({f.padded_numel()}, options_.reduce_dtype, exec_.device(), f.unit_name() + ".grad_send");
     ops::cast(exec_, f.full_grad, send);
   }
   f.full_grad = Tensor();
@@ -503,7 +512,7 @@ void FsdpEngine::reduce_flat(FlatParameter& f) {
     const Event written = exec_.compute().record();
     p.shard = shard_comm_->size() == 1
                   ? send
-                  : Tensor::empty({f.shard_numel()}, send.dtype(), Device::host, f.unit_name() + ".grad_shard");
+                  : Tensor::empty({f.shard_numel()}, send.dtype(), exec_.device(), f.unit_name() + ".grad_shard");
     if (shard_comm_->size() > 1) p.scattered = shard_comm_->reduce_scatter_sum(send, p.shard, written);
     // Stream order: the all-reduce runs after the reduce-scatter wrote p.shard
     // (or, with one-rank shards, after the ops that wrote the gradient).
@@ -527,7 +536,7 @@ void FsdpEngine::finish_reductions(std::size_t keep_pending) {
     if (p.shard.dtype() == DType::f32) {
       ops::add_inplace(exec_, f.grad, p.shard);
     } else {
-      Tensor wide = Tensor::empty({f.shard_numel()}, DType::f32);
+      Tensor wide = Tensor::empty({f.shard_numel()}, DType::f32, exec_.device(), f.unit_name() + ".grad_shard_f32");
       ops::cast(exec_, p.shard, wide);
       ops::add_inplace(exec_, f.grad, wide);
     }
@@ -542,7 +551,18 @@ void FsdpEngine::drain() {
   exec_.synchronize();  // the engine's callers read results on the host
 }
 
-void FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
+// The batch on the training device: the data loader makes it on the host
+// (the trainer counts its target tokens there); units read it with ops only.
+Batch FsdpEngine::on_device(const Batch& batch) const {
+  if (exec_.device() == Device::host) return batch;
+  Batch out = batch;
+  if (batch.inputs.defined()) out.inputs = to_device(batch.inputs, exec_.device());
+  if (batch.targets.defined()) out.targets = to_device(batch.targets, exec_.device());
+  return out;
+}
+
+void FsdpEngine::forward_backward(const Batch& host_batch, float loss_scale) {
+  const Batch batch = on_device(host_batch);
   const int n = static_cast<int>(flats_.size());
   ctx_.training = true;
   Tensor x;
@@ -594,7 +614,8 @@ void FsdpEngine::forward_backward(const Batch& batch, float loss_scale) {
   if (options_.fp8) update_fp8_scales();
 }
 
-void FsdpEngine::forward_only(const Batch& batch) {
+void FsdpEngine::forward_only(const Batch& host_batch) {
+  const Batch batch = on_device(host_batch);
   const int n = static_cast<int>(flats_.size());
   ctx_.training = false;
   Tensor x;
@@ -784,7 +805,8 @@ std::uint64_t FsdpEngine::base_checksum() {
   exec_.synchronize();
   std::uint64_t sum = 0;
   for (auto& f : flats_) {
-    const float* master = f->master.data_as<float>();
+    const Tensor host = host_readable(f->master);
+    const float* master = host.data_as<float>();
     f->for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
       const std::uint64_t stream = rng::hash_name(f->entries()[static_cast<std::size_t>(e)].name);
       for (std::int64_t i = 0; i < count; ++i) {

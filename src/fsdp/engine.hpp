@@ -63,6 +63,12 @@ struct FsdpOptions {
   fp8::Recipe fp8_recipe;
   lora::Config lora;         // enabled: frozen base + trainable adapters
   std::uint64_t seed = 0;    // the run's seed: LoRA adapter init and dropout masks
+  // Where every shard, gathered buffer, gradient, activation and batch copy
+  // lives (deck `device`): the engine's execution context runs there. The
+  // host reads engine state only through explicit copies after a sync
+  // (share/doc/execution-model.md "The engine on a device").
+  Device device = Device::host;
+  AttentionBackend attention_backend = AttentionBackend::automatic;
 };
 
 struct AdamWHyper {
@@ -222,6 +228,8 @@ class FsdpEngine {
   void bind_adapters(int u, const Batch& batch, bool with_grads);
   void reduce_flat(FlatParameter& f);
   void init_adapters(std::uint64_t seed);
+  void fill_master_from(FlatParameter& flat, const ParameterSource& source);
+  Batch on_device(const Batch& batch) const;
   void ensure_gathered(int u);
   void release(int u);
   bool keep_gathered_after_forward() const;

@@ -6,8 +6,11 @@
 // libftrain_cuda.so when it is there; the library's registration answers
 // whether a GPU is usable and, if not, why (no driver, no device, driver too
 // old); without the library the answer is that this ftrain has none.
-// The FSDP engine still runs on the host only, so a usable GPU does not make
-// `auto` pick CUDA yet and `cuda` stops saying so (share/doc/status.md).
+// `cuda` with a usable GPU runs the FSDP engine on the CUDA backend (ops it
+// has no kernel for throw naming the op); `auto` stays on the host while
+// that table is incomplete, and says so. FTRAIN_CUDA_BACKEND naming a
+// library skips the driver probe: that library's registration decides (the
+// test-only simulated device, tests/support/sim_device_backend.cpp).
 #pragma once
 
 #include <functional>

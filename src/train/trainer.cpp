@@ -34,10 +34,12 @@
 #include "deck/diagnostics.hpp"
 #include "data/token_file.hpp"
 #include "fsdp/engine.hpp"
+#include "kernels/backend_registry.hpp"
 #include "kernels/blas_threads.hpp"
 #include "kernels/host/gemm.hpp"
 #include "optim/lr_schedule.hpp"
 #include "plugin/loader.hpp"
+#include "runtime/attention_backend.hpp"
 #include "train/console.hpp"
 #include "train/device_choice.hpp"
 #include "train/device_peak.hpp"
@@ -148,6 +150,21 @@ class ProblemList {
  private:
   std::vector<std::string> messages_;
 };
+
+// The run header's device part: where the engine runs and why.
+std::string device_header(const DeviceChoice& choice, const std::string& attention_backend, int blas_threads) {
+  std::ostringstream h;
+  if (choice.device == Device::host) {
+    h << "host [" << choice.reason << "; attention_backend " << attention_backend
+      << ": no effect on the host backend] (Kokkos; " << blas_kernel_description() << ", " << blas_threads
+      << " thread(s) per rank)";
+  } else {
+    const OpTable* table = find_backend(choice.device);
+    h << device_name(choice.device) << " [" << choice.reason << "; attention_backend " << attention_backend
+      << "] (ops backend: " << (table != nullptr && table->name != nullptr ? table->name : "?") << ")";
+  }
+  return h.str();
+}
 
 std::int64_t count_targets(const Tensor& targets) {
   const auto* t = targets.data_as<std::int32_t>();
@@ -357,6 +374,8 @@ void Trainer::prepare() {
   ProblemList problems;
   const bool fsdp_ok = problems.check([&] {
     s.fsdp = fsdp_options_from(c);
+    s.fsdp.device = s.device_choice.device;  // the engine allocates and runs there
+    s.fsdp.attention_backend = parse_attention_backend(c.attention_backend);
     const int group = shard_group_size_for(s.fsdp, plan_world, s.ranks_per_node);
     if (group < 1 || plan_world % group != 0)
       FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard_group_size " << group
@@ -510,8 +529,7 @@ int Trainer::run() {
   if (s.is_root()) {
     std::ostringstream h;
     h << "ftrain " << FTRAIN_VERSION_STRING << " | " << s.plan.world_size << " rank(s), " << s.ranks_per_node
-      << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: host [" << s.device_choice.reason << "; attention_backend " << c.attention_backend << ": no effect on the host backend] (Kokkos; " << blas_kernel_description() << ", " << s.blas_threads
-      << " thread(s) per rank) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
+      << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(s.device_choice, c.attention_backend, s.blas_threads) << " | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "host GEMM: " << host::gemm::describe() << "\n";
     h << "deck: " << c.deck_path << "\n";

@@ -4,6 +4,7 @@
 // without a GPU (CI) reports a cause instead of claiming a GPU.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "core/error.hpp"
@@ -36,9 +37,24 @@ TEST(DeviceChoice, CudaWithoutAGpuStopsNamingTheCause) {
   EXPECT_NE(m.find("cudaErrorNoDevice"), std::string::npos) << m;
 }
 
-TEST(DeviceChoice, CudaWithAGpuStillStopsWhileTheEngineIsHostOnly) {
-  const std::string m = user_error_of("cuda", kGpu);
-  EXPECT_NE(m.find("does not run on the CUDA backend yet"), std::string::npos) << m;
+TEST(DeviceChoice, CudaWithAGpuRunsTheEngineOnIt) {
+  const DeviceChoice c = choose_device("cuda", kWhere, kGpu);
+  EXPECT_EQ(c.device, Device::cuda);
+  EXPECT_EQ(c.reason, "device cuda");
+}
+
+TEST(DeviceChoice, ANamedBackendLibraryDecidesWithoutTheDriver) {
+  // FTRAIN_CUDA_BACKEND=<library>: its registration decides (the simulated
+  // device has no driver behind it); without it the driver is asked first.
+  const CudaProbes no_driver_but_backend{&no_gpu, &gpu};
+  EXPECT_NE(user_error_of("cuda", no_driver_but_backend).find("cudaErrorNoDevice"), std::string::npos);
+  ASSERT_EQ(setenv("FTRAIN_CUDA_BACKEND", "/some/libbackend.so", 1), 0);
+  EXPECT_EQ(choose_device("cuda", kWhere, no_driver_but_backend).device, Device::cuda);
+  EXPECT_NE(user_error_of("cuda", kNoGpu).find("cudaErrorNoDevice"), std::string::npos)
+      << "the named library's refusal is still the cause";
+  ASSERT_EQ(setenv("FTRAIN_CUDA_BACKEND", "none", 1), 0);
+  EXPECT_NE(user_error_of("cuda", no_driver_but_backend).find("cudaErrorNoDevice"), std::string::npos);
+  unsetenv("FTRAIN_CUDA_BACKEND");
 }
 
 TEST(DeviceChoice, CudaAsksTheBackendWhenTheDriverIsThere) {
@@ -52,7 +68,7 @@ TEST(DeviceChoice, AutoRunsOnTheHostAndSaysWhy) {
   EXPECT_NE(c.reason.find("auto: no usable CUDA GPU (cudaGetDeviceCount"), std::string::npos) << c.reason;
   c = choose_device("auto", kWhere, kGpu);
   EXPECT_EQ(c.device, Device::host);
-  EXPECT_NE(c.reason.find("a CUDA GPU is usable"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("a CUDA GPU is usable, but `auto` stays on the host"), std::string::npos) << c.reason;
   EXPECT_EQ(choose_device("host", kWhere, kNoGpu).device, Device::host);
 }
 

@@ -1,0 +1,91 @@
+// The simulated device (tests/support/sim_device_backend.cpp), the backend
+// the engine's device tests run on (tests/regression/sim_device_test.py):
+// its memory cannot be read by the host except through the explicit copies,
+// its ops give the host kernels' results bit for bit, and an op given a host
+// tensor is refused naming it. If any of these did not hold, a passing
+// device curve would prove nothing.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+#include "kernels/backend_registry.hpp"
+#include "kernels/ops.hpp"
+#include "runtime/backend_library.hpp"
+#include "runtime/execution_context.hpp"
+
+using namespace ftrain;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+class SimDevice : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (find_backend(Device::cuda) == nullptr) load_backend_library(FTRAIN_TEST_SIM_DEVICE);
+  }
+};
+}  // namespace
+
+TEST_F(SimDevice, HostReadsOfDeviceMemoryCrashAndCopiesWork) {
+  Tensor host = from_floats({4}, {1.0f, -2.0f, 3.5f, 0.25f});
+  Tensor dev = to_device(host, Device::cuda);
+  EXPECT_EQ(dev.device(), Device::cuda);
+  EXPECT_EQ(to_float_vector(to_device(dev, Device::host)), to_float_vector(host));
+  EXPECT_EQ(to_float_vector(host_readable(dev)), to_float_vector(host));
+  Tensor back = Tensor::zeros({4}, DType::f32);
+  copy_tensor(dev, back);
+  EXPECT_EQ(to_float_vector(back), to_float_vector(host));
+  // The host cannot read or write device memory directly.
+  EXPECT_DEATH({ volatile float v = dev.data_as<float>()[0]; (void)v; }, "");
+  EXPECT_DEATH({ dev.data_as<float>()[1] = 0.0f; }, "");
+  EXPECT_NE(error_of([&] { to_float_vector(dev); }).find("is not on the host"), std::string::npos);
+}
+
+TEST_F(SimDevice, OpsGiveTheHostResultsAndRefuseHostTensors) {
+  for (bool asynchronous : {false, true}) {
+    ExecutionOptions o;
+    o.device = Device::cuda;
+    o.asynchronous = asynchronous;
+    ExecutionContext ctx(o);
+    std::vector<float> a(37), b(37);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      a[i] = 0.1f * static_cast<float>(i) - 1.3f;
+      b[i] = 1.0f / (1.0f + static_cast<float>(i));
+    }
+    Tensor ha = from_floats({37}, a), hb = from_floats({37}, b), hy = Tensor::zeros({37}, DType::f32);
+    ops::add(host_context(), ha, hb, hy);
+    Tensor da = to_device(ha, Device::cuda), db = to_device(hb, Device::cuda);
+    Tensor dy = Tensor::empty({37}, DType::f32, Device::cuda, "dy");
+    ops::add(ctx, da, db, dy);
+    Tensor dsum = Tensor::empty({1}, DType::f32, Device::cuda, "dsum");
+    ops::sum(ctx, dy, dsum);
+    EXPECT_EQ(ops::sum_squares(ctx, dy), ops::sum_squares(host_context(), hy)) << "waits for the stream";
+    ctx.synchronize();
+    EXPECT_EQ(to_float_vector(host_readable(dy)), to_float_vector(hy));
+    Tensor hsum = Tensor::zeros({1}, DType::f32);
+    ops::sum(host_context(), hy, hsum);
+    EXPECT_EQ(to_float_vector(host_readable(dsum)), to_float_vector(hsum));
+
+    // A host tensor as a non-dispatching argument (what a GPU kernel would
+    // get as a host pointer) is refused, naming the op and the tensor.
+    Tensor host_side = Tensor::zeros({37}, DType::f32, Device::host, "host_side");
+    const std::string m = error_of([&] {
+      ops::add(ctx, da, host_side, dy);
+      ctx.synchronize();
+    });
+    EXPECT_NE(m.find("op add"), std::string::npos) << m;
+    EXPECT_NE(m.find("host_side"), std::string::npos) << m;
+    EXPECT_NE(m.find("not device memory"), std::string::npos) << m;
+  }
+}
