@@ -14,7 +14,9 @@ Scenarios (each compares `device cuda` on the simulated device with the same
 deck on `device host`, exactly: loss, lr, grad_norm, eval_loss of every step):
   llama_np1    tiny Llama, 1 rank: fp32; bf16; fp8; LoRA (save_adapter and
                merge_adapter + save_final, whose files must be byte-identical);
-               activation checkpointing + forward prefetch + backward_post.
+               activation checkpointing + forward prefetch + backward_post +
+               limit_all_gathers 1; fp8 + prefetch on asynchronous host streams
+               (FTRAIN_HOST_STREAM=async) with the debug allocator.
   llama_np2    the same configurations on 2 ranks (the collectives stage
                device buffers through host memory).
   vit_np12     tiny ViT on 1 and 2 ranks (fp32, and bf16 with checkpointing).
@@ -58,8 +60,9 @@ class Runner:
         self.dir = workdir
         self.runs = 0
 
-    def run(self, np, deck, device, name, extra="", **variables):
-        """ftrain on `device` (host | cuda = the simulated device); returns the run directory."""
+    def run(self, np, deck, device, name, extra="", env_vars=None, **variables):
+        """ftrain on `device` (host | cuda = the simulated device) with `env_vars` added to the
+        environment of every rank; returns the run directory."""
         run_dir = os.path.join(self.dir, name)
         os.makedirs(run_dir, exist_ok=True)
         wrapper = os.path.join(run_dir, "deck.in")
@@ -67,6 +70,9 @@ class Runner:
             f.write(f"device {device}\ninclude {deck}\n{extra}")
         cmd = self.mpirun + ["-np", str(np)]
         env = dict(os.environ)
+        for k, v in (env_vars or {}).items():
+            env[k] = v
+            cmd += ["-x", k]
         if device == "cuda" and self.args.sim_device:
             env["FTRAIN_CUDA_BACKEND"] = self.args.sim_device
             cmd += ["-x", "FTRAIN_CUDA_BACKEND"]
@@ -75,6 +81,8 @@ class Runner:
             cmd += ["-var", k, str(v)]
         cmd.append(wrapper)
         p = subprocess.run(cmd, cwd=self.dir, env=env, capture_output=True, text=True, timeout=240)
+        with open(os.path.join(self.dir, "last_stderr"), "w") as f:
+            f.write(p.stderr)
         self.runs += 1
         if p.returncode != 0:
             print(p.stdout[-4000:], p.stderr[-4000:])
@@ -186,6 +194,11 @@ def llama_configs(np):
          dict(micro=micro, max_steps=8, checkpointing="on", forward_prefetch="on", backward_prefetch="backward_post",
               limit_all_gathers=1, accumulate=1)),
         ("lora", LORA_DECK, "merge_adapter on\nsave_final ${run_dir}/final.h5\n", dict(micro=micro, max_steps=8)),
+        # Ops on stream worker threads, the debug allocator (poison + quarantine), FP8 and prefetch:
+        # a host read that races the device's queued work, or of a released block, shows here.
+        ("fp8_async_debug_alloc", LLAMA_DECK, "",
+         dict(micro=micro, max_steps=8, precision="fp8", checkpointing="on", forward_prefetch="on",
+              env_vars={"FTRAIN_HOST_STREAM": "async", "FTRAIN_ALLOC_DEBUG": "1"})),
     ]
 
 
@@ -193,6 +206,8 @@ def scenario_llama(r, np):
     for name, deck, extra, variables in llama_configs(np):
         host = r.run(np, deck, "host", f"{name}_np{np}_host", extra, **variables)
         dev = r.run(np, deck, "cuda", f"{name}_np{np}_device", extra, **variables)
+        if "env_vars" in variables and "FTRAIN_HOST_STREAM=async" not in open(os.path.join(dev, "..", "last_stderr")).read():
+            fail(f"{name}: the asynchronous host stream was not used")
         same_curve(host, dev, f"llama {name} np {np}")
         if name == "lora":
             same_file(os.path.join(host, "adapter", "adapter_model.safetensors"),
