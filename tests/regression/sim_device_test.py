@@ -12,7 +12,7 @@ of that memory, so its curves must equal the host's BIT FOR BIT.
 
 Scenarios (each compares `device cuda` on the simulated device with the same
 deck on `device host`, exactly: loss, lr, grad_norm, eval_loss of every step):
-  llama_np1    tiny Llama, 1 rank: fp32; bf16; fp8; LoRA (save_adapter and
+  llama_np1    tiny Llama, 1 rank: fp32 with sync_module_states; bf16 no_shard; fp8; LoRA (save_adapter and
                merge_adapter + save_final, whose files must be byte-identical);
                activation checkpointing + forward prefetch + backward_post +
                limit_all_gathers 1; fp8 + prefetch on asynchronous host streams
@@ -187,8 +187,11 @@ def same_h5(a, b, what):
 def llama_configs(np):
     micro = 8 // np
     return [
-        ("fp32", LLAMA_DECK, "", dict(micro=micro, max_steps=8)),
-        ("bf16", LLAMA_DECK, "", dict(micro=micro, max_steps=8, precision="bf16")),
+        # sync_module_states: rank 0's weights scattered from a device buffer (init_from_root)
+        ("fp32_sync_module_states", LLAMA_DECK, "",
+         dict(micro=micro, max_steps=8, fsdp_extra="sync_module_states on", init_extra="test_perturb_by_rank 0.01")),
+        # no_shard: the gradients' all-reduce over the replica group (a second staged path)
+        ("bf16_no_shard", LLAMA_DECK, "", dict(micro=micro, max_steps=8, precision="bf16", strategy="no_shard")),
         ("fp8", LLAMA_DECK, "", dict(micro=micro, max_steps=8, precision="fp8", checkpointing="on")),
         ("ckpt_prefetch", LLAMA_DECK, "",
          dict(micro=micro, max_steps=8, checkpointing="on", forward_prefetch="on", backward_prefetch="backward_post",
