@@ -259,7 +259,10 @@ void check_head(const Head& hd) {
       {"dw overwrites", [](auto& ps) { ps.back().dw.beta = 0.0f; }},
       {"w offset of the wrong chunk", [](auto& ps) { ps.back().w_offset = 0; }},
   };
+  const bool several_chunks = cross_entropy_chunk_width(hd.vocab, hd.chunk) < hd.vocab;
   for (const auto& [name, edit] : mutations) {
+    // With one chunk, the last chunk is the first: beta 0 and offset 0 are right there.
+    if (!several_chunks && (name == "dh does not accumulate" || name == "w offset of the wrong chunk")) continue;
     Result bad;
     const bool ran = replay(hd, edit, bad);
     EXPECT_TRUE(!ran || worst(bad, want) > kTolerance) << name << " still matched: the replay cannot catch it";
@@ -281,6 +284,7 @@ TEST(CrossEntropyPlan, TinyVitHeadReplaysLikeTheHostOp) {
   const auto s = ftrain::testing::preset_shapes(FTRAIN_TEST_VIT_PLUGIN_DIR, "vit", "tiny");
   ASSERT_GT(s.vocab, 0);
   check_head(make_head(5, hidden_of(s), s.vocab, 4096));  // one chunk: the whole class count
+  check_head(make_head(5, hidden_of(s), s.vocab, std::max<std::int64_t>(1, s.vocab / 2)));
 }
 
 TEST(CrossEntropyPlan, Llama3VocabularyAtTheDefaultChunk) {
