@@ -3,7 +3,8 @@
 // Rules (the same for every backend; share/doc/execution-model.md):
 //  * Tensor::empty asks the allocator registered for the tensor's device.
 //    The host allocator is always there; a CUDA backend library registers
-//    its own when it is loaded (cudaMallocAsync pools). No allocator for a
+//    its own when it is loaded (a cudaMemPool of its own, cudaMallocFromPool-
+//    Async, freed memory kept in the pool: kernels/cuda/cuda_backend.cpp). No allocator for a
 //    device = no backend for it: Tensor::empty says so, naming the tensor.
 //  * A block is released when the last Tensor owning it goes away. The
 //    release is ORDERED, not immediate: the allocator records an event on
@@ -36,6 +37,11 @@ struct AllocatorStats {
   std::size_t peak_live_bytes = 0;
   std::int64_t fresh_blocks = 0;     // taken from the system
   std::int64_t reused_blocks = 0;    // handed out again from the cache
+  // Device pools only (the CUDA backend's cudaMemPool: cudaMemPoolAttr-
+  // ReservedMemCurrent / -High): memory the pool holds from the driver,
+  // handed out or cached. 0 on the host, whose cache is cached_bytes.
+  std::size_t reserved_bytes = 0;
+  std::size_t peak_reserved_bytes = 0;
 };
 
 class DeviceAllocator {

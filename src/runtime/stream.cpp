@@ -17,6 +17,7 @@ struct EventState {
   std::mutex mutex;
   std::condition_variable cv;
   bool done = false;
+  std::shared_ptr<NativeEvent> native;  // set: the backend's event decides, `done` is unused
 
   void complete() {
     {
@@ -27,14 +28,25 @@ struct EventState {
   }
 };
 
+Event Event::from_native(std::shared_ptr<NativeEvent> native) {
+  FT_CHECK(native != nullptr) << "Event::from_native: no backend event";
+  auto state = std::make_shared<EventState>();
+  state->native = std::move(native);
+  return Event(std::move(state));
+}
+
+NativeEvent* Event::native() const { return state_ ? state_->native.get() : nullptr; }
+
 bool Event::query() const {
   if (!state_) return true;
+  if (state_->native) return state_->native->query();
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->done;
 }
 
 void Event::synchronize() const {
   if (!state_) return;
+  if (state_->native) return state_->native->synchronize();
   std::unique_lock<std::mutex> lock(state_->mutex);
   state_->cv.wait(lock, [&] { return state_->done; });
 }

@@ -18,7 +18,11 @@
 // at once.
 //
 // The CUDA backend implements Stream over cudaStream_t / cudaEvent_t
-// (native_handle()); nothing above kernels/ depends on which one it gets.
+// (native_handle(); its events are NativeEvents: cudaEventRecord,
+// cudaStreamWaitEvent, cudaEventQuery / cudaEventSynchronize); nothing above
+// kernels/ depends on which one it gets. A host stream waiting for a CUDA
+// event blocks its worker in cudaEventSynchronize; a CUDA stream waiting
+// for a host event runs a host function that waits for it.
 #pragma once
 
 #include <functional>
@@ -30,17 +34,32 @@ namespace ftrain {
 
 struct EventState;
 
+// A backend's own completion point (the CUDA backend's cudaEvent_t): an
+// Event made from one answers query()/synchronize() by asking it, and a
+// stream of the same backend can wait for it on the device (handle()).
+class NativeEvent {
+ public:
+  virtual ~NativeEvent() = default;
+  virtual bool query() = 0;          // never blocks; throws on a device error
+  virtual void synchronize() = 0;    // blocks the calling thread
+  virtual void* handle() const = 0;  // cudaEvent_t for the CUDA backend
+};
+
 // A completion point; cheap to copy (shared state). A default-constructed
 // Event is complete.
 class Event {
  public:
   Event() = default;
   explicit Event(std::shared_ptr<EventState> state) : state_(std::move(state)) {}
+  // An event recorded by a backend on its own stream.
+  static Event from_native(std::shared_ptr<NativeEvent> native);
   // True once the work before the event has run (never blocks).
   bool query() const;
   // Blocks the calling thread until the event completed.
   void synchronize() const;
   const std::shared_ptr<EventState>& state() const { return state_; }
+  // The backend's event, or nullptr for a host event.
+  NativeEvent* native() const;
 
  private:
   std::shared_ptr<EventState> state_;

@@ -42,6 +42,7 @@
 #include "runtime/attention_backend.hpp"
 #include "train/console.hpp"
 #include "train/device_choice.hpp"
+#include "train/device_memory.hpp"
 #include "train/device_peak.hpp"
 #include "train/output_locations.hpp"
 #include "train/host_backend.hpp"
@@ -613,6 +614,9 @@ int Trainer::run() {
       line << buf;
     }
     s.say(line.str() + "\n");
+    // A GPU run: every rank's device memory too (train/device_memory.hpp).
+    if (s.device_choice.device == Device::cuda)
+      s.say(format_device_memory(phase, gather_device_memory(s.world, this_rank_device_memory())));
   };
   gather_memory("before load");
 
@@ -974,6 +978,10 @@ int Trainer::run() {
       s.world.all_reduce_sum(peaks).wait();
       const std::vector<float> peak_per_rank = to_float_vector(peaks);
       const double peak_mib = *std::max_element(peak_per_rank.begin(), peak_per_rank.end());
+      // Device memory per rank on a GPU run (host runs: resident memory only).
+      std::vector<DeviceMemorySample> device_memory;
+      if (s.device_choice.device == Device::cuda)
+        device_memory = gather_device_memory(s.world, this_rank_device_memory());
       const bool images = s.model->data_kind() == DataKind::images;
       const double samples_per_s = static_cast<double>(s.plan.global_batch) / step_time;
       // Communication time on the stream and the part compute waited for,
@@ -1020,6 +1028,7 @@ int Trainer::run() {
         j["mfu"] = mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr);  // null: the stated peak is wrong
         j["peak_rss_mib_max_rank"] = peak_mib;
         j["peak_rss_mib_per_rank"] = peak_per_rank;
+        if (!device_memory.empty()) add_device_memory_metrics(j, device_memory);
         j["elapsed_s"] = s.prior_elapsed + elapsed;  // continues across resumes
         j["comm_s_per_step"] = comm_per_step;
         j["comm_exposed_s_per_step"] = exposed_per_step;

@@ -9,12 +9,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
 #include "kernels/backend_registry.hpp"
+#include "runtime/allocator.hpp"
 #include "runtime/backend_library.hpp"
 #include "kernels/rope_frequencies.hpp"
 #include "support/backend_parity.hpp"
@@ -26,13 +28,20 @@ namespace {
 
 // Ops whose CUDA kernel applies the shared per-element function with no
 // reduction: the same bits as the host are required.
-const std::set<std::string> kBitExact = {"add",         "add_inplace",    "scale_inplace",      "fill",
-                                         "cast",        "gelu_forward",   "gelu_backward",      "swiglu_forward",
-                                         "swiglu_backward", "adamw_update", "embedding_forward", "embedding_backward"};
-// Ops the CUDA backend does not implement yet (share/doc/status.md).
+const std::set<std::string> kBitExact = {"add",           "add_inplace",       "scale_inplace",
+                                         "fill",          "cast",              "gelu_forward",
+                                         "gelu_backward", "swiglu_forward",    "swiglu_backward",
+                                         "adamw_update",  "adamw_update_guarded", "embedding_forward",
+                                         "embedding_backward"};
+// Ops (or parity cases) the CUDA backend does not run yet (share/doc/status.md):
+// the parity case of `cast` converts to fp8 too, the FP8 ops are issue 20's.
 // (Attention runs the reference kernel: its own odd-size cases are in
 // test_cuda_attention.cpp.)
-const std::set<std::string> kNotYet = {"cross_entropy_forward", "cross_entropy_backward"};
+const std::set<std::string> kNotYet = {"dropout",           "patchify_forward",      "patchify_backward",
+                                       "prepend_rows_forward", "prepend_rows_backward", "broadcast_add_forward",
+                                       "broadcast_add_backward", "slice_rows_forward",  "slice_rows_backward",
+                                       "cast",              "cast_to_fp8",           "fp8_linear_forward",
+                                       "fp8_linear_backward", "fp8_update_scales"};
 
 bool cuda_usable(std::string& why) {
   if (find_backend(Device::cuda) != nullptr) return true;
@@ -117,6 +126,63 @@ std::vector<ParityCase> odd_size_cases() {
   c.push_back({"sum_squares (n = 2^20 + 7)", [](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor x = random(ctx, {(1 << 20) + 7}, s);
                  return ParityOutputs{{}, {ops::sum_squares(ctx, x)}};
+               }});
+  c.push_back({"sum_squares_accumulate (n = 1025 then 3, bf16) and clip_coefficient", [](ExecutionContext& ctx,
+                                                                                          std::uint64_t s) {
+                 Tensor x = random(ctx, {1025}, s), y = random(ctx, {3}, s + 1, DType::bf16);
+                 Tensor acc = zeros(ctx, {1}, DType::f64), norm = zeros(ctx, {1}, DType::f64);
+                 Tensor scale = zeros(ctx, {1}), diverged = zeros(ctx, {1}, DType::i64);
+                 ops::fill(ctx, acc, 0.5f);  // f64 fill
+                 ops::sum_squares_accumulate(ctx, x, acc);
+                 ops::sum_squares_accumulate(ctx, y, acc);
+                 ops::clip_coefficient(ctx, acc, 3.0, 9, norm, scale, diverged);
+                 return ParityOutputs{{acc, norm, scale, diverged}, {}};
+               }});
+  c.push_back({"cast f32 -> f16 -> bf16 -> f16 -> f32 (n = 70001, past f16's range)", [](ExecutionContext& ctx,
+                                                                                         std::uint64_t s) {
+                 // Scale 3e4: values beyond 65504 overflow to inf, small ones are f16 subnormals.
+                 Tensor x = random(ctx, {70001}, s, DType::f32, 3e4);
+                 Tensor tiny = random(ctx, {70001}, s + 1, DType::f32, 1e-6);
+                 Tensor h = zeros(ctx, {70001}, DType::f16), b = zeros(ctx, {70001}, DType::bf16),
+                        h2 = zeros(ctx, {70001}, DType::f16), back = zeros(ctx, {70001}),
+                        tiny_h = zeros(ctx, {70001}, DType::f16);
+                 ops::cast(ctx, x, h);
+                 ops::cast(ctx, h, b);
+                 ops::cast(ctx, b, h2);
+                 ops::cast(ctx, h2, back);
+                 ops::cast(ctx, tiny, tiny_h);
+                 return ParityOutputs{{h, b, h2, back, tiny_h}, {}};
+               }});
+  // The fused head at odd sizes: rows past a warp, a vocabulary that is no
+  // multiple of the chunk (last chunk partial), ignored rows, bf16 storage
+  // (bf16 GEMMs), a mixed f32 h / bf16 w head, a chunk wider than the
+  // vocabulary, a frozen head (no dw).
+  c.push_back({"cross_entropy bf16 (37 x 70, V 1001, chunk 97)", [](ExecutionContext& ctx, std::uint64_t s) {
+                 const std::int64_t N = 37, C = 70, V = 1001;
+                 Tensor h = random(ctx, {N, C}, s, DType::bf16), w = random(ctx, {V, C}, s + 1, DType::bf16, 0.2);
+                 Tensor b = random(ctx, {V}, s + 2, DType::bf16), t = ids(ctx, N, V, s + 3, true);
+                 Tensor losses = zeros(ctx, {N}), lse = zeros(ctx, {N});
+                 ops::cross_entropy_forward(ctx, h, w, &b, t, 97, losses, lse);
+                 Tensor scale = zeros(ctx, {1});
+                 ops::fill(ctx, scale, 1.0f / 29.0f);
+                 Tensor dh = zeros(ctx, {N, C}, DType::bf16), dw = random(ctx, {V, C}, s + 4, DType::bf16, 0.01),
+                        db = zeros(ctx, {V});
+                 ops::cross_entropy_backward(ctx, h, w, &b, t, lse, scale, 97, dh, dw, &db);
+                 return ParityOutputs{{losses, lse, dh, dw, db}, {}};
+               }});
+  c.push_back({"cross_entropy mixed f32 h / bf16 w (33 x 65, V 300, chunk 4096, no bias)",
+               [](ExecutionContext& ctx, std::uint64_t s) {
+                 const std::int64_t N = 33, C = 65, V = 300;
+                 Tensor h = random(ctx, {N, C}, s), w = random(ctx, {V, C}, s + 1, DType::bf16, 0.3);
+                 Tensor t = ids(ctx, N, V, s + 3, false), losses = zeros(ctx, {N}), lse = zeros(ctx, {N});
+                 ops::cross_entropy_forward(ctx, h, w, nullptr, t, 4096, losses, lse);
+                 Tensor scale = zeros(ctx, {1});
+                 ops::fill(ctx, scale, 0.5f);
+                 Tensor dh = zeros(ctx, {N, C}), dw = zeros(ctx, {V, C});
+                 ops::cross_entropy_backward(ctx, h, w, nullptr, t, lse, scale, 4096, dh, dw, nullptr);
+                 Tensor frozen_dh = zeros(ctx, {N, C}), no_dw;
+                 ops::cross_entropy_backward(ctx, h, w, nullptr, t, lse, scale, 7, frozen_dh, no_dw, nullptr);
+                 return ParityOutputs{{losses, lse, dh, dw, frozen_dh}, {}};
                }});
   return c;
 }
@@ -207,7 +273,55 @@ TEST(CudaOps, OpsWithoutACudaKernelSayWhich) {
       c.run(ctx, 1);
       ADD_FAILURE() << c.op << " ran on CUDA: move it out of kNotYet and into the comparison";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(c.op), std::string::npos) << e.what();
+      // Names the op that has no kernel (an FP8 case may stop at its cast first).
+      EXPECT_NE(std::string(e.what()).find("the CUDA backend has no"), std::string::npos) << e.what();
     }
   }
+}
+
+// Real CUDA events (runtime/stream.hpp NativeEvent over cudaEvent_t): record()
+// returns at once with a device event, another stream waits for it on the
+// device, and the host can query and wait for it.
+TEST(CudaStreams, EventsAreCudaEventsAndOrderStreams) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  ExecutionOptions o;
+  o.device = Device::cuda;
+  ExecutionContext ctx(o);
+  Tensor x = parity::random(ctx, {1 << 22}, 3);
+  for (int i = 0; i < 50; ++i) ops::scale_inplace(ctx, x, 1.0f);
+  ops::scale_inplace(ctx, x, 0.0f);
+  const Event done = ctx.compute().record();
+  ASSERT_NE(done.native(), nullptr) << "record() must give a cudaEvent_t, not wait for the stream";
+  ctx.communication().wait(done);
+  const Event after = ctx.communication().record();
+  after.synchronize();
+  EXPECT_TRUE(done.query()) << "the communication stream's event completed before the event it waited for";
+  const std::vector<float> v = to_float_vector(to_device(x, Device::host));
+  for (std::size_t i = 0; i < v.size(); i += 4097) ASSERT_EQ(v[i], 0.0f);
+}
+
+// The allocator's pool: allocated bytes are counted, the pool reserves at
+// least that, and freed memory stays reserved (release threshold "never").
+TEST(CudaAllocator, PoolStatsAllocatedReservedPeak) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  DeviceAllocator* allocator = find_allocator(Device::cuda);
+  ASSERT_NE(allocator, nullptr);
+  const AllocatorStats before = allocator->stats();
+  {
+    std::shared_ptr<void> block = allocator->allocate(std::size_t(64) << 20);
+    const AllocatorStats during = allocator->stats();
+    EXPECT_EQ(during.live_bytes, before.live_bytes + (std::size_t(64) << 20));
+    EXPECT_GE(during.reserved_bytes, during.live_bytes);
+    EXPECT_GE(during.peak_live_bytes, during.live_bytes);
+    EXPECT_GE(during.peak_reserved_bytes, during.reserved_bytes);
+  }
+  ExecutionOptions o;
+  o.device = Device::cuda;
+  ExecutionContext ctx(o);
+  ctx.synchronize();
+  const AllocatorStats after = allocator->stats();
+  EXPECT_EQ(after.live_bytes, before.live_bytes);
+  EXPECT_GE(after.reserved_bytes, std::size_t(64) << 20) << "freed memory went back to the driver";
 }

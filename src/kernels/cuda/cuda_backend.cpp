@@ -9,14 +9,16 @@
 //
 // Ordering: ftrain's CUDA streams are created blocking (cudaStreamCreate), so
 // the legacy default stream orders itself with them. The allocator takes and
-// returns blocks with cudaMallocAsync / cudaFreeAsync on that default stream:
+// returns blocks of its own cudaMemPool (cudaMallocFromPoolAsync /
+// cudaFreeAsync) on that default stream:
 // a block freed after the last op that reads it was enqueued (the execution
 // model's rule) is reused only after that op ran, on any stream.
-// Stream::record() waits for the stream (an Event over cudaEvent_t is the
-// next step, see share/doc/status.md).
+// Stream::record() records a cudaEvent_t (CudaEvent, a NativeEvent of
+// runtime/stream.hpp); wait() is cudaStreamWaitEvent.
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -34,14 +36,36 @@ namespace ftrain::cuda {
 
 namespace {
 
+// Device memory from a cudaMemPool of ftrain's own (not the device's default
+// pool, whose settings other libraries in the process may change), with the
+// release threshold at "never": memory freed back to the pool stays reserved
+// for the next allocation instead of going back to the driver at every
+// synchronisation (PyTorch's caching allocator keeps it too). Stats: live
+// and peak bytes handed out (counted here, requested sizes) and the pool's
+// reserved bytes, current and peak (cudaMemPoolGetAttribute).
 class CudaAllocator final : public DeviceAllocator {
  public:
+  CudaAllocator() {
+    int device = 0;
+    FTRAIN_CUDA_CHECK(cudaGetDevice(&device));
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    FTRAIN_CUDA_CHECK(cudaMemPoolCreate(&pool_, &props));
+    std::uint64_t keep_everything = ~std::uint64_t{0};
+    FTRAIN_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+  }
+  // Never destroyed (static in register_all): tensors may outlive static
+  // destruction, and the process's exit returns the pool to the driver.
+
   Device device() const override { return Device::cuda; }
 
   std::shared_ptr<void> allocate(std::size_t bytes) override {
     void* p = nullptr;
     const std::size_t size = bytes == 0 ? 256 : bytes;
-    FTRAIN_CUDA_CHECK(cudaMallocAsync(&p, size, cudaStreamLegacy));
+    FTRAIN_CUDA_CHECK(cudaMallocFromPoolAsync(&p, size, pool_, cudaStreamLegacy));
     const std::size_t live = live_.fetch_add(size) + size;
     std::size_t peak = peak_.load();
     while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
@@ -70,12 +94,42 @@ class CudaAllocator final : public DeviceAllocator {
     s.live_bytes = live_.load();
     s.peak_live_bytes = peak_.load();
     s.fresh_blocks = fresh_.load();
+    s.reserved_bytes = pool_attribute(cudaMemPoolAttrReservedMemCurrent);
+    s.peak_reserved_bytes = pool_attribute(cudaMemPoolAttrReservedMemHigh);
     return s;
   }
 
  private:
+  std::size_t pool_attribute(cudaMemPoolAttr attribute) const {
+    std::uint64_t value = 0;
+    FTRAIN_CUDA_CHECK(cudaMemPoolGetAttribute(pool_, attribute, &value));
+    return static_cast<std::size_t>(value);
+  }
+
+  cudaMemPool_t pool_ = nullptr;
   std::atomic<std::size_t> live_{0}, peak_{0};
   std::atomic<std::int64_t> fresh_{0};
+};
+
+// A recorded cudaEvent_t (timing off: cheapest to record and wait for).
+// Destroying it while the GPU has not reached it is allowed (CUDA releases
+// it on completion).
+class CudaEvent final : public NativeEvent {
+ public:
+  CudaEvent() { FTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+  ~CudaEvent() override { cudaEventDestroy(event); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  bool query() override {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaErrorNotReady) return false;  // "not an error" (CUDA's docs): still running
+    FTRAIN_CUDA_CHECK(status);
+    return true;
+  }
+  void synchronize() override { FTRAIN_CUDA_CHECK(cudaEventSynchronize(event)); }
+  void* handle() const override { return event; }
+
+  cudaEvent_t event = nullptr;
 };
 
 class CudaStream final : public Stream {
@@ -116,11 +170,23 @@ class CudaStream final : public Stream {
       FTRAIN_CUDA_CHECK(status);
     }
   }
+  // A cudaEvent_t recorded on this stream: the caller does not wait.
   Event record() override {
-    synchronize();
-    return Event();  // complete: everything before it ran
+    auto event = std::make_shared<CudaEvent>();
+    FTRAIN_CUDA_CHECK(cudaEventRecord(event->event, stream_));
+    return Event::from_native(std::move(event));
   }
-  void wait(const Event& event) override { event.synchronize(); }
+  // On the device for a CUDA event (cudaStreamWaitEvent: the host thread
+  // goes on); a host event not yet complete is waited for by a host function
+  // in stream order.
+  void wait(const Event& event) override {
+    if (NativeEvent* native = event.native(); native != nullptr && native->handle() != nullptr) {
+      FTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(native->handle()), 0));
+      return;
+    }
+    if (event.query()) return;
+    enqueue([event] { event.synchronize(); });
+  }
   void synchronize() override {
     FTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::exception_ptr error;

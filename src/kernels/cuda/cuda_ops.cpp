@@ -1,7 +1,7 @@
 // The CUDA op table (cuda_ops.hpp). Argument checks mirror the host kernels'
 // (kernels/host/float_spans.hpp); the arithmetic is in the launchers
 // (kernels.hpp) and, below them, kernels/math/. Ops that still have no CUDA
-// kernel (the fused cross-entropy head, casts from or to f16/fp8)
+// kernel (casts from or to fp8, the FP8 ops, the ViT row ops, dropout)
 // throw naming themselves: share/doc/status.md lists them.
 #include "kernels/cuda/cuda_ops.hpp"
 
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "kernels/cuda/cross_entropy_head.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #if defined(FTRAIN_HAVE_CUDNN)
@@ -462,13 +463,15 @@ void attention_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k,
                                       float_span(op, dv, "dv"), dims, stream_of(ctx));
 }
 
-void cross_entropy_forward(ExecutionContext&, const Tensor& h, const Tensor&, const Tensor*, const Tensor&,
-                           std::int64_t, Tensor&, Tensor&) {
-  not_on_cuda_yet("cross_entropy_forward", h, "fused chunked cross-entropy head");
+// The fused chunked head: kernels/cuda/cross_entropy_head.cpp.
+void cross_entropy_forward(ExecutionContext& ctx, const Tensor& h, const Tensor& w, const Tensor* bias,
+                           const Tensor& targets, std::int64_t vocab_chunk, Tensor& losses, Tensor& lse) {
+  cross_entropy_head_forward(ctx, h, w, bias, targets, vocab_chunk, losses, lse);
 }
-void cross_entropy_backward(ExecutionContext&, const Tensor& h, const Tensor&, const Tensor*, const Tensor&,
-                            const Tensor&, const Tensor&, std::int64_t, Tensor&, Tensor&, Tensor*) {
-  not_on_cuda_yet("cross_entropy_backward", h, "fused chunked cross-entropy head");
+void cross_entropy_backward(ExecutionContext& ctx, const Tensor& h, const Tensor& w, const Tensor* bias,
+                            const Tensor& targets, const Tensor& lse, const Tensor& loss_scale,
+                            std::int64_t vocab_chunk, Tensor& dh, Tensor& dw, Tensor* dbias) {
+  cross_entropy_head_backward(ctx, h, w, bias, targets, lse, loss_scale, vocab_chunk, dh, dw, dbias);
 }
 
 // ---- element-wise ------------------------------------------------------------------
@@ -493,9 +496,19 @@ void scale_inplace(ExecutionContext& ctx, Tensor& x, float factor) {
 void fill(ExecutionContext& ctx, Tensor& x, float value) {
   constexpr const char* op = "fill";
   require_cuda(op, x, "x");
-  std::uint32_t pattern = 0;
+  std::uint64_t pattern = 0;
   switch (x.dtype()) {
-    case DType::f32: std::memcpy(&pattern, &value, 4); break;
+    case DType::f32: {
+      std::uint32_t word = 0;
+      std::memcpy(&word, &value, 4);
+      pattern = word;
+      break;
+    }
+    case DType::f64: {  // accumulators (the gradient norm), as the host
+      const double wide = value;
+      std::memcpy(&pattern, &wide, 8);
+      break;
+    }
     case DType::bf16: pattern = to_bf16(value).bits; break;
     case DType::f16: pattern = to_f16(value).bits; break;
     case DType::fp8_e4m3: pattern = to_fp8_e4m3(value).bits; break;
@@ -515,10 +528,23 @@ void cast(ExecutionContext& ctx, const Tensor& src, Tensor& dst) {
       FTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_of(ctx)));
     return;
   }
-  const auto f32_or_bf16 = [](DType t) { return t == DType::f32 || t == DType::bf16; };
-  if (!f32_or_bf16(src.dtype()) || !f32_or_bf16(dst.dtype()))
-    not_on_cuda_yet(op, src, ("cast kernel to " + std::string(dtype_name(dst.dtype())) + " (f32 <-> bf16 only)").c_str());
-  launch_cast(float_span(op, src, "src"), float_span(op, dst, "dst"), src.numel(), stream_of(ctx));
+  // f32, bf16 and f16 (kernels/math/f16.hpp, shared with the host cast);
+  // fp8 casts wait for the shared FP8 functions (issue 20).
+  const auto element = [](DType t, CastElement& e) {
+    switch (t) {
+      case DType::f32: e = CastElement::f32; return true;
+      case DType::bf16: e = CastElement::bf16; return true;
+      case DType::f16: e = CastElement::f16; return true;
+      default: return false;
+    }
+  };
+  CastElement from{}, to{};
+  const bool fp8 = src.dtype() == DType::fp8_e4m3 || src.dtype() == DType::fp8_e5m2 ||
+                   dst.dtype() == DType::fp8_e4m3 || dst.dtype() == DType::fp8_e5m2;
+  if (fp8) not_on_cuda_yet(op, src, ("cast kernel to " + std::string(dtype_name(dst.dtype())) + " (fp8: issue 20)").c_str());
+  FT_CHECK(element(src.dtype(), from) && element(dst.dtype(), to))
+      << op << ": cannot convert " << src.describe() << " to " << dst.describe() << " (float dtypes only)";
+  launch_cast_elements(src.data(), from, dst.data(), to, src.numel(), stream_of(ctx));
 }
 
 void sum(ExecutionContext& ctx, const Tensor& x, Tensor& out) {
@@ -551,6 +577,52 @@ void adamw_update(ExecutionContext& ctx, Tensor& param, const Tensor& grad, Tens
   launch_adamw(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(), v.data_as<float>(),
                math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale), param.numel(),
                stream_of(ctx));
+}
+
+// ---- gradient clipping and the guarded step (scalars stay on the device) --------
+
+void require_scalar(const char* op, const Tensor& t, const char* role, DType dtype) {
+  require_dtype(op, t, role, dtype);
+  require_numel(op, t, role, 1, "one element");
+}
+
+void sum_squares_accumulate(ExecutionContext& ctx, const Tensor& x, Tensor& acc) {
+  constexpr const char* op = "sum_squares_accumulate";
+  require_scalar(op, acc, "acc", DType::f64);
+  launch_sum_squares_accumulate(float_span(op, x, "x"), x.numel(), acc.data_as<double>(), stream_of(ctx));
+}
+
+void clip_coefficient(ExecutionContext& ctx, const Tensor& sum_sq, double max_norm, std::int64_t step, Tensor& norm,
+                      Tensor& scale, Tensor& diverged_step) {
+  constexpr const char* op = "clip_coefficient";
+  require_scalar(op, sum_sq, "sum_sq", DType::f64);
+  require_scalar(op, norm, "norm", DType::f64);
+  require_scalar(op, scale, "scale", DType::f32);
+  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (0 means \"not diverged\")";
+  launch_clip_coefficient(sum_sq.data_as<double>(), max_norm, step, norm.data_as<double>(), scale.data_as<float>(),
+                          diverged_step.data_as<std::int64_t>(), stream_of(ctx));
+}
+
+void adamw_update_guarded(ExecutionContext& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
+                          float beta1, float beta2, float eps, float weight_decay, std::int64_t step,
+                          const Tensor& grad_scale, const Tensor& diverged_step) {
+  constexpr const char* op = "adamw_update_guarded";
+  require_scalar(op, grad_scale, "grad_scale", DType::f32);
+  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  require_dtype(op, param, "param", DType::f32);
+  require_dtype(op, grad, "grad", DType::f32);
+  require_dtype(op, m, "m", DType::f32);
+  require_dtype(op, v, "v", DType::f32);
+  require_numel(op, grad, "grad", param.numel(), "same as param");
+  require_numel(op, m, "m", param.numel(), "same as param");
+  require_numel(op, v, "v", param.numel(), "same as param");
+  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (bias correction) for param " << param.describe();
+  // grad_scale 1 here: the kernel puts the device value in its place.
+  launch_adamw_guarded(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(), v.data_as<float>(),
+                       math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, 1.0f),
+                       grad_scale.data_as<float>(), diverged_step.data_as<std::int64_t>(), param.numel(),
+                       stream_of(ctx));
 }
 
 }  // namespace

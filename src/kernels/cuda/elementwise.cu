@@ -1,7 +1,9 @@
 // CUDA element-wise ops and reductions: add, add_inplace, scale_inplace,
-// fill, cast, sum, sum_squares, column sums (kernels.hpp). The arithmetic is
-// kernels/math/pointwise.hpp's, as on the host.
+// fill, cast, sum, sum_squares(_accumulate), column sums (kernels.hpp). The
+// arithmetic is kernels/math/pointwise.hpp's (and f16.hpp's for casts), as
+// on the host.
 #include "kernels/cuda/launch.cuh"
+#include "kernels/math/f16.hpp"
 #include "kernels/math/pointwise.hpp"
 
 namespace ftrain::cuda {
@@ -24,7 +26,7 @@ void launch_scale_inplace(FloatSpan x, float factor, std::int64_t n, cudaStream_
   });
 }
 
-void launch_fill_pattern(void* data, int element_bytes, std::uint32_t pattern, std::int64_t n, cudaStream_t stream) {
+void launch_fill_pattern(void* data, int element_bytes, std::uint64_t pattern, std::int64_t n, cudaStream_t stream) {
   switch (element_bytes) {
     case 1: {
       auto* p = static_cast<std::uint8_t*>(data);
@@ -38,15 +40,48 @@ void launch_fill_pattern(void* data, int element_bytes, std::uint32_t pattern, s
     }
     case 4: {
       auto* p = static_cast<std::uint32_t*>(data);
+      const auto v = static_cast<std::uint32_t>(pattern);
+      return launch_elementwise("ftrain::fill", n, stream, [=] __device__(std::int64_t i) { p[i] = v; });
+    }
+    case 8: {
+      auto* p = static_cast<std::uint64_t*>(data);
       return launch_elementwise("ftrain::fill", n, stream, [=] __device__(std::int64_t i) { p[i] = pattern; });
     }
-    default: FT_THROW() << "ftrain::fill: element size " << element_bytes << " bytes is not 1, 2 or 4";
+    default: FT_THROW() << "ftrain::fill: element size " << element_bytes << " bytes is not 1, 2, 4 or 8";
   }
 }
 
 void launch_cast(FloatSpan src, FloatSpan dst, std::int64_t n, cudaStream_t stream) {
   launch_elementwise("ftrain::cast", n, stream,
                      [=] __device__(std::int64_t i) { store_f32(dst, i, load_f32(src, i)); });
+}
+
+namespace {
+
+__device__ __forceinline__ float load_element(const void* p, CastElement t, std::int64_t i) {
+  switch (t) {
+    case CastElement::f32: return static_cast<const float*>(p)[i];
+    case CastElement::bf16: return math::bf16_bits_to_float(static_cast<const std::uint16_t*>(p)[i]);
+    case CastElement::f16: return math::f16_bits_to_float(static_cast<const std::uint16_t*>(p)[i]);
+  }
+  return 0.0f;
+}
+
+__device__ __forceinline__ void store_element(void* p, CastElement t, std::int64_t i, float v) {
+  switch (t) {
+    case CastElement::f32: static_cast<float*>(p)[i] = v; return;
+    case CastElement::bf16: static_cast<std::uint16_t*>(p)[i] = math::float_to_bf16_bits(v); return;
+    case CastElement::f16: static_cast<std::uint16_t*>(p)[i] = math::float_to_f16_bits(v); return;
+  }
+}
+
+}  // namespace
+
+void launch_cast_elements(const void* src, CastElement src_type, void* dst, CastElement dst_type, std::int64_t n,
+                          cudaStream_t stream) {
+  launch_elementwise("ftrain::cast", n, stream, [=] __device__(std::int64_t i) {
+    store_element(dst, dst_type, i, load_element(src, src_type, i));
+  });
 }
 
 namespace {
@@ -65,7 +100,9 @@ __device__ double block_sum_double(double value, double* scratch) {
 
 // One block: thread t sums elements t, t + 1024, ... in order, then a fixed
 // tree: deterministic. Squares when `squares`.
-__global__ void sum_kernel(FloatSpan x, std::int64_t n, bool squares, float* out_f32, double* out_f64) {
+// `accumulate`: *out_f64 += total (sum_squares_accumulate) instead of =.
+__global__ void sum_kernel(FloatSpan x, std::int64_t n, bool squares, float* out_f32, double* out_f64,
+                           bool accumulate) {
   __shared__ double scratch[32];
   double acc = 0.0;
   for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -75,7 +112,7 @@ __global__ void sum_kernel(FloatSpan x, std::int64_t n, bool squares, float* out
   const double total = block_sum_double(acc, scratch);
   if (threadIdx.x == 0) {
     if (out_f32 != nullptr) *out_f32 = static_cast<float>(total);
-    if (out_f64 != nullptr) *out_f64 = total;
+    if (out_f64 != nullptr) *out_f64 = accumulate ? *out_f64 + total : total;
   }
 }
 
@@ -92,13 +129,18 @@ __global__ void column_sum_kernel(FloatSpan data, std::int64_t rows, std::int64_
 }  // namespace
 
 void launch_sum(FloatSpan x, std::int64_t n, float* out, cudaStream_t stream) {
-  sum_kernel<<<1, kReduceThreads, 0, stream>>>(x, n, false, out, nullptr);
+  sum_kernel<<<1, kReduceThreads, 0, stream>>>(x, n, false, out, nullptr, false);
   FTRAIN_CUDA_CHECK_LAUNCH("ftrain::sum");
 }
 
 void launch_sum_squares(FloatSpan x, std::int64_t n, double* out, cudaStream_t stream) {
-  sum_kernel<<<1, kReduceThreads, 0, stream>>>(x, n, true, nullptr, out);
+  sum_kernel<<<1, kReduceThreads, 0, stream>>>(x, n, true, nullptr, out, false);
   FTRAIN_CUDA_CHECK_LAUNCH("ftrain::sum_squares");
+}
+
+void launch_sum_squares_accumulate(FloatSpan x, std::int64_t n, double* acc, cudaStream_t stream) {
+  sum_kernel<<<1, kReduceThreads, 0, stream>>>(x, n, true, nullptr, acc, true);
+  FTRAIN_CUDA_CHECK_LAUNCH("ftrain::sum_squares_accumulate");
 }
 
 void launch_column_sum_accumulate(FloatSpan data, std::int64_t rows, std::int64_t cols, FloatSpan acc,

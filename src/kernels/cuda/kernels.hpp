@@ -26,14 +26,26 @@ struct FloatSpan {
 void launch_add(FloatSpan a, FloatSpan b, FloatSpan out, std::int64_t n, cudaStream_t stream);
 void launch_add_inplace(FloatSpan acc, FloatSpan x, std::int64_t n, cudaStream_t stream);
 void launch_scale_inplace(FloatSpan x, float factor, std::int64_t n, cudaStream_t stream);
-// Fills n elements of `element_bytes` (1, 2 or 4) with one encoded bit pattern.
-void launch_fill_pattern(void* data, int element_bytes, std::uint32_t pattern, std::int64_t n, cudaStream_t stream);
+// Fills n elements of `element_bytes` (1, 2, 4 or 8) with one encoded bit pattern.
+void launch_fill_pattern(void* data, int element_bytes, std::uint64_t pattern, std::int64_t n, cudaStream_t stream);
 // f32 <-> bf16 (same storage: a copy)
 void launch_cast(FloatSpan src, FloatSpan dst, std::int64_t n, cudaStream_t stream);
+// Casts between f32, bf16 and f16 (math/f16.hpp for f16, math/hd.hpp for
+// bf16): widen to f32, round to the destination, as the host cast.
+enum class CastElement : std::uint8_t { f32, bf16, f16 };
+void launch_cast_elements(const void* src, CastElement src_type, void* dst, CastElement dst_type, std::int64_t n,
+                          cudaStream_t stream);
 // sum into f32[1] in double; sum of squares (math::square_in_double) into a
 // device double. One block, fixed order: the same bits every run.
 void launch_sum(FloatSpan x, std::int64_t n, float* out, cudaStream_t stream);
 void launch_sum_squares(FloatSpan x, std::int64_t n, double* out, cudaStream_t stream);
+// *acc += the same f64 sum of squares (sum_squares_accumulate).
+void launch_sum_squares_accumulate(FloatSpan x, std::int64_t n, double* acc, cudaStream_t stream);
+
+// clipping.cu: math::norm_from_sum_squares, math::clip_scale,
+// math::diverged_step_after, on one thread (scalars that stay on the device).
+void launch_clip_coefficient(const double* sum_sq, double max_norm, std::int64_t step, double* norm, float* scale,
+                             std::int64_t* diverged_step, cudaStream_t stream);
 // Column sums of [rows, cols] added (+=) into acc[cols], rows in order.
 void launch_column_sum_accumulate(FloatSpan rows_data, std::int64_t rows, std::int64_t cols, FloatSpan acc,
                                   cudaStream_t stream);
@@ -66,6 +78,12 @@ void launch_rope(FloatSpan in, const float* inv_freq, std::int64_t position_offs
 // adamw.cu: math::adamw_step
 void launch_adamw(float* param, const float* grad, float* m, float* v, const math::AdamwConstants& k,
                   std::int64_t n, cudaStream_t stream);
+// adamw_update_guarded: k.grad_scale replaced by *grad_scale, every element
+// left alone while math::adamw_step_skipped(*diverged_step); both read on the
+// device, in stream order.
+void launch_adamw_guarded(float* param, const float* grad, float* m, float* v, const math::AdamwConstants& k,
+                          const float* grad_scale, const std::int64_t* diverged_step, std::int64_t n,
+                          cudaStream_t stream);
 
 // attention_reference.cu: math::attention_kv_head / attention_bshd_row /
 // attention_key_end / attention_first_query / attention_lse_index. q, out,
@@ -80,6 +98,36 @@ void launch_attention_reference_forward(FloatSpan q, FloatSpan k, FloatSpan v, b
 void launch_attention_reference_backward(FloatSpan q, FloatSpan k, FloatSpan v, FloatSpan out, const float* lse,
                                          FloatSpan dout, bool causal, float scale, FloatSpan dq, FloatSpan dk,
                                          FloatSpan dv, AttentionDims dims, cudaStream_t stream);
+
+// cross_entropy.cu: the per-row and per-logit steps of the fused, chunked
+// cross entropy (cross_entropy_head.cpp runs the GEMMs around them):
+// math::running_max, softmax_term, rescaled_running_sum, log_sum_exp,
+// cross_entropy_loss, cross_entropy_dlogit, cross_entropy_target_correction,
+// cross_entropy_target_valid. logits are the f32 [rows, cs] chunk of
+// vocabulary columns [v0, v0 + cs); bias (data may be null) is the whole
+// bias[V], its column v0 + c added to logit c first, as the host does.
+// Online log-sum-exp state per row: running max -inf, running sum 0, target logit 0.
+void launch_cross_entropy_init(float* row_max, float* row_sum, float* target_logit, std::int64_t rows,
+                               cudaStream_t stream);
+// One block per row: the chunk's max and sum of softmax terms merged into
+// the row's state, the target's logit picked when the chunk holds it.
+void launch_cross_entropy_forward_chunk(float* logits, FloatSpan bias, const std::int32_t* targets,
+                                        std::int64_t rows, std::int64_t v0, std::int64_t cs, float* row_max,
+                                        float* row_sum, float* target_logit, cudaStream_t stream);
+// losses[i], lse[i] from the state (ignored rows: loss 0).
+void launch_cross_entropy_finish(const float* row_max, const float* row_sum, const float* target_logit,
+                                 const std::int32_t* targets, std::int64_t rows, float* losses, float* lse,
+                                 cudaStream_t stream);
+// logits -> dlogit = loss_scale (softmax - onehot) in place (0 on ignored
+// rows), loss_scale read on the device; dlogit_bf16 (may be null) gets the
+// same values rounded to bf16 for bf16 GEMMs.
+void launch_cross_entropy_backward_chunk(float* logits, FloatSpan bias, const std::int32_t* targets,
+                                         const float* lse, const float* loss_scale, std::int64_t rows,
+                                         std::int64_t v0, std::int64_t cs, std::uint16_t* dlogit_bf16,
+                                         cudaStream_t stream);
+// The smallest row whose target is not valid into *first_bad_row (rows if none).
+void launch_find_bad_targets(const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
+                             long long* first_bad_row, cudaStream_t stream);
 
 // embedding.cu: math::embedding_token_valid. `first_bad_row` (device int64)
 // receives the smallest row with an invalid token, or n_tokens if none.

@@ -3,8 +3,9 @@
 // kernels/math/*.hpp):
 //  * launch_elementwise(n, stream, body): one grid-stride loop calling
 //    body(i) for i in [0, n), configured by launch_config.hpp;
-//  * block_sum(value, scratch): a warp-shuffle tree then a tree over the
-//    block's warps, in a fixed order (deterministic for a given block size);
+//  * block_sum(value, scratch) / block_max: a warp-shuffle tree then a tree
+//    over the block's warps, in a fixed order (deterministic for a given
+//    block size);
 //  * load_f32 / store_f32: f32 or bf16 storage, as the host's float_spans.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/launch_config.hpp"
+#include "kernels/math/cross_entropy.hpp"
 #include "kernels/math/hd.hpp"
 
 namespace ftrain::cuda {
@@ -61,6 +63,19 @@ __device__ __forceinline__ float block_sum(float value, float* scratch) {
   __syncthreads();
   float total = lane < warps ? scratch[lane] : 0.0f;
   total = warp_sum(total);
+  __syncthreads();
+  return total;
+}
+
+// Maximum of `value` over the block (math::running_max's comparison), the
+// same contract as block_sum.
+__device__ __forceinline__ float block_max(float value, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  for (int offset = 16; offset > 0; offset >>= 1) value = math::running_max(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  float total = lane < warps ? scratch[lane] : -INFINITY;
+  for (int offset = 16; offset > 0; offset >>= 1) total = math::running_max(total, __shfl_xor_sync(0xffffffffu, total, offset));
   __syncthreads();
   return total;
 }

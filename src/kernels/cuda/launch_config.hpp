@@ -9,7 +9,11 @@
 //  * per_row: one block per row (grid-stride over rows), a block reduction
 //    of `reductions` floats per row through shared memory (one slot per warp
 //    each);
-//  * embedding_backward: one block per sorted token run, threads over columns.
+//  * embedding_backward: one block per sorted token run, threads over columns;
+//  * cross_entropy_chunk: one block per row of a logits chunk (a per-row
+//    launch over the chunk's width, one reduction slot per warp shared by its
+//    block max and block sum); its per-logit backward is element-wise over
+//    rows x chunk.
 #pragma once
 
 #include <algorithm>
@@ -89,6 +93,18 @@ inline LaunchConfig embedding_backward_launch(std::int64_t tokens, std::int64_t 
   c.block = warps * limits.warp_size;
   c.grid_x = std::clamp<std::int64_t>(tokens, 1, limits.max_grid_x);
   return c;
+}
+
+// The vocabulary chunk the fused cross entropy works on: vocab_chunk columns,
+// or the whole vocabulary when it is smaller (the op's rule on both backends).
+inline std::int64_t cross_entropy_chunk_width(std::int64_t vocab, std::int64_t vocab_chunk) {
+  return std::max<std::int64_t>(1, std::min(vocab, vocab_chunk));
+}
+
+// Forward step of one chunk: a block per row of `chunk_width` logits.
+inline LaunchConfig cross_entropy_chunk_launch(std::int64_t rows, std::int64_t chunk_width,
+                                               const DeviceLimits& limits = kSm90Limits) {
+  return per_row_launch(rows, chunk_width, 1, limits);
 }
 
 }  // namespace ftrain::cuda

@@ -3,11 +3,10 @@
 // adamw_update_guarded). The scalars live in tensors so that on a device
 // they stay there; the arithmetic is the host's former f64 arithmetic, so
 // the golden curves do not move by a bit.
-#include <cmath>
-
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/adamw.hpp"
 #include "kernels/math/pointwise.hpp"
 
 namespace ftrain::host {
@@ -36,11 +35,12 @@ void clip_coefficient(const Tensor& sum_sq, double max_norm, std::int64_t step, 
   require_scalar(op, scale, "scale", DType::f32);
   require_scalar(op, diverged_step, "diverged_step", DType::i64);
   FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (0 means \"not diverged\")";
-  const double n = std::sqrt(sum_sq.data_as<double>()[0]);
+  // kernels/math/pointwise.hpp: the arithmetic the CUDA kernel runs too.
+  const double n = math::norm_from_sum_squares(sum_sq.data_as<double>()[0]);
   norm.data_as<double>()[0] = n;
   scale.data_as<float>()[0] = math::clip_scale(n, max_norm);
-  std::int64_t& first = diverged_step.data_as<std::int64_t>()[0];
-  if (!std::isfinite(n) && first == 0) first = step;
+  std::int64_t& flagged = diverged_step.data_as<std::int64_t>()[0];
+  flagged = math::diverged_step_after(flagged, n, step);
 }
 
 void adamw_update_guarded(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1,
@@ -49,7 +49,7 @@ void adamw_update_guarded(Tensor& param, const Tensor& grad, Tensor& m, Tensor& 
   constexpr const char* op = "adamw_update_guarded";
   require_scalar(op, grad_scale, "grad_scale", DType::f32);
   require_scalar(op, diverged_step, "diverged_step", DType::i64);
-  if (diverged_step.data_as<std::int64_t>()[0] != 0) return;  // a diverged step changes nothing
+  if (math::adamw_step_skipped(diverged_step.data_as<std::int64_t>()[0])) return;  // changes nothing
   adamw_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale.data_as<float>()[0]);
 }
 

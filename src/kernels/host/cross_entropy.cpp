@@ -33,6 +33,8 @@
 
 namespace ftrain::host {
 
+static_assert(math::kCrossEntropyIgnoreIndex == kIgnoreIndex, "one ignore index for both backends");
+
 namespace {
 
 using HostRange = Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>;
@@ -74,8 +76,7 @@ HeadShape check_head(const char* op, const Tensor& h, const Tensor& w, const Ten
 
   const std::int32_t* t = targets.data_as<std::int32_t>();
   for (std::int64_t i = 0; i < s.rows; ++i) {
-    if (t[i] == kIgnoreIndex) continue;
-    FT_CHECK(t[i] >= 0 && t[i] < s.vocab)
+    FT_CHECK(math::cross_entropy_target_valid(t[i], s.vocab))
         << op << ": target " << t[i] << " at row " << i << " of " << targets.describe() << " is outside [0, "
         << s.vocab << ") and is not the ignore index " << kIgnoreIndex;
   }
@@ -175,8 +176,8 @@ void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias,
     Kokkos::parallel_for("ftrain::cross_entropy::forward_chunk", HostRange(0, N), [=](const std::int64_t i) {
       const float* row = chunk_data + i * cs;
       float chunk_max = kMinusInfinity;
-      for (std::int64_t c = 0; c < cs; ++c) chunk_max = std::max(chunk_max, row[c]);
-      const float new_max = std::max(row_max[i], chunk_max);
+      for (std::int64_t c = 0; c < cs; ++c) chunk_max = math::running_max(chunk_max, row[c]);
+      const float new_max = math::running_max(row_max[i], chunk_max);
       float sum = 0.0f;
       for (std::int64_t c = 0; c < cs; ++c) sum += math::softmax_term(row[c], new_max);
       row_sum[i] = math::rescaled_running_sum(row_sum[i], row_max[i], new_max, sum);

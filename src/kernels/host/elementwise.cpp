@@ -6,13 +6,15 @@
 // that the arithmetic loops are plain float loops. cast handles every float
 // dtype, fp8 included, converting to the destination with dtype.hpp's
 // saturating round-to-nearest-even encoders; its dtype switch runs once per
-// chunk. sum_squares accumulates in double.
+// chunk. f16 goes through kernels/math/f16.hpp, the CUDA cast's functions.
+// sum_squares accumulates in double.
 #include <Kokkos_Core.hpp>
 #include <cstring>
 
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/f16.hpp"
 #include "kernels/math/pointwise.hpp"
 
 namespace ftrain::host {
@@ -77,6 +79,8 @@ void decode_chunk(const void* src, std::int64_t begin, std::int64_t n, float* ds
   const T* p = static_cast<const T*>(src) + begin;
   if constexpr (std::is_same_v<T, float>) {
     std::memcpy(dst, p, static_cast<std::size_t>(n) * sizeof(float));
+  } else if constexpr (std::is_same_v<T, f16>) {
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = math::f16_bits_to_float(p[i].bits);  // as the CUDA cast
   } else {
     for (std::int64_t i = 0; i < n; ++i) dst[i] = to_float(p[i]);
   }
@@ -86,7 +90,7 @@ template <class T>
 T encode_one(float v) {
   if constexpr (std::is_same_v<T, float>) return v;
   if constexpr (std::is_same_v<T, bf16>) return to_bf16(v);
-  if constexpr (std::is_same_v<T, f16>) return to_f16(v);
+  if constexpr (std::is_same_v<T, f16>) return f16{math::float_to_f16_bits(v)};  // as the CUDA cast
   if constexpr (std::is_same_v<T, fp8_e4m3>) return to_fp8_e4m3(v);
   if constexpr (std::is_same_v<T, fp8_e5m2>) return to_fp8_e5m2(v);
 }

@@ -15,6 +15,20 @@
 
 namespace ftrain::math {
 
+// Rows whose target is this index have loss 0 and no gradient (op_list.hpp's
+// kIgnoreIndex, the Hugging Face / PyTorch convention; a static_assert in
+// the CUDA head keeps the two equal).
+inline constexpr std::int32_t kCrossEntropyIgnoreIndex = -100;
+
+// A target the op accepts: the ignore index or a row of the vocabulary.
+FTRAIN_HD bool cross_entropy_target_valid(std::int32_t target, std::int64_t vocab) {
+  return target == kCrossEntropyIgnoreIndex || (target >= 0 && target < vocab);
+}
+
+// The running max of the online log-sum-exp: std::max's comparison (a NaN
+// logit never replaces a number), written once for both backends.
+FTRAIN_HD float running_max(float a, float b) { return a < b ? b : a; }
+
 FTRAIN_HD float softmax_term(float logit, float row_max) { return libm_exp(logit - row_max); }
 
 // The running sum after the row's max moved from old_max to new_max and the

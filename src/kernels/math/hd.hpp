@@ -57,6 +57,14 @@ FTRAIN_HD float sqrt_f32(float x) {
 #endif
 }
 
+FTRAIN_HD double sqrt_f64(double x) {
+#if defined(__CUDA_ARCH__)
+  return ::sqrt(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
 FTRAIN_HD float abs_f32(float x) { return float_of(bits_of(x) & 0x7fffffffu); }
 FTRAIN_HD float copysign_f32(float magnitude, float sign) {
   return float_of((bits_of(magnitude) & 0x7fffffffu) | (bits_of(sign) & 0x80000000u));

@@ -3,6 +3,8 @@
 // square that sum_squares (global-norm clipping) accumulates.
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/math/hd.hpp"
 
 namespace ftrain::math {
@@ -11,6 +13,16 @@ FTRAIN_HD float add_value(float a, float b) { return a + b; }
 FTRAIN_HD float scale_value(float x, float factor) { return x * factor; }
 // Exact: the product of two floats fits a double.
 FTRAIN_HD double square_in_double(float x) { return static_cast<double>(x) * static_cast<double>(x); }
+// The global gradient norm from the f64 sum of squares (clip_coefficient).
+FTRAIN_HD double norm_from_sum_squares(double sum_squares) { return sqrt_f64(sum_squares); }
+// True for a finite double, without libm: x - x is 0 for a finite x and NaN
+// for an infinity or a NaN.
+FTRAIN_HD bool finite_f64(double x) { return x - x == 0.0; }
+// The sticky diverged flag (clip_coefficient): the first step whose norm is
+// not finite, 0 while none was; once set it stays until the host resets it.
+FTRAIN_HD std::int64_t diverged_step_after(std::int64_t flagged, double norm, std::int64_t step) {
+  return flagged == 0 && !finite_f64(norm) ? step : flagged;
+}
 // Global-norm clipping's gradient factor, in double as the trainer computed
 // it on the host before clip_coefficient (torch's clip_grad_norm_: applied
 // only above max_norm; max_norm <= 0 is "off"). A NaN norm gives 1: that

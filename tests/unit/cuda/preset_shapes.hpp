@@ -31,6 +31,7 @@ struct PresetShapes {
   std::int64_t largest_linear_out = 0;
   std::int64_t max_positions = 0;
   std::int64_t heads = 0, head_dim = 0;
+  std::int64_t vocab = 0;  // columns of the fused cross-entropy head (Llama vocab_size, ViT num_classes)
 };
 
 inline bool ends_with(const std::string& s, const std::string& tail) {
@@ -69,6 +70,7 @@ inline PresetShapes preset_shapes(const std::string& plugin_dir, const std::stri
   s.max_positions = number("max_position_embeddings");
   s.heads = number("num_attention_heads");
   s.head_dim = number("head_dim");
+  s.vocab = std::max(number("vocab_size"), number("num_classes"));
   return s;
 }
 

@@ -3,7 +3,8 @@
 // block, shared memory per block, grid size) without a GPU. The per-row
 // kernels use one block per row of a norm's width; element-wise kernels the
 // largest activation a preset makes at its longest sequence; the embedding
-// backward one block per token.
+// backward one block per token; the fused cross entropy one block per row of
+// a vocabulary chunk (Llama 3's 128256 included).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -43,6 +44,19 @@ void check_presets(const std::string& dir, const std::string& plugin) {
       check(embedding_backward_launch(rows, *s.norm_widths.rbegin()), s.model + " embedding backward");
       if (s.heads > 0 && s.head_dim > 0)
         check(elementwise_launch(rows * s.heads * s.head_dim / 2), s.model + " rope pairs");
+      // The fused cross-entropy head: a chunk's forward step (block per
+      // row), its per-logit backward, the per-row init/finish/target check,
+      // at the default chunk, a small odd one and the whole vocabulary.
+      ASSERT_GT(s.vocab, 0) << s.model << " has no vocabulary / class count";
+      for (std::int64_t vocab_chunk : {std::int64_t{4096}, std::int64_t{97}, s.vocab}) {
+        const std::int64_t width = cross_entropy_chunk_width(s.vocab, vocab_chunk);
+        const std::string at = s.model + " cross entropy rows " + std::to_string(rows) + " vocab " +
+                               std::to_string(s.vocab) + " chunk " + std::to_string(width);
+        check(cross_entropy_chunk_launch(rows, width), "chunk forward " + at);
+        check(elementwise_launch(rows * width), "chunk backward " + at);
+        check(elementwise_launch(width), "dbias columns " + at);
+      }
+      check(elementwise_launch(rows), s.model + " cross entropy rows");
     }
   }
 }
@@ -67,6 +81,17 @@ TEST(CudaLaunchConfig, TheLimitCheckCanFail) {
   c = elementwise_launch(1);
   c.block = 100;
   EXPECT_NE(launch_config_problem(c, kSm90Limits), "") << "not whole warps";
+}
+
+TEST(CudaLaunchConfig, CrossEntropyChunks) {
+  // Llama 3's vocabulary at the default chunk, and the chunk rule.
+  EXPECT_EQ(cross_entropy_chunk_width(128256, 4096), 4096);
+  EXPECT_EQ(cross_entropy_chunk_width(1000, 4096), 1000) << "a chunk wider than the vocabulary is the vocabulary";
+  const LaunchConfig c = cross_entropy_chunk_launch(8 * 4096, cross_entropy_chunk_width(128256, 4096));
+  EXPECT_EQ(c.block, 1024);
+  EXPECT_EQ(c.shared_bytes, 32 * 4) << "one float per warp, shared by the block max and the block sum";
+  EXPECT_EQ(launch_config_problem(c, kSm90Limits), "");
+  EXPECT_EQ(launch_config_problem(cross_entropy_chunk_launch(3, 128256), kSm90Limits), "") << "one chunk: V wide";
 }
 
 TEST(CudaLaunchConfig, ShapesNearTheLimits) {

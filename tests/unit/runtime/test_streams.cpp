@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
 #include <future>
 #include <stdexcept>
 #include <vector>
@@ -74,4 +77,54 @@ TEST(HostStream, WaitOrdersOneStreamAfterAnother) {
   gate.set_value();
   consumer->synchronize();
   EXPECT_EQ(seen, 42) << "the consumer ran only after the producer's event";
+}
+
+namespace {
+
+// A backend event that completes when the test says so (what a cudaEvent_t
+// is to the CUDA backend): counts how it is asked.
+class ManualNativeEvent final : public NativeEvent {
+ public:
+  bool query() override {
+    ++queries;
+    return done.load();
+  }
+  void synchronize() override {
+    ++synchronizes;
+    while (!done.load()) std::this_thread::yield();
+  }
+  void* handle() const override { return const_cast<ManualNativeEvent*>(this); }
+  std::atomic<bool> done{false};
+  std::atomic<int> queries{0}, synchronizes{0};
+};
+
+}  // namespace
+
+TEST(NativeEvent, AnEventFromABackendAsksIt) {
+  auto native = std::make_shared<ManualNativeEvent>();
+  const Event e = Event::from_native(native);
+  EXPECT_EQ(e.native(), native.get());
+  EXPECT_FALSE(e.query()) << "not reached yet: the host flag must not answer";
+  native->done = true;
+  EXPECT_TRUE(e.query());
+  e.synchronize();
+  EXPECT_EQ(native->queries.load(), 2);
+  EXPECT_EQ(native->synchronizes.load(), 1);
+  EXPECT_EQ(Event().native(), nullptr) << "a host event has no backend event";
+}
+
+TEST(NativeEvent, AHostStreamWaitsForABackendEvent) {
+  // The communication stream of a host rank waiting for a device's compute
+  // event: its later work runs only after the backend event completed.
+  auto native = std::make_shared<ManualNativeEvent>();
+  auto stream = make_host_stream(true, "waiter");
+  std::atomic<bool> ran{false};
+  stream->wait(Event::from_native(native));
+  stream->enqueue([&] { ran = true; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(ran.load()) << "work after wait() ran before the backend event completed";
+  native->done = true;
+  stream->synchronize();
+  EXPECT_TRUE(ran.load());
+  EXPECT_GE(native->synchronizes.load(), 1);
 }

@@ -1,0 +1,118 @@
+// CUDA steps of the fused, vocabulary-chunked cross entropy (kernels.hpp):
+// what happens to one f32 logits chunk [rows, cs] between the cuBLASLt GEMMs
+// of kernels/cuda/cross_entropy_head.cpp. The arithmetic is
+// kernels/math/cross_entropy.hpp's, the host's (kernels/host/cross_entropy.cpp):
+// forward merges the chunk into each row's online log-sum-exp (block per
+// row: a block max, then a block sum of softmax terms against the new max);
+// backward turns each logit into its gradient element by element. The
+// row reductions run in a fixed tree order (deterministic), not the host's
+// index order, and expf/logf are CUDA's: a tolerance against the host.
+#include "kernels/cuda/launch.cuh"
+#include "kernels/math/cross_entropy.hpp"
+#include "kernels/math/pointwise.hpp"
+
+namespace ftrain::cuda {
+
+namespace {
+
+__global__ void cross_entropy_forward_chunk_kernel(float* logits, FloatSpan bias, const std::int32_t* targets,
+                                                   std::int64_t rows, std::int64_t v0, std::int64_t cs,
+                                                   float* row_max, float* row_sum, float* target_logit) {
+  extern __shared__ float scratch[];
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float* row = logits + r * cs;
+    float local_max = -INFINITY;
+    for (std::int64_t c = threadIdx.x; c < cs; c += blockDim.x) {
+      float logit = row[c];
+      if (bias.data != nullptr) {
+        logit = math::add_value(logit, load_f32(bias, v0 + c));
+        row[c] = logit;
+      }
+      local_max = math::running_max(local_max, logit);
+    }
+    const float new_max = math::running_max(row_max[r], block_max(local_max, scratch));
+    float local_sum = 0.0f;
+    for (std::int64_t c = threadIdx.x; c < cs; c += blockDim.x) local_sum += math::softmax_term(row[c], new_max);
+    const float chunk_sum = block_sum(local_sum, scratch);
+    if (threadIdx.x == 0) {
+      row_sum[r] = math::rescaled_running_sum(row_sum[r], row_max[r], new_max, chunk_sum);
+      row_max[r] = new_max;
+      const std::int64_t t = targets[r];
+      if (t >= v0 && t < v0 + cs) target_logit[r] = row[t - v0];
+    }
+  }
+}
+
+__global__ void find_bad_target_kernel(const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
+                                       long long* first_bad_row) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < rows; i += stride)
+    if (!math::cross_entropy_target_valid(targets[i], vocab)) atomicMin(first_bad_row, static_cast<long long>(i));
+}
+
+}  // namespace
+
+void launch_cross_entropy_init(float* row_max, float* row_sum, float* target_logit, std::int64_t rows,
+                               cudaStream_t stream) {
+  launch_elementwise("ftrain::cross_entropy::init", rows, stream, [=] __device__(std::int64_t i) {
+    row_max[i] = -INFINITY;
+    row_sum[i] = 0.0f;
+    target_logit[i] = 0.0f;
+  });
+}
+
+void launch_cross_entropy_forward_chunk(float* logits, FloatSpan bias, const std::int32_t* targets,
+                                        std::int64_t rows, std::int64_t v0, std::int64_t cs, float* row_max,
+                                        float* row_sum, float* target_logit, cudaStream_t stream) {
+  if (rows <= 0 || cs <= 0) return;
+  const LaunchConfig c = cross_entropy_chunk_launch(rows, cs);
+  cross_entropy_forward_chunk_kernel<<<static_cast<unsigned>(c.grid_x), static_cast<unsigned>(c.block),
+                                       static_cast<std::size_t>(c.shared_bytes), stream>>>(
+      logits, bias, targets, rows, v0, cs, row_max, row_sum, target_logit);
+  FTRAIN_CUDA_CHECK_LAUNCH("ftrain::cross_entropy::forward_chunk");
+}
+
+void launch_cross_entropy_finish(const float* row_max, const float* row_sum, const float* target_logit,
+                                 const std::int32_t* targets, std::int64_t rows, float* losses, float* lse,
+                                 cudaStream_t stream) {
+  launch_elementwise("ftrain::cross_entropy::forward_loss", rows, stream, [=] __device__(std::int64_t i) {
+    const float row_lse = math::log_sum_exp(row_max[i], row_sum[i]);
+    lse[i] = row_lse;
+    losses[i] =
+        math::cross_entropy_loss(row_lse, target_logit[i], targets[i] == math::kCrossEntropyIgnoreIndex);
+  });
+}
+
+void launch_cross_entropy_backward_chunk(float* logits, FloatSpan bias, const std::int32_t* targets,
+                                         const float* lse, const float* loss_scale, std::int64_t rows,
+                                         std::int64_t v0, std::int64_t cs, std::uint16_t* dlogit_bf16,
+                                         cudaStream_t stream) {
+  launch_elementwise("ftrain::cross_entropy::backward_chunk", rows * cs, stream, [=] __device__(std::int64_t e) {
+    const std::int64_t i = e / cs, c = e - i * cs;
+    const std::int64_t t = targets[i];
+    float d = 0.0f;
+    if (t != math::kCrossEntropyIgnoreIndex) {
+      const float scale = *loss_scale;
+      float logit = logits[e];
+      if (bias.data != nullptr) logit = math::add_value(logit, load_f32(bias, v0 + c));
+      d = math::cross_entropy_dlogit(logit, lse[i], scale);
+      if (t == v0 + c) d = math::cross_entropy_target_correction(d, scale);
+    }
+    logits[e] = d;
+    if (dlogit_bf16 != nullptr) dlogit_bf16[e] = math::float_to_bf16_bits(d);
+  });
+}
+
+void launch_find_bad_targets(const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
+                             long long* first_bad_row, cudaStream_t stream) {
+  const long long none = rows;
+  FTRAIN_CUDA_CHECK(cudaMemcpyAsync(first_bad_row, &none, sizeof none, cudaMemcpyHostToDevice, stream));
+  FTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));  // `none` lives on this stack frame
+  if (rows <= 0) return;
+  const LaunchConfig c = elementwise_launch(rows);
+  find_bad_target_kernel<<<static_cast<unsigned>(c.grid_x), static_cast<unsigned>(c.block), 0, stream>>>(
+      targets, rows, vocab, first_bad_row);
+  FTRAIN_CUDA_CHECK_LAUNCH("ftrain::cross_entropy::check_targets");
+}
+
+}  // namespace ftrain::cuda
