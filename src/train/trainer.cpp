@@ -38,6 +38,7 @@
 #include "kernels/host/gemm.hpp"
 #include "optim/lr_schedule.hpp"
 #include "plugin/loader.hpp"
+#include "runtime/attention_backend.hpp"
 #include "train/console.hpp"
 #include "train/device_choice.hpp"
 #include "train/device_peak.hpp"
@@ -510,7 +511,7 @@ int Trainer::run() {
   if (s.is_root()) {
     std::ostringstream h;
     h << "ftrain " << FTRAIN_VERSION_STRING << " | " << s.plan.world_size << " rank(s), " << s.ranks_per_node
-      << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: host [" << s.device_choice.reason << "; attention_backend " << c.attention_backend << ": no effect on the host backend] (Kokkos; " << blas_kernel_description() << ", " << s.blas_threads
+      << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: host [" << s.device_choice.reason << "; " << describe_attention_choice(parse_attention_backend(c.attention_backend), Device::host) << "] (Kokkos; " << blas_kernel_description() << ", " << s.blas_threads
       << " thread(s) per rank) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "host GEMM: " << host::gemm::describe() << "\n";

@@ -128,9 +128,12 @@ void cudnn_sdpa_run(ExecutionContext& ctx, const SdpaPlanKey& key, SdpaBuffers b
   if (backward) {
     buffers.row_dot = workspace + own;
     buffers.dq_accum = workspace + own + sdpa_row_dot_bytes(shape);
-    // cuDNN adds each dQ contribution into the accumulator.
-    FTRAIN_CUDA_CHECK(
-        cudaMemsetAsync(buffers.dq_accum, 0, static_cast<std::size_t>(sdpa_dq_accum_bytes(shape)), stream));
+    // Before cuDNN 9.6 the caller had to zero the f32 dQ accumulator; from
+    // 9.6 on the engine initialises it (cudnn-frontend's composite SDPA
+    // backward makes the same distinction).
+    if (cudnnGetVersion() < 90600)
+      FTRAIN_CUDA_CHECK(
+          cudaMemsetAsync(buffers.dq_accum, 0, static_cast<std::size_t>(sdpa_dq_accum_bytes(shape)), stream));
   }
   SdpaScalars scalars;
   scalars.scale = softmax_scale;

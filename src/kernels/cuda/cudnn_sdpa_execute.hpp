@@ -31,7 +31,8 @@ std::string cudnn_sdpa_prepare(ExecutionContext& ctx, const SdpaPlanKey& key);
 
 // Enqueues the cached plan of `key` on the compute stream (prepare returned
 // ""). `buffers` holds the op's tensors; the backward's scratch is filled in
-// here from the context's workspace (the f32 dQ accumulator zeroed first).
+// here from the context's workspace (the f32 dQ accumulator zeroed first
+// where the cuDNN version needs it: before 9.6).
 void cudnn_sdpa_run(ExecutionContext& ctx, const SdpaPlanKey& key, SdpaBuffers buffers, float softmax_scale);
 
 }  // namespace ftrain::cuda

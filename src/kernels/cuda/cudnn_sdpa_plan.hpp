@@ -81,7 +81,7 @@ inline std::string sdpa_dtype_refusal(const SdpaPlanKey& k) {
 enum class SdpaOperand : std::uint8_t {
   q, k, v, out, stats, scale, neg_inf, one, dout, dq, dk, dv,
   row_dot,   // backward scratch: f32 sum_d dO.O per row, [B, Hq, T, 1]
-  dq_accum,  // backward scratch: dQ accumulated in f32, [B, Hq, T, D] (zeroed before each run)
+  dq_accum,  // backward scratch: dQ accumulated in f32, [B, Hq, T, D] (cuDNN >= 9.6 initialises it)
 };
 enum class SdpaElement : std::uint8_t { bf16, f32 };
 
