@@ -127,7 +127,6 @@ def main():
         sys.exit("pytorch_llama_gpu.py: refusing to run: torch sees no CUDA GPU")
     torch.manual_seed(0)
     dev = torch.device("cuda")
-    torch.backends.cuda.matmul.allow_tf32 = True
     model = Llama(a).to(dev)
     step_model = torch.compile(model) if a.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.0, fused=True)

@@ -29,7 +29,7 @@ STEPS=(
   "memcheck of the CUDA reference attention tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_attention --gtest_filter=CudaReferenceAttention.ForwardAndBackwardMatchTheHost"
   "memcheck of the cuDNN attention tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_attention --gtest_filter=CudnnAttention.*"
   "racecheck of the CUDA op tests|compute-sanitizer --tool racecheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops --gtest_filter=CudaOps.EveryImplementedOpMatchesTheHost"
-  "memcheck of one training step (device cuda)|$TRAIN memcheck-step"
+  "memcheck of the first training steps (device cuda, tiny regression deck)|$TRAIN memcheck-step"
   "tiny Llama on the GPU against the host goldens|$TRAIN llama-golden"
   "tiny ViT on the GPU against the host|$TRAIN vit-golden"
   "benchmark: attention alone vs PyTorch SDPA, fwd+bwd TFLOP/s|bash $FTRAIN_ROOT/share/bench/gpu_attention.sh"

@@ -2,8 +2,9 @@
 # Training on the GPU, the steps of share/scripts/gpu-check.sh that run the
 # ftrain executable with `device cuda` (one subcommand each):
 #
-#   gpu-train-check.sh memcheck-step   compute-sanitizer memcheck on one training
-#                                      step of the regression deck (tests/regression/decks/tiny.in)
+#   gpu-train-check.sh memcheck-step   compute-sanitizer memcheck on the first training
+#                                      steps of the regression deck (tests/regression/decks/tiny.in):
+#                                      4, its warmup length (fewer is refused by its schedule)
 #   gpu-train-check.sh llama-golden    the tiny Llama's 20-step curve against the host goldens
 #                                      (tests/regression/cases/golden_np1_full_shard.json)
 #   gpu-train-check.sh vit-golden      the tiny ViT (inputs/tiny_vit.in), 40 steps, on the GPU
@@ -43,7 +44,7 @@ case "${1:-}" in
       --eval-out "$WORK/data/eval.tok" --eval-tokens 4096 > /dev/null
     sanitizer=()
     [[ "$DEVICE" == host ]] || sanitizer=(compute-sanitizer --tool memcheck --error-exitcode 1)
-    "${sanitizer[@]}" "$FTRAIN" -var data_dir "$WORK/data" -var run_dir "$WORK/memcheck_run" -var max_steps 1 \
+    "${sanitizer[@]}" "$FTRAIN" -var data_dir "$WORK/data" -var run_dir "$WORK/memcheck_run" -var max_steps 4 \
       "$WORK/tiny_device.in"
     ;;
   llama-golden)

@@ -177,13 +177,24 @@ TEST(CudnnAttention, ForwardAndBackwardMatchTheReferenceKernelAndTheHost) {
   }
 }
 
-TEST(CudnnAttention, AutoTakesCudnnAndAgreesWithAnExplicitCudnnRun) {
+TEST(CudnnAttention, AutoTakesCudnnSaysSoAndAgreesWithAnExplicitCudnnRun) {
   std::string why;
   if (!cuda_usable(why)) GTEST_SKIP() << why;
   const AttentionCase c = kCudnnCases.front();
+  ::testing::internal::CaptureStderr();
   const auto automatic = run_attention(Device::cuda, c, 5, AttentionBackend::automatic);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("attention_forward (B 2, T 256, Hq 8, Hkv 2, D 64, bf16, causal): cuDNN fused SDPA "
+                     "(attention_backend auto)"),
+            std::string::npos)
+      << log;
   const auto cudnn = run_attention(Device::cuda, c, 5, AttentionBackend::cudnn);
-  expect_close(automatic, cudnn, 0.0f, "attention_backend cudnn");
+  // The forward is deterministic (same plan, same inputs): out and lse to the bit; the backward's
+  // dQ accumulation order may vary between runs, so dq/dk/dv within a bf16 ulp or two.
+  const std::vector<std::vector<float>> forward_auto(automatic.begin(), automatic.begin() + 2),
+      forward_cudnn(cudnn.begin(), cudnn.begin() + 2);
+  expect_close(forward_auto, forward_cudnn, 0.0f, "attention_backend cudnn");
+  expect_close(automatic, cudnn, 1e-2f, "attention_backend cudnn");
 }
 
 TEST(CudnnAttention, UnderCudnnAShapeItCannotRunStopsNamingShapeAndReason) {

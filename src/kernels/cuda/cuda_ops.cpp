@@ -414,17 +414,17 @@ std::string cudnn_refusal(ExecutionContext& ctx, const SdpaPlanKey& key,
 // Applies the context's attention_backend to one call: `reference` never
 // asks cuDNN; `cudnn` on a shape cuDNN refuses throws naming the shape and
 // cuDNN's reason; `auto` takes cuDNN where its plan builds and otherwise the
-// reference kernel. Which one runs is logged once per shape (stderr, every
-// rank), so a fallback is never silent.
+// reference kernel. Which one runs is logged once per shape and setting
+// (stderr, every rank), so a fallback is never silent.
 bool attention_uses_cudnn(ExecutionContext& ctx, const SdpaPlanKey& key,
                           std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
   if (ctx.attention_backend() == AttentionBackend::reference) return false;
   const std::string refusal = cudnn_refusal(ctx, key, tensors);
   const AttentionBackendChoice choice = choose_attention_backend(ctx.attention_backend(), describe(key), refusal);
   static std::mutex mutex;
-  static std::set<SdpaPlanKey> logged;
+  static std::set<std::pair<SdpaPlanKey, AttentionBackend>> logged;
   const std::lock_guard<std::mutex> lock(mutex);
-  if (logged.insert(key).second) {
+  if (logged.insert({key, ctx.attention_backend()}).second) {
     if (choice.use_cudnn)
       std::cerr << "ftrain: " << describe(key) << ": cuDNN fused SDPA (attention_backend "
                 << attention_backend_name(ctx.attention_backend()) << ")\n";
