@@ -16,38 +16,32 @@ FTRAIN_BUILD_DIR="${FTRAIN_BUILD_DIR:-$FTRAIN_ROOT/build}"
 STAMP="$(date -u +%Y-%m-%dT%H%MZ)"
 REPORT="${FTRAIN_GPU_REPORT:-$FTRAIN_ROOT/share/doc/gpu-runs/$STAMP.md}"
 
+source "$FTRAIN_ROOT/share/bench/gpu_common.sh"
+TRAIN="bash $FTRAIN_ROOT/share/scripts/gpu-train-check.sh"
+
 # What a GPU run does, in order; each step's command is run from $FTRAIN_ROOT.
+# Correctness first (gpu tests, sanitizers, curves against the host goldens),
+# then the benchmarks, whose numbers go to share/doc/performance.md.
 STEPS=(
   "device|nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv"
   "gpu tests|ctest --test-dir $FTRAIN_BUILD_DIR -L gpu --output-on-failure"
   "memcheck of the CUDA op tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops"
   "memcheck of the CUDA reference attention tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_attention --gtest_filter=CudaReferenceAttention.ForwardAndBackwardMatchTheHost"
+  "memcheck of the cuDNN attention tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_attention --gtest_filter=CudnnAttention.*"
   "racecheck of the CUDA op tests|compute-sanitizer --tool racecheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops --gtest_filter=CudaOps.EveryImplementedOpMatchesTheHost"
-)
-# Not runnable yet, because the training engine runs on the host only
-# (share/doc/status.md): listed so a GPU run reports them as still open.
-PENDING=(
-  "compute-sanitizer memcheck on one training step (device cuda)"
-  "tiny Llama and tiny ViT curves on the GPU against the host goldens (tests/regression)"
-  "Llama 3.2 1B at seq 4096, bf16: tokens/s and MFU next to PyTorch SDPA (torch.compile on/off)"
-  "attention alone vs PyTorch SDPA, fwd+bwd TFLOP/s (needs the cuDNN SDPA path)"
+  "memcheck of the first training steps (device cuda, tiny regression deck)|$TRAIN memcheck-step"
+  "tiny Llama on the GPU against the host goldens|$TRAIN llama-golden"
+  "tiny ViT on the GPU against the host|$TRAIN vit-golden"
+  "benchmark: attention alone vs PyTorch SDPA, fwd+bwd TFLOP/s|bash $FTRAIN_ROOT/share/bench/gpu_attention.sh"
+  "benchmark: Llama 3.2 1B seq 4096 bf16 vs PyTorch (eager, torch.compile), tokens/s and MFU|bash $FTRAIN_ROOT/share/bench/gpu_llama_1b.sh"
 )
 
-no_gpu_reason=""
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-  no_gpu_reason="nvidia-smi is not installed (no NVIDIA driver)"
-elif ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-  no_gpu_reason="nvidia-smi lists no GPU"
-elif [[ ! -f "$FTRAIN_BUILD_DIR/libftrain_cuda.so" ]]; then
-  no_gpu_reason="$FTRAIN_BUILD_DIR/libftrain_cuda.so was not built (configure with a CUDA toolkit, FTRAIN_CUDA=ON)"
-fi
+no_gpu_reason="$(gpu_unavailable_reason "$FTRAIN_BUILD_DIR")"
 
 if [[ -n "$no_gpu_reason" ]]; then
   echo "gpu-check: no GPU here: $no_gpu_reason."
   echo "gpu-check: on a GPU machine this would run, from $FTRAIN_ROOT:"
   for step in "${STEPS[@]}"; do echo "  - ${step%%|*}: ${step#*|}"; done
-  echo "gpu-check: and report as not yet runnable (the engine is host-only):"
-  for item in "${PENDING[@]}"; do echo "  - $item"; done
   echo "gpu-check: nothing was run; exiting 0."
   exit 0
 fi
@@ -79,10 +73,5 @@ for step in "${STEPS[@]}"; do
     echo
   } >> "$REPORT"
 done
-{
-  echo "## Not yet runnable (engine host-only)"
-  echo
-  for item in "${PENDING[@]}"; do echo "- $item"; done
-} >> "$REPORT"
 echo "gpu-check: report written to $REPORT"
 exit $failed

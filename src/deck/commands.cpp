@@ -193,11 +193,11 @@ std::vector<Command> build_table() {
 
   table.push_back(Command{
       .name = "attention_backend",
-      .help = "Which attention the CUDA backend runs. `cudnn`: the fused cuDNN SDPA graphs; a shape cuDNN "
-              "refuses stops the run with cuDNN's reason. `reference`: the plain CUDA reference kernel (the "
-              "on-device oracle; slow). `auto`: cuDNN where it accepts the shape, else the reference kernel, "
-              "logged once per shape. Until ftrain builds cuDNN execution plans (share/doc/status.md) cuDNN "
-              "accepts no shape, so `auto` logs its fallback and `cudnn` stops. The host backend has one "
+      .help = "Which attention the CUDA backend runs. `cudnn`: the fused cuDNN SDPA graphs (bf16, an "
+              "execution plan built once per shape and cached); a shape cuDNN cannot run (f32 storage, or "
+              "no engine/plan for it) stops the run naming the shape and cuDNN's reason. `reference`: the "
+              "plain CUDA reference kernel (the on-device oracle; slow). `auto`: cuDNN where its plan builds, "
+              "else the reference kernel; which one runs is logged once per shape. The host backend has one "
               "attention kernel (tiled flash attention): there the setting has no effect, and the run header "
               "says so.",
       .maps_to = "transformers `attn_implementation` (\"sdpa\" / \"eager\")",

@@ -40,4 +40,19 @@ AttentionBackendChoice choose_attention_backend(AttentionBackend requested, cons
   return {false, ""};
 }
 
+std::string describe_attention_choice(AttentionBackend requested, Device device) {
+  const std::string setting = std::string("attention_backend ") + attention_backend_name(requested);
+  if (device == Device::host) return setting + ": no effect on the host backend";
+  switch (requested) {
+    case AttentionBackend::reference:
+      return setting + ": the CUDA reference attention kernel (slow; the on-device oracle)";
+    case AttentionBackend::cudnn:
+      return setting + ": cuDNN fused SDPA (bf16; a shape it cannot run stops the run naming cuDNN's reason)";
+    case AttentionBackend::automatic:
+      return setting + ": cuDNN fused SDPA where its plan builds (bf16), else the CUDA reference kernel; "
+                       "the choice is logged once per shape";
+  }
+  return setting;
+}
+
 }  // namespace ftrain

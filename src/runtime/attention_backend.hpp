@@ -11,6 +11,8 @@
 
 #include <string>
 
+#include "runtime/device.hpp"
+
 namespace ftrain {
 
 enum class AttentionBackend { automatic, cudnn, reference };
@@ -30,5 +32,11 @@ struct AttentionBackendChoice {
 // ftrain::Error for `cudnn` on a refused shape.
 AttentionBackendChoice choose_attention_backend(AttentionBackend requested, const std::string& shape,
                                                 const std::string& cudnn_refusal);
+
+// The run header's words for which attention a run uses on `device`: on the
+// host the setting has no effect ("attention_backend auto: no effect on the
+// host backend"); on CUDA, which kernel each setting runs (the per-shape
+// choice under auto is logged when a shape first runs).
+std::string describe_attention_choice(AttentionBackend requested, Device device);
 
 }  // namespace ftrain

@@ -156,13 +156,13 @@ class ProblemList {
 std::string device_header(const DeviceChoice& choice, const std::string& attention_backend, int blas_threads) {
   std::ostringstream h;
   if (choice.device == Device::host) {
-    h << "host [" << choice.reason << "; attention_backend " << attention_backend
-      << ": no effect on the host backend] (Kokkos; " << blas_kernel_description() << ", " << blas_threads
+    h << "host [" << choice.reason << "; " << describe_attention_choice(parse_attention_backend(attention_backend), Device::host)
+      << "] (Kokkos; " << blas_kernel_description() << ", " << blas_threads
       << " thread(s) per rank)";
   } else {
     const OpTable* table = find_backend(choice.device);
-    h << device_name(choice.device) << " [" << choice.reason << "; attention_backend " << attention_backend
-      << "] (ops backend: " << (table != nullptr && table->name != nullptr ? table->name : "?") << ")";
+    h << device_name(choice.device) << " [" << choice.reason << "; "
+      << describe_attention_choice(parse_attention_backend(attention_backend), choice.device) << "] (ops backend: " << (table != nullptr && table->name != nullptr ? table->name : "?") << ")";
   }
   return h.str();
 }

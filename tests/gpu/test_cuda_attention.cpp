@@ -8,6 +8,12 @@
 // tiled online softmax with a polynomial exp; CUDA: two passes, expf), so
 // they agree within a tolerance, and the CUDA side gives the same bits on
 // every run. Without a usable GPU every test skips, printing why.
+//
+// The cuDNN fused SDPA path (kernels/cuda/cudnn_sdpa_execute.cpp) against
+// both: bf16, causal and full, MHA and GQA, head dims 64 and 128, forward
+// (out and the saved lse: the convention the backward reads) and backward,
+// under `attention_backend cudnn` so a refused shape fails with cuDNN's
+// reason; and a shape cuDNN cannot take (f32 storage) stops naming itself.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -54,10 +60,12 @@ bool cuda_usable(std::string& why) {
 }
 
 // Forward then backward of one case on `device`: out, lse, dq, dk, dv as host floats.
-std::vector<std::vector<float>> run_attention(Device device, const AttentionCase& c, std::uint64_t seed) {
+std::vector<std::vector<float>> run_attention(Device device, const AttentionCase& c, std::uint64_t seed,
+                                              AttentionBackend backend = AttentionBackend::reference) {
   using namespace parity;
   ExecutionOptions o;
   o.device = device;
+  o.attention_backend = backend;
   ExecutionContext ctx(o);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const Shape qs{c.batch, c.seq, c.q_heads, c.head_dim}, ks{c.batch, c.seq, c.kv_heads, c.head_dim};
@@ -121,4 +129,87 @@ TEST(CudaReferenceAttention, AHeadDimAboveTheLimitIsRefusedNamingIt) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("at most 256"), std::string::npos) << e.what();
   }
+}
+
+namespace {
+
+// Shapes the presets use (head dims 64 and 128, Llama 3 GQA 4:1, MHA) at
+// short sequences, one not a multiple of cuDNN's 64/128-row tiles.
+const std::vector<AttentionCase> kCudnnCases = {
+    {2, 256, 8, 2, 64, true, DType::bf16},    // GQA 4:1, head dim 64 (Llama 3.2 1B's)
+    {2, 256, 8, 2, 64, false, DType::bf16},   // the same, full attention
+    {1, 200, 4, 4, 128, true, DType::bf16},   // MHA, head dim 128, T not a tile multiple
+    {1, 128, 6, 2, 128, false, DType::bf16},  // GQA 3:1, head dim 128, full
+    {2, 197, 12, 12, 64, false, DType::bf16}, // ViT-B/16's shape
+};
+
+// |got - want| <= tolerance * (1 + |want|) for every element, the first few misses reported.
+void expect_close(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
+                  float tolerance, const char* against) {
+  const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t t = 0; t < want.size(); ++t) {
+    ASSERT_EQ(got[t].size(), want[t].size()) << names[t];
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < want[t].size(); ++i) {
+      const float w = want[t][i], g = got[t][i];
+      if (!(std::abs(g - w) <= tolerance * (1.0f + std::abs(w))) && bad++ < 3)
+        ADD_FAILURE() << names[t] << " element " << i << ": cudnn " << g << " vs " << against << " " << w;
+    }
+    EXPECT_EQ(bad, 0u) << names[t] << " against " << against;
+  }
+}
+
+}  // namespace
+
+TEST(CudnnAttention, ForwardAndBackwardMatchTheReferenceKernelAndTheHost) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  for (const AttentionCase& c : kCudnnCases) {
+    SCOPED_TRACE(c.name());
+    const auto cudnn = run_attention(Device::cuda, c, 21, AttentionBackend::cudnn);
+    const auto reference = run_attention(Device::cuda, c, 21, AttentionBackend::reference);
+    const auto host = run_attention(Device::host, c, 21);
+    // bf16 storage; cuDNN rounds P to bf16 before P.V and dS before dK/dQ
+    // (the reference keeps f32), hence more than the reference's 2e-2.
+    expect_close(cudnn, reference, 3e-2f, "reference");
+    expect_close(cudnn, host, 3e-2f, "host");
+  }
+}
+
+TEST(CudnnAttention, AutoTakesCudnnSaysSoAndAgreesWithAnExplicitCudnnRun) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  const AttentionCase c = kCudnnCases.front();
+  ::testing::internal::CaptureStderr();
+  const auto automatic = run_attention(Device::cuda, c, 5, AttentionBackend::automatic);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("attention_forward (B 2, T 256, Hq 8, Hkv 2, D 64, bf16, causal): cuDNN fused SDPA "
+                     "(attention_backend auto)"),
+            std::string::npos)
+      << log;
+  const auto cudnn = run_attention(Device::cuda, c, 5, AttentionBackend::cudnn);
+  // The forward is deterministic (same plan, same inputs): out and lse to the bit; the backward's
+  // dQ accumulation order may vary between runs, so dq/dk/dv within a bf16 ulp or two.
+  const std::vector<std::vector<float>> forward_auto(automatic.begin(), automatic.begin() + 2),
+      forward_cudnn(cudnn.begin(), cudnn.begin() + 2);
+  expect_close(forward_auto, forward_cudnn, 0.0f, "attention_backend cudnn");
+  expect_close(automatic, cudnn, 1e-2f, "attention_backend cudnn");
+}
+
+TEST(CudnnAttention, UnderCudnnAShapeItCannotRunStopsNamingShapeAndReason) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  try {
+    run_attention(Device::cuda, {1, 64, 4, 2, 64, true, DType::f32}, 3, AttentionBackend::cudnn);
+    ADD_FAILURE() << "f32 attention ran under attention_backend cudnn";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("attention_forward (B 1, T 64, Hq 4, Hkv 2, D 64, f32, causal)"), std::string::npos) << m;
+    EXPECT_NE(m.find("take bf16 tensors"), std::string::npos) << m;
+  }
+  // Under auto the same shape falls back to the reference kernel (logged) and matches the host.
+  const AttentionCase c{1, 64, 4, 2, 64, true, DType::f32};
+  expect_close(run_attention(Device::cuda, c, 3, AttentionBackend::automatic), run_attention(Device::host, c, 3),
+               2e-4f, "host");
 }

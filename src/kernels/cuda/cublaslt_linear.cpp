@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "runtime/execution_context.hpp"
@@ -45,7 +46,8 @@ BlasState& blas_state(ExecutionContext& ctx) {
     FTRAIN_CUBLAS_CHECK(cublasLtCreate(&state->handle));
     state->workspace = ctx.allocator().allocate(kWorkspaceBytes);
     libs.blas = state.get();
-    libs.owner = state;
+    // One owner slot for every library's state: keep what is there (cuDNN's, if attention ran first).
+    libs.owner = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<BlasState>>>(libs.owner, state);
   }
   return *static_cast<BlasState*>(libs.blas);
 }

@@ -5,21 +5,26 @@
 // throw naming themselves: share/doc/status.md lists them.
 #include "kernels/cuda/cuda_ops.hpp"
 
+#include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
 #include "kernels/cuda/cross_entropy_head.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cudnn_sdpa_plan.hpp"
 #if defined(FTRAIN_HAVE_CUDNN)
-#include "kernels/cuda/cudnn_sdpa_graph.hpp"
+#include "kernels/cuda/cudnn_sdpa_execute.hpp"
 #endif
 #include "kernels/cuda/kernels.hpp"
 #include "runtime/execution_context.hpp"
@@ -378,57 +383,56 @@ void check_attention_lse(const char* op, const Tensor& lse, const AttentionDims&
       << op << ": lse " << lse.describe() << " must be f32[" << d.batch << ", " << d.q_heads << ", " << d.seq << "]";
 }
 
-// Why cuDNN cannot run this attention call ("" if it can). The fused graphs
-// finalize for the presets' shapes (tests/unit/cuda/test_cudnn_sdpa_graph),
-// but their execution plans and variant packs are not built yet, so every
-// shape is refused for now, naming which of the two reasons applies.
-std::string cudnn_sdpa_refusal(const AttentionDims& d, bool causal, bool backward) {
-#if defined(FTRAIN_HAVE_CUDNN)
-  const SdpaShape shape{d.batch, d.q_heads, d.kv_heads, d.seq, d.head_dim, causal, 0};
-  try {
-    if (backward) {
-      build_sdpa_backward_graph(shape);
-    } else {
-      build_sdpa_forward_graph(shape);
+// The plan-cache key of one attention call: its shape, its storage (bf16
+// when every tensor is bf16, else the first other dtype: refused), causal
+// and direction.
+SdpaPlanKey attention_key(const AttentionDims& d, bool causal, SdpaDirection direction,
+                          std::initializer_list<const Tensor*> tensors) {
+  DType dtype = DType::bf16;
+  for (const Tensor* t : tensors)
+    if (t->dtype() != DType::bf16) {
+      dtype = t->dtype();
+      break;
     }
-  } catch (const Error& e) {
-    return std::string("cuDNN refuses the operation graph: ") + e.what();
-  }
-  return "its operation graph finalizes, but ftrain does not build cuDNN SDPA execution plans yet "
-         "(share/doc/status.md)";
+  return {d.batch, d.seq, d.q_heads, d.kv_heads, d.head_dim, dtype, causal, direction};
+}
+
+// Why cuDNN cannot run this call ("" if it can): a tensor not 16-byte
+// aligned (a view at an odd offset), else the shape's cached plan refusal.
+std::string cudnn_refusal(ExecutionContext& ctx, const SdpaPlanKey& key,
+                          std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
+#if defined(FTRAIN_HAVE_CUDNN)
+  for (const auto& [role, t] : tensors)
+    if (reinterpret_cast<std::uintptr_t>(t->data()) % 16 != 0)
+      return std::string(role) + " " + t->describe() + " is not 16-byte aligned (a view at an odd offset)";
+  return cudnn_sdpa_prepare(ctx, key);
 #else
-  (void)d, (void)causal, (void)backward;
+  (void)ctx, (void)key, (void)tensors;
   return "this libftrain_cuda was built without cuDNN";
 #endif
 }
 
-// Applies the context's attention_backend to one call before the reference
-// kernel runs: `cudnn` on a refused shape throws with the reason, `auto`
-// logs its fallback once per shape and direction. While every shape is
-// refused (no execution plans yet) the reference kernel is what runs; when
-// plans land, choice.use_cudnn selects the cached plan here.
-void apply_attention_backend(ExecutionContext& ctx, const char* op, const AttentionDims& d, bool causal,
-                         bool backward) {
-  if (ctx.attention_backend() == AttentionBackend::reference) return;
+// Applies the context's attention_backend to one call: `reference` never
+// asks cuDNN; `cudnn` on a shape cuDNN refuses throws naming the shape and
+// cuDNN's reason; `auto` takes cuDNN where its plan builds and otherwise the
+// reference kernel. Which one runs is logged once per shape and setting
+// (stderr, every rank), so a fallback is never silent.
+bool attention_uses_cudnn(ExecutionContext& ctx, const SdpaPlanKey& key,
+                          std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
+  if (ctx.attention_backend() == AttentionBackend::reference) return false;
+  const std::string refusal = cudnn_refusal(ctx, key, tensors);
+  const AttentionBackendChoice choice = choose_attention_backend(ctx.attention_backend(), describe(key), refusal);
   static std::mutex mutex;
-  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool>,
-                  std::string>
-      refusals;
-  std::string refusal;
-  bool first = false;
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    const auto key = std::make_tuple(d.batch, d.seq, d.q_heads, d.kv_heads, d.head_dim, causal, backward);
-    auto it = refusals.find(key);
-    first = it == refusals.end();
-    if (first) it = refusals.emplace(key, cudnn_sdpa_refusal(d, causal, backward)).first;
-    refusal = it->second;
+  static std::set<std::pair<SdpaPlanKey, AttentionBackend>> logged;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (logged.insert({key, ctx.attention_backend()}).second) {
+    if (choice.use_cudnn)
+      std::cerr << "ftrain: " << describe(key) << ": cuDNN fused SDPA (attention_backend "
+                << attention_backend_name(ctx.attention_backend()) << ")\n";
+    else
+      std::cerr << "ftrain: " << choice.fallback_note << "\n";
   }
-  std::ostringstream shape;
-  shape << op << " (B " << d.batch << ", T " << d.seq << ", Hq " << d.q_heads << ", Hkv " << d.kv_heads << ", D "
-        << d.head_dim << (causal ? ", causal)" : ", full)");
-  const AttentionBackendChoice choice = choose_attention_backend(ctx.attention_backend(), shape.str(), refusal);
-  if (first && !choice.fallback_note.empty()) std::cerr << "ftrain: " << choice.fallback_note << "\n";
+  return choice.use_cudnn;
 }
 
 void attention_forward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
@@ -438,7 +442,15 @@ void attention_forward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, 
   require_same_shape(op, q, "q", out, "out");
   check_attention_lse(op, lse, dims);
   if (q.numel() == 0) return;
-  apply_attention_backend(ctx, op, dims, causal, false);
+  const SdpaPlanKey key = attention_key(dims, causal, SdpaDirection::forward, {&q, &k, &v, &out});
+  if (attention_uses_cudnn(ctx, key, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}})) {
+#if defined(FTRAIN_HAVE_CUDNN)
+    SdpaBuffers b;
+    b.q = q.data(), b.k = k.data(), b.v = v.data(), b.out = out.data(), b.stats = lse.data();
+    cudnn_sdpa_run(ctx, key, b, softmax_scale);  // lse: cuDNN's stats are the host's layout (cudnn_sdpa_plan.hpp)
+#endif
+    return;
+  }
   launch_attention_reference_forward(float_span(op, q, "q"), float_span(op, k, "k"), float_span(op, v, "v"), causal,
                                      softmax_scale, float_span(op, out, "out"), lse.data_as<float>(), dims,
                                      stream_of(ctx));
@@ -456,7 +468,19 @@ void attention_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k,
   require_same_shape(op, v, "v", dv, "dv");
   check_attention_lse(op, lse, dims);
   if (q.numel() == 0) return;
-  apply_attention_backend(ctx, op, dims, causal, true);
+  const SdpaPlanKey key =
+      attention_key(dims, causal, SdpaDirection::backward, {&q, &k, &v, &out, &dout, &dq, &dk, &dv});
+  if (attention_uses_cudnn(ctx, key,
+                           {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}, {"dout", &dout},
+                            {"dq", &dq}, {"dk", &dk}, {"dv", &dv}})) {
+#if defined(FTRAIN_HAVE_CUDNN)
+    SdpaBuffers b;
+    b.q = q.data(), b.k = k.data(), b.v = v.data(), b.out = out.data(), b.stats = lse.data();
+    b.dout = dout.data(), b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data();
+    cudnn_sdpa_run(ctx, key, b, softmax_scale);
+#endif
+    return;
+  }
   launch_attention_reference_backward(float_span(op, q, "q"), float_span(op, k, "k"), float_span(op, v, "v"),
                                       float_span(op, out, "out"), lse.data_as<float>(), float_span(op, dout, "dout"),
                                       causal, softmax_scale, float_span(op, dq, "dq"), float_span(op, dk, "dk"),

@@ -99,8 +99,35 @@ Desc reshape(CudnnDescriptors& o, Desc x, Desc y) {
   return op;
 }
 
-Desc finalize_graph(CudnnDescriptors& o, std::vector<Desc>& ops) {
+// The graph's non-virtual tensors from the table the variant pack is bound
+// from (cudnn_sdpa_plan.hpp), indexed by operand.
+struct IoTensors {
+  std::vector<SdpaTensor> table;
+  Desc by_operand[16] = {};
+  Desc operator[](SdpaOperand operand) const {
+    Desc d = by_operand[static_cast<int>(operand)];
+    FT_CHECK(d != nullptr) << "SDPA graph: the tensor table has no " << sdpa_operand_name(operand);
+    return d;
+  }
+};
+
+IoTensors io_tensors(CudnnDescriptors& o, const SdpaShape& shape, SdpaDirection direction) {
+  IoTensors io;
+  io.table = sdpa_io_tensors(shape, direction);
+  for (const SdpaTensor& t : io.table) {
+    const cudnnDataType_t type = t.element == SdpaElement::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    io.by_operand[static_cast<int>(t.operand)] = tensor(o, t.uid, type, {t.dims.begin(), t.dims.end()},
+                                                        {t.strides.begin(), t.strides.end()}, false, t.by_value);
+  }
+  return io;
+}
+
+Desc finalize_graph(CudnnDescriptors& o, std::vector<Desc>& ops, void* handle) {
   Desc graph = make(o, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  if (handle != nullptr) {
+    cudnnHandle_t h = static_cast<cudnnHandle_t>(handle);
+    CK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+  }
   CK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                               static_cast<int64_t>(ops.size()), ops.data()));
   CK(cudnnBackendFinalize(graph));
@@ -128,22 +155,16 @@ void* CudnnDescriptors::add(void* descriptor) {
   return descriptor;
 }
 
-CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape) {
+CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape, void* handle) {
   FT_CHECK(shape.batch > 0 && shape.q_heads > 0 && shape.kv_heads > 0 && shape.seq > 0 && shape.head_dim > 0)
       << "SDPA graph: every dimension must be positive";
   CudnnDescriptors o;
-  const int64_t b = shape.batch, h = shape.q_heads, hk = shape.kv_heads, s = shape.seq, d = shape.head_dim;
-  const int64_t dk = shape.key_head_dim > 0 ? shape.key_head_dim : d;
-  // [B, T, H, D] memory seen as [B, H, T, D].
-  auto bshd = [&](int64_t heads, int64_t dd) { return std::vector<int64_t>{s * heads * dd, dd, heads * dd, 1}; };
+  const int64_t b = shape.batch, h = shape.q_heads, s = shape.seq;
   const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, fl = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bo = CUDNN_DATA_BOOLEAN;
-  Desc q = tensor(o, 1, bf, {b, h, s, d}, bshd(h, d), false);
-  Desc kt = tensor(o, 2, bf, {b, hk, dk, s}, {s * hk * dk, dk, 1, hk * dk}, false);  // K^T by strides
-  Desc v = tensor(o, 3, bf, {b, hk, s, d}, bshd(hk, d), false);
-  Desc out = tensor(o, 4, bf, {b, h, s, d}, bshd(h, d), false);
-  Desc stats = tensor(o, 5, fl, {b, h, s, 1}, {h * s, s, 1, 1}, false);
-  Desc scale = tensor(o, 6, fl, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
-  Desc neg_inf = tensor(o, 7, fl, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  // Q, K (as K^T, by strides), V, O in BSHD memory; stats f32 [B, H, T, 1]; scale (and -inf) by value.
+  const IoTensors io = io_tensors(o, shape, SdpaDirection::forward);
+  using O = SdpaOperand;
+  Desc q = io[O::q], kt = io[O::k], v = io[O::v], out = io[O::out], stats = io[O::stats], scale = io[O::scale];
   const std::vector<int64_t> ss = {b, h, s, s}, ss_st = {h * s * s, s * s, s, 1}, r = {b, h, s, 1}, r_st = {h * s, s, 1, 1};
   int64_t id = 100;
   auto virt = [&](cudnnDataType_t t, const std::vector<int64_t>& dims, const std::vector<int64_t>& st) {
@@ -160,7 +181,7 @@ CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape) {
     ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, scaled, nullptr, row, nullptr, 2));
     ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, scaled, nullptr, col, nullptr, 3));
     ops.push_back(pointwise(o, CUDNN_POINTWISE_CMP_GE, row, col, keep));  // key j visible to query i iff j <= i
-    ops.push_back(pointwise(o, CUDNN_POINTWISE_BINARY_SELECT, scaled, neg_inf, masked, keep));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_BINARY_SELECT, scaled, io[O::neg_inf], masked, keep));
   }
   Desc row_max = virt(fl, r, r_st), centred = virt(fl, ss, ss_st), e = virt(fl, ss, ss_st);
   Desc row_sum = virt(fl, r, r_st), log_sum = virt(fl, r, r_st), p = virt(bf, ss, ss_st);
@@ -172,11 +193,11 @@ CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape) {
   ops.push_back(pointwise(o, CUDNN_POINTWISE_ADD, row_max, log_sum, stats));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_DIV, e, row_sum, p));
   ops.push_back(matmul(o, p, v, out));
-  finalize_graph(o, ops);
+  finalize_graph(o, ops, handle);
   return o;
 }
 
-CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape) {
+CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape, void* handle) {
   FT_CHECK(shape.batch > 0 && shape.q_heads > 0 && shape.kv_heads > 0 && shape.seq > 0 && shape.head_dim > 0)
       << "SDPA backward graph: every dimension must be positive";
   FT_CHECK(shape.q_heads % shape.kv_heads == 0)
@@ -186,27 +207,17 @@ CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape) {
   const int64_t b = shape.batch, h = shape.q_heads, hk = shape.kv_heads, s = shape.seq, d = shape.head_dim;
   const int64_t dk = shape.key_head_dim > 0 ? shape.key_head_dim : d;
   auto bshd = [&](int64_t heads, int64_t dd) { return std::vector<int64_t>{s * heads * dd, dd, heads * dd, 1}; };
-  // [B, T, H, D] memory seen as [B, H, D, T] (the transposes the matmuls take).
-  auto bshd_t = [&](int64_t heads, int64_t dd) { return std::vector<int64_t>{s * heads * dd, dd, 1, heads * dd}; };
+  // Per-query-head dK/dV before the GQA group sum: contiguous [B, H, T, D].
   auto bhsd = [&](int64_t heads, int64_t dd) { return std::vector<int64_t>{heads * s * dd, s * dd, dd, 1}; };
   const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, fl = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bo = CUDNN_DATA_BOOLEAN;
-  // Graph inputs and outputs (the variant pack's uids); the forward's 1..7 keep their meaning.
-  Desc q = tensor(o, 1, bf, {b, h, s, d}, bshd(h, d), false);
-  Desc kt = tensor(o, 2, bf, {b, hk, dk, s}, bshd_t(hk, dk), false);
-  Desc vt = tensor(o, 3, bf, {b, hk, d, s}, bshd_t(hk, d), false);
-  Desc out = tensor(o, 4, bf, {b, h, s, d}, bshd(h, d), false);
-  Desc stats = tensor(o, 5, fl, {b, h, s, 1}, {h * s, s, 1, 1}, false);
-  Desc scale = tensor(o, 6, fl, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
-  Desc neg_inf = tensor(o, 7, fl, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
-  Desc one = tensor(o, 8, fl, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
-  Desc d_out = tensor(o, 9, bf, {b, h, s, d}, bshd(h, d), false);
-  Desc d_q = tensor(o, 10, bf, {b, h, s, d}, bshd(h, d), false);
-  Desc d_k = tensor(o, 11, bf, {b, hk, s, d}, bshd(hk, d), false);
-  Desc d_v = tensor(o, 12, bf, {b, hk, s, d}, bshd(hk, d), false);
-  // Workspace tensors cuDNN reads back in a later pass (the caller allocates
-  // them): sum_j dO.O per row (f32 [B, H, T, 1]) and dQ accumulated in f32.
-  Desc softmax_sum = tensor(o, 13, fl, {b, h, s, 1}, {h * s, s, 1, 1}, false);
-  Desc d_q_accum = tensor(o, 14, fl, {b, h, s, d}, bhsd(h, d), false);
+  // Graph inputs and outputs (the variant pack's uids, cudnn_sdpa_plan.hpp); the forward's 1..7 keep their
+  // meaning. 13 and 14 are scratch cuDNN reads back in a later pass (the caller allocates them): sum_j dO.O
+  // per row (f32 [B, H, T, 1]) and dQ accumulated in f32.
+  const IoTensors io = io_tensors(o, shape, SdpaDirection::backward);
+  using O = SdpaOperand;
+  Desc q = io[O::q], kt = io[O::k], vt = io[O::v], out = io[O::out], stats = io[O::stats], scale = io[O::scale];
+  Desc one = io[O::one], d_out = io[O::dout], d_q = io[O::dq], d_k = io[O::dk], d_v = io[O::dv];
+  Desc softmax_sum = io[O::row_dot], d_q_accum = io[O::dq_accum];
   const std::vector<int64_t> ss = {b, h, s, s}, ss_st = {h * s * s, s * s, s, 1};
   const std::vector<int64_t> ss_t_st = {h * s * s, s * s, 1, s};  // the same scores read transposed
   int64_t id = 100;
@@ -231,7 +242,7 @@ CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape) {
     ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, centred, nullptr, row, nullptr, 2));
     ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, centred, nullptr, col, nullptr, 3));
     ops.push_back(pointwise(o, CUDNN_POINTWISE_CMP_GE, row, col, keep));
-    ops.push_back(pointwise(o, CUDNN_POINTWISE_BINARY_SELECT, centred, neg_inf, masked, keep));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_BINARY_SELECT, centred, io[O::neg_inf], masked, keep));
   }
   Desc p = virt(fl, ss, ss_st);
   ops.push_back(pointwise(o, CUDNN_POINTWISE_EXP, masked, nullptr, p));
@@ -267,7 +278,7 @@ CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape) {
   ops.push_back(reshape(o, kt, k));
   ops.push_back(matmul(o, ds, k, d_q_accum));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_IDENTITY, d_q_accum, nullptr, d_q));
-  finalize_graph(o, ops);
+  finalize_graph(o, ops, handle);
   return o;
 }
 
@@ -294,6 +305,66 @@ std::int64_t sdpa_engine_configurations(const CudnnDescriptors& graph, const Cud
   CK(cudnnBackendGetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
                               nullptr));
   return count;
+}
+
+SdpaExecutionPlan build_sdpa_execution_plan(const CudnnDescriptors& graph, void* handle,
+                                            const CudnnDescriptors* device) {
+  FT_CHECK((handle != nullptr) != (device != nullptr)) << "cuDNN execution plan: give a handle or a device description";
+  SdpaExecutionPlan result;
+  CudnnDescriptors& o = result.descriptors;
+  Desc g = static_cast<Desc>(graph.last());
+  Desc heuristics = make(o, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  CK(cudnnBackendSetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g));
+  CK(cudnnBackendSetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+  if (device != nullptr) {
+    Desc dev = static_cast<Desc>(device->last());
+    CK(cudnnBackendSetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dev));
+  }
+  CK(cudnnBackendFinalize(heuristics));
+  int64_t count = 0;
+  CK(cudnnBackendGetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                              nullptr));
+  FT_CHECK(count > 0) << "cuDNN's heuristics offer no engine configuration for this graph";
+  // The backend API fills descriptors the caller created.
+  std::vector<Desc> configs(static_cast<std::size_t>(count));
+  for (Desc& c : configs) c = make(o, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  int64_t returned = 0;
+  CK(cudnnBackendGetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                              &returned, configs.data()));
+  result.engine_configurations = returned;
+  // The first configuration (heuristics order: best first) whose plan
+  // finalizes; each refusal's reason is kept for the error.
+  std::string reasons;
+  for (int64_t i = 0; i < returned; ++i) {
+    Desc plan = nullptr;
+    CK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
+    cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+    if (handle != nullptr) {
+      cudnnHandle_t h = static_cast<cudnnHandle_t>(handle);
+      status = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+    } else {
+      Desc dev = static_cast<Desc>(device->last());
+      status = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                        &dev);
+    }
+    if (status == CUDNN_STATUS_SUCCESS)
+      status = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                        1, &configs[static_cast<std::size_t>(i)]);
+    if (status == CUDNN_STATUS_SUCCESS) status = cudnnBackendFinalize(plan);
+    if (status == CUDNN_STATUS_SUCCESS) {
+      o.add(plan);
+      int64_t one = 0;
+      CK(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &one,
+                                  &result.workspace_bytes));
+      return result;
+    }
+    char reason[1024] = {};
+    cudnnGetLastErrorString(reason, sizeof reason);
+    cudnnBackendDestroyDescriptor(plan);
+    if (i < 3) reasons += "; configuration " + std::to_string(i) + ": " + cudnnGetErrorString(status) + ": " + reason;
+  }
+  FT_THROW() << "none of cuDNN's " << returned << " engine configurations finalized an execution plan" << reasons;
 }
 
 #undef CK

@@ -12,8 +12,9 @@
 // saved statistics, dV = P^T.dO, dS = scale.P.(dO.V^T - rowsum), dK =
 // dS^T.Q, dQ = dS.K through an f32 accumulator; under GQA dK/dV per query
 // head, then summed over each KV head's group). Execution plans need a
-// driver: they and the op table's cuDNN path come next
-// (share/doc/status.md).
+// driver: cudnn_sdpa_execute.hpp builds them with a real handle. The graphs'
+// input/output tensors (uids, dims, strides) come from sdpa_io_tensors()
+// (cudnn_sdpa_plan.hpp), the table the variant pack is bound from.
 #pragma once
 
 #include <cstdint>
@@ -21,15 +22,9 @@
 #include <string>
 #include <vector>
 
-namespace ftrain::cuda {
+#include "kernels/cuda/cudnn_sdpa_plan.hpp"
 
-struct SdpaShape {
-  std::int64_t batch = 1, q_heads = 1, kv_heads = 1, seq = 1, head_dim = 64;
-  bool causal = true;
-  // 0 = head_dim. Another value makes Q.K^T inconsistent: the graph cuDNN
-  // must refuse (how the test shows its check can fail).
-  std::int64_t key_head_dim = 0;
-};
+namespace ftrain::cuda {
 
 // Owns backend descriptors (destroyed in reverse order).
 class CudnnDescriptors {
@@ -48,17 +43,33 @@ class CudnnDescriptors {
 };
 
 // The finalized forward operation graph (last() is the graph). Throws
-// ftrain::Error with cuDNN's own reason when cuDNN refuses it.
-CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape);
-// The finalized backward operation graph. Variant-pack uids: 1 Q, 2 K (as
-// K^T), 3 V (as V^T), 4 O, 5 statistics, 6 scale, 7 -inf, 8 one (by value),
-// 9 dO, 10 dQ, 11 dK, 12 dV, 13 and 14 f32 workspace (row sums
-// [B, H, T, 1], dQ accumulator [B, H, T, D]).
-CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape);
+// ftrain::Error with cuDNN's own reason when cuDNN refuses it. `handle`
+// (a cudnnHandle_t) is set on the graph when given; null for a deviceless
+// check against a device description.
+CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape, void* handle = nullptr);
+// The finalized backward operation graph; its variant pack is
+// sdpa_io_tensors(shape, SdpaDirection::backward).
+CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape, void* handle = nullptr);
 // A finalized CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR for an H100 SXM (GPU.md's keys).
 CudnnDescriptors h100_device_description();
 // Engine configurations cuDNN's heuristics (mode A) offer for `graph` on
 // `device` (needs a loadable libcuda: a driver, or the toolkit's stub).
 std::int64_t sdpa_engine_configurations(const CudnnDescriptors& graph, const CudnnDescriptors& device);
+
+
+// An execution plan for a finalized `graph`: cuDNN's heuristics (mode A),
+// then the first engine configuration, best first, whose plan finalizes.
+// With `handle` (a cudnnHandle_t; the graph built with it) the plan can be
+// executed; with `device` (h100_device_description()) it is cuDNN's
+// deviceless compilation, which still needs a driver to load the engine's
+// kernels (GPU.md): without one it throws. Throws ftrain::Error with cuDNN's
+// reasons (the first three configurations') when no plan finalizes.
+struct SdpaExecutionPlan {
+  CudnnDescriptors descriptors;  // last() is the plan
+  std::int64_t workspace_bytes = 0;
+  std::int64_t engine_configurations = 0;
+};
+SdpaExecutionPlan build_sdpa_execution_plan(const CudnnDescriptors& graph, void* handle,
+                                            const CudnnDescriptors* device);
 
 }  // namespace ftrain::cuda

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "kernels/cuda/cudnn_sdpa_execute.hpp"
 #include "kernels/cuda/cudnn_sdpa_graph.hpp"
 #include "plugin/loader.hpp"
 #include "unit/cuda/preset_shapes.hpp"
@@ -94,4 +95,31 @@ TEST(CudnnSdpaGraph, AWrongBackwardGraphIsRefusedWithTheReason) {
     const std::string m = e.what();
     EXPECT_NE(m.find("cudnnBackendFinalize"), std::string::npos) << m;
   }
+}
+
+// The execution side without a GPU: the cuDNN handle cannot be created and
+// the reason says that SDPA plans need a GPU (what the op table reports for
+// `attention_backend cudnn`); deviceless plan finalization against the H100
+// description fails too (GPU.md: loading the engine's kernels needs a
+// driver), naming cuDNN's reason. With a GPU both would succeed: skipped.
+TEST(CudnnSdpaGraph, WithoutAGpuExecutionPlansAreRefusedSayingTheyNeedOne) {
+  std::string why;
+  void* handle = open_cudnn_handle(nullptr, why);
+  if (handle != nullptr) GTEST_SKIP() << "a GPU is present: cudnnCreate succeeded (the gpu tests run the plans)";
+  EXPECT_NE(why.find("cuDNN SDPA execution plans need a GPU"), std::string::npos) << why;
+  EXPECT_NE(why.find("cudnnCreate returned CUDNN_STATUS_"), std::string::npos) << "cuDNN's status is named: " << why;
+  const CudnnDescriptors h100 = h100_device_description();
+  const CudnnDescriptors graph = build_sdpa_forward_graph({1, 32, 8, 4096, 64, true, 0});
+  try {
+    build_sdpa_execution_plan(graph, nullptr, &h100);
+    ADD_FAILURE() << "an execution plan finalized without a driver";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("engine configurations finalized an execution plan"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CudnnSdpaGraph, AnExecutionPlanNeedsExactlyOneOfHandleAndDevice) {
+  const CudnnDescriptors graph = build_sdpa_forward_graph({1, 4, 4, 128, 64, false, 0});
+  EXPECT_THROW(build_sdpa_execution_plan(graph, nullptr, nullptr), Error);
 }

@@ -52,3 +52,15 @@ TEST(AttentionBackend, ReferenceNeverUsesCudnn) {
   EXPECT_FALSE(choose_attention_backend(AttentionBackend::reference, kShape, "").use_cudnn);
   EXPECT_FALSE(choose_attention_backend(AttentionBackend::reference, kShape, kReason).use_cudnn);
 }
+
+TEST(AttentionBackend, TheRunHeaderSaysWhichAttentionRuns) {
+  EXPECT_EQ(describe_attention_choice(AttentionBackend::automatic, Device::host),
+            "attention_backend auto: no effect on the host backend");
+  const std::string automatic = describe_attention_choice(AttentionBackend::automatic, Device::cuda);
+  EXPECT_NE(automatic.find("cuDNN fused SDPA where its plan builds"), std::string::npos) << automatic;
+  EXPECT_NE(automatic.find("else the CUDA reference kernel"), std::string::npos) << automatic;
+  EXPECT_NE(describe_attention_choice(AttentionBackend::cudnn, Device::cuda).find("cuDNN fused SDPA (bf16"),
+            std::string::npos);
+  EXPECT_NE(describe_attention_choice(AttentionBackend::reference, Device::cuda).find("CUDA reference attention"),
+            std::string::npos);
+}

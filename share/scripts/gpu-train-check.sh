@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Training on the GPU, the steps of share/scripts/gpu-check.sh that run the
+# ftrain executable with `device cuda` (one subcommand each):
+#
+#   gpu-train-check.sh memcheck-step   compute-sanitizer memcheck on the first training
+#                                      steps of the regression deck (tests/regression/decks/tiny.in):
+#                                      4, its warmup length (fewer is refused by its schedule)
+#   gpu-train-check.sh llama-golden    the tiny Llama's 20-step curve against the host goldens
+#                                      (tests/regression/cases/golden_np1_full_shard.json)
+#   gpu-train-check.sh vit-golden      the tiny ViT (inputs/tiny_vit.in), 40 steps, on the GPU
+#                                      against the same deck on the host, run now
+#
+# Each wraps the unchanged deck in one that sets `device` first (decks
+# include each other), so the GPU runs exactly the configuration the host
+# goldens come from. The curves may differ from the host's by reduction
+# order only: FTRAIN_GPU_GOLDEN_TOLERANCE (relative, default 1e-4) is the
+# bound, looser than the host-vs-host 1e-5. FTRAIN_GPU_CHECK_DEVICE=host runs
+# the same harness on the host (how it is checked without a GPU).
+set -euo pipefail
+FTRAIN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUILD="${FTRAIN_BUILD_DIR:-$FTRAIN_ROOT/build}"
+DEVICE="${FTRAIN_GPU_CHECK_DEVICE:-cuda}"
+TOLERANCE="${FTRAIN_GPU_GOLDEN_TOLERANCE:-1e-4}"
+WORK="${FTRAIN_GPU_CHECK_WORK:-$(mktemp -d /tmp/ftrain-gpu-train.XXXXXX)}"
+mkdir -p "$WORK"
+FTRAIN="$BUILD/bin/ftrain" PREP="$BUILD/bin/ftrain-prep"
+MPI_FLAGS=(--mpi-flag=--oversubscribe)
+if [[ $(id -u) -eq 0 ]]; then MPI_FLAGS+=(--mpi-flag=--allow-run-as-root); fi
+
+# wrap DECK OUT [device-as-variable]: OUT sets the device, then includes DECK.
+wrap() {
+  if [[ "${3:-}" == variable ]]; then
+    printf 'variable device %s\ndevice ${device}\ninclude %s\n' "$DEVICE" "$1" > "$2"
+  else
+    printf 'device %s\ninclude %s\n' "$DEVICE" "$1" > "$2"
+  fi
+}
+
+case "${1:-}" in
+  memcheck-step)
+    wrap "$FTRAIN_ROOT/tests/regression/decks/tiny.in" "$WORK/tiny_device.in"
+    mkdir -p "$WORK/data"
+    "$PREP" synthetic --out "$WORK/data/train.tok" --tokens 50000 --vocab 64 --seed 7 \
+      --eval-out "$WORK/data/eval.tok" --eval-tokens 4096 > /dev/null
+    sanitizer=()
+    [[ "$DEVICE" == host ]] || sanitizer=(compute-sanitizer --tool memcheck --error-exitcode 1)
+    "${sanitizer[@]}" "$FTRAIN" -var data_dir "$WORK/data" -var run_dir "$WORK/memcheck_run" -var max_steps 4 \
+      "$WORK/tiny_device.in"
+    ;;
+  llama-golden)
+    wrap "$FTRAIN_ROOT/tests/regression/decks/tiny.in" "$WORK/tiny_device.in"
+    python3 - "$FTRAIN_ROOT/tests/regression/cases/golden_np1_full_shard.json" "$WORK/golden_device.json" \
+      "$WORK/tiny_device.in" "$TOLERANCE" "$DEVICE" <<'PY'
+import json, sys
+case = json.load(open(sys.argv[1]))
+case["deck"] = sys.argv[3]  # absolute: the runner joins it to its own directory, which keeps it
+case["tolerance"] = {"relative": float(sys.argv[4])}
+case["description"] = f"golden_np1_full_shard on device {sys.argv[5]} (share/scripts/gpu-train-check.sh)"
+json.dump(case, open(sys.argv[2], "w"), indent=1)
+PY
+    python3 "$FTRAIN_ROOT/tests/regression/run_case.py" "$WORK/golden_device.json" --ftrain "$FTRAIN" --prep "$PREP" \
+      --workdir "$WORK/golden_run" "${MPI_FLAGS[@]}"
+    ;;
+  vit-golden)
+    wrap "$FTRAIN_ROOT/inputs/tiny_vit.in" "$WORK/tiny_vit_device.in" variable
+    common=micro=16,max_steps=40,log_every=2
+    python3 "$FTRAIN_ROOT/tests/vit_regression/compare_runs.py" --ftrain "$FTRAIN" --deck "$WORK/tiny_vit_device.in" \
+      --workdir "$WORK/vit_runs" "${MPI_FLAGS[@]}" --run "host:1:device=host,$common" \
+      --run "$DEVICE:1:device=$DEVICE,$common" --fields loss,grad_norm,eval_loss --tolerance "$TOLERANCE" --falls 0.7
+    ;;
+  *)
+    echo "usage: $0 memcheck-step|llama-golden|vit-golden" >&2
+    exit 2
+    ;;
+esac
