@@ -23,6 +23,9 @@ STEPS=(
   "memcheck of the CUDA op tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops"
   "memcheck of the CUDA reference attention tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_attention --gtest_filter=CudaReferenceAttention.ForwardAndBackwardMatchTheHost"
   "racecheck of the CUDA op tests|compute-sanitizer --tool racecheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops --gtest_filter=CudaOps.EveryImplementedOpMatchesTheHost"
+  "memcheck of the CUDA FP8 kernels (cast+transpose+amax, scale update)|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_fp8 --gtest_filter=CudaFp8.CastTransposeAmax*:CudaFp8.ScaleUpdate*"
+  "FP8 GEMM vs torch._scaled_mm (share/bench)|FTRAIN_BUILD_DIR=$FTRAIN_BUILD_DIR bash share/bench/fp8_gemm_vs_torch.sh 50"
+  "ViT-H/14 FP8 vs BF16 images/s (share/bench; needs the engine on CUDA)|FTRAIN_BUILD_DIR=$FTRAIN_BUILD_DIR bash share/bench/vit_huge_fp8_gpu.sh 20 32"
 )
 # Not runnable yet, because the training engine runs on the host only
 # (share/doc/status.md): listed so a GPU run reports them as still open.

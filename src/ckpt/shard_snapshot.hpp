@@ -51,6 +51,7 @@ struct ShardSnapshot {
   std::vector<std::pair<std::string, double>> scalars;
   std::vector<Unit> units;
   std::int64_t bytes = 0;  // f32 bytes in all arrays
+  std::vector<Tensor> host_copies;  // device state staged on the host for a blocking save
 };
 
 // Host memory for snapshot copies, kept from save to save. Grown without
@@ -77,6 +78,13 @@ class SnapshotBuffer {
 // without, they point into the engine's buffers. Not collective.
 ShardSnapshot take_shard_snapshot(FsdpEngine& engine, Communicator& world, const SaveInfo& info,
                                   SnapshotBuffer* copy_into);
+
+// Sets every array's data (units in order, arrays in order; tensors[i] is
+// the i-th array's tensor, any device, f32): the tensor's host memory, a host
+// copy of a device tensor (kept in s.host_copies), or, with copy_into, a copy
+// in that buffer. s.bytes must count all arrays. (take_shard_snapshot's last
+// step; tests/unit/ckpt/test_fp8_state_device.cpp uses it directly.)
+void fill_snapshot_arrays(ShardSnapshot& s, const std::vector<const Tensor*>& tensors, SnapshotBuffer* copy_into);
 
 // Phase 1: creates `path` with everything but the f32 data (holds the HDF5
 // lock); returns the datasets phase 2 must fill. parent_step -1 = none.
