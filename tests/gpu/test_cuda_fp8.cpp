@@ -99,7 +99,7 @@ TEST(CudaFp8, CastTransposeAmaxMatchesTheSharedFunctionBitForBit) {
   for (const Shape& shape : shapes)
     for (DType src : {DType::f32, DType::bf16})
       for (DType format : {DType::fp8_e4m3, DType::fp8_e5m2}) {
-        SCOPED_TRACE(shape_string(shape) + " " + dtype_name(src) + " -> " + dtype_name(format));
+        SCOPED_TRACE(shape_string(shape) + " " + std::string(dtype_name(src)) + " -> " + std::string(dtype_name(format)));
         Tensor x_host = random_host(shape, 11, 40.0f, src);
         const float scale = 3.7f;
         Fp8Tensor q = descriptor(Device::cuda, shape, format, scale, true, true);

@@ -108,7 +108,8 @@ void write_file(const std::string& path, std::vector<Fp8StateRef> refs, bool asy
   write_shard_file(path, s, -1);
 }
 
-// (name, type class, type size, dims) of every dataset in units/layers.0.
+// (name, type class, type size, dims) of every FP8 dataset in units/layers.0
+// (the group also holds the unit's "entries" string).
 using Dataset = std::tuple<std::string, int, std::size_t, std::vector<hsize_t>>;
 std::vector<Dataset> datasets(const std::string& path) {
   std::vector<Dataset> out;
@@ -119,6 +120,7 @@ std::vector<Dataset> datasets(const std::string& path) {
   for (hsize_t i = 0; i < info.nlinks; ++i) {
     char name[256];
     H5Lget_name_by_idx(g.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT);
+    if (std::string(name).find(".fp8.") == std::string::npos) continue;
     const hid_t d = H5Dopen2(g.id(), name, H5P_DEFAULT);
     const hid_t t = H5Dget_type(d), space = H5Dget_space(d);
     std::vector<hsize_t> dims(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space)));

@@ -245,7 +245,7 @@ void check_model(const ftrain::testing::PresetShapes& shapes, std::int64_t rows,
   const GemmElement backward_format = backward == DType::fp8_e4m3 ? GemmElement::fp8_e4m3 : GemmElement::fp8_e5m2;
   for (const auto& s : shapes.linears) {
     SCOPED_TRACE(shapes.model + ": " + s.example + " [" + std::to_string(s.out) + ", " + std::to_string(s.in) +
-                 "], dy " + dtype_name(backward));
+                 "], dy " + std::string(dtype_name(backward)));
     const Layer l = make_layer(rows, s.in, s.out, backward, gen);
     // Without a bias, with a bf16 bias (epilogue) and an f32 one (added after).
     for (const Tensor* bias : {static_cast<const Tensor*>(nullptr), &l.bias_bf16, &l.bias_f32}) {
