@@ -29,11 +29,14 @@ STEPS=(
   "memcheck of the CUDA reference attention tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_attention --gtest_filter=CudaReferenceAttention.ForwardAndBackwardMatchTheHost"
   "memcheck of the cuDNN attention tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_attention --gtest_filter=CudnnAttention.*"
   "racecheck of the CUDA op tests|compute-sanitizer --tool racecheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops --gtest_filter=CudaOps.EveryImplementedOpMatchesTheHost"
+  "memcheck of the CUDA FP8 kernels (cast+transpose+amax, scale update)|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_fp8 --gtest_filter=CudaFp8.CastTransposeAmax*:CudaFp8.ScaleUpdate*"
   "memcheck of the first training steps (device cuda, tiny regression deck)|$TRAIN memcheck-step"
   "tiny Llama on the GPU against the host goldens|$TRAIN llama-golden"
   "tiny ViT on the GPU against the host|$TRAIN vit-golden"
   "benchmark: attention alone vs PyTorch SDPA, fwd+bwd TFLOP/s|bash $FTRAIN_ROOT/share/bench/gpu_attention.sh"
   "benchmark: Llama 3.2 1B seq 4096 bf16 vs PyTorch (eager, torch.compile), tokens/s and MFU|bash $FTRAIN_ROOT/share/bench/gpu_llama_1b.sh"
+  "FP8 GEMM vs torch._scaled_mm (share/bench)|FTRAIN_BUILD_DIR=$FTRAIN_BUILD_DIR bash share/bench/fp8_gemm_vs_torch.sh 50"
+  "ViT-H/14 FP8 vs BF16 images/s (share/bench)|FTRAIN_BUILD_DIR=$FTRAIN_BUILD_DIR bash share/bench/vit_huge_fp8_gpu.sh 20 32"
 )
 
 no_gpu_reason="$(gpu_unavailable_reason "$FTRAIN_BUILD_DIR")"

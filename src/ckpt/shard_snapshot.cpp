@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/fp8_state.hpp"
 #include "ckpt/hdf5_util.hpp"
 #include "core/error.hpp"
 #include "core/hdf5_lock.hpp"
@@ -96,20 +97,24 @@ ShardSnapshot take_shard_snapshot(FsdpEngine& engine, Communicator& world, const
     add("exp_avg", flat->exp_avg, flat->shard_numel());
     add("exp_avg_sq", flat->exp_avg_sq, flat->shard_numel());
     if (fp8) {
-      for (const auto& ref : fp8_states[static_cast<std::size_t>(flat->unit_index())]) {
-        add(ref.name + ".fp8.amax_history", ref.state->amax_history, ref.state->amax_history.numel());
-        add(ref.name + ".fp8.scale", ref.state->scale, ref.state->scale.numel());
-      }
+      for (const Fp8StateArray& a : fp8_state_arrays(fp8_states[static_cast<std::size_t>(flat->unit_index())]))
+        add(a.name, *a.tensor, a.tensor->numel());
     }
     s.units.push_back(std::move(u));
   }
   s.unit_names_json = names.dump();
 
+  fill_snapshot_arrays(s, tensors, copy_into);
+  return s;
+}
+
+void fill_snapshot_arrays(ShardSnapshot& s, const std::vector<const Tensor*>& tensors, SnapshotBuffer* copy_into) {
   const auto elements = static_cast<std::size_t>(s.bytes / static_cast<std::int64_t>(sizeof(float)));
   float* copy = copy_into != nullptr ? copy_into->reserve(elements) : nullptr;
   std::size_t next = 0, at = 0;
   for (auto& u : s.units) {
     for (auto& a : u.arrays) {
+      FT_CHECK(next < tensors.size()) << "snapshot array " << a.name << " has no tensor";
       Tensor staging;
       const float* live = host_f32(*tensors[next++], staging);
       if (copy_into == nullptr) {
@@ -123,7 +128,6 @@ ShardSnapshot take_shard_snapshot(FsdpEngine& engine, Communicator& world, const
       }
     }
   }
-  return s;
 }
 
 std::vector<h5::DeferredF32> create_shard_file(const std::string& path, const ShardSnapshot& s,

@@ -81,6 +81,13 @@ class SnapshotBuffer {
 ShardSnapshot take_shard_snapshot(FsdpEngine& engine, Communicator& world, const SaveInfo& info,
                                   SnapshotBuffer* copy_into);
 
+// Sets every array's data (units in order, arrays in order; tensors[i] is
+// the i-th array's tensor, any device, f32): the tensor's host memory, a host
+// copy of a device tensor (kept in s.host_copies), or, with copy_into, a copy
+// in that buffer. s.bytes must count all arrays. (take_shard_snapshot's last
+// step; tests/unit/ckpt/test_fp8_state_device.cpp uses it directly.)
+void fill_snapshot_arrays(ShardSnapshot& s, const std::vector<const Tensor*>& tensors, SnapshotBuffer* copy_into);
+
 // Phase 1: creates `path` with everything but the f32 data (holds the HDF5
 // lock); returns the datasets phase 2 must fill. parent_step -1 = none.
 std::vector<h5::DeferredF32> create_shard_file(const std::string& path, const ShardSnapshot& snapshot,

@@ -21,6 +21,7 @@
 
 #include "ckpt/collective_errors.hpp"
 #include "ckpt/consolidated.hpp"
+#include "ckpt/fp8_state.hpp"
 #include "ckpt/hdf5_util.hpp"
 #include "ckpt/lineage.hpp"
 #include "ckpt/shard_snapshot.hpp"
@@ -360,18 +361,7 @@ void load_fp8_state(FsdpEngine& engine, OldShardFile& first, LoadedInfo& info) {
   for (const auto& flat : engine.units()) {
     const std::string unit_path = "units/" + flat->unit_name();
     h5::Group g = h5::Group::open(first.file.id(), unit_path, first.path);
-    for (const auto& ref : states[static_cast<std::size_t>(flat->unit_index())]) {
-      // Read into host copies, then copy to wherever the state lives (the
-      // host before the first step, the training device after).
-      Tensor history = host_readable(ref.state->amax_history);
-      Tensor scale = host_readable(ref.state->scale);
-      h5::read_f32_range(g.id(), (ref.name + ".fp8.amax_history").c_str(), 0, history.numel(),
-                         history.data_as<float>(), first.path + ":" + unit_path);
-      h5::read_f32_range(g.id(), (ref.name + ".fp8.scale").c_str(), 0, scale.numel(), scale.data_as<float>(),
-                         first.path + ":" + unit_path);
-      copy_tensor(history, ref.state->amax_history);
-      copy_tensor(scale, ref.state->scale);
-    }
+    read_fp8_state_arrays(g.id(), states[static_cast<std::size_t>(flat->unit_index())], first.path + ":" + unit_path);
   }
 }
 

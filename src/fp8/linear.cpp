@@ -8,6 +8,16 @@ namespace ftrain::fp8 {
 
 namespace {
 Tensor fp8_data(const Tensor& like, DType format) { return Tensor::empty(like.shape(), format, like.device()); }
+
+// The transposed FP8 copy [cols, rows] the cast writes beside the data on a
+// GPU, where cuBLASLt's FP8 GEMMs take only the TN layout
+// (kernels/cuda/cublaslt_plan.hpp: dgrad reads w's, wgrad x's and dy's). The
+// host GEMMs transpose by themselves: nothing is made there.
+void request_transposed_copy(Fp8Tensor& t) {
+  if (t.data.device() == Device::host) return;
+  const std::int64_t cols = t.data.dim(-1);
+  t.data_t = Tensor::empty({cols, cols > 0 ? t.data.numel() / cols : 0}, t.data.dtype(), t.data.device());
+}
 }  // namespace
 
 void linear_forward(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record, const Tensor& x,
@@ -23,11 +33,12 @@ void linear_forward(ExecutionContext& exec, const Recipe& recipe, LinearState& s
 void linear_backward(ExecutionContext& exec, const Recipe& recipe, LinearState& state, const Tensor& x,
                      const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db) {
   FT_CHECK(state.defined()) << "fp8::linear_backward: no FP8 state for this layer";
-  // The forward's quantisation again (same scales); on a GPU these would be
-  // the transposed FP8 copies the forward's cast kept.
+  // The forward's quantisation again (same scales), with the transposed
+  // copies the GPU's dgrad and wgrad read.
   Fp8Tensor xq = state.operand(kInput, fp8_data(x, recipe.forward_dtype()), /*record=*/false);
   Fp8Tensor wq = state.operand(kWeight, fp8_data(w, recipe.forward_dtype()), /*record=*/false);
   Fp8Tensor dyq = state.operand(kGradOutput, fp8_data(dy, recipe.backward_dtype()), /*record=*/true);
+  for (Fp8Tensor* t : {&xq, &wq, &dyq}) request_transposed_copy(*t);
   ops::cast_to_fp8(exec, x, xq);
   ops::cast_to_fp8(exec, w, wq);
   ops::cast_to_fp8(exec, dy, dyq);

@@ -10,7 +10,8 @@
 //           y  = (xq . wq^T) / (s_x s_w) + b            f32 GEMM on the FP8 values
 // Backward: dyq = fp8(dy * s_dy) (backward format: E5M2 in hybrid; its amax
 //           recorded), xq and wq re-cast with the forward's scales (nothing
-//           recorded: they were in the forward)
+//           recorded: they were in the forward); on a GPU the casts also
+//           write the transposed copies cuBLASLt's TN-only FP8 GEMMs read
 //           dx  = (dyq . wq) / (s_dy s_w)
 //           dw += (dyq^T . xq) / (s_dy s_x)
 //           db += colsum(dy)   (unquantised, as TE's bias gradient)

@@ -49,7 +49,7 @@ LinearState LinearState::to(Device device) const {
 Fp8Tensor LinearState::operand(Operand op, const Tensor& data, bool record) const {
   FT_CHECK(defined()) << "FP8 operand of a linear layer without state";
   return {data, scale.view({1}, op, "fp8.scale"), scale_inv.view({1}, op, "fp8.scale_inv"),
-          record ? amax_history.view({1}, op, "fp8.amax") : Tensor()};
+          record ? amax_history.view({1}, op, "fp8.amax") : Tensor(), Tensor()};
 }
 
 std::vector<std::pair<std::string, Tensor>> LinearState::named_tensors(const std::string& prefix) const {

@@ -21,7 +21,8 @@ class ExecutionContext;
 
 // Bumped whenever the op list or a signature in it changes; a backend
 // library built against another table is refused.
-inline constexpr std::uint32_t kOpTableVersion = 4;  // 2: ViT token ops, 3: the FP8 ops, 4: clipping ops
+inline constexpr std::uint32_t kOpTableVersion = 5;  // 2: ViT token ops, 3: the FP8 ops, 4: clipping ops,
+                                                     // 5: Fp8Tensor::data_t (the transposed copy)
 
 struct OpTable {
   std::uint32_t version = kOpTableVersion;

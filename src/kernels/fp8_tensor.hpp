@@ -13,6 +13,12 @@
 //              cast max-accumulates max |x| into (row 0 of the layer's
 //              history, the iteration in progress); undefined = record
 //              nothing (evaluation, and the backward's re-casts of x and w)
+//   data_t     fp8, optional: the transposed copy [cols, rows] of data viewed
+//              as [rows = numel / cols, cols = last dim], written by the same
+//              cast when defined (TE's columnwise data). cuBLASLt's FP8 GEMMs
+//              take only the TN layout, so the GPU's dgrad reads w's and its
+//              wgrad x's and dy's (kernels/cuda/cublaslt_plan.hpp); the host
+//              GEMMs never need them.
 //
 // All four live on the device: no op reads a scale or an amax on the host,
 // so on CUDA the recipe runs without a host round trip per GEMM. The tensors
@@ -31,11 +37,14 @@ struct Fp8Tensor {
   Tensor scale;
   Tensor scale_inv;
   Tensor amax;
+  Tensor data_t;
 
   DType format() const { return data.dtype(); }
   // The same descriptor over borrowed (non-owning) tensors: what an op
   // enqueued on an asynchronous stream holds (kernels/host_backend.cpp).
-  Fp8Tensor borrow() const { return {data.borrow(), scale.borrow(), scale_inv.borrow(), amax.borrow()}; }
+  Fp8Tensor borrow() const {
+    return {data.borrow(), scale.borrow(), scale_inv.borrow(), amax.borrow(), data_t.borrow()};
+  }
 };
 
 // Transformer Engine's amax_compute_algo: the amax a new scale is computed

@@ -40,8 +40,10 @@ const std::set<std::string> kBitExact = {"add",           "add_inplace",       "
 const std::set<std::string> kNotYet = {"dropout",           "patchify_forward",      "patchify_backward",
                                        "prepend_rows_forward", "prepend_rows_backward", "broadcast_add_forward",
                                        "broadcast_add_backward", "slice_rows_forward",  "slice_rows_backward",
-                                       "cast",              "cast_to_fp8",           "fp8_linear_forward",
-                                       "fp8_linear_backward", "fp8_update_scales"};
+                                       "cast"};
+// Checked in test_cuda_fp8.cpp on shapes cuBLASLt's FP8 GEMMs take (multiples
+// of 16, transposed copies from the cast); the parity cases' 12 x 16 x 10 are not.
+const std::set<std::string> kCheckedInFp8Test = {"fp8_linear_forward", "fp8_linear_backward"};
 
 bool cuda_usable(std::string& why) {
   if (find_backend(Device::cuda) != nullptr) return true;
@@ -193,7 +195,7 @@ TEST(CudaOps, EveryImplementedOpMatchesTheHost) {
   std::string why;
   if (!cuda_usable(why)) GTEST_SKIP() << why;
   for (const auto& c : parity_cases()) {
-    if (kNotYet.count(c.op)) continue;
+    if (kNotYet.count(c.op) || kCheckedInFp8Test.count(c.op)) continue;
     const bool exact = kBitExact.count(c.op) != 0;
     for (std::uint64_t seed : {11u, 12u}) {
       SCOPED_TRACE(c.op + (exact ? " (bit for bit)" : " (tolerance)") + ", seed " + std::to_string(seed));
@@ -248,7 +250,7 @@ TEST(CudaOps, RepeatedRunsAreBitIdentical) {
   std::string why;
   if (!cuda_usable(why)) GTEST_SKIP() << why;
   for (const auto& c : parity_cases()) {
-    if (kNotYet.count(c.op)) continue;
+    if (kNotYet.count(c.op) || kCheckedInFp8Test.count(c.op)) continue;
     SCOPED_TRACE(c.op);
     std::vector<double> s1, s2;
     const auto first = run_on(Device::cuda, c, 21, s1);

@@ -17,7 +17,15 @@ namespace {
 
 constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
 
-cudaDataType_t data_type(GemmElement e) { return e == GemmElement::f32 ? CUDA_R_32F : CUDA_R_16BF; }
+cudaDataType_t data_type(GemmElement e) {
+  switch (e) {
+    case GemmElement::f32: return CUDA_R_32F;
+    case GemmElement::bf16: return CUDA_R_16BF;
+    case GemmElement::fp8_e4m3: return CUDA_R_8F_E4M3;
+    case GemmElement::fp8_e5m2: return CUDA_R_8F_E5M2;
+  }
+  FT_THROW() << "cuBLASLt: unknown element type";
+}
 cublasOperation_t operation(Transpose t) { return t == Transpose::none ? CUBLAS_OP_N : CUBLAS_OP_T; }
 
 using PlanKey = std::tuple<int, int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
@@ -64,6 +72,11 @@ struct Descriptors {
 };
 
 }  // namespace
+
+BlasResources blas_resources(ExecutionContext& ctx) {
+  BlasState& state = blas_state(ctx);
+  return {static_cast<void*>(state.handle), state.workspace.get(), kWorkspaceBytes};
+}
 
 void execute_gemm_plan(ExecutionContext& ctx, const GemmPlan& plan, const GemmOperands& operands) {
   const std::string problem = gemm_plan_problem(plan);

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+
 #include "kernels/cuda/cublaslt_plan.hpp"
 
 namespace ftrain {
@@ -23,5 +25,14 @@ struct GemmOperands {
 };
 
 void execute_gemm_plan(ExecutionContext& ctx, const GemmPlan& plan, const GemmOperands& operands);
+
+// The context's cuBLASLt handle (a cublasLtHandle_t) and 32 MiB workspace,
+// created at first use; shared with the FP8 executor (cublaslt_fp8.cpp).
+struct BlasResources {
+  void* handle = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+BlasResources blas_resources(ExecutionContext& ctx);
 
 }  // namespace ftrain::cuda

@@ -23,17 +23,30 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/error.hpp"
 
 namespace ftrain::cuda {
 
 enum class Transpose : std::uint8_t { none, transpose };
-enum class GemmElement : std::uint8_t { f32, bf16 };
+enum class GemmElement : std::uint8_t { f32, bf16, fp8_e4m3, fp8_e5m2 };
 enum class GemmEpilogue : std::uint8_t { none, bias };
 enum class LinearPass : std::uint8_t { forward, dgrad, wgrad };
-// Which tensor of the linear op a matmul operand is.
-enum class LinearOperand : std::uint8_t { x, w, dy, y, dx, dw };
+// Which tensor of the linear op a matmul operand is; x_t, w_t, dy_t are the
+// transposed FP8 copies the cast writes (Fp8Tensor::data_t).
+enum class LinearOperand : std::uint8_t { x, w, dy, y, dx, dw, x_t, w_t, dy_t };
+
+inline const char* element_name(GemmElement e) {
+  switch (e) {
+    case GemmElement::f32: return "f32";
+    case GemmElement::bf16: return "bf16";
+    case GemmElement::fp8_e4m3: return "fp8_e4m3";
+    case GemmElement::fp8_e5m2: return "fp8_e5m2";
+  }
+  return "?";
+}
+inline bool is_fp8(GemmElement e) { return e == GemmElement::fp8_e4m3 || e == GemmElement::fp8_e5m2; }
 
 inline const char* pass_name(LinearPass p) {
   switch (p) {
@@ -77,6 +90,8 @@ inline GemmPlan plan_linear(LinearPass pass, const LinearShape& s) {
       << " (in and out must be positive)";
   FT_CHECK(s.activation == s.weight) << "cuBLASLt plan " << pass_name(pass)
                                      << ": activations and weight must have one dtype (both f32 or both bf16)";
+  FT_CHECK(!is_fp8(s.activation) && !is_fp8(s.output))
+      << "cuBLASLt plan " << pass_name(pass) << ": FP8 operands take plan_fp8_linear";
   GemmPlan p;
   p.pass = pass;
   p.a_type = p.b_type = s.weight;
@@ -131,6 +146,153 @@ inline std::string gemm_plan_problem(const GemmPlan& p) {
   if (p.ldb < std::max<std::int64_t>(1, stored_rows(p.transb, p.k, p.n))) return too_small("ldb", p.ldb, stored_rows(p.transb, p.k, p.n));
   if (p.ldc < std::max<std::int64_t>(1, p.m)) return too_small("ldc", p.ldc, p.m);
   if (p.batch_count < 1) return "batch_count < 1";
+  return {};
+}
+
+// ---- FP8 plans ----------------------------------------------------------------------
+//
+// cuBLASLt's FP8 GEMMs (Hopper) take only the "TN" form: transa = T,
+// transb = N, i.e. both operands stored K-major (column-major k x m and
+// k x n). The forward is TN as it stands; dgrad and wgrad become TN by
+// reading the transposed FP8 copies the cast writes (Fp8Tensor::data_t,
+// row-major [in, out] for w_t, [in, N] for x_t, [out, N] for dy_t):
+//   forward  y^T  (out x N)  = op_T(w:  col-major in x out, ld in)  . op_N(x^T:  in x N, ld in)    m=out n=N k=in
+//   dgrad    dx^T (in x N)   = op_T(w_t: col-major out x in, ld out) . op_N(dy^T: out x N, ld out)  m=in  n=N k=out
+//   wgrad    dw^T (in x out) = op_T(x_t: col-major N x in, ld N)    . op_N(dy_t: N x out, ld N)    m=in  n=out k=N
+// D = (scale_A scale_B) (A . B) + beta C with the scale pointers at the
+// operands' DEquantisation factors scale_inv = 1 / scale (GPU.md), f32
+// accumulation. Fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM, fewer
+// promotions of the tensor cores' partial sums) only in the forward, as
+// Transformer Engine: gradients keep the full accumulation. Formats: the
+// forward's E4M3 for x and w, the backward format (E5M2 in hybrid) for dy;
+// E5M2 x E5M2 does not exist in cuBLASLt and never arises.
+// Bias: cuBLASLt's FP8 bias epilogue takes a bf16 bias; an f32 bias is added
+// after the GEMM (bias_step add_after) into an f32 D, then stored in y's
+// dtype, which rounds once like the host.
+// cuBLASLt also wants every leading dimension, and so in, out and N, a
+// multiple of 16 for FP8: plan_fp8_linear refuses other shapes, naming the
+// dimension.
+//
+// tests/unit/cuda/test_cublaslt_fp8_plan.cpp replays every plan the tiny and
+// Llama 3.2 1B models produce through cblas_sgemm on the decoded FP8 codes
+// (the host cast's data and transposed copies), multiplied by the scale
+// pointers' values, against the host fp8_linear ops; wrong operands, leading
+// dimensions or scale pointers fail it.
+
+enum class Fp8BiasStep : std::uint8_t { none, epilogue, add_after };
+
+// A cuBLASLt A/B scale pointer as data: the scale_inv (inverse = true) of one
+// FP8 operand's descriptor (Fp8Operand: input, weight, grad_output).
+struct Fp8ScalePointer {
+  int operand = 0;  // Fp8Operand (kernels/fp8_tensor.hpp)
+  bool inverse = true;
+};
+
+struct Fp8GemmPlan {
+  GemmPlan gemm;  // a_type/b_type FP8, c_type the D dtype
+  Fp8ScalePointer a_scale, b_scale;
+  bool fast_accum = false;
+  Fp8BiasStep bias = Fp8BiasStep::none;
+};
+
+struct Fp8LinearShape {
+  std::int64_t rows = 0, in = 0, out = 0;
+  GemmElement forward_format = GemmElement::fp8_e4m3;   // x, w
+  GemmElement backward_format = GemmElement::fp8_e5m2;  // dy (hybrid; fp8_e4m3 under `fp8_format e4m3`)
+  GemmElement output = GemmElement::f32;                // y (forward), dx (dgrad); dw is always f32
+  bool bias = false;
+  GemmElement bias_type = GemmElement::bf16;
+};
+
+// Fp8Operand indices (kernels/fp8_tensor.hpp), without including it here.
+inline constexpr int kPlanFp8Input = 0, kPlanFp8Weight = 1, kPlanFp8GradOutput = 2;
+
+// cuBLASLt's FP8 alignment: leading dimensions multiple of 16 elements.
+inline constexpr std::int64_t kFp8Alignment = 16;
+
+inline Fp8GemmPlan plan_fp8_linear(LinearPass pass, const Fp8LinearShape& s) {
+  const char* p_name = pass_name(pass);
+  FT_CHECK(s.rows > 0 && s.in > 0 && s.out > 0)
+      << "cuBLASLt FP8 plan " << p_name << ": rows " << s.rows << ", in " << s.in << ", out " << s.out
+      << " must be positive";
+  const std::pair<const char*, std::int64_t> dims[] = {{"rows (batch x sequence)", s.rows}, {"in", s.in}, {"out", s.out}};
+  for (const auto& [name, value] : dims)
+    FT_CHECK(value % kFp8Alignment == 0) << "cuBLASLt FP8 plan " << p_name << ": " << name << " = " << value
+                                         << " is not a multiple of " << kFp8Alignment
+                                         << " (cuBLASLt's FP8 leading-dimension rule)";
+  FT_CHECK(is_fp8(s.forward_format) && is_fp8(s.backward_format))
+      << "cuBLASLt FP8 plan " << p_name << ": formats " << element_name(s.forward_format) << ", "
+      << element_name(s.backward_format) << " must be FP8";
+  FT_CHECK(s.forward_format == GemmElement::fp8_e4m3)
+      << "cuBLASLt FP8 plan " << p_name << ": the forward format is E4M3 (an E5M2 x and w would make the backward's "
+      << "E5M2 x E5M2 GEMMs, which cuBLASLt does not have)";
+  FT_CHECK(s.output == GemmElement::f32 || s.output == GemmElement::bf16)
+      << "cuBLASLt FP8 plan " << p_name << ": output " << element_name(s.output) << " must be f32 or bf16";
+  Fp8GemmPlan f;
+  GemmPlan& p = f.gemm;
+  p.pass = pass;
+  p.transa = Transpose::transpose;
+  p.transb = Transpose::none;
+  switch (pass) {
+    case LinearPass::forward:
+      p.m = s.out, p.n = s.rows, p.k = s.in;
+      p.a = LinearOperand::w, p.lda = s.in;
+      p.b = LinearOperand::x, p.ldb = s.in;
+      p.c = LinearOperand::y, p.ldc = s.out;
+      p.a_type = p.b_type = s.forward_format;
+      p.c_type = s.output;
+      p.beta = 0.0f;
+      f.a_scale = {kPlanFp8Weight, true};
+      f.b_scale = {kPlanFp8Input, true};
+      f.fast_accum = true;
+      if (s.bias) {
+        FT_CHECK(s.bias_type == GemmElement::f32 || s.bias_type == GemmElement::bf16)
+            << "cuBLASLt FP8 plan forward: bias " << element_name(s.bias_type) << " must be f32 or bf16";
+        f.bias = s.bias_type == GemmElement::bf16 ? Fp8BiasStep::epilogue : Fp8BiasStep::add_after;
+        p.epilogue = f.bias == Fp8BiasStep::epilogue ? GemmEpilogue::bias : GemmEpilogue::none;
+        if (f.bias == Fp8BiasStep::add_after) p.c_type = GemmElement::f32;  // rounded once, after the bias
+      }
+      break;
+    case LinearPass::dgrad:
+      p.m = s.in, p.n = s.rows, p.k = s.out;
+      p.a = LinearOperand::w_t, p.lda = s.out;
+      p.b = LinearOperand::dy, p.ldb = s.out;
+      p.c = LinearOperand::dx, p.ldc = s.in;
+      p.a_type = s.forward_format;
+      p.b_type = s.backward_format;
+      p.c_type = s.output;
+      p.beta = 0.0f;  // dx is written
+      f.a_scale = {kPlanFp8Weight, true};
+      f.b_scale = {kPlanFp8GradOutput, true};
+      break;
+    case LinearPass::wgrad:
+      p.m = s.in, p.n = s.out, p.k = s.rows;
+      p.a = LinearOperand::x_t, p.lda = s.rows;
+      p.b = LinearOperand::dy_t, p.ldb = s.rows;
+      p.c = LinearOperand::dw, p.ldc = s.in;
+      p.a_type = s.forward_format;
+      p.b_type = s.backward_format;
+      p.c_type = GemmElement::f32;
+      p.beta = 1.0f;  // dw accumulates (f32)
+      f.a_scale = {kPlanFp8Input, true};
+      f.b_scale = {kPlanFp8GradOutput, true};
+      break;
+  }
+  return f;
+}
+
+// Empty when cuBLASLt would take the FP8 plan, else why not: the generic
+// checks, TN, FP8 operands (not both E5M2), aligned leading dimensions.
+inline std::string fp8_gemm_plan_problem(const Fp8GemmPlan& f) {
+  const GemmPlan& p = f.gemm;
+  std::string problem = gemm_plan_problem(p);
+  if (!problem.empty()) return problem;
+  if (p.transa != Transpose::transpose || p.transb != Transpose::none) return "FP8 GEMMs need the TN layout";
+  if (!is_fp8(p.a_type) || !is_fp8(p.b_type)) return "an FP8 plan with a non-FP8 operand";
+  if (p.a_type == GemmElement::fp8_e5m2 && p.b_type == GemmElement::fp8_e5m2) return "E5M2 x E5M2";
+  if (p.lda % kFp8Alignment != 0 || p.ldb % kFp8Alignment != 0 || p.ldc % kFp8Alignment != 0)
+    return "a leading dimension is not a multiple of 16";
+  if (p.epilogue == GemmEpilogue::bias && f.bias != Fp8BiasStep::epilogue) return "bias epilogue without a bf16 bias";
   return {};
 }
 

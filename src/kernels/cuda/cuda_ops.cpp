@@ -1,8 +1,8 @@
 // The CUDA op table (cuda_ops.hpp). Argument checks mirror the host kernels'
 // (kernels/host/float_spans.hpp); the arithmetic is in the launchers
 // (kernels.hpp) and, below them, kernels/math/. Ops that still have no CUDA
-// kernel (casts from or to fp8, the FP8 ops, the ViT row ops, dropout)
-// throw naming themselves: share/doc/status.md lists them.
+// kernel (the ViT row ops, dropout; the FP8 ops are cuda_fp8_ops.cpp's) throw
+// naming themselves: share/doc/status.md lists them.
 #include "kernels/cuda/cuda_ops.hpp"
 
 #include <cstdint>
@@ -23,6 +23,7 @@
 #include "kernels/cuda/cublaslt_linear.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cudnn_sdpa_plan.hpp"
+#include "kernels/cuda/cuda_fp8_ops.hpp"
 #if defined(FTRAIN_HAVE_CUDNN)
 #include "kernels/cuda/cudnn_sdpa_execute.hpp"
 #endif
@@ -81,6 +82,13 @@ void require_numel(const char* op, const Tensor& t, const char* role, std::int64
 FTRAIN_OP_LIST(FTRAIN_CUDA_MISSING)
 #undef FTRAIN_CUDA_MISSING
 #pragma GCC diagnostic pop
+
+// The FP8 ops live in cuda_fp8_ops.cpp; these non-templates win over the
+// fallbacks above when the table takes their addresses.
+using fp8_ops::cast_to_fp8;
+using fp8_ops::fp8_linear_backward;
+using fp8_ops::fp8_linear_forward;
+using fp8_ops::fp8_update_scales;
 
 std::int64_t row_width(const char* op, const Tensor& t, const char* role) {
   FT_CHECK(t.ndim() >= 1 && t.dim(-1) > 0) << op << ": " << role << " " << t.describe()

@@ -11,7 +11,9 @@
 // whose cuBLASLt scale pointers take it.
 //
 // Scales and amaxes are f32[1] tensors on the host here; the kernels read and
-// write them as the CUDA kernels will on the device: no value leaves the op.
+// write them as the CUDA kernels do on the device: no value leaves the op.
+// The cast, the amax, the transposed copy's indexing and the scale update are
+// kernels/math/fp8.hpp's, the functions kernels/cuda/fp8.cu runs.
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cmath>
@@ -20,6 +22,7 @@
 
 #include "core/error.hpp"
 #include "kernels/fp8_scaling.hpp"
+#include "kernels/math/fp8.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/gemm.hpp"
 #include "kernels/host/host_ops.hpp"
@@ -74,9 +77,7 @@ void store_scaled(const char* kernel_name, float* acc, float factor, Tensor& out
 }
 
 // max |x| over a float tensor, NaN when x holds a NaN, independent of the
-// thread count. The max runs over the bit patterns of |x|: for non-negative
-// floats their order is the numeric order, and every NaN pattern is above
-// +inf's, so one integer max finds both the amax and a NaN.
+// thread count: the integer max of math::amax_key (kernels/math/fp8.hpp).
 float amax_of(const Tensor& x) {
   const std::int64_t n = x.numel();
   const std::int64_t chunks = (n + spans::kChunk - 1) / spans::kChunk;
@@ -86,10 +87,22 @@ float amax_of(const Tensor& x) {
       [=](std::int64_t c, std::uint32_t& m) {
         const std::int64_t begin = c * spans::kChunk, len = std::min(spans::kChunk, n - begin);
         const float* v = spans::read_f32(x, begin, len, spans::thread_scratch(1, len));
-        for (std::int64_t i = 0; i < len; ++i) m = std::max(m, float_bits(v[i]) & 0x7fffffffu);
+        for (std::int64_t i = 0; i < len; ++i) m = std::max(m, math::amax_key(v[i]));
       },
       Kokkos::Max<std::uint32_t>(top));
-  return top > 0x7f800000u ? NAN : bits_float(top);
+  return math::amax_of_key(top);
+}
+
+// The transposed copy [cols, rows] of a cast's output [rows, cols]
+// (math::transposed_index), from the FP8 bytes just written.
+void write_transposed(const Tensor& data, Tensor& data_t) {
+  const std::int64_t cols = data.ndim() >= 1 ? data.dim(-1) : 1;
+  const std::int64_t rows = cols > 0 ? data.numel() / cols : 0;
+  const auto* src = static_cast<const std::uint8_t*>(data.data());
+  auto* dst = static_cast<std::uint8_t*>(data_t.data());
+  Kokkos::parallel_for("ftrain::cast_to_fp8::transpose", HostPolicy(0, rows), [=](std::int64_t r) {
+    for (std::int64_t c = 0; c < cols; ++c) dst[math::transposed_index(r, c, rows)] = src[r * cols + c];
+  });
 }
 
 }  // namespace
@@ -104,6 +117,13 @@ void cast_to_fp8(const Tensor& x, Fp8Tensor& out) {
   require_f32_scalar(op, out.scale, "out.scale");
   require_f32_scalar(op, out.scale_inv, "out.scale_inv");
   if (out.amax.defined()) require_f32_scalar(op, out.amax, "out.amax");
+  if (out.data_t.defined()) {
+    spans::require_defined_host(op, out.data_t, "out.data_t");
+    FT_CHECK(out.data_t.dtype() == out.data.dtype() && out.data_t.numel() == out.data.numel() &&
+             out.data_t.ndim() == 2 && out.data.ndim() >= 1 && out.data_t.dim(0) == out.data.dim(-1))
+        << op << ": out.data_t " << out.data_t.describe() << " must be the transposed copy [cols, rows] of out.data "
+        << out.data.describe() << " in its dtype";
+  }
 
   const float scale = *out.scale.data_as<float>();
   const bool e4m3 = out.data.dtype() == DType::fp8_e4m3;
@@ -111,14 +131,10 @@ void cast_to_fp8(const Tensor& x, Fp8Tensor& out) {
   void* dst = out.data.data();
   spans::for_each_chunk("ftrain::cast_to_fp8", x.numel(), [=](std::int64_t begin, std::int64_t len) {
     const float* v = spans::read_f32(tx, begin, len, spans::thread_scratch(0, len));
-    if (e4m3) {
-      fp8_e4m3* p = static_cast<fp8_e4m3*>(dst) + begin;
-      for (std::int64_t i = 0; i < len; ++i) p[i] = to_fp8_e4m3(v[i] * scale);
-    } else {
-      fp8_e5m2* p = static_cast<fp8_e5m2*>(dst) + begin;
-      for (std::int64_t i = 0; i < len; ++i) p[i] = to_fp8_e5m2(v[i] * scale);
-    }
+    std::uint8_t* p = static_cast<std::uint8_t*>(dst) + begin;
+    for (std::int64_t i = 0; i < len; ++i) p[i] = math::fp8_cast(v[i], scale, e4m3);
   });
+  if (out.data_t.defined()) write_transposed(out.data, out.data_t);
   *out.scale_inv.data_as<float>() = 1.0f / scale;
   if (out.amax.defined()) {
     float* slot = out.amax.data_as<float>();
@@ -244,21 +260,10 @@ void fp8_update_scales(Tensor& amax_history, Tensor& scale, DType forward_format
   float* h = amax_history.data_as<float>();
   float* s = scale.data_as<float>();
   for (int column = 0; column < kFp8NumOperands; ++column) {
-    float amax = h[column];
-    if (algo == Fp8AmaxAlgo::max)
-      for (std::int64_t i = 0; i < len; ++i) amax = fp8_scaling::amax_combine(amax, h[i * kFp8NumOperands + column]);
     const DType format = column == kFp8GradOutput ? backward_format : forward_format;
-    s[column] = fp8_scaling::next_scale(amax, s[column], fp8_max_of(format), static_cast<int>(margin));
+    math::fp8_update_history_column(h, len, kFp8NumOperands, column, s, fp8_max_of(format), static_cast<int>(margin),
+                                    algo == Fp8AmaxAlgo::most_recent);
   }
-  // TE's _update_amax_history: torch.roll(h, -1, 0); h[0] = 0. Row 0 (the
-  // iteration just finished) moves to the end, row 1 (the oldest) is
-  // overwritten by the zeros of the next iteration: the history always holds
-  // the last L iterations.
-  float first[kFp8NumOperands];
-  std::memcpy(first, h, sizeof first);
-  std::memmove(h, h + kFp8NumOperands, static_cast<std::size_t>((len - 1) * kFp8NumOperands) * sizeof(float));
-  std::memcpy(h + (len - 1) * kFp8NumOperands, first, sizeof first);
-  std::fill(h, h + kFp8NumOperands, 0.0f);
 }
 
 }  // namespace ftrain::host

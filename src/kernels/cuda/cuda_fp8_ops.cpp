@@ -1,0 +1,240 @@
+// The CUDA FP8 ops (cuda_fp8_ops.hpp).
+//
+// cast_to_fp8 is one fused kernel: cast, transposed copy (when the
+// descriptor asks for data_t) and amax. The linear ops run cuBLASLt FP8 plans
+// (TN only): the forward on x and w as cast, dgrad on w's transposed copy,
+// wgrad on x's and dy's: fp8::linear_backward asks the casts for them on a
+// device, and an op without them is refused naming the missing copy. Scales
+// stay on the device: the GEMMs read the operands' scale_inv by pointer.
+#include "kernels/cuda/cuda_fp8_ops.hpp"
+
+#include <memory>
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/cuda/cublaslt_fp8.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/fp8_kernels.hpp"
+#include "kernels/math/fp8.hpp"
+#include "runtime/execution_context.hpp"
+
+namespace ftrain::cuda::fp8_ops {
+
+namespace {
+
+cudaStream_t stream_of(ExecutionContext& ctx) { return static_cast<cudaStream_t>(ctx.compute().native_handle()); }
+
+void require_cuda(const char* op, const Tensor& t, const std::string& role) {
+  FT_CHECK(t.defined()) << op << ": " << role << " is an undefined tensor";
+  FT_CHECK(t.device() == Device::cuda) << op << ": " << role << " " << t.describe()
+                                       << " is not on the CUDA device (CUDA backend)";
+}
+
+bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
+
+FloatSpan float_span(const char* op, const Tensor& t, const std::string& role) {
+  require_cuda(op, t, role);
+  FT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16)
+      << op << ": " << role << " " << t.describe() << " must be f32 or bf16";
+  return {t.data(), t.dtype() == DType::f32 ? Storage::f32 : Storage::bf16};
+}
+
+void require_f32_scalar(const char* op, const Tensor& t, const std::string& role) {
+  require_cuda(op, t, role);
+  FT_CHECK(t.dtype() == DType::f32 && t.numel() == 1) << op << ": " << role << " " << t.describe() << " must be f32[1]";
+}
+
+void require_fp8_operand(const char* op, const Fp8Tensor& t, const std::string& role) {
+  require_cuda(op, t.data, role + ".data");
+  FT_CHECK(is_fp8(t.data.dtype())) << op << ": " << role << ".data " << t.data.describe()
+                                   << " must be fp8_e4m3 or fp8_e5m2";
+  require_f32_scalar(op, t.scale_inv, role + ".scale_inv");
+}
+
+// The transposed copy a TN GEMM reads, or an error naming it.
+const void* transposed(const char* op, const Fp8Tensor& t, const std::string& role) {
+  FT_CHECK(t.data_t.defined()) << op << ": " << role << ".data_t is undefined: cuBLASLt's FP8 GEMMs take only the TN "
+                               << "layout and read the transposed copy the cast writes (fp8::linear_backward asks "
+                               << "for it on a device)";
+  require_cuda(op, t.data_t, role + ".data_t");
+  FT_CHECK(t.data_t.dtype() == t.data.dtype() && t.data_t.numel() == t.data.numel())
+      << op << ": " << role << ".data_t " << t.data_t.describe() << " is not a copy of " << t.data.describe();
+  return t.data_t.data();
+}
+
+GemmElement element(DType t) {
+  switch (t) {
+    case DType::f32: return GemmElement::f32;
+    case DType::bf16: return GemmElement::bf16;
+    case DType::fp8_e4m3: return GemmElement::fp8_e4m3;
+    case DType::fp8_e5m2: return GemmElement::fp8_e5m2;
+    default: FT_THROW() << "cuBLASLt FP8: dtype " << dtype_name(t) << " has no GEMM element type";
+  }
+}
+
+// The device f32 a plan's scale pointer names, among the op's operands
+// (nullptr for an operand the op does not have).
+const float* scale_pointer(const Fp8ScalePointer& s, const Fp8Tensor* x, const Fp8Tensor* w, const Fp8Tensor* dy) {
+  const Fp8Tensor* t = s.operand == kFp8Input ? x : s.operand == kFp8Weight ? w : dy;
+  if (t == nullptr) return nullptr;
+  return (s.inverse ? t->scale_inv : t->scale).data_as<float>();
+}
+
+// The plan, its refusals (a shape cuBLASLt's FP8 GEMMs do not take) naming the op.
+Fp8GemmPlan plan_for(const char* op, LinearPass pass, const Fp8LinearShape& shape) {
+  try {
+    return plan_fp8_linear(pass, shape);
+  } catch (const Error& e) {
+    FT_THROW() << op << ": " << e.what();
+  }
+}
+
+struct Dims {
+  std::int64_t rows, in, out;
+};
+
+Dims check_dims(const char* op, const Fp8Tensor& x, const Fp8Tensor& w) {
+  FT_CHECK(w.data.ndim() == 2) << op << ": w.data " << w.data.describe() << " must be [out, in]";
+  const std::int64_t in = w.data.dim(1), out = w.data.dim(0);
+  FT_CHECK(x.data.ndim() >= 1 && x.data.dim(-1) == in)
+      << op << ": x.data " << x.data.describe() << " must be [..., " << in << "] to match w.data "
+      << w.data.describe();
+  return {in > 0 ? x.data.numel() / in : 0, in, out};
+}
+
+}  // namespace
+
+void cast_to_fp8(ExecutionContext& ctx, const Tensor& x, Fp8Tensor& out) {
+  constexpr const char* op = "cast_to_fp8";
+  const FloatSpan xs = float_span(op, x, "x");
+  require_cuda(op, out.data, "out.data");
+  FT_CHECK(is_fp8(out.data.dtype())) << op << ": out.data " << out.data.describe() << " must be fp8_e4m3 or fp8_e5m2";
+  FT_CHECK(out.data.shape() == x.shape()) << op << ": out.data " << out.data.describe() << " must have the shape of x "
+                                          << x.describe();
+  require_f32_scalar(op, out.scale, "out.scale");
+  require_f32_scalar(op, out.scale_inv, "out.scale_inv");
+  if (out.amax.defined()) require_f32_scalar(op, out.amax, "out.amax");
+  const std::int64_t cols = x.ndim() >= 1 ? x.dim(-1) : 1;
+  const std::int64_t rows = cols > 0 ? x.numel() / cols : 0;
+  std::uint8_t* out_t = nullptr;
+  if (out.data_t.defined()) {
+    require_cuda(op, out.data_t, "out.data_t");
+    FT_CHECK(out.data_t.dtype() == out.data.dtype() && out.data_t.ndim() == 2 && out.data_t.dim(0) == cols &&
+             out.data_t.dim(1) == rows)
+        << op << ": out.data_t " << out.data_t.describe() << " must be the transposed copy [" << cols << ", " << rows
+        << "] of out.data " << out.data.describe() << " in its dtype";
+    out_t = static_cast<std::uint8_t*>(out.data_t.data());
+  }
+  std::shared_ptr<void> scratch;
+  if (out.amax.defined()) scratch = ctx.allocator().allocate(sizeof(std::uint32_t));
+  launch_fp8_cast_transpose(xs, rows, cols, out.scale.data_as<float>(), out.scale_inv.data_as<float>(),
+                            out.amax.defined() ? out.amax.data_as<float>() : nullptr,
+                            static_cast<std::uint32_t*>(scratch.get()), out.data.dtype() == DType::fp8_e4m3,
+                            static_cast<std::uint8_t*>(out.data.data()), out_t, stream_of(ctx));
+}
+
+void fp8_linear_forward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b, Tensor& y) {
+  constexpr const char* op = "fp8_linear_forward";
+  require_fp8_operand(op, x, "x");
+  require_fp8_operand(op, w, "w");
+  const FloatSpan ys = float_span(op, y, "y");
+  const Dims d = check_dims(op, x, w);
+  FT_CHECK(y.ndim() >= 1 && y.dim(-1) == d.out && y.numel() == d.rows * d.out)
+      << op << ": y " << y.describe() << " must be [" << d.rows << " rows, " << d.out << "]";
+  FT_CHECK(x.data.dtype() == w.data.dtype()) << op << ": x.data " << x.data.describe() << " and w.data "
+                                             << w.data.describe() << " must have one FP8 format";
+  FloatSpan bs{nullptr, Storage::f32};
+  if (b != nullptr) {
+    bs = float_span(op, *b, "b");
+    FT_CHECK(b->numel() == d.out) << op << ": b " << b->describe() << " must have " << d.out << " elements";
+  }
+  if (d.rows == 0) return;
+  Fp8LinearShape shape{d.rows, d.in, d.out, element(x.data.dtype()), GemmElement::fp8_e5m2, element(y.dtype()),
+                       b != nullptr, b != nullptr ? element(b->dtype()) : GemmElement::bf16};
+  const Fp8GemmPlan plan = plan_for(op, LinearPass::forward, shape);
+  Fp8GemmOperands o;
+  o.a = w.data.data();
+  o.b = x.data.data();
+  o.a_scale = scale_pointer(plan.a_scale, &x, &w, nullptr);
+  o.b_scale = scale_pointer(plan.b_scale, &x, &w, nullptr);
+  std::shared_ptr<void> f32_d;
+  if (plan.bias == Fp8BiasStep::epilogue) o.bias = b->data();
+  if (plan.bias == Fp8BiasStep::add_after && y.dtype() != DType::f32) {
+    f32_d = ctx.allocator().allocate(static_cast<std::size_t>(y.numel()) * sizeof(float));
+    o.d = f32_d.get();
+  } else {
+    o.d = y.data();
+  }
+  execute_fp8_gemm_plan(ctx, plan, o);
+  if (plan.bias == Fp8BiasStep::add_after)
+    launch_fp8_bias_store(static_cast<const float*>(o.d), bs, ys, d.rows, d.out, stream_of(ctx));
+}
+
+void fp8_linear_backward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor& dy,
+                         const Tensor& dy_source, Tensor* dx, Tensor& dw, Tensor* db) {
+  constexpr const char* op = "fp8_linear_backward";
+  require_fp8_operand(op, x, "x");
+  require_fp8_operand(op, w, "w");
+  require_fp8_operand(op, dy, "dy");
+  const Dims d = check_dims(op, x, w);
+  FT_CHECK(dy.data.ndim() >= 1 && dy.data.dim(-1) == d.out && dy.data.numel() == d.rows * d.out)
+      << op << ": dy.data " << dy.data.describe() << " must be [" << d.rows << " rows, " << d.out << "]";
+  require_cuda(op, dw, "dw");
+  FT_CHECK(dw.dtype() == DType::f32 && dw.shape() == w.data.shape())
+      << op << ": dw " << dw.describe() << " must be f32 with the shape of w.data " << w.data.describe();
+  if (d.rows == 0) return;
+  Fp8LinearShape shape{d.rows, d.in, d.out, element(x.data.dtype()), element(dy.data.dtype()),
+                       dx != nullptr ? element(dx->dtype()) : GemmElement::f32, false, GemmElement::bf16};
+  if (dx != nullptr) {
+    float_span(op, *dx, "dx");
+    FT_CHECK(dx->shape() == x.data.shape()) << op << ": dx " << dx->describe() << " must have the shape of x.data "
+                                            << x.data.describe();
+    const Fp8GemmPlan dgrad = plan_for(op, LinearPass::dgrad, shape);
+    Fp8GemmOperands o;
+    o.a = transposed(op, w, "w");
+    o.b = dy.data.data();
+    o.d = dx->data();
+    o.a_scale = scale_pointer(dgrad.a_scale, &x, &w, &dy);
+    o.b_scale = scale_pointer(dgrad.b_scale, &x, &w, &dy);
+    execute_fp8_gemm_plan(ctx, dgrad, o);
+  }
+  const Fp8GemmPlan wgrad = plan_for(op, LinearPass::wgrad, shape);
+  Fp8GemmOperands o;
+  o.a = transposed(op, x, "x");
+  o.b = transposed(op, dy, "dy");
+  o.d = dw.data();
+  o.a_scale = scale_pointer(wgrad.a_scale, &x, &w, &dy);
+  o.b_scale = scale_pointer(wgrad.b_scale, &x, &w, &dy);
+  execute_fp8_gemm_plan(ctx, wgrad, o);
+  if (db != nullptr) {
+    const FloatSpan dbs = float_span(op, *db, "db");
+    FT_CHECK(db->dtype() == DType::f32 && db->numel() == d.out)
+        << op << ": db " << db->describe() << " must be f32 with " << d.out << " elements";
+    FT_CHECK(dy_source.shape() == dy.data.shape())
+        << op << ": dy_source " << dy_source.describe() << " must have the shape of dy.data " << dy.data.describe();
+    launch_column_sum_accumulate(float_span(op, dy_source, "dy_source"), d.rows, d.out, dbs, stream_of(ctx));
+  }
+}
+
+void fp8_update_scales(ExecutionContext& ctx, Tensor& amax_history, Tensor& scale, DType forward_format,
+                       DType backward_format, std::int64_t margin, Fp8AmaxAlgo algo) {
+  constexpr const char* op = "fp8_update_scales";
+  require_cuda(op, amax_history, "amax_history");
+  require_cuda(op, scale, "scale");
+  FT_CHECK(amax_history.dtype() == DType::f32 && amax_history.ndim() == 2 &&
+           amax_history.dim(1) == kFp8NumOperands && amax_history.dim(0) >= 1)
+      << op << ": amax_history " << amax_history.describe() << " must be f32 [L >= 1, " << kFp8NumOperands << "]";
+  FT_CHECK(scale.dtype() == DType::f32 && scale.numel() == kFp8NumOperands)
+      << op << ": scale " << scale.describe() << " must be f32[" << kFp8NumOperands
+      << "] (input, weight, grad_output)";
+  FT_CHECK(is_fp8(forward_format) && is_fp8(backward_format))
+      << op << ": formats " << dtype_name(forward_format) << ", " << dtype_name(backward_format)
+      << " must be fp8_e4m3 or fp8_e5m2";
+  FT_CHECK(margin >= 0 && margin <= 64) << op << ": margin " << margin << " must be in [0, 64]";
+  auto max_of = [](DType t) { return t == DType::fp8_e4m3 ? math::kFp8E4m3MaxValue : math::kFp8E5m2MaxValue; };
+  launch_fp8_update_scales(amax_history.data_as<float>(), amax_history.dim(0), scale.data_as<float>(),
+                           max_of(forward_format), max_of(backward_format), static_cast<int>(margin),
+                           algo == Fp8AmaxAlgo::most_recent, stream_of(ctx));
+}
+
+}  // namespace ftrain::cuda::fp8_ops
