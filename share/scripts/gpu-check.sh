@@ -19,16 +19,16 @@ REPORT="${FTRAIN_GPU_REPORT:-$FTRAIN_ROOT/share/doc/gpu-runs/$STAMP.md}"
 # What a GPU run does, in order; each step's command is run from $FTRAIN_ROOT.
 STEPS=(
   "device|nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv"
+  # includes gpu_engine_tiny_curves: tiny Llama and ViT with `device cuda` against the host
   "gpu tests|ctest --test-dir $FTRAIN_BUILD_DIR -L gpu --output-on-failure"
   "memcheck of the CUDA op tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops"
   "memcheck of the CUDA reference attention tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_attention --gtest_filter=CudaReferenceAttention.ForwardAndBackwardMatchTheHost"
   "racecheck of the CUDA op tests|compute-sanitizer --tool racecheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops --gtest_filter=CudaOps.EveryImplementedOpMatchesTheHost"
 )
-# Not runnable yet, because the training engine runs on the host only
-# (share/doc/status.md): listed so a GPU run reports them as still open.
+# Not scripted yet (share/doc/status.md): listed so a GPU run reports them
+# as still open.
 PENDING=(
   "compute-sanitizer memcheck on one training step (device cuda)"
-  "tiny Llama and tiny ViT curves on the GPU against the host goldens (tests/regression)"
   "Llama 3.2 1B at seq 4096, bf16: tokens/s and MFU next to PyTorch SDPA (torch.compile on/off)"
   "attention alone vs PyTorch SDPA, fwd+bwd TFLOP/s (needs the cuDNN SDPA path)"
 )
@@ -46,7 +46,7 @@ if [[ -n "$no_gpu_reason" ]]; then
   echo "gpu-check: no GPU here: $no_gpu_reason."
   echo "gpu-check: on a GPU machine this would run, from $FTRAIN_ROOT:"
   for step in "${STEPS[@]}"; do echo "  - ${step%%|*}: ${step#*|}"; done
-  echo "gpu-check: and report as not yet runnable (the engine is host-only):"
+  echo "gpu-check: and report as not yet scripted:"
   for item in "${PENDING[@]}"; do echo "  - $item"; done
   echo "gpu-check: nothing was run; exiting 0."
   exit 0
@@ -80,7 +80,7 @@ for step in "${STEPS[@]}"; do
   } >> "$REPORT"
 done
 {
-  echo "## Not yet runnable (engine host-only)"
+  echo "## Not yet scripted"
   echo
   for item in "${PENDING[@]}"; do echo "- $item"; done
 } >> "$REPORT"
