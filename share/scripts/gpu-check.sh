@@ -24,6 +24,7 @@ TRAIN="bash $FTRAIN_ROOT/share/scripts/gpu-train-check.sh"
 # then the benchmarks, whose numbers go to share/doc/performance.md.
 STEPS=(
   "device|nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv"
+  # includes gpu_engine_tiny_curves: tiny Llama and ViT with `device cuda` against the host
   "gpu tests|ctest --test-dir $FTRAIN_BUILD_DIR -L gpu --output-on-failure"
   "memcheck of the CUDA op tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops"
   "memcheck of the CUDA reference attention tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_attention --gtest_filter=CudaReferenceAttention.ForwardAndBackwardMatchTheHost"
