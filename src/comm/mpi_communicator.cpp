@@ -3,10 +3,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
+#include "comm/mpi_collectives.hpp"
 #include "comm/mpi_progress.hpp"
 #include "core/error.hpp"
 
@@ -25,63 +27,13 @@ void check_mpi(int code, const char* call, const char* file, int line) {
 
 namespace {
 
-void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const bf16*>(in);
-  auto* b = static_cast<bf16*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = to_bf16(to_float(a[i]) + to_float(b[i]));
-}
-
-struct MpiTypes {
-  MPI_Datatype bf16_type = MPI_DATATYPE_NULL;
-  MPI_Op bf16_sum_op = MPI_OP_NULL;
-};
-
-// Created on first use, on the progress thread; freed by MPI_Finalize.
-const MpiTypes& mpi_types() {
-  static MpiTypes types = [] {
-    MpiTypes t;
-    FT_MPI_CHECK(MPI_Type_contiguous(1, MPI_UINT16_T, &t.bf16_type));
-    FT_MPI_CHECK(MPI_Type_commit(&t.bf16_type));
-    FT_MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &t.bf16_sum_op));
-    return t;
-  }();
-  return types;
-}
-
-bool has_mpi_type(DType t) {
-  return t == DType::f32 || t == DType::bf16 || t == DType::i32 || t == DType::i64 || t == DType::f64;
-}
-
-// Progress thread only (mpi_types() makes MPI calls on first use).
-MPI_Datatype mpi_type(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::bf16: return mpi_types().bf16_type;
-    case DType::i32: return MPI_INT32_T;
-    case DType::i64: return MPI_INT64_T;
-    case DType::f64: return MPI_DOUBLE;
-    default: FT_THROW() << "no MPI type for " << t.describe();
-  }
-}
-
-MPI_Op mpi_sum(const Tensor& t) { return t.dtype() == DType::bf16 ? mpi_types().bf16_sum_op : MPI_SUM; }
-
-// Drives one request to completion. Polls with a short sleep instead of
-// MPI_Wait's busy loop: the progress thread must not take the core away from
-// the computing thread while its peers catch up.
-void drive(MPI_Request& request) {
-  int done = 0;
-  for (int spins = 0;; ++spins) {
-    FT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-}
-
-int checked_count(const Tensor& t) {
-  FT_CHECK(t.numel() <= 2147483647) << t.describe() << " is too large for one MPI call";
-  return static_cast<int>(t.numel());
-}
+using mpi_collectives::checked_count;
+using mpi_collectives::drive;
+using mpi_collectives::has_mpi_type;
+using mpi_collectives::start_all_gather;
+using mpi_collectives::start_all_reduce_max;
+using mpi_collectives::start_all_reduce_sum;
+using mpi_collectives::start_reduce_scatter_sum;
 
 // Test-only fault injection (mpi_communicator.hpp).
 struct FaultInjection {
@@ -105,11 +57,17 @@ bool is_collective_name(const std::string& name) {
          name == "all_reduce_max";
 }
 
-void read_fault_environment(FaultInjection& f) {
-  if (f.environment_read) return;
-  f.environment_read = true;
-  const char* value = std::getenv(kFaultVariable);
-  if (value == nullptr || *value == '\0') return;
+struct CollectiveSpec {
+  std::string collective;
+  std::int64_t nth = 0;  // 0: none
+  int rank = -1;         // -1: every rank
+};
+
+// <collective>:<n>[@<world rank>] from `variable` (unset or empty: none).
+CollectiveSpec read_collective_spec(const char* variable) {
+  CollectiveSpec spec;
+  const char* value = std::getenv(variable);
+  if (value == nullptr || *value == '\0') return spec;
   const std::string text(value);
   const auto colon = text.find(':');
   const auto at = text.find('@');
@@ -130,13 +88,49 @@ void read_fault_environment(FaultInjection& f) {
   }
   const std::string name = colon == std::string::npos ? text : text.substr(0, colon);
   FT_CHECK(is_collective_name(name) && nth >= 1)
-      << kFaultVariable << "='" << text
+      << variable << "='" << text
       << "': expected <collective>:<n>[@<rank>], collective one of all_gather, reduce_scatter_sum, all_reduce_sum, "
          "all_reduce_max, n >= 1, rank a world rank";
-  f.collective = name;
-  f.nth = nth;
+  spec.collective = name;
+  spec.nth = nth;
+  spec.rank = static_cast<int>(rank);
+  return spec;
+}
+
+void read_fault_environment(FaultInjection& f) {
+  if (f.environment_read) return;
+  f.environment_read = true;
+  const CollectiveSpec spec = read_collective_spec(kFaultVariable);
+  if (spec.nth == 0) return;
+  f.collective = spec.collective;
+  f.nth = spec.nth;
   f.seen = 0;
-  f.rank = static_cast<int>(rank);
+  f.rank = spec.rank;
+}
+
+constexpr const char* kStallVariable = "FTRAIN_TEST_STALL_COLLECTIVE";
+
+// Test-only stall (mpi_communicator.hpp): the nth issue of the collective on
+// the chosen rank never returns, so this rank stops calling collectives
+// while its peers wait in that one.
+void maybe_stall(const char* collective, int world_rank) {
+  static std::mutex mutex;
+  static bool read = false;
+  static CollectiveSpec spec;
+  static std::int64_t seen = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!read) {
+      read = true;
+      spec = read_collective_spec(kStallVariable);
+    }
+    if (spec.nth == 0 || spec.collective != collective || (spec.rank >= 0 && spec.rank != world_rank) ||
+        ++seen != spec.nth)
+      return;
+  }
+  std::cerr << "ftrain: rank " << world_rank << ": " << kStallVariable << ": stalling before " << collective << " #"
+            << spec.nth << " (test only): this rank stops calling collectives" << std::endl;
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 struct InjectedFault {
@@ -175,14 +169,14 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned)
   progress_->run([this] {
     FT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     FT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  });
+  }, "MPI_Comm_rank/MPI_Comm_size");
 }
 
 MpiCommunicator::~MpiCommunicator() {
   if (!owned_ || comm_ == MPI_COMM_NULL) return;
   try {
     // Queued behind every collective still pending on it.
-    progress_->run([comm = comm_]() mutable { MPI_Comm_free(&comm); });
+    progress_->run([comm = comm_]() mutable { MPI_Comm_free(&comm); }, "MPI_Comm_free");
   } catch (const std::exception&) {
     // A destructor cannot report; MPI_Finalize reclaims the handle.
   }
@@ -193,6 +187,9 @@ std::string MpiCommunicator::describe() const {
   s << "MPI communicator rank " << rank_ << "/" << size_;
   return s.str();
 }
+
+void MpiCommunicator::set_unit_label(const std::string& unit) { progress_->set_unit_label(unit); }
+std::string MpiCommunicator::unit_label() const { return progress_->unit_label(); }
 
 bool MpiCommunicator::threaded_progress() const { return progress_->threaded(); }
 
@@ -208,8 +205,10 @@ void MpiCommunicator::reset_times() {
 
 Request MpiCommunicator::issue(const char* collective, const std::string& what, const Event& after,
                                std::function<void(MPI_Request*)> start) {
+  maybe_stall(collective, progress_->world_rank());
   const InjectedFault fault = injected_fault(collective);
   std::string where = describe();
+  std::string watched = std::string(collective) + " of " + what + " on " + where;
   return progress_->submit(
       after,
       [collective, what, where = std::move(where), start = std::move(start), fault] {
@@ -225,7 +224,7 @@ Request MpiCommunicator::issue(const char* collective, const std::string& what, 
         start(&request);
         drive(request);
       },
-      clock_);
+      clock_, std::move(watched));
 }
 
 // The lambdas hold the tensors (shared storage) until the collective has run.
@@ -234,8 +233,7 @@ Request MpiCommunicator::all_gather(const Tensor& send, Tensor& recv, const Even
       << "all_gather: send " << send.describe() << ", recv " << recv.describe() << ", " << size_ << " ranks";
   checked_count(recv);
   return issue("all_gather", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
-    FT_MPI_CHECK(MPI_Iallgather(send.data(), checked_count(send), mpi_type(send), recv.data(), checked_count(send),
-                                mpi_type(recv), comm, r));
+    start_all_gather(send, recv, comm, r);
   });
 }
 
@@ -244,8 +242,7 @@ Request MpiCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv, co
       << "reduce_scatter: send " << send.describe() << ", recv " << recv.describe() << ", " << size_ << " ranks";
   checked_count(send);
   return issue("reduce_scatter_sum", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
-    FT_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), checked_count(recv), mpi_type(send),
-                                           mpi_sum(send), comm, r));
+    start_reduce_scatter_sum(send, recv, comm, r);
   });
 }
 
@@ -253,8 +250,7 @@ Request MpiCommunicator::all_reduce_sum(Tensor& inout, const Event& after) {
   FT_CHECK(has_mpi_type(inout.dtype())) << "all_reduce_sum: no MPI type for " << inout.describe();
   checked_count(inout);
   return issue("all_reduce_sum", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
-    FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), mpi_type(inout), mpi_sum(inout),
-                                comm, r));
+    start_all_reduce_sum(inout, comm, r);
   });
 }
 
@@ -262,42 +258,46 @@ Request MpiCommunicator::all_reduce_max(Tensor& inout, const Event& after) {
   FT_CHECK(inout.dtype() == DType::f32) << "all_reduce_max: " << inout.describe() << " (f32 only)";
   checked_count(inout);
   return issue("all_reduce_max", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
-    FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), MPI_FLOAT, MPI_MAX, comm, r));
+    start_all_reduce_max(inout, comm, r);
   });
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) const {
   MPI_Comm sub = MPI_COMM_NULL;
-  progress_->run([&] { FT_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub)); });
+  progress_->run([&] { FT_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub)); }, "split (MPI_Comm_split) on " + describe());
   return std::make_unique<MpiCommunicator>(sub, /*owned=*/true);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split_node() const {
   MPI_Comm sub = MPI_COMM_NULL;
   progress_->run(
-      [&] { FT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &sub)); });
+      [&] { FT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &sub)); },
+      "split_node (MPI_Comm_split_type) on " + describe());
   return std::make_unique<MpiCommunicator>(sub, /*owned=*/true);
 }
 
 void MpiCommunicator::barrier() {
-  progress_->run([&] { FT_MPI_CHECK(MPI_Barrier(comm_)); });
+  progress_->run([&] { FT_MPI_CHECK(MPI_Barrier(comm_)); }, "barrier on " + describe());
 }
 
 double MpiCommunicator::all_reduce_sum(double value) {
   double out = 0;
-  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_SUM, comm_)); });
+  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_SUM, comm_)); },
+                 "all_reduce_sum of one f64 on " + describe());
   return out;
 }
 
 double MpiCommunicator::all_reduce_max(double value) {
   double out = 0;
-  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, comm_)); });
+  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, comm_)); },
+                 "all_reduce_max of one f64 on " + describe());
   return out;
 }
 
 std::int64_t MpiCommunicator::all_reduce_sum(std::int64_t value) {
   std::int64_t out = 0;
-  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, comm_)); });
+  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, comm_)); },
+                 "all_reduce_sum of one i64 on " + describe());
   return out;
 }
 

@@ -375,6 +375,7 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
     // The collective reads what compute ops wrote (the cast above, AdamW's
     // update of the master): it starts after an event recorded behind them
     // (stream order; the engine does not block: communicator.hpp).
+    const UnitLabelScope label(*shard_comm_, f.unit_name());  // names the unit if the watchdog fires
     f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered, exec_.compute().record());
     issued = true;
   }
@@ -501,6 +502,7 @@ void FsdpEngine::reduce_flat(FlatParameter& f) {
     // The gradient was written by backward's ops: the collectives start
     // after an event recorded behind them (see start_gather).
     const Event written = exec_.compute().record();
+    const UnitLabelScope label(*shard_comm_, f.unit_name());  // both collectives (one label per process)
     p.shard = shard_comm_->size() == 1
                   ? send
                   : Tensor::empty({f.shard_numel()}, send.dtype(), Device::host, f.unit_name() + ".grad_shard");

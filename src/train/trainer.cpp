@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/collective_errors.hpp"
+#include "comm/collective_watchdog.hpp"
 #include "ckpt/consolidated.hpp"
 #include "ckpt/checkpoint_writer.hpp"
 #include "ckpt/lineage.hpp"
@@ -338,6 +339,8 @@ void Trainer::prepare() {
   const RunConfig& c = s.config;
   // First: `device cuda` without a usable GPU stops here, naming the cause.
   s.device_choice = choose_device(c.device, c.device_where, real_cuda_probes());
+  // Before the first collective of the run: every later one is watched.
+  set_collective_timeout(c.collective_timeout_seconds);
   const int ranks_here = s.world.split_node()->size();  // collective: every rank calls it
   // --check --ranks N plans the real run's geometry without its processes.
   const int plan_world = s.options.plan_ranks > 0 ? s.options.plan_ranks : s.world.size();
@@ -514,6 +517,9 @@ int Trainer::run() {
       << " thread(s) per rank) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "host GEMM: " << host::gemm::describe() << "\n";
+    // Which communicator moves the buffers, never left implicit (device_comm).
+    h << "comm: MPI on host buffers [device_comm " << c.device_comm << ": no effect on the host backend] | collective_timeout "
+      << describe_timeout(c.collective_timeout_seconds) << "\n";
     h << "deck: " << c.deck_path << "\n";
     for (const auto& w : c.warnings) h << "warning: " << w << "\n";
     if (!s.options.check_only) {
