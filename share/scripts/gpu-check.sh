@@ -22,6 +22,8 @@ STEPS=(
   "gpu tests|ctest --test-dir $FTRAIN_BUILD_DIR -L gpu --output-on-failure"
   "memcheck of the CUDA op tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops"
   "memcheck of the CUDA reference attention tests|compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_attention --gtest_filter=CudaReferenceAttention.ForwardAndBackwardMatchTheHost"
+  "device communicators: NCCL at np 1, the staged communicator (device_comm mpi) at np 2 and 4 on one GPU (issue 19)|ctest --test-dir $FTRAIN_BUILD_DIR -R '^gpu_device_comm_' --output-on-failure"
+  "memcheck of the NCCL communicator at np 1|FTRAIN_TEST_DEVICE_COMM=nccl compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_device_comm"
   "racecheck of the CUDA op tests|compute-sanitizer --tool racecheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_cuda_ops --gtest_filter=CudaOps.EveryImplementedOpMatchesTheHost"
 )
 # Not runnable yet, because the training engine runs on the host only
@@ -30,6 +32,10 @@ PENDING=(
   "compute-sanitizer memcheck on one training step (device cuda)"
   "tiny Llama and tiny ViT curves on the GPU against the host goldens (tests/regression)"
   "Llama 3.2 1B at seq 4096, bf16: tokens/s and MFU next to PyTorch SDPA (torch.compile on/off)"
+  "FSDP on the GPU, all four strategies, through NCCL (np 1) and the staged communicator (np 2/4 on one GPU), against the host curves"
+  "kill one rank of a GPU run (SIGKILL): the job ends within 60 s; stall one rank: the NCCL watchdog (ncclCommAbort, MPI_Abort) ends it within collective_timeout + 10 s naming rank, collective and unit"
+  "communication hidden behind compute on the GPU: CUDA events timed on the compute and communication streams over a step (Llama 3.2 1B shape)"
+  "memory report: per-rank device memory after load and peak in the step, next to the --check plan"
   "attention alone vs PyTorch SDPA, fwd+bwd TFLOP/s (needs the cuDNN SDPA path)"
 )
 
