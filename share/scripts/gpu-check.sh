@@ -34,10 +34,19 @@ STEPS=(
   "memcheck of the first training steps (device cuda, tiny regression deck)|$TRAIN memcheck-step"
   "tiny Llama on the GPU against the host goldens|$TRAIN llama-golden"
   "tiny ViT on the GPU against the host|$TRAIN vit-golden"
+  "device communicators: NCCL at np 1, the staged communicator (device_comm mpi) at np 2 and 4 on one GPU (issue 19)|ctest --test-dir $FTRAIN_BUILD_DIR -R '^gpu_device_comm_' --output-on-failure"
+  "memcheck of the NCCL communicator at np 1|FTRAIN_TEST_DEVICE_COMM=nccl compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_device_comm"
   "benchmark: attention alone vs PyTorch SDPA, fwd+bwd TFLOP/s|bash $FTRAIN_ROOT/share/bench/gpu_attention.sh"
   "benchmark: Llama 3.2 1B seq 4096 bf16 vs PyTorch (eager, torch.compile), tokens/s and MFU|bash $FTRAIN_ROOT/share/bench/gpu_llama_1b.sh"
   "FP8 GEMM vs torch._scaled_mm (share/bench)|FTRAIN_BUILD_DIR=$FTRAIN_BUILD_DIR bash share/bench/fp8_gemm_vs_torch.sh 50"
   "ViT-H/14 FP8 vs BF16 images/s (share/bench)|FTRAIN_BUILD_DIR=$FTRAIN_BUILD_DIR bash share/bench/vit_huge_fp8_gpu.sh 20 32"
+)
+# Not scripted yet (share/doc/status.md): listed so a GPU run reports them
+# as still open.
+PENDING=(
+  "kill one rank of a GPU run (SIGKILL): the job ends within 60 s; stall one rank: the NCCL watchdog (ncclCommAbort, MPI_Abort) ends it within collective_timeout + 10 s naming rank, collective and unit"
+  "communication hidden behind compute on the GPU: CUDA events timed on the compute and communication streams over a step (Llama 3.2 1B shape)"
+  "memory report: per-rank device memory after load and peak in the step, next to the --check plan"
 )
 
 no_gpu_reason="$(gpu_unavailable_reason "$FTRAIN_BUILD_DIR")"
@@ -46,6 +55,8 @@ if [[ -n "$no_gpu_reason" ]]; then
   echo "gpu-check: no GPU here: $no_gpu_reason."
   echo "gpu-check: on a GPU machine this would run, from $FTRAIN_ROOT:"
   for step in "${STEPS[@]}"; do echo "  - ${step%%|*}: ${step#*|}"; done
+  echo "gpu-check: and report as not yet scripted:"
+  for item in "${PENDING[@]}"; do echo "  - $item"; done
   echo "gpu-check: nothing was run; exiting 0."
   exit 0
 fi
@@ -77,5 +88,10 @@ for step in "${STEPS[@]}"; do
     echo
   } >> "$REPORT"
 done
+{
+  echo "## Not yet scripted"
+  echo
+  for item in "${PENDING[@]}"; do echo "- $item"; done
+} >> "$REPORT"
 echo "gpu-check: report written to $REPORT"
 exit $failed

@@ -102,6 +102,16 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split_node() const = 0;
   virtual void barrier() = 0;
 
+  // Names the FSDP unit whose collectives this rank issues next, so that the
+  // collective watchdog (comm/collective_watchdog.hpp) can say which unit a
+  // stuck collective belonged to; "" outside the units. The label applies to
+  // this communicator and to every one split from the same parent (the MPI
+  // communicators of a process share one; so do the NCCL communicators
+  // split from one), since they share one stream order. UnitLabelScope sets
+  // and restores it.
+  virtual void set_unit_label(const std::string& unit) = 0;
+  virtual std::string unit_label() const = 0;
+
   virtual CommTimes times() const = 0;
   virtual void reset_times() = 0;
 
@@ -109,6 +119,21 @@ class Communicator {
   virtual double all_reduce_sum(double value) = 0;
   virtual double all_reduce_max(double value) = 0;
   virtual std::int64_t all_reduce_sum(std::int64_t value) = 0;
+};
+
+// Labels the communicator's collectives with `unit` for the scope's lifetime.
+class UnitLabelScope {
+ public:
+  UnitLabelScope(Communicator& comm, const std::string& unit) : comm_(comm), previous_(comm.unit_label()) {
+    comm_.set_unit_label(unit);
+  }
+  ~UnitLabelScope() { comm_.set_unit_label(previous_); }
+  UnitLabelScope(const UnitLabelScope&) = delete;
+  UnitLabelScope& operator=(const UnitLabelScope&) = delete;
+
+ private:
+  Communicator& comm_;
+  std::string previous_;
 };
 
 }  // namespace ftrain

@@ -3,10 +3,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
+#include "comm/mpi_collectives.hpp"
 #include "comm/mpi_progress.hpp"
 #include "core/error.hpp"
 
@@ -25,63 +27,13 @@ void check_mpi(int code, const char* call, const char* file, int line) {
 
 namespace {
 
-void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const bf16*>(in);
-  auto* b = static_cast<bf16*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = to_bf16(to_float(a[i]) + to_float(b[i]));
-}
-
-struct MpiTypes {
-  MPI_Datatype bf16_type = MPI_DATATYPE_NULL;
-  MPI_Op bf16_sum_op = MPI_OP_NULL;
-};
-
-// Created on first use, on the progress thread; freed by MPI_Finalize.
-const MpiTypes& mpi_types() {
-  static MpiTypes types = [] {
-    MpiTypes t;
-    FT_MPI_CHECK(MPI_Type_contiguous(1, MPI_UINT16_T, &t.bf16_type));
-    FT_MPI_CHECK(MPI_Type_commit(&t.bf16_type));
-    FT_MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &t.bf16_sum_op));
-    return t;
-  }();
-  return types;
-}
-
-bool has_mpi_type(DType t) {
-  return t == DType::f32 || t == DType::bf16 || t == DType::i32 || t == DType::i64 || t == DType::f64;
-}
-
-// Progress thread only (mpi_types() makes MPI calls on first use).
-MPI_Datatype mpi_type(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::bf16: return mpi_types().bf16_type;
-    case DType::i32: return MPI_INT32_T;
-    case DType::i64: return MPI_INT64_T;
-    case DType::f64: return MPI_DOUBLE;
-    default: FT_THROW() << "no MPI type for " << t.describe();
-  }
-}
-
-MPI_Op mpi_sum(const Tensor& t) { return t.dtype() == DType::bf16 ? mpi_types().bf16_sum_op : MPI_SUM; }
-
-// Drives one request to completion. Polls with a short sleep instead of
-// MPI_Wait's busy loop: the progress thread must not take the core away from
-// the computing thread while its peers catch up.
-void drive(MPI_Request& request) {
-  int done = 0;
-  for (int spins = 0;; ++spins) {
-    FT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-}
-
-int checked_count(const Tensor& t) {
-  FT_CHECK(t.numel() <= 2147483647) << t.describe() << " is too large for one MPI call";
-  return static_cast<int>(t.numel());
-}
+using mpi_collectives::checked_count;
+using mpi_collectives::drive;
+using mpi_collectives::has_mpi_type;
+using mpi_collectives::start_all_gather;
+using mpi_collectives::start_all_reduce_max;
+using mpi_collectives::start_all_reduce_sum;
+using mpi_collectives::start_reduce_scatter_sum;
 
 // Test-only fault injection (mpi_communicator.hpp).
 struct FaultInjection {
@@ -105,11 +57,17 @@ bool is_collective_name(const std::string& name) {
          name == "all_reduce_max";
 }
 
-void read_fault_environment(FaultInjection& f) {
-  if (f.environment_read) return;
-  f.environment_read = true;
-  const char* value = std::getenv(kFaultVariable);
-  if (value == nullptr || *value == '\0') return;
+struct CollectiveSpec {
+  std::string collective;
+  std::int64_t nth = 0;  // 0: none
+  int rank = -1;         // -1: every rank
+};
+
+// <collective>:<n>[@<world rank>] from `variable` (unset or empty: none).
+CollectiveSpec read_collective_spec(const char* variable) {
+  CollectiveSpec spec;
+  const char* value = std::getenv(variable);
+  if (value == nullptr || *value == '\0') return spec;
   const std::string text(value);
   const auto colon = text.find(':');
   const auto at = text.find('@');
@@ -130,13 +88,49 @@ void read_fault_environment(FaultInjection& f) {
   }
   const std::string name = colon == std::string::npos ? text : text.substr(0, colon);
   FT_CHECK(is_collective_name(name) && nth >= 1)
-      << kFaultVariable << "='" << text
+      << variable << "='" << text
       << "': expected <collective>:<n>[@<rank>], collective one of all_gather, reduce_scatter_sum, all_reduce_sum, "
          "all_reduce_max, n >= 1, rank a world rank";
-  f.collective = name;
-  f.nth = nth;
+  spec.collective = name;
+  spec.nth = nth;
+  spec.rank = static_cast<int>(rank);
+  return spec;
+}
+
+void read_fault_environment(FaultInjection& f) {
+  if (f.environment_read) return;
+  f.environment_read = true;
+  const CollectiveSpec spec = read_collective_spec(kFaultVariable);
+  if (spec.nth == 0) return;
+  f.collective = spec.collective;
+  f.nth = spec.nth;
   f.seen = 0;
-  f.rank = static_cast<int>(rank);
+  f.rank = spec.rank;
+}
+
+constexpr const char* kStallVariable = "FTRAIN_TEST_STALL_COLLECTIVE";
+
+// Test-only stall (mpi_communicator.hpp): the nth issue of the collective on
+// the chosen rank never returns, so this rank stops calling collectives
+// while its peers wait in that one.
+void maybe_stall(const char* collective, int world_rank) {
+  static std::mutex mutex;
+  static bool read = false;
+  static CollectiveSpec spec;
+  static std::int64_t seen = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!read) {
+      read = true;
+      spec = read_collective_spec(kStallVariable);
+    }
+    if (spec.nth == 0 || spec.collective != collective || (spec.rank >= 0 && spec.rank != world_rank) ||
+        ++seen != spec.nth)
+      return;
+  }
+  std::cerr << "ftrain: rank " << world_rank << ": " << kStallVariable << ": stalling before " << collective << " #"
+            << spec.nth << " (test only): this rank stops calling collectives" << std::endl;
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 struct InjectedFault {
@@ -175,14 +169,14 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned)
   progress_->run([this] {
     FT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     FT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  });
+  }, "MPI_Comm_rank/MPI_Comm_size");
 }
 
 MpiCommunicator::~MpiCommunicator() {
   if (!owned_ || comm_ == MPI_COMM_NULL) return;
   try {
     // Queued behind every collective still pending on it.
-    progress_->run([comm = comm_]() mutable { MPI_Comm_free(&comm); });
+    progress_->run([comm = comm_]() mutable { MPI_Comm_free(&comm); }, "MPI_Comm_free");
   } catch (const std::exception&) {
     // A destructor cannot report; MPI_Finalize reclaims the handle.
   }
@@ -193,6 +187,9 @@ std::string MpiCommunicator::describe() const {
   s << "MPI communicator rank " << rank_ << "/" << size_;
   return s.str();
 }
+
+void MpiCommunicator::set_unit_label(const std::string& unit) { progress_->set_unit_label(unit); }
+std::string MpiCommunicator::unit_label() const { return progress_->unit_label(); }
 
 bool MpiCommunicator::threaded_progress() const { return progress_->threaded(); }
 
@@ -207,12 +204,14 @@ void MpiCommunicator::reset_times() {
 }
 
 Request MpiCommunicator::issue(const char* collective, const std::string& what, const Event& after,
-                               std::function<void(MPI_Request*)> start, std::function<void()> finish) {
+                               std::function<void(MPI_Request*)> start) {
+  maybe_stall(collective, progress_->world_rank());
   const InjectedFault fault = injected_fault(collective);
   std::string where = describe();
+  std::string watched = std::string(collective) + " of " + what + " on " + where;
   return progress_->submit(
       after,
-      [collective, what, where = std::move(where), start = std::move(start), finish = std::move(finish), fault] {
+      [collective, what, where = std::move(where), start = std::move(start), fault] {
         if (fault.ordinal > 0) {
           int world_rank = -1;
           MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -224,119 +223,97 @@ Request MpiCommunicator::issue(const char* collective, const std::string& what, 
         MPI_Request request = MPI_REQUEST_NULL;
         start(&request);
         drive(request);
-        if (finish) finish();
       },
-      clock_);
+      clock_, std::move(watched));
 }
 
 namespace {
-// MPI moves host memory only. A collective on device tensors (the CUDA
-// backend without NCCL, the test-only simulated device) goes through host
-// copies made on the progress thread: in after the `after` event (so after
-// the ops that wrote the input), out before the Request completes (so a
-// waiter finds the result in device memory). GPU.md's staged path; a host
-// tensor is used as it is, with no copy.
-struct Staged {
-  Tensor tensor;  // the caller's (shared storage: kept alive until the collective ran)
-  Tensor host;    // what MPI reads and writes
-  explicit Staged(const Tensor& t)
-      : tensor(t),
-        host(t.device() == Device::host ? t : Tensor::empty(t.shape(), t.dtype(), Device::host, t.name() + ".mpi_staged")) {}
-  void in() const { copy_tensor(tensor, const_cast<Tensor&>(host)); }
-  void out() const { copy_tensor(host, const_cast<Tensor&>(tensor)); }
-};
+// MPI moves host memory only: device buffers go through the staged
+// communicator (`device_comm mpi`, comm/staged_communicator.hpp) or NCCL.
+void require_host(const char* collective, const Tensor& t) {
+  FT_CHECK(t.device() == Device::host) << collective << ": " << t.describe()
+                                       << " is device memory; the MPI communicator moves host buffers only "
+                                          "(device runs use device_comm nccl or mpi)";
+}
 }  // namespace
 
 // The lambdas hold the tensors (shared storage) until the collective has run.
 Request MpiCommunicator::all_gather(const Tensor& send, Tensor& recv, const Event& after) {
   FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size_ && has_mpi_type(send.dtype()))
       << "all_gather: send " << send.describe() << ", recv " << recv.describe() << ", " << size_ << " ranks";
+  require_host("all_gather", send);
+  require_host("all_gather", recv);
   checked_count(recv);
-  auto s = std::make_shared<Staged>(send), d = std::make_shared<Staged>(recv);
-  return issue(
-      "all_gather", send.describe(), after,
-      [s, d, comm = comm_](MPI_Request* r) {
-        s->in();
-        FT_MPI_CHECK(MPI_Iallgather(s->host.data(), checked_count(s->host), mpi_type(s->host), d->host.data(),
-                                    checked_count(s->host), mpi_type(d->host), comm, r));
-      },
-      [d] { d->out(); });
+  return issue("all_gather", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
+    start_all_gather(send, recv, comm, r);
+  });
 }
 
 Request MpiCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after) {
   FT_CHECK(send.dtype() == recv.dtype() && send.numel() == recv.numel() * size_ && has_mpi_type(send.dtype()))
       << "reduce_scatter: send " << send.describe() << ", recv " << recv.describe() << ", " << size_ << " ranks";
+  require_host("reduce_scatter_sum", send);
+  require_host("reduce_scatter_sum", recv);
   checked_count(send);
-  auto s = std::make_shared<Staged>(send), d = std::make_shared<Staged>(recv);
-  return issue(
-      "reduce_scatter_sum", send.describe(), after,
-      [s, d, comm = comm_](MPI_Request* r) {
-        s->in();
-        FT_MPI_CHECK(MPI_Ireduce_scatter_block(s->host.data(), d->host.data(), checked_count(d->host),
-                                               mpi_type(s->host), mpi_sum(s->host), comm, r));
-      },
-      [d] { d->out(); });
+  return issue("reduce_scatter_sum", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
+    start_reduce_scatter_sum(send, recv, comm, r);
+  });
 }
 
 Request MpiCommunicator::all_reduce_sum(Tensor& inout, const Event& after) {
   FT_CHECK(has_mpi_type(inout.dtype())) << "all_reduce_sum: no MPI type for " << inout.describe();
+  require_host("all_reduce_sum", inout);
   checked_count(inout);
-  auto x = std::make_shared<Staged>(inout);
-  return issue(
-      "all_reduce_sum", inout.describe(), after,
-      [x, comm = comm_](MPI_Request* r) {
-        x->in();
-        FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x->host.data(), checked_count(x->host), mpi_type(x->host),
-                                    mpi_sum(x->host), comm, r));
-      },
-      [x] { x->out(); });
+  return issue("all_reduce_sum", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
+    start_all_reduce_sum(inout, comm, r);
+  });
 }
 
 Request MpiCommunicator::all_reduce_max(Tensor& inout, const Event& after) {
   FT_CHECK(inout.dtype() == DType::f32) << "all_reduce_max: " << inout.describe() << " (f32 only)";
+  require_host("all_reduce_max", inout);
   checked_count(inout);
-  auto x = std::make_shared<Staged>(inout);
-  return issue(
-      "all_reduce_max", inout.describe(), after,
-      [x, comm = comm_](MPI_Request* r) {
-        x->in();
-        FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x->host.data(), checked_count(x->host), MPI_FLOAT, MPI_MAX, comm, r));
-      },
-      [x] { x->out(); });
+  return issue("all_reduce_max", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
+    start_all_reduce_max(inout, comm, r);
+  });
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) const {
   MPI_Comm sub = MPI_COMM_NULL;
-  progress_->run([&] { FT_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub)); });
+  progress_->run([&] { FT_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub)); }, "split (MPI_Comm_split) on " + describe());
   return std::make_unique<MpiCommunicator>(sub, /*owned=*/true);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split_node() const {
   MPI_Comm sub = MPI_COMM_NULL;
   progress_->run(
-      [&] { FT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &sub)); });
+      [&] { FT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &sub)); },
+      "split_node (MPI_Comm_split_type) on " + describe());
   return std::make_unique<MpiCommunicator>(sub, /*owned=*/true);
 }
 
 void MpiCommunicator::barrier() {
-  progress_->run([&] { FT_MPI_CHECK(MPI_Barrier(comm_)); });
+  progress_->run([&] { FT_MPI_CHECK(MPI_Barrier(comm_)); }, "barrier on " + describe());
 }
 
 double MpiCommunicator::all_reduce_sum(double value) {
   double out = 0;
-  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_SUM, comm_)); });
+  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_SUM, comm_)); },
+                 "all_reduce_sum of one f64 on " + describe());
   return out;
 }
 
 double MpiCommunicator::all_reduce_max(double value) {
   double out = 0;
-  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, comm_)); });
+  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, comm_)); },
+                 "all_reduce_max of one f64 on " + describe());
   return out;
 }
 
 std::int64_t MpiCommunicator::all_reduce_sum(std::int64_t value) {
   std::int64_t out = 0;
-  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, comm_)); });
+  progress_->run([&] { FT_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, comm_)); },
+                 "all_reduce_sum of one i64 on " + describe());
   return out;
 }
 

@@ -43,6 +43,9 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) const override;
   std::unique_ptr<Communicator> split_node() const override;
   void barrier() override;
+  // One label per process: every MPI communicator shares the progress thread.
+  void set_unit_label(const std::string& unit) override;
+  std::string unit_label() const override;
   CommTimes times() const override;
   void reset_times() override;
   double all_reduce_sum(double value) override;
@@ -56,10 +59,9 @@ class MpiCommunicator final : public Communicator {
  private:
   // Queues one collective: the progress thread waits for `after`, then
   // `start` issues the MPI_I* call and the thread drives it to completion.
-  // `what` names it in errors. `finish` (optional) runs on the progress
-  // thread once the MPI request completed, before the Request does.
+  // `what` names it in errors.
   Request issue(const char* collective, const std::string& what, const Event& after,
-                std::function<void(MPI_Request*)> start, std::function<void()> finish = {});
+                std::function<void(MPI_Request*)> start);
 
   std::shared_ptr<MpiProgress> progress_;
   std::shared_ptr<CommClock> clock_;
@@ -85,5 +87,10 @@ void check_mpi(int code, const char* call, const char* file, int line);
 // Tests use it to prove that a failed collective stops the job
 // (tests/mpi/collective_fault_stops_job.sh, tests/mpi/test_comm.cpp).
 void set_collective_fault_for_testing(const std::string& collective, std::int64_t nth);
+// TEST ONLY: FTRAIN_TEST_STALL_COLLECTIVE=<collective>:<nth>[@<world rank>]
+// makes that rank's nth issue of `collective` never return (the calling
+// thread sleeps until the job is killed): the rank stops calling
+// collectives while its peers wait in that one, which the watchdog must end
+// within collective_timeout (tests/mpi/stalled_rank_times_out.sh).
 
 }  // namespace ftrain

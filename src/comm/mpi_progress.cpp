@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 
 #include "core/error.hpp"
@@ -61,12 +62,29 @@ std::shared_ptr<MpiProgress> MpiProgress::acquire() {
   if (auto existing = current.lock()) return existing;
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);  // no progress thread exists yet: this thread may call MPI
-  auto progress = std::make_shared<MpiProgress>(provided >= MPI_THREAD_SERIALIZED);
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  auto progress = std::make_shared<MpiProgress>(provided >= MPI_THREAD_SERIALIZED, world_rank);
   current = progress;
   return progress;
 }
 
-MpiProgress::MpiProgress(bool threaded) : threaded_(threaded) {
+// The watchdog's verdict in a run: say why on stderr, then end every rank.
+// MPI_Abort is called from the watchdog thread while the progress thread is
+// inside MPI; should it not return promptly, the process exits anyway after
+// 10 s and mpirun ends the job because a rank exited without MPI_Finalize.
+[[noreturn]] static void abort_job_for_timeout(const std::string& message) {
+  std::cerr << "ftrain: error: " << message << std::endl;
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::_Exit(3);
+  }).detach();
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  std::_Exit(3);
+}
+
+MpiProgress::MpiProgress(bool threaded, int world_rank)
+    : threaded_(threaded), world_rank_(world_rank), watchdog_(&abort_job_for_timeout) {
   if (threaded_) thread_ = std::thread([this] { worker(); });
 }
 
@@ -80,13 +98,30 @@ MpiProgress::~MpiProgress() {
   thread_.join();  // runs what is still queued first
 }
 
-std::function<void()> MpiProgress::guarded(std::function<void()> job) {
-  return [this, job = std::move(job)] {
+void MpiProgress::set_unit_label(const std::string& unit) {
+  std::lock_guard<std::mutex> lock(label_mutex_);
+  unit_label_ = unit;
+}
+
+std::string MpiProgress::unit_label() {
+  std::lock_guard<std::mutex> lock(label_mutex_);
+  return unit_label_;
+}
+
+std::function<void()> MpiProgress::guarded(std::function<void()> job, std::string what) {
+  // The unit is the one labelled when the job was issued, not when it runs.
+  CollectiveWatchdog::Watch watch{world_rank_, std::move(what), unit_label(), {}};
+  return [this, job = std::move(job), watch = std::move(watch)] {
     {
       std::lock_guard<std::mutex> lock(failure_mutex_);
       if (!first_failure_.empty())
         FT_THROW() << "not started: an earlier collective of this rank failed (" << first_failure_ << ")";
     }
+    struct Watched {
+      CollectiveWatchdog& dog;
+      std::uint64_t id;
+      ~Watched() { dog.end(id); }
+    } watched{watchdog_, watchdog_.begin(watch)};
     try {
       job();
     } catch (const std::exception& e) {
@@ -102,8 +137,9 @@ void MpiProgress::clear_failure_for_testing() {
   first_failure_.clear();
 }
 
-Request MpiProgress::submit(const Event& after, std::function<void()> job, std::shared_ptr<CommClock> clock) {
-  job = guarded(std::move(job));
+Request MpiProgress::submit(const Event& after, std::function<void()> job, std::shared_ptr<CommClock> clock,
+                            std::string what) {
+  job = guarded(std::move(job), std::move(what));
   // Busy time is booked before the request completes, so a waiter that
   // returns sees its collective counted.
   std::packaged_task<void()> task([after, job = std::move(job), clock] {
@@ -135,8 +171,8 @@ Request MpiProgress::submit(const Event& after, std::function<void()> job, std::
   return Request(std::make_unique<ProgressRequest>(std::move(done), std::move(clock)));
 }
 
-void MpiProgress::run(std::function<void()> job) {
-  job = guarded(std::move(job));
+void MpiProgress::run(std::function<void()> job, std::string what) {
+  job = guarded(std::move(job), std::move(what));
   if (!threaded_) {
     job();
     return;

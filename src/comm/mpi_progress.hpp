@@ -23,6 +23,12 @@
 // Without MPI_THREAD_SERIALIZED (MPI_Query_thread) jobs run inside submit():
 // correct, just without overlap.
 //
+// The watchdog (comm/collective_watchdog.hpp) watches every job from the
+// moment it starts running here (after its `after` event) until it returns:
+// a collective or blocking helper that has not returned within
+// collective_timeout ends the job with MPI_Abort, naming this rank, the
+// collective and the FSDP unit that was labelled when it was issued.
+//
 // After a job fails, no later job calls MPI: each fails at once, naming the
 // first failure. The other ranks still wait in the collective that failed
 // here; posting this rank's later collectives would pair them with it
@@ -39,6 +45,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/collective_watchdog.hpp"
 #include "comm/communicator.hpp"
 
 namespace ftrain {
@@ -58,7 +65,7 @@ class MpiProgress {
   // so communicators must be gone before MPI_Finalize.
   static std::shared_ptr<MpiProgress> acquire();
 
-  explicit MpiProgress(bool threaded);
+  MpiProgress(bool threaded, int world_rank);
   ~MpiProgress();
   MpiProgress(const MpiProgress&) = delete;
   MpiProgress& operator=(const MpiProgress&) = delete;
@@ -69,10 +76,19 @@ class MpiProgress {
   // has run. An exception thrown by the job fails the Request (wait()/test()
   // rethrow it). Run time is added to clock->busy (the wait for `after` is
   // not), time a waiter blocks to clock->exposed.
-  Request submit(const Event& after, std::function<void()> job, std::shared_ptr<CommClock> clock);
+  // `what` names the collective for the watchdog's message.
+  Request submit(const Event& after, std::function<void()> job, std::shared_ptr<CommClock> clock,
+                 std::string what);
   // Runs `job` after everything queued before it and returns when it has
-  // run; rethrows its exception. Not timed (the blocking helpers).
-  void run(std::function<void()> job);
+  // run; rethrows its exception. Not timed (the blocking helpers), but watched.
+  void run(std::function<void()> job, std::string what);
+
+  // The FSDP unit whose collectives are issued next (Communicator::set_unit_label):
+  // one label per process, as all its MPI communicators share this thread.
+  void set_unit_label(const std::string& unit);
+  std::string unit_label();
+  int world_rank() const { return world_rank_; }
+  CollectiveWatchdog& watchdog() { return watchdog_; }
 
   bool threaded() const { return threaded_; }
   // Test only (set_collective_fault_for_testing): forget an earlier failure.
@@ -80,14 +96,19 @@ class MpiProgress {
 
  private:
   void worker();
-  // Wraps a job: refuses it after a failure, records its own failure.
-  std::function<void()> guarded(std::function<void()> job);
+  // Wraps a job: refuses it after a failure, records its own failure, and
+  // is watched while it runs.
+  std::function<void()> guarded(std::function<void()> job, std::string what);
 
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::packaged_task<void()>> queue_;
   bool stop_ = false;
   bool threaded_ = true;
+  int world_rank_ = -1;
+  std::mutex label_mutex_;
+  std::string unit_label_;
+  CollectiveWatchdog watchdog_;
   std::mutex failure_mutex_;
   std::string first_failure_;  // empty while every job has succeeded
   std::thread thread_;

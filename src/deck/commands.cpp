@@ -213,6 +213,61 @@ std::vector<Command> build_table() {
   });
 
   table.push_back(Command{
+      .name = "device_comm",
+      .help = "How ranks exchange device (GPU) buffers. `nccl`: NCCL on the context's communication stream, "
+              "one GPU per rank (NCCL refuses two ranks on one GPU: more ranks than GPUs on a node stops the "
+              "run naming the counts). `mpi`: the staged communicator: device buffers are copied to host "
+              "memory, moved with MPI and copied back, so several ranks may share a GPU (tests on one GPU; "
+              "slower). Never chosen silently: the run header names the communicator. On the host backend "
+              "collectives are MPI on host buffers and the setting has no effect (the header says so).",
+      .maps_to = "`torch.distributed` backend \"nccl\" / \"gloo\"",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{.name = "KIND", .kind = ValueKind::choice,
+                                           .help = "device communicator",
+                                           .choices = {{"nccl", "backend=\"nccl\""}, {"mpi", "backend=\"gloo\""}},
+                                           .set = [](RunConfig& c, const Value& v) { c.device_comm = v.text; },
+                                           .default_of = [](const RunConfig& c) { return c.device_comm; }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) { c.device_comm_where = p.where; }}},
+      .example = "device_comm nccl",
+  });
+
+  table.push_back(Command{
+      .name = "collective_timeout",
+      .help = "How long one collective may take before the job is ended. A collective (or a blocking "
+              "reduction) not complete within it aborts every rank (MPI_Abort; ncclCommAbort first on NCCL) "
+              "with a message naming the rank, the collective and the FSDP unit it was issued for: a rank "
+              "that stopped calling collectives or a hung network ends the job instead of holding the "
+              "allocation. Default 10 minutes. Set it well above the slowest step's communication (a "
+              "checkpoint written between collectives does not count: only a collective in flight is "
+              "timed). A rank that dies is detected by mpirun regardless.",
+      .maps_to = "`init_process_group(timeout=...)`",
+      .forms = {Form{.word = "minutes",
+                     .help = "the timeout in minutes",
+                     .positionals = {Param{.name = "X", .kind = ValueKind::positive_number,
+                                           .help = "minutes",
+                                           .set = [](RunConfig& c, const Value& v) {
+                                             c.collective_timeout_seconds = v.number * 60;
+                                           },
+                                           .default_of = [](const RunConfig& c) {
+                                             return format_number(c.collective_timeout_seconds / 60);
+                                           }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) { c.collective_timeout_where = p.where; }},
+                Form{.word = "seconds",
+                     .help = "the timeout in seconds",
+                     .positionals = {Param{.name = "X", .kind = ValueKind::positive_number,
+                                           .help = "seconds",
+                                           .set = [](RunConfig& c, const Value& v) {
+                                             c.collective_timeout_seconds = v.number;
+                                           },
+                                           .default_of = [](const RunConfig& c) {
+                                             return format_number(c.collective_timeout_seconds);
+                                           }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) { c.collective_timeout_where = p.where; }}},
+      .example = "collective_timeout minutes 10",
+  });
+
+  table.push_back(Command{
       .name = "fp8",
       .help = "The FP8 delayed-scaling recipe used under `precision fp8`: the linear layers inside "
               "the blocks quantise input, weight and output gradient with per-tensor scales from an "

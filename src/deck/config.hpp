@@ -152,6 +152,10 @@ struct RunConfig {
   DeckLocation device_where;
   std::string attention_backend = "auto";  // attention_backend auto|cudnn|reference (CUDA only; runtime/attention_backend.hpp)
   DeckLocation attention_backend_where;
+  std::string device_comm = "nccl";  // device_comm nccl|mpi: collectives on device buffers (comm/device_communicator.hpp)
+  DeckLocation device_comm_where;
+  double collective_timeout_seconds = 600;  // collective_timeout minutes|seconds X (comm/collective_watchdog.hpp)
+  DeckLocation collective_timeout_where;
   std::string precision = "fp32";  // precision fp32|bf16|fp8 (fp8: block linears FP8, the rest bf16)
   std::uint64_t seed = 1234;       // seed N
   Fp8Section fp8;                  // used when precision is fp8

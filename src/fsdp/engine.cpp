@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "comm/device_communicator.hpp"
+#include "comm/mpi_communicator.hpp"
 #include "core/rng.hpp"
 #include "kernels/ops.hpp"
 
@@ -47,6 +49,14 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
   if (options_.lora.enabled && options_.fp8)
     FT_USER_ERROR() << "lora with precision fp8 is not supported: the frozen base linears would need FP8 "
                        "dgrad-only GEMMs; use precision bf16 or fp32 for LoRA";
+  if (exec_.device() != Device::host) {
+    // Device buffers never reach MPI directly: NCCL, or the staged
+    // communicator (device_comm), over the same ranks as world_.
+    const auto* mpi = dynamic_cast<const MpiCommunicator*>(&world_);
+    FT_CHECK(mpi != nullptr) << "device " << device_name(exec_.device()) << ": the engine needs an MPI world communicator "
+                             << "to build its device communicator on, got " << world_.describe();
+    device_world_ = make_device_communicator(options_.device_comm, mpi->handle(), exec_);
+  }
   const int world_size = world_.size();
   int group_size = world_size;
   switch (options_.strategy) {
@@ -62,8 +72,8 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
                     << " does not divide the " << world_size << " ranks";
   }
   const int group = world_.rank() / group_size;
-  shard_comm_ = world_.split(group, world_.rank());
-  if (world_size / group_size > 1) replica_comm_ = world_.split(world_.rank() % group_size, world_.rank());
+  shard_comm_ = collectives().split(group, world_.rank());
+  if (world_size / group_size > 1) replica_comm_ = collectives().split(world_.rank() % group_size, world_.rank());
 
   ctx_.execution_context = &exec_;
   ctx_.device = exec_.device();
@@ -384,6 +394,7 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
     // The collective reads what compute ops wrote (the cast above, AdamW's
     // update of the master): it starts after an event recorded behind them
     // (stream order; the engine does not block: communicator.hpp).
+    const UnitLabelScope label(*shard_comm_, f.unit_name());  // names the unit if the watchdog fires
     f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered, exec_.compute().record());
     issued = true;
   }
@@ -510,6 +521,7 @@ void FsdpEngine::reduce_flat(FlatParameter& f) {
     // The gradient was written by backward's ops: the collectives start
     // after an event recorded behind them (see start_gather).
     const Event written = exec_.compute().record();
+    const UnitLabelScope label(*shard_comm_, f.unit_name());  // both collectives (one label per process)
     p.shard = shard_comm_->size() == 1
                   ? send
                   : Tensor::empty({f.shard_numel()}, send.dtype(), exec_.device(), f.unit_name() + ".grad_shard");
@@ -666,7 +678,7 @@ void FsdpEngine::update_fp8_scales() {
       ops::cast(exec_, states[static_cast<std::size_t>(i)]->amax_history.view({k}), slot);  // row 0: this step
     }
     exec_.compute().synchronize();  // the collective reads what the copies wrote
-    world_.all_reduce_max(amax).wait();
+    collectives().all_reduce_max(amax).wait();
     for (std::int64_t i = 0; i < n; ++i) {
       Tensor row0 = states[static_cast<std::size_t>(i)]->amax_history.view({k});
       ops::cast(exec_, amax.view({k}, i * k), row0);

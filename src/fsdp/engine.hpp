@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/gpu_assignment.hpp"
 #include "fp8/recipe.hpp"
 #include "fsdp/flat_parameter.hpp"
 #include "plugin/lora.hpp"
@@ -69,6 +70,10 @@ struct FsdpOptions {
   // (share/doc/execution-model.md "The engine on a device").
   Device device = Device::host;
   AttentionBackend attention_backend = AttentionBackend::automatic;
+  // Deck `device_comm`: what moves device buffers between ranks when `device`
+  // is not the host (NCCL, or the staged communicator over MPI); the host
+  // backend's collectives are the MPI communicator's.
+  DeviceComm device_comm = DeviceComm::nccl;
 };
 
 struct AdamWHyper {
@@ -265,6 +270,11 @@ class FsdpEngine {
   std::deque<PendingReduction> pending_reductions_;
   static constexpr std::size_t kMaxPendingReductions = 2;  // full gradients in flight
   ExecutionContext exec_;  // where this rank's ops run; ctx_ points to it
+  // Device runs: the communicator for device buffers over world_'s ranks
+  // (made on exec_, destroyed before it); null on the host.
+  std::unique_ptr<Communicator> device_world_;
+  // What the tensor collectives run on: device_world_ on a device, else world_.
+  Communicator& collectives() { return device_world_ ? *device_world_ : world_; }
   // Loss sums of micro-steps, on the device: each micro-step's f32[1] loss is
   // copied (an op) into the next slot of one f32 tensor. take() reads the
   // slots once and adds them in double in micro-step order: the arithmetic

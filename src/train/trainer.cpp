@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/collective_errors.hpp"
+#include "comm/collective_watchdog.hpp"
 #include "ckpt/consolidated.hpp"
 #include "ckpt/checkpoint_writer.hpp"
 #include "ckpt/lineage.hpp"
@@ -39,6 +40,7 @@
 #include "kernels/host/gemm.hpp"
 #include "optim/lr_schedule.hpp"
 #include "plugin/loader.hpp"
+#include "comm/device_communicator.hpp"
 #include "runtime/attention_backend.hpp"
 #include "train/console.hpp"
 #include "train/device_choice.hpp"
@@ -356,6 +358,8 @@ void Trainer::prepare() {
   const RunConfig& c = s.config;
   // First: `device cuda` without a usable GPU stops here, naming the cause.
   s.device_choice = choose_device(c.device, c.device_where, real_cuda_probes());
+  // Before the first collective of the run: every later one is watched.
+  set_collective_timeout(c.collective_timeout_seconds);
   const int ranks_here = s.world.split_node()->size();  // collective: every rank calls it
   // --check --ranks N plans the real run's geometry without its processes.
   const int plan_world = s.options.plan_ranks > 0 ? s.options.plan_ranks : s.world.size();
@@ -377,6 +381,7 @@ void Trainer::prepare() {
     s.fsdp = fsdp_options_from(c);
     s.fsdp.device = s.device_choice.device;  // the engine allocates and runs there
     s.fsdp.attention_backend = parse_attention_backend(c.attention_backend);
+    s.fsdp.device_comm = parse_device_comm(c.device_comm);
     const int group = shard_group_size_for(s.fsdp, plan_world, s.ranks_per_node);
     if (group < 1 || plan_world % group != 0)
       FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard_group_size " << group
@@ -533,6 +538,15 @@ int Trainer::run() {
       << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(s.device_choice, c.attention_backend, s.blas_threads) << " | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "host GEMM: " << host::gemm::describe() << "\n";
+    // Which communicator moves the buffers, never left implicit (device_comm).
+    if (s.device_choice.device == Device::host)
+      h << "comm: MPI on host buffers [device_comm " << c.device_comm << ": no effect on the host backend]";
+    else if (s.fsdp.device_comm == DeviceComm::mpi)
+      h << "comm: device buffers staged through host memory over MPI [device_comm mpi]";
+    else
+      h << "comm: NCCL on device buffers [device_comm nccl]";
+    h << " | collective_timeout "
+      << describe_timeout(c.collective_timeout_seconds) << "\n";
     h << "deck: " << c.deck_path << "\n";
     for (const auto& w : c.warnings) h << "warning: " << w << "\n";
     if (!s.options.check_only) {
@@ -618,6 +632,12 @@ int Trainer::run() {
     if (s.device_choice.device == Device::cuda)
       s.say(format_device_memory(phase, gather_device_memory(s.world, this_rank_device_memory())));
   };
+  // A GPU run: each rank binds to its GPU (node-local rank, CUDA_VISIBLE_DEVICES;
+  // comm/gpu_assignment.hpp) before the engine makes its context there. A
+  // device backend without devices of its own to hand out (the test-only
+  // simulated device) registers no communicator backend and binds nothing.
+  if (s.fsdp.device != Device::host && find_device_comm_backend(s.fsdp.device) != nullptr)
+    bind_local_gpu(s.world, s.fsdp.device_comm, s.fsdp.device);
   gather_memory("before load");
 
   s.engine = std::make_unique<FsdpEngine>(*s.model, s.world, s.fsdp);

@@ -1,4 +1,6 @@
-// Direct tests of src/comm against a straightforward reference (issue 22 s1):
+// Direct tests of src/comm against a straightforward reference (issue 22 s1;
+// the tests parametrized by communicator also run the staged device
+// communicator, comm/staged_communicator.hpp, on host buffers: issue 19):
 // every collective of Communicator on f32 / bf16 / i64 with odd and zero
 // sizes, split and split_node, requests in flight together, wait and test,
 // the blocking scalar reductions, the timers, errors from the progress
@@ -13,16 +15,20 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "comm/mpi_communicator.hpp"
+#include "comm/staged_communicator.hpp"
 #include "core/error.hpp"
+#include "runtime/allocator.hpp"
 #include "runtime/stream.hpp"
 
 using namespace ftrain;
@@ -84,11 +90,23 @@ float max_value_of(int q, std::int64_t j, int size) {
 
 const std::vector<std::int64_t> kCounts = {0, 1, 7, 1000};  // per-rank elements
 
-class CommByDType : public ::testing::TestWithParam<DType> {};
+// The communicators under test: MPI on host buffers, and the staged device
+// communicator (device_comm mpi), which on host buffers runs its whole
+// staging path (copies through the allocator, then the same MPI calls).
+enum class Kind { mpi, staged };
+std::unique_ptr<Communicator> make_world(Kind kind) {
+  if (kind == Kind::staged) return std::make_unique<StagedCommunicator>(MPI_COMM_WORLD);
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+}
+const char* kind_name(Kind k) { return k == Kind::mpi ? "mpi" : "staged"; }
+
+class CommByDType : public ::testing::TestWithParam<std::tuple<DType, Kind>> {};
+class CommByKind : public ::testing::TestWithParam<Kind> {};
 
 TEST_P(CommByDType, AllGatherConcatenatesInRankOrder) {
-  const DType dt = GetParam();
-  MpiCommunicator world(MPI_COMM_WORLD);
+  const DType dt = std::get<0>(GetParam());
+  auto world_ptr = make_world(std::get<1>(GetParam()));
+  Communicator& world = *world_ptr;
   const int size = world.size();
   for (std::int64_t n : kCounts) {
     Tensor send = contribution(dt, world.rank(), n);
@@ -101,8 +119,9 @@ TEST_P(CommByDType, AllGatherConcatenatesInRankOrder) {
 }
 
 TEST_P(CommByDType, ReduceScatterGivesThisRanksBlockOfTheSum) {
-  const DType dt = GetParam();
-  MpiCommunicator world(MPI_COMM_WORLD);
+  const DType dt = std::get<0>(GetParam());
+  auto world_ptr = make_world(std::get<1>(GetParam()));
+  Communicator& world = *world_ptr;
   const int size = world.size(), rank = world.rank();
   for (std::int64_t k : kCounts) {
     Tensor send = contribution(dt, rank, k * size);
@@ -114,8 +133,9 @@ TEST_P(CommByDType, ReduceScatterGivesThisRanksBlockOfTheSum) {
 }
 
 TEST_P(CommByDType, AllReduceSumsEveryElement) {
-  const DType dt = GetParam();
-  MpiCommunicator world(MPI_COMM_WORLD);
+  const DType dt = std::get<0>(GetParam());
+  auto world_ptr = make_world(std::get<1>(GetParam()));
+  Communicator& world = *world_ptr;
   for (std::int64_t n : kCounts) {
     Tensor inout = contribution(dt, world.rank(), n);
     world.all_reduce_sum(inout).wait();
@@ -123,11 +143,17 @@ TEST_P(CommByDType, AllReduceSumsEveryElement) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DTypes, CommByDType, ::testing::Values(DType::f32, DType::bf16, DType::i64),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(DTypes, CommByDType,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::i64),
+                                            ::testing::Values(Kind::mpi, Kind::staged)),
+                         [](const auto& info) {
+                           return std::string(dtype_name(std::get<0>(info.param))) + "_" +
+                                  kind_name(std::get<1>(info.param));
+                         });
 
-TEST(Comm, AllReduceMaxTakesTheLargestPerElement) {
-  MpiCommunicator world(MPI_COMM_WORLD);
+TEST_P(CommByKind, AllReduceMaxTakesTheLargestPerElement) {
+  auto world_ptr = make_world(GetParam());
+  Communicator& world = *world_ptr;
   const int size = world.size();
   for (std::int64_t n : kCounts) {
     Tensor inout = Tensor::empty({n}, DType::f32);
@@ -148,10 +174,11 @@ TEST(Comm, AllReduceMaxTakesTheLargestPerElement) {
 // before the event ran, and the caller does not block for it. The work here
 // writes the collective's input after a delay: a collective that started
 // at once would send the poison values still in the buffer.
-TEST(Comm, CollectivesStartAfterTheComputeEventTheyAreGiven) {
+TEST_P(CommByKind, CollectivesStartAfterTheComputeEventTheyAreGiven) {
   using Clock = std::chrono::steady_clock;
   constexpr auto kDelay = std::chrono::milliseconds(300);
-  MpiCommunicator world(MPI_COMM_WORLD);
+  auto world_ptr = make_world(GetParam());
+  Communicator& world = *world_ptr;
   const int size = world.size(), rank = world.rank();
   auto compute = make_host_stream(/*asynchronous=*/true, "test_compute");
   const std::int64_t k = 257;
@@ -173,7 +200,7 @@ TEST(Comm, CollectivesStartAfterTheComputeEventTheyAreGiven) {
   const auto t0 = Clock::now();
   Request gather = world.all_gather(gather_send, gathered, write_late(gather_send, contributions(k)));
   const auto issue_time = Clock::now() - t0;
-  if (world.threaded_progress())
+  if (MpiCommunicator(MPI_COMM_WORLD).threaded_progress())
     EXPECT_LT(issue_time, kDelay / 2) << "issuing waited for the compute stream; the progress thread should";
   gather.wait();
   for (int q = 0; q < size; ++q)
@@ -200,8 +227,9 @@ TEST(Comm, CollectivesStartAfterTheComputeEventTheyAreGiven) {
 }
 
 // Bad arguments fail at once on the caller's thread, and queue nothing.
-TEST(Comm, BadArgumentsThrowBeforeAnythingIsIssued) {
-  MpiCommunicator world(MPI_COMM_WORLD);
+TEST_P(CommByKind, BadArgumentsThrowBeforeAnythingIsIssued) {
+  auto world_ptr = make_world(GetParam());
+  Communicator& world = *world_ptr;
   const int size = world.size();
   Tensor send = contribution(DType::f32, world.rank(), 3);
   Tensor wrong_size = poisoned(DType::f32, 3 * size + 1);
@@ -219,8 +247,9 @@ TEST(Comm, BadArgumentsThrowBeforeAnythingIsIssued) {
   EXPECT_EQ(load(inout, 4), sum_over_ranks(DType::f32, size, 4));
 }
 
-TEST(Comm, SplitGroupsByColorAndOrdersByKey) {
-  MpiCommunicator world(MPI_COMM_WORLD);
+TEST_P(CommByKind, SplitGroupsByColorAndOrdersByKey) {
+  auto world_ptr = make_world(GetParam());
+  Communicator& world = *world_ptr;
   const int rank = world.rank(), size = world.size();
   // Even and odd ranks, each group in descending world-rank order.
   auto sub = world.split(rank % 2, -rank);
@@ -237,8 +266,9 @@ TEST(Comm, SplitGroupsByColorAndOrdersByKey) {
   EXPECT_EQ(sub->all_reduce_sum(std::int64_t{1}), sub->size());
 }
 
-TEST(Comm, SplitNodeHoldsExactlyTheRanksOfThisHost) {
-  MpiCommunicator world(MPI_COMM_WORLD);
+TEST_P(CommByKind, SplitNodeHoldsExactlyTheRanksOfThisHost) {
+  auto world_ptr = make_world(GetParam());
+  Communicator& world = *world_ptr;
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int length = 0;
   MPI_Get_processor_name(name, &length);
@@ -261,8 +291,9 @@ TEST(Comm, SplitNodeHoldsExactlyTheRanksOfThisHost) {
 
 // Many requests on two communicators in flight at once, finished in an
 // order other than the one they were issued in.
-TEST(Comm, ConcurrentRequestsAllComplete) {
-  MpiCommunicator world(MPI_COMM_WORLD);
+TEST_P(CommByKind, ConcurrentRequestsAllComplete) {
+  auto world_ptr = make_world(GetParam());
+  Communicator& world = *world_ptr;
   const int rank = world.rank(), size = world.size();
   auto sub = world.split(0, size - rank);  // every rank, reversed
   const std::int64_t n = 333;
@@ -292,8 +323,9 @@ TEST(Comm, ConcurrentRequestsAllComplete) {
 
 // Stream order (communicator.hpp): a collective issued right behind another
 // one, without waiting, sees its output, also across split communicators.
-TEST(Comm, LaterCollectiveReadsTheOutputOfAnEarlierOne) {
-  MpiCommunicator world(MPI_COMM_WORLD);
+TEST_P(CommByKind, LaterCollectiveReadsTheOutputOfAnEarlierOne) {
+  auto world_ptr = make_world(GetParam());
+  Communicator& world = *world_ptr;
   const int rank = world.rank(), size = world.size();
   auto alone = world.split(rank, 0);    // each rank alone
   auto all = world.split(0, rank);      // every rank again
@@ -312,6 +344,9 @@ TEST(Comm, LaterCollectiveReadsTheOutputOfAnEarlierOne) {
     ASSERT_EQ(load(block, i), expected) << "element " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Kinds, CommByKind, ::testing::Values(Kind::mpi, Kind::staged),
+                         [](const auto& info) { return std::string(kind_name(info.param)); });
 
 TEST(Comm, WaitAndTestFinishARequestOnce) {
   MpiCommunicator world(MPI_COMM_WORLD);
@@ -431,3 +466,60 @@ TEST(Comm, TimesCountNonBlockingCollectivesUntilReset) {
 }
 
 }  // namespace
+
+// The staged communicator moves every buffer through the allocator of the
+// tensor's device (cudaMemcpy on CUDA; here the host allocator, wrapped to
+// count): one copy to host per input, one back per output, each of the
+// tensor's size. Without staging (the MPI communicator) there are none.
+namespace {
+class CountingAllocator final : public DeviceAllocator {
+ public:
+  explicit CountingAllocator(DeviceAllocator* inner) : inner_(inner) {}
+  Device device() const override { return inner_->device(); }
+  std::shared_ptr<void> allocate(std::size_t bytes) override { return inner_->allocate(bytes); }
+  void zero(void* dst, std::size_t bytes) override { inner_->zero(dst, bytes); }
+  void copy(void* dst, const void* src, std::size_t bytes) override { inner_->copy(dst, src, bytes); }
+  void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
+    from_host_bytes += bytes;
+    ++from_host;
+    inner_->copy_from_host(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    to_host_bytes += bytes;
+    ++to_host;
+    inner_->copy_to_host(dst, src, bytes);
+  }
+  AllocatorStats stats() const override { return inner_->stats(); }
+  std::atomic<int> to_host{0}, from_host{0};
+  std::atomic<std::size_t> to_host_bytes{0}, from_host_bytes{0};
+
+ private:
+  DeviceAllocator* inner_;
+};
+}  // namespace
+
+TEST(StagedComm, CopiesGoThroughTheDevicesAllocator) {
+  CountingAllocator counting(find_allocator(Device::host));
+  DeviceAllocator* previous = register_allocator(Device::host, &counting);
+  {
+    StagedCommunicator staged(MPI_COMM_WORLD);
+    const int size = staged.size();
+    Tensor send = contribution(DType::bf16, staged.rank(), 7), recv = poisoned(DType::bf16, 7 * size);
+    staged.all_gather(send, recv).wait();
+    EXPECT_EQ(counting.to_host.load(), 1);
+    EXPECT_EQ(counting.from_host.load(), 1);
+    EXPECT_EQ(counting.to_host_bytes.load(), send.nbytes());
+    EXPECT_EQ(counting.from_host_bytes.load(), recv.nbytes());
+    Tensor inout = contribution(DType::f32, staged.rank(), 5);
+    staged.all_reduce_sum(inout).wait();
+    EXPECT_EQ(counting.to_host.load(), 2);
+    EXPECT_EQ(counting.from_host.load(), 2);
+    EXPECT_EQ(load(inout, 4), sum_over_ranks(DType::f32, size, 4));
+
+    MpiCommunicator mpi(MPI_COMM_WORLD);
+    mpi.all_reduce_sum(inout).wait();
+    EXPECT_EQ(counting.to_host.load(), 2) << "the MPI communicator stages nothing";
+    EXPECT_NE(staged.describe().find("staged"), std::string::npos);
+  }
+  register_allocator(Device::host, previous);
+}

@@ -67,7 +67,10 @@ class Runner:
         os.makedirs(run_dir, exist_ok=True)
         wrapper = os.path.join(run_dir, "deck.in")
         with open(wrapper, "w") as f:
-            f.write(f"device {device}\ninclude {deck}\n{extra}")
+            # The simulated device has no NCCL: its collectives go through the
+            # staged communicator, which the deck must ask for (never implicit).
+            comm = "device_comm mpi\n" if device == "cuda" and self.args.sim_device else ""
+            f.write(f"device {device}\n{comm}include {deck}\n{extra}")
         cmd = self.mpirun + ["-np", str(np)]
         env = dict(os.environ)
         for k, v in (env_vars or {}).items():
@@ -87,6 +90,8 @@ class Runner:
         if p.returncode != 0:
             print(p.stdout[-4000:], p.stderr[-4000:])
             fail(f"{name}: ftrain -np {np} device {device} {variables} exited {p.returncode}")
+        if device == "cuda" and self.args.sim_device and "comm: device buffers staged through host memory over MPI" not in p.stdout:
+            fail(f"{name}: the run header does not name the staged communicator")
         if device == "cuda" and "| device: cuda [device cuda" not in p.stdout:
             print(p.stdout[:2000])
             fail(f"{name}: the run header does not say the engine ran on the (simulated) device")

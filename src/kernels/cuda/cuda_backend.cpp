@@ -25,12 +25,16 @@
 #include <mutex>
 #include <string>
 
+#include "comm/device_communicator.hpp"
 #include "kernels/backend_registry.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/execution_context.hpp"
 #include "runtime/ftrain_backend.h"
+#ifdef FTRAIN_HAVE_NCCL
+#include "comm/nccl/nccl_communicator.hpp"
+#endif
 
 namespace ftrain::cuda {
 
@@ -230,6 +234,18 @@ std::string unusable_reason() {
   return {};
 }
 
+#ifdef FTRAIN_HAVE_NCCL
+int visible_device_count() {
+  int count = 0;
+  FTRAIN_CUDA_CHECK(cudaGetDeviceCount(&count));
+  return count;
+}
+void set_device(int ordinal) { FTRAIN_CUDA_CHECK(cudaSetDevice(ordinal)); }
+// Multi-rank runs: the rank -> GPU binding and the NCCL communicator
+// (comm/device_communicator.hpp, src/comm/nccl/).
+const DeviceCommBackend kNcclBackend = {"nccl", &visible_device_count, &set_device, &nccl::make_nccl_communicator};
+#endif
+
 const char* register_all() {
   static std::string refusal;
   refusal = unusable_reason();
@@ -238,6 +254,9 @@ const char* register_all() {
   register_allocator(Device::cuda, &allocator);
   register_stream_factory(Device::cuda, &make_cuda_stream);
   register_backend(cuda_op_table());
+#ifdef FTRAIN_HAVE_NCCL
+  register_device_comm_backend(Device::cuda, &kNcclBackend);
+#endif
   return nullptr;
 }
 

@@ -198,6 +198,22 @@ TEST(Deck, OtherForms) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 2.5e-4);
 }
 
+// Issue 19: the device communicator and the collective watchdog's timeout,
+// in minutes or seconds (the form word is the unit).
+TEST(Deck, DeviceCommAndCollectiveTimeout) {
+  RunConfig c = parse(kRequired);
+  EXPECT_EQ(c.device_comm, "nccl");
+  EXPECT_DOUBLE_EQ(c.collective_timeout_seconds, 600);
+  c = parse(kRequired + "device_comm mpi\ncollective_timeout minutes 2.5\n");
+  EXPECT_EQ(c.device_comm, "mpi");
+  EXPECT_DOUBLE_EQ(c.collective_timeout_seconds, 150);
+  c = parse(kRequired + "collective_timeout seconds 45\n");
+  EXPECT_DOUBLE_EQ(c.collective_timeout_seconds, 45);
+  EXPECT_NE(error_of(kRequired + "collective_timeout hours 1\n").find("hours"), std::string::npos);
+  EXPECT_NE(error_of(kRequired + "collective_timeout seconds 0\n").find("0"), std::string::npos);
+  EXPECT_NE(error_of(kRequired + "device_comm gloo\n").find("gloo"), std::string::npos);
+}
+
 // ---- grammar ---------------------------------------------------------------------
 
 TEST(DeckGrammar, CommentsBlankLinesAndHashInsideQuotes) {

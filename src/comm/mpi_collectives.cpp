@@ -1,0 +1,89 @@
+#include "comm/mpi_collectives.hpp"
+
+#include <chrono>
+#include <thread>
+
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+
+namespace ftrain::mpi_collectives {
+
+namespace {
+
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const bf16*>(in);
+  auto* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_bf16(to_float(a[i]) + to_float(b[i]));
+}
+
+struct MpiTypes {
+  MPI_Datatype bf16_type = MPI_DATATYPE_NULL;
+  MPI_Op bf16_sum_op = MPI_OP_NULL;
+};
+
+// Created on first use, on the progress thread; freed by MPI_Finalize.
+const MpiTypes& mpi_types() {
+  static MpiTypes types = [] {
+    MpiTypes t;
+    FT_MPI_CHECK(MPI_Type_contiguous(1, MPI_UINT16_T, &t.bf16_type));
+    FT_MPI_CHECK(MPI_Type_commit(&t.bf16_type));
+    FT_MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &t.bf16_sum_op));
+    return t;
+  }();
+  return types;
+}
+
+// Progress thread only (mpi_types() makes MPI calls on first use).
+MPI_Datatype mpi_type(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::bf16: return mpi_types().bf16_type;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    case DType::f64: return MPI_DOUBLE;
+    default: FT_THROW() << "no MPI type for " << t.describe();
+  }
+}
+
+MPI_Op mpi_sum(const Tensor& t) { return t.dtype() == DType::bf16 ? mpi_types().bf16_sum_op : MPI_SUM; }
+
+}  // namespace
+
+bool has_mpi_type(DType t) {
+  return t == DType::f32 || t == DType::bf16 || t == DType::i32 || t == DType::i64 || t == DType::f64;
+}
+
+void drive(MPI_Request& request) {
+  int done = 0;
+  for (int spins = 0;; ++spins) {
+    FT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+int checked_count(const Tensor& t) {
+  FT_CHECK(t.numel() <= 2147483647) << t.describe() << " is too large for one MPI call";
+  return static_cast<int>(t.numel());
+}
+
+void start_all_gather(const Tensor& send, const Tensor& recv, MPI_Comm comm, MPI_Request* r) {
+  FT_MPI_CHECK(MPI_Iallgather(send.data(), checked_count(send), mpi_type(send), recv.data(), checked_count(send),
+                              mpi_type(recv), comm, r));
+}
+
+void start_reduce_scatter_sum(const Tensor& send, const Tensor& recv, MPI_Comm comm, MPI_Request* r) {
+  FT_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), checked_count(recv), mpi_type(send), mpi_sum(send),
+                                         comm, r));
+}
+
+void start_all_reduce_sum(const Tensor& inout, MPI_Comm comm, MPI_Request* r) {
+  FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), mpi_type(inout), mpi_sum(inout), comm,
+                              r));
+}
+
+void start_all_reduce_max(const Tensor& inout, MPI_Comm comm, MPI_Request* r) {
+  FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), MPI_FLOAT, MPI_MAX, comm, r));
+}
+
+}  // namespace ftrain::mpi_collectives

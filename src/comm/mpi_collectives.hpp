@@ -1,0 +1,30 @@
+// The MPI calls behind the non-blocking collectives, shared by the MPI
+// communicator (host buffers) and the staged communicator (device buffers
+// copied through host memory): one place maps dtypes to MPI types, sums bf16
+// (f32 arithmetic, RNE rounding) and drives a request. Internal to comm/;
+// every function here runs on the MPI progress thread (comm/mpi_progress.hpp).
+#pragma once
+
+#include <mpi.h>
+
+#include "core/tensor.hpp"
+
+namespace ftrain::mpi_collectives {
+
+// f32, bf16, i32, i64, f64 travel over MPI.
+bool has_mpi_type(DType t);
+// numel as an MPI count; throws naming the tensor when it does not fit.
+int checked_count(const Tensor& t);
+
+// Post the non-blocking call into *request (sizes checked by the caller).
+void start_all_gather(const Tensor& send, const Tensor& recv, MPI_Comm comm, MPI_Request* request);
+void start_reduce_scatter_sum(const Tensor& send, const Tensor& recv, MPI_Comm comm, MPI_Request* request);
+void start_all_reduce_sum(const Tensor& inout, MPI_Comm comm, MPI_Request* request);
+void start_all_reduce_max(const Tensor& inout, MPI_Comm comm, MPI_Request* request);  // f32
+
+// Drives one request to completion. Polls with a short sleep instead of
+// MPI_Wait's busy loop: the progress thread must not take the core away from
+// the computing thread while its peers catch up.
+void drive(MPI_Request& request);
+
+}  // namespace ftrain::mpi_collectives

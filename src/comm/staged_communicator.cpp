@@ -1,0 +1,124 @@
+#include "comm/staged_communicator.hpp"
+
+#include <sstream>
+
+#include "comm/mpi_collectives.hpp"
+#include "comm/mpi_progress.hpp"
+#include "core/error.hpp"
+#include "runtime/allocator.hpp"
+
+namespace ftrain {
+
+namespace mc = mpi_collectives;
+
+namespace {
+
+DeviceAllocator& allocator_of(const Tensor& t) {
+  DeviceAllocator* a = find_allocator(t.device());
+  FT_CHECK(a != nullptr) << "staged communicator: no allocator for the device of " << t.describe();
+  return *a;
+}
+
+// A host buffer shaped like `t`, for the MPI call.
+Tensor host_stage(const Tensor& t, const char* role) {
+  return Tensor::empty(t.shape(), t.dtype(), Device::host, t.name() + "." + role);
+}
+
+}  // namespace
+
+StagedCommunicator::StagedCommunicator(MPI_Comm comm, bool owned)
+    : StagedCommunicator(std::make_unique<MpiCommunicator>(comm, owned)) {}
+
+StagedCommunicator::StagedCommunicator(std::unique_ptr<MpiCommunicator> mpi)
+    : mpi_(std::move(mpi)), progress_(MpiProgress::acquire()), clock_(std::make_shared<CommClock>()) {
+  FT_CHECK(mpi_ != nullptr) << "staged communicator over no MPI communicator";
+}
+
+StagedCommunicator::~StagedCommunicator() = default;
+
+std::string StagedCommunicator::describe() const {
+  std::ostringstream s;
+  s << "staged MPI communicator (device buffers through host memory) rank " << rank() << "/" << size();
+  return s.str();
+}
+
+CommTimes StagedCommunicator::times() const {
+  std::lock_guard<std::mutex> lock(clock_->mutex);
+  return clock_->times;
+}
+
+void StagedCommunicator::reset_times() {
+  std::lock_guard<std::mutex> lock(clock_->mutex);
+  clock_->times = CommTimes{};
+}
+
+Request StagedCommunicator::issue(const char* collective, const std::string& what, const Event& after,
+                                  std::vector<Tensor> inputs, std::vector<Tensor> host_inputs,
+                                  std::vector<Tensor> outputs, std::vector<Tensor> host_outputs,
+                                  std::function<void(MPI_Comm, MPI_Request*)> call) {
+  std::string watched = std::string(collective) + " of " + what + " on " + describe();
+  // The job holds every tensor (shared storage) until it has run.
+  return progress_->submit(
+      after,
+      [inputs = std::move(inputs), host_inputs = std::move(host_inputs), outputs = std::move(outputs),
+       host_outputs = std::move(host_outputs), call = std::move(call), comm = mpi_->handle()] {
+        for (std::size_t i = 0; i < inputs.size(); ++i)
+          allocator_of(inputs[i]).copy_to_host(host_inputs[i].data(), inputs[i].data(), inputs[i].nbytes());
+        MPI_Request request = MPI_REQUEST_NULL;
+        call(comm, &request);
+        mc::drive(request);
+        for (std::size_t i = 0; i < outputs.size(); ++i)
+          allocator_of(outputs[i]).copy_from_host(outputs[i].data(), host_outputs[i].data(), outputs[i].nbytes());
+      },
+      clock_, std::move(watched));
+}
+
+Request StagedCommunicator::all_gather(const Tensor& send, Tensor& recv, const Event& after) {
+  FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size() && mc::has_mpi_type(send.dtype()))
+      << "all_gather: send " << send.describe() << ", recv " << recv.describe() << ", " << size() << " ranks";
+  mc::checked_count(recv);
+  Tensor hs = host_stage(send, "staged"), hr = host_stage(recv, "staged");
+  return issue("all_gather", send.describe(), after, {send}, {hs}, {recv}, {hr},
+               [hs, hr](MPI_Comm comm, MPI_Request* r) { mc::start_all_gather(hs, hr, comm, r); });
+}
+
+Request StagedCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after) {
+  FT_CHECK(send.dtype() == recv.dtype() && send.numel() == recv.numel() * size() && mc::has_mpi_type(send.dtype()))
+      << "reduce_scatter: send " << send.describe() << ", recv " << recv.describe() << ", " << size() << " ranks";
+  mc::checked_count(send);
+  Tensor hs = host_stage(send, "staged"), hr = host_stage(recv, "staged");
+  return issue("reduce_scatter_sum", send.describe(), after, {send}, {hs}, {recv}, {hr},
+               [hs, hr](MPI_Comm comm, MPI_Request* r) { mc::start_reduce_scatter_sum(hs, hr, comm, r); });
+}
+
+Request StagedCommunicator::all_reduce_sum(Tensor& inout, const Event& after) {
+  FT_CHECK(mc::has_mpi_type(inout.dtype())) << "all_reduce_sum: no MPI type for " << inout.describe();
+  mc::checked_count(inout);
+  Tensor h = host_stage(inout, "staged");
+  return issue("all_reduce_sum", inout.describe(), after, {inout}, {h}, {inout}, {h},
+               [h](MPI_Comm comm, MPI_Request* r) { mc::start_all_reduce_sum(h, comm, r); });
+}
+
+Request StagedCommunicator::all_reduce_max(Tensor& inout, const Event& after) {
+  FT_CHECK(inout.dtype() == DType::f32) << "all_reduce_max: " << inout.describe() << " (f32 only)";
+  mc::checked_count(inout);
+  Tensor h = host_stage(inout, "staged");
+  return issue("all_reduce_max", inout.describe(), after, {inout}, {h}, {inout}, {h},
+               [h](MPI_Comm comm, MPI_Request* r) { mc::start_all_reduce_max(h, comm, r); });
+}
+
+namespace {
+std::unique_ptr<MpiCommunicator> as_mpi(std::unique_ptr<Communicator> c) {
+  return std::unique_ptr<MpiCommunicator>(static_cast<MpiCommunicator*>(c.release()));
+}
+}  // namespace
+
+std::unique_ptr<Communicator> StagedCommunicator::split(int color, int key) const {
+  return std::make_unique<StagedCommunicator>(as_mpi(mpi_->split(color, key)));
+}
+
+std::unique_ptr<Communicator> StagedCommunicator::split_node() const {
+  return std::make_unique<StagedCommunicator>(as_mpi(mpi_->split_node()));
+}
+
+}  // namespace ftrain
