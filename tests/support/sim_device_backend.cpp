@@ -119,6 +119,7 @@ Fp8Arg translate(const char* op, const Fp8Tensor& t) {
   out.scale = host_alias(op, t.scale);
   out.scale_inv = host_alias(op, t.scale_inv);
   out.amax = host_alias(op, t.amax);
+  out.data_t = host_alias(op, t.data_t);  // undefined unless the caller asked for the transposed copy
   return {out};
 }
 template <class S>
