@@ -60,9 +60,14 @@ MPI_Datatype mpi_type(const Tensor& t) {
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
     case DType::f64: return MPI_DOUBLE;
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2: return MPI_BYTE;  // gathers only: has_mpi_type keeps fp8 out of the reductions
     default: FT_THROW() << "no MPI type for " << t.describe();
   }
 }
+
+// What the gathers move: the reducible types and raw fp8 bytes.
+bool has_mpi_gather_type(DType t) { return has_mpi_type(t) || t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
 
 MPI_Op mpi_sum(const Tensor& t) { return t.dtype() == DType::bf16 ? mpi_types().bf16_sum_op : MPI_SUM; }
 
@@ -101,7 +106,7 @@ FaultInjection& fault_injection() {
 constexpr const char* kFaultVariable = "FTRAIN_TEST_FAIL_COLLECTIVE";
 
 bool is_collective_name(const std::string& name) {
-  return name == "all_gather" || name == "reduce_scatter_sum" || name == "all_reduce_sum" ||
+  return name == "all_gather" || name == "all_gather_v" || name == "reduce_scatter_sum" || name == "all_reduce_sum" ||
          name == "all_reduce_max";
 }
 
@@ -131,7 +136,7 @@ void read_fault_environment(FaultInjection& f) {
   const std::string name = colon == std::string::npos ? text : text.substr(0, colon);
   FT_CHECK(is_collective_name(name) && nth >= 1)
       << kFaultVariable << "='" << text
-      << "': expected <collective>:<n>[@<rank>], collective one of all_gather, reduce_scatter_sum, all_reduce_sum, "
+      << "': expected <collective>:<n>[@<rank>], collective one of all_gather, all_gather_v, reduce_scatter_sum, all_reduce_sum, "
          "all_reduce_max, n >= 1, rank a world rank";
   f.collective = name;
   f.nth = nth;
@@ -230,13 +235,39 @@ Request MpiCommunicator::issue(const char* collective, const std::string& what, 
 
 // The lambdas hold the tensors (shared storage) until the collective has run.
 Request MpiCommunicator::all_gather(const Tensor& send, Tensor& recv, const Event& after) {
-  FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size_ && has_mpi_type(send.dtype()))
+  FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size_ && has_mpi_gather_type(send.dtype()))
       << "all_gather: send " << send.describe() << ", recv " << recv.describe() << ", " << size_ << " ranks";
   checked_count(recv);
   return issue("all_gather", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
     FT_MPI_CHECK(MPI_Iallgather(send.data(), checked_count(send), mpi_type(send), recv.data(), checked_count(send),
                                 mpi_type(recv), comm, r));
   });
+}
+
+Request MpiCommunicator::all_gather_v(const Tensor& send, Tensor& recv, const std::vector<std::int64_t>& counts,
+                                      const Event& after) {
+  FT_CHECK(static_cast<int>(counts.size()) == size_)
+      << "all_gather_v: " << counts.size() << " counts for " << size_ << " ranks";
+  std::vector<int> count_of(counts.size()), displacement(counts.size());
+  std::int64_t total = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    FT_CHECK(counts[r] >= 0 && total + counts[r] <= 2147483647)
+        << "all_gather_v: count " << counts[r] << " of rank " << r << " (or the total) does not fit one MPI call";
+    count_of[r] = static_cast<int>(counts[r]);
+    displacement[r] = static_cast<int>(total);
+    total += counts[r];
+  }
+  FT_CHECK(send.dtype() == recv.dtype() && has_mpi_gather_type(send.dtype()) &&
+           send.numel() == counts[static_cast<std::size_t>(rank_)] && recv.numel() == total)
+      << "all_gather_v: send " << send.describe() << " (rank " << rank_ << " count "
+      << counts[static_cast<std::size_t>(rank_)] << "), recv " << recv.describe() << " (total " << total << ")";
+  // The count arrays live in the closure, which lives until the collective completed.
+  return issue("all_gather_v", send.describe(), after,
+               [send, recv, count_of = std::move(count_of), displacement = std::move(displacement),
+                comm = comm_](MPI_Request* r) {
+                 FT_MPI_CHECK(MPI_Iallgatherv(send.data(), checked_count(send), mpi_type(send), recv.data(),
+                                              count_of.data(), displacement.data(), mpi_type(recv), comm, r));
+               });
 }
 
 Request MpiCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after) {
