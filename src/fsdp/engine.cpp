@@ -394,9 +394,11 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
     // Training gathers record the weight amaxes (the local cast records in training forwards only).
     f.gather_request = fp8_weights->start(exec_, *shard_comm_, f, dt, options_.fp8_recipe.forward_dtype(),
                                           /*record=*/ctx_.training);
-    // Counted from the buffers the collectives fill.
-    counters_.all_gather_bytes += f.gathered.nbytes() + f.gathered_fp8.nbytes();
-    counters_.all_gather_fp8_weight_bytes += f.gathered_fp8.nbytes();
+    // Counted from the buffers the collectives fill (training gathers only).
+    if (ctx_.training) {
+      counters_.all_gather_bytes += f.gathered.nbytes() + f.gathered_fp8.nbytes();
+      counters_.all_gather_fp8_weight_bytes += f.gathered_fp8.nbytes();
+    }
     f.gathered_valid = true;
     return true;
   }
@@ -417,10 +419,12 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
     // update of the master): it starts after an event recorded behind them
     // (stream order; the engine does not block: communicator.hpp).
     f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered, exec_.compute().record());
-    counters_.all_gather_bytes += f.gathered.nbytes();
-    if (fp8_weights != nullptr)  // the FP8 linear weights' share of this gather
-      counters_.all_gather_fp8_weight_bytes +=
-          fp8_weights->fp8_numel() * static_cast<std::int64_t>(dtype_size(f.gathered.dtype()));
+    if (ctx_.training) {
+      counters_.all_gather_bytes += f.gathered.nbytes();
+      if (fp8_weights != nullptr)  // the FP8 linear weights' share of this gather
+        counters_.all_gather_fp8_weight_bytes +=
+            fp8_weights->fp8_numel() * static_cast<std::int64_t>(dtype_size(f.gathered.dtype()));
+    }
     issued = true;
   }
   f.gathered_valid = true;

@@ -96,7 +96,8 @@ struct FsdpCounters {
   std::int64_t forward_prefetch_gathers = 0;    // all-gathers issued ahead by forward_prefetch
   std::int64_t backward_prefetch_gathers = 0;   // all-gathers issued ahead by backward_prefetch
   int gathered_units_high_water = 0;            // most units gathered or gathering at once (what limit_all_gathers bounds)
-  // Bytes this rank received from parameter all-gathers, and the part of
+  // Bytes this rank received from training parameter all-gathers
+  // (evaluation's are not counted), and the part of
   // them that carried the FP8 linear weights (precision fp8 only): 1 byte per
   // element with the FP8 all-gather, the param dtype's size without it.
   std::int64_t all_gather_bytes = 0;
