@@ -6,7 +6,7 @@
 // must wait() (or test() until true) before touching the buffers. Nothing
 // here blocks except wait() and the explicitly blocking helpers at the end.
 // Reductions are sums. Supported element types: f32, bf16 (summed in f32 per
-// element, then rounded), i64 (counts).
+// element, then rounded), i64 (counts); the gathers also move fp8 bytes.
 //
 // Who makes progress: the communicator, never the caller. A Request
 // completes on the communicator's own progress mechanism (MPI: one progress
@@ -33,7 +33,9 @@
 #pragma once
 
 #include <memory>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/tensor.hpp"
 #include "runtime/stream.hpp"
@@ -90,6 +92,14 @@ class Communicator {
   // override repeats the default.
   // recv (size() * send.numel() elements) = concatenation of every rank's send.
   virtual Request all_gather(const Tensor& send, Tensor& recv, const Event& after = Event()) = 0;
+  // Variable counts (MPI_Allgatherv): rank r sends counts[r] elements
+  // (send.numel() == counts[rank()]); recv (sum of counts) = their
+  // concatenation in rank order. Also for raw bytes: fp8 tensors gather
+  // (never reduce). The FP8 weight all-gather (fsdp/fp8_all_gather.hpp).
+  // The default throws, naming the communicator: one without it (NCCL, until
+  // it has one) stops a run that needs it instead of gathering wrongly.
+  virtual Request all_gather_v(const Tensor& send, Tensor& recv, const std::vector<std::int64_t>& counts,
+                               const Event& after = Event());
   // recv (send.numel() / size() elements) = this rank's block of the sum of sends.
   virtual Request reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after = Event()) = 0;
   // inout = sum over ranks of inout.

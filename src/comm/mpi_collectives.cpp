@@ -41,6 +41,8 @@ MPI_Datatype mpi_type(const Tensor& t) {
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
     case DType::f64: return MPI_DOUBLE;
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2: return MPI_BYTE;  // gathers only: has_mpi_type keeps fp8 out of the reductions
     default: FT_THROW() << "no MPI type for " << t.describe();
   }
 }
@@ -51,6 +53,28 @@ MPI_Op mpi_sum(const Tensor& t) { return t.dtype() == DType::bf16 ? mpi_types().
 
 bool has_mpi_type(DType t) {
   return t == DType::f32 || t == DType::bf16 || t == DType::i32 || t == DType::i64 || t == DType::f64;
+}
+
+bool has_mpi_gather_type(DType t) { return has_mpi_type(t) || t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
+
+GatherCounts gather_counts(const std::vector<std::int64_t>& counts) {
+  GatherCounts g;
+  g.counts.resize(counts.size());
+  g.displacements.resize(counts.size());
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    FT_CHECK(counts[r] >= 0 && g.total + counts[r] <= 2147483647)
+        << "all_gather_v: count " << counts[r] << " of rank " << r << " (or the total) does not fit one MPI call";
+    g.counts[r] = static_cast<int>(counts[r]);
+    g.displacements[r] = static_cast<int>(g.total);
+    g.total += counts[r];
+  }
+  return g;
+}
+
+void start_all_gather_v(const Tensor& send, const Tensor& recv, const GatherCounts& counts, MPI_Comm comm,
+                        MPI_Request* r) {
+  FT_MPI_CHECK(MPI_Iallgatherv(send.data(), checked_count(send), mpi_type(send), recv.data(), counts.counts.data(),
+                               counts.displacements.data(), mpi_type(recv), comm, r));
 }
 
 void drive(MPI_Request& request) {

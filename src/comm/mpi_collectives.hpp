@@ -7,17 +7,32 @@
 
 #include <mpi.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "core/tensor.hpp"
 
 namespace ftrain::mpi_collectives {
 
-// f32, bf16, i32, i64, f64 travel over MPI.
+// f32, bf16, i32, i64, f64 travel over MPI (and reduce).
 bool has_mpi_type(DType t);
+// What the gathers move: the types above and raw fp8 bytes (never reduced).
+bool has_mpi_gather_type(DType t);
+// MPI_Allgatherv's counts and displacements for per-rank element counts;
+// throws naming the rank whose count (or the total) does not fit one call.
+struct GatherCounts {
+  std::vector<int> counts, displacements;
+  std::int64_t total = 0;
+};
+GatherCounts gather_counts(const std::vector<std::int64_t>& counts);
 // numel as an MPI count; throws naming the tensor when it does not fit.
 int checked_count(const Tensor& t);
 
 // Post the non-blocking call into *request (sizes checked by the caller).
 void start_all_gather(const Tensor& send, const Tensor& recv, MPI_Comm comm, MPI_Request* request);
+// `counts` must outlive the request (the caller keeps it in its closure).
+void start_all_gather_v(const Tensor& send, const Tensor& recv, const GatherCounts& counts, MPI_Comm comm,
+                        MPI_Request* request);
 void start_reduce_scatter_sum(const Tensor& send, const Tensor& recv, MPI_Comm comm, MPI_Request* request);
 void start_all_reduce_sum(const Tensor& inout, MPI_Comm comm, MPI_Request* request);
 void start_all_reduce_max(const Tensor& inout, MPI_Comm comm, MPI_Request* request);  // f32

@@ -29,7 +29,10 @@ namespace {
 
 using mpi_collectives::checked_count;
 using mpi_collectives::drive;
+using mpi_collectives::gather_counts;
+using mpi_collectives::has_mpi_gather_type;
 using mpi_collectives::has_mpi_type;
+using mpi_collectives::start_all_gather_v;
 using mpi_collectives::start_all_gather;
 using mpi_collectives::start_all_reduce_max;
 using mpi_collectives::start_all_reduce_sum;
@@ -53,7 +56,7 @@ FaultInjection& fault_injection() {
 constexpr const char* kFaultVariable = "FTRAIN_TEST_FAIL_COLLECTIVE";
 
 bool is_collective_name(const std::string& name) {
-  return name == "all_gather" || name == "reduce_scatter_sum" || name == "all_reduce_sum" ||
+  return name == "all_gather" || name == "all_gather_v" || name == "reduce_scatter_sum" || name == "all_reduce_sum" ||
          name == "all_reduce_max";
 }
 
@@ -89,7 +92,7 @@ CollectiveSpec read_collective_spec(const char* variable) {
   const std::string name = colon == std::string::npos ? text : text.substr(0, colon);
   FT_CHECK(is_collective_name(name) && nth >= 1)
       << variable << "='" << text
-      << "': expected <collective>:<n>[@<rank>], collective one of all_gather, reduce_scatter_sum, all_reduce_sum, "
+      << "': expected <collective>:<n>[@<rank>], collective one of all_gather, all_gather_v, reduce_scatter_sum, all_reduce_sum, "
          "all_reduce_max, n >= 1, rank a world rank";
   spec.collective = name;
   spec.nth = nth;
@@ -239,13 +242,30 @@ void require_host(const char* collective, const Tensor& t) {
 
 // The lambdas hold the tensors (shared storage) until the collective has run.
 Request MpiCommunicator::all_gather(const Tensor& send, Tensor& recv, const Event& after) {
-  FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size_ && has_mpi_type(send.dtype()))
+  FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size_ && has_mpi_gather_type(send.dtype()))
       << "all_gather: send " << send.describe() << ", recv " << recv.describe() << ", " << size_ << " ranks";
   require_host("all_gather", send);
   require_host("all_gather", recv);
   checked_count(recv);
   return issue("all_gather", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
     start_all_gather(send, recv, comm, r);
+  });
+}
+
+Request MpiCommunicator::all_gather_v(const Tensor& send, Tensor& recv, const std::vector<std::int64_t>& counts,
+                                      const Event& after) {
+  FT_CHECK(static_cast<int>(counts.size()) == size_)
+      << "all_gather_v: " << counts.size() << " counts for " << size_ << " ranks";
+  auto g = std::make_shared<const mpi_collectives::GatherCounts>(gather_counts(counts));
+  FT_CHECK(send.dtype() == recv.dtype() && has_mpi_gather_type(send.dtype()) &&
+           send.numel() == counts[static_cast<std::size_t>(rank_)] && recv.numel() == g->total)
+      << "all_gather_v: send " << send.describe() << " (rank " << rank_ << " count "
+      << counts[static_cast<std::size_t>(rank_)] << "), recv " << recv.describe() << " (total " << g->total << ")";
+  require_host("all_gather_v", send);
+  require_host("all_gather_v", recv);
+  // The counts live in the closure, which lives until the collective completed.
+  return issue("all_gather_v", send.describe(), after, [send, recv, g, comm = comm_](MPI_Request* r) {
+    start_all_gather_v(send, recv, *g, comm, r);
   });
 }
 

@@ -37,6 +37,8 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string describe() const override;
   Request all_gather(const Tensor& send, Tensor& recv, const Event& after = Event()) override;
+  Request all_gather_v(const Tensor& send, Tensor& recv, const std::vector<std::int64_t>& counts,
+                       const Event& after = Event()) override;
   Request reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after = Event()) override;
   Request all_reduce_sum(Tensor& inout, const Event& after = Event()) override;
   Request all_reduce_max(Tensor& inout, const Event& after = Event()) override;
@@ -76,7 +78,7 @@ void check_mpi(int code, const char* call, const char* file, int line);
 #define FT_MPI_CHECK(call) ::ftrain::check_mpi((call), #call, __FILE__, __LINE__)
 
 // TEST ONLY: fault injection. The nth (1-based, counted per process over
-// every communicator) non-blocking `collective` ("all_gather",
+// every communicator) non-blocking `collective` ("all_gather", "all_gather_v",
 // "reduce_scatter_sum", "all_reduce_sum", "all_reduce_max") issued after this
 // call fails on the progress thread with an ftrain::Error instead of running,
 // as a broken network would; its Request rethrows the error. nth = 0 turns

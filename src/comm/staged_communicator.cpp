@@ -74,12 +74,26 @@ Request StagedCommunicator::issue(const char* collective, const std::string& wha
 }
 
 Request StagedCommunicator::all_gather(const Tensor& send, Tensor& recv, const Event& after) {
-  FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size() && mc::has_mpi_type(send.dtype()))
+  FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size() && mc::has_mpi_gather_type(send.dtype()))
       << "all_gather: send " << send.describe() << ", recv " << recv.describe() << ", " << size() << " ranks";
   mc::checked_count(recv);
   Tensor hs = host_stage(send, "staged"), hr = host_stage(recv, "staged");
   return issue("all_gather", send.describe(), after, {send}, {hs}, {recv}, {hr},
                [hs, hr](MPI_Comm comm, MPI_Request* r) { mc::start_all_gather(hs, hr, comm, r); });
+}
+
+Request StagedCommunicator::all_gather_v(const Tensor& send, Tensor& recv, const std::vector<std::int64_t>& counts,
+                                          const Event& after) {
+  FT_CHECK(static_cast<int>(counts.size()) == size())
+      << "all_gather_v: " << counts.size() << " counts for " << size() << " ranks";
+  auto g = std::make_shared<const mc::GatherCounts>(mc::gather_counts(counts));
+  FT_CHECK(send.dtype() == recv.dtype() && mc::has_mpi_gather_type(send.dtype()) &&
+           send.numel() == counts[static_cast<std::size_t>(rank())] && recv.numel() == g->total)
+      << "all_gather_v: send " << send.describe() << " (rank " << rank() << " count "
+      << counts[static_cast<std::size_t>(rank())] << "), recv " << recv.describe() << " (total " << g->total << ")";
+  Tensor hs = host_stage(send, "staged"), hr = host_stage(recv, "staged");
+  return issue("all_gather_v", send.describe(), after, {send}, {hs}, {recv}, {hr},
+               [hs, hr, g](MPI_Comm comm, MPI_Request* r) { mc::start_all_gather_v(hs, hr, *g, comm, r); });
 }
 
 Request StagedCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after) {

@@ -25,6 +25,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.hpp"
 #include "comm/mpi_communicator.hpp"
@@ -45,6 +46,8 @@ class StagedCommunicator final : public Communicator {
   int size() const override { return mpi_->size(); }
   std::string describe() const override;
   Request all_gather(const Tensor& send, Tensor& recv, const Event& after = Event()) override;
+  Request all_gather_v(const Tensor& send, Tensor& recv, const std::vector<std::int64_t>& counts,
+                       const Event& after = Event()) override;
   Request reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after = Event()) override;
   Request all_reduce_sum(Tensor& inout, const Event& after = Event()) override;
   Request all_reduce_max(Tensor& inout, const Event& after = Event()) override;

@@ -299,7 +299,15 @@ std::vector<Command> build_table() {
                     .maps_to = "`amax_compute_algo`",
                     .choices = {{"max", "\"max\""}, {"most_recent", "\"most_recent\""}},
                     .set = [](RunConfig& c, const Value& v) { c.fp8.amax_algo = v.text; },
-                    .default_of = [](const RunConfig& c) { return c.fp8.amax_algo; }}},
+                    .default_of = [](const RunConfig& c) { return c.fp8.amax_algo; }},
+              Param{.name = "all_gather", .kind = ValueKind::on_off,
+                    .help = "full_shard / hybrid_shard: each rank casts its shard of the FP8 linear weights "
+                            "with the layer's current weight scale and the all-gather moves FP8 bytes (half of "
+                            "bf16's); the GEMMs use them as gathered. Same results as off (share/doc/fsdp.md); "
+                            "the run header says whether it acts",
+                    .maps_to = "torchao Float8 `enable_fsdp_float8_all_gather` (delayed scaling)",
+                    .set = [](RunConfig& c, const Value& v) { c.fp8.all_gather = v.flag; },
+                    .default_of = [](const RunConfig& c) { return on_off(c.fp8.all_gather); }}},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
             if (c.fp8.margin > 64) {
               FT_USER_ERROR() << p.where.str() << ": 'fp8' margin " << c.fp8.margin
@@ -308,7 +316,7 @@ std::vector<Command> build_table() {
             }
             c.fp8.where = p.where;
           }}},
-      .example = "fp8 format hybrid amax_history 1024 margin 0 amax_algo max",
+      .example = "fp8 format hybrid amax_history 1024 margin 0 amax_algo max all_gather on",
   });
 
   table.push_back(Command{

@@ -119,11 +119,12 @@ struct ResumeSection {  // resume auto|PATH
   DeckLocation where;
 };
 
-struct Fp8Section {  // fp8 [format hybrid|e4m3] [amax_history N] [margin M] [amax_algo max|most_recent]
+struct Fp8Section {  // fp8 [format hybrid|e4m3] [amax_history N] [margin M] [amax_algo max|most_recent] [all_gather on|off]
   std::string format = "hybrid";     // fp8/recipe.hpp: E4M3 forward + E5M2 gradients, or E4M3 everywhere
   std::int64_t amax_history = 1024;  // Transformer Engine DelayedScaling defaults
   std::int64_t margin = 0;
   std::string amax_algo = "max";
+  bool all_gather = true;  // FP8 linear weights all-gathered as FP8 bytes (fsdp/fp8_all_gather.hpp)
   DeckLocation where;
 };
 

@@ -18,15 +18,38 @@ void request_transposed_copy(Fp8Tensor& t) {
   const std::int64_t cols = t.data.dim(-1);
   t.data_t = Tensor::empty({cols, cols > 0 ? t.data.numel() / cols : 0}, t.data.dtype(), t.data.device());
 }
+
+bool is_fp8_dtype(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
+
+// The weight operand: cast here with the layer's weight scale, or, when the
+// engine gathered it as FP8 (fsdp/fp8_all_gather.hpp), taken as it is: those
+// bytes were cast with this very scale (scales change only between steps)
+// and the gather recorded their amax, so nothing is cast or recorded again.
+// A gathered FP8 weight has no transposed copy, so the engine gathers FP8
+// only on the host backend (fsdp/fp8_all_gather.hpp).
+Fp8Tensor weight_operand(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record,
+                         const Tensor& w, bool transposed_copy) {
+  if (is_fp8_dtype(w.dtype())) {
+    FT_CHECK(w.dtype() == recipe.forward_dtype())
+        << "FP8 linear: gathered weight " << w.describe() << " is not in the forward format "
+        << dtype_name(recipe.forward_dtype());
+    FT_CHECK(!transposed_copy || w.device() == Device::host)
+        << "FP8 linear: gathered FP8 weight " << w.describe() << " has no transposed copy for the device's dgrad";
+    return state.operand(kWeight, w, /*record=*/false);
+  }
+  Fp8Tensor wq = state.operand(kWeight, fp8_data(w, recipe.forward_dtype()), record);
+  if (transposed_copy) request_transposed_copy(wq);
+  ops::cast_to_fp8(exec, w, wq);
+  return wq;
+}
 }  // namespace
 
 void linear_forward(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record, const Tensor& x,
                     const Tensor& w, const Tensor* b, Tensor& y) {
   FT_CHECK(state.defined()) << "fp8::linear_forward: no FP8 state for this layer";
   Fp8Tensor xq = state.operand(kInput, fp8_data(x, recipe.forward_dtype()), record);
-  Fp8Tensor wq = state.operand(kWeight, fp8_data(w, recipe.forward_dtype()), record);
   ops::cast_to_fp8(exec, x, xq);
-  ops::cast_to_fp8(exec, w, wq);
+  const Fp8Tensor wq = weight_operand(exec, recipe, state, record, w, /*transposed_copy=*/false);
   ops::fp8_linear_forward(exec, xq, wq, b, y);
 }
 
@@ -36,11 +59,10 @@ void linear_backward(ExecutionContext& exec, const Recipe& recipe, LinearState& 
   // The forward's quantisation again (same scales), with the transposed
   // copies the GPU's dgrad and wgrad read.
   Fp8Tensor xq = state.operand(kInput, fp8_data(x, recipe.forward_dtype()), /*record=*/false);
-  Fp8Tensor wq = state.operand(kWeight, fp8_data(w, recipe.forward_dtype()), /*record=*/false);
   Fp8Tensor dyq = state.operand(kGradOutput, fp8_data(dy, recipe.backward_dtype()), /*record=*/true);
-  for (Fp8Tensor* t : {&xq, &wq, &dyq}) request_transposed_copy(*t);
+  for (Fp8Tensor* t : {&xq, &dyq}) request_transposed_copy(*t);
   ops::cast_to_fp8(exec, x, xq);
-  ops::cast_to_fp8(exec, w, wq);
+  const Fp8Tensor wq = weight_operand(exec, recipe, state, /*record=*/false, w, /*transposed_copy=*/true);
   ops::cast_to_fp8(exec, dy, dyq);
   ops::fp8_linear_backward(exec, xq, wq, dyq, dy, dx, dw, db);
 }
@@ -68,12 +90,16 @@ LinearState& LinearLayers::state(const StepContext& ctx, int layer) {
 
 void LinearLayers::forward(const StepContext& ctx, int layer, const Tensor& x, const Tensor& w, const Tensor* b,
                            Tensor& y) {
+  FT_CHECK(ctx.fp8 || !is_fp8_dtype(w.dtype())) << "linear layer index " << layer
+                                               << ": FP8 weight " << w.describe() << " outside precision fp8";
   if (!ctx.fp8) return ops::linear_forward(ctx.execution(), x, w, b, y);
   linear_forward(ctx.execution(), *ctx.fp8_recipe, state(ctx, layer), /*record=*/ctx.training, x, w, b, y);
 }
 
 void LinearLayers::backward(const StepContext& ctx, int layer, const Tensor& x, const Tensor& w, const Tensor& dy,
                             Tensor* dx, Tensor& dw, Tensor* db) {
+  FT_CHECK(ctx.fp8 || !is_fp8_dtype(w.dtype())) << "linear layer index " << layer
+                                               << ": FP8 weight " << w.describe() << " outside precision fp8";
   if (!ctx.fp8) return ops::linear_backward(ctx.execution(), x, w, dy, dx, dw, db);
   linear_backward(ctx.execution(), *ctx.fp8_recipe, state(ctx, layer), x, w, dy, dx, dw, db);
 }

@@ -15,6 +15,12 @@
 //           dx  = (dyq . wq) / (s_dy s_w)
 //           dw += (dyq^T . xq) / (s_dy s_x)
 //           db += colsum(dy)   (unquantised, as TE's bias gradient)
+// FP8 all-gather (fsdp/fp8_all_gather.hpp): a weight w that arrives already
+// in FP8 (dtype fp8_e4m3) was cast by the engine, shard by shard, with this
+// layer's weight scale, and its amax recorded there; forward and backward
+// use it as wq directly (no cast, no record). A unit must therefore hand
+// its linear weights to LinearLayers untouched (views of them are fine:
+// ViT's q, k, v thirds of qkv).
 // Scales change only between steps, when the engine reduces the amaxes over
 // ranks and runs fp8::update_scales (model.hpp: Unit::fp8_states).
 //

@@ -197,6 +197,34 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
     for (int o : owners_needed(u)) tied_owner_[static_cast<std::size_t>(o)] = true;
   caches_.resize(static_cast<std::size_t>(n_units));
   inputs_.resize(static_cast<std::size_t>(n_units));
+  build_fp8_gathers();
+}
+
+// Per unit, its FP8 linear weights: the flat entry '<layer>.weight' of each
+// FP8 state the unit reports (fp8::LinearLayers' names are the layers'
+// Hugging Face / timm prefixes).
+void FsdpEngine::build_fp8_gathers() {
+  fp8_gathers_.resize(flats_.size());
+  fp8_all_gather_on_ = decide_fp8_all_gather(options_, shard_comm_->size()).on;
+  if (!options_.fp8 || shard_comm_->size() <= 1) return;  // nothing gathered, nothing to count
+  for (std::size_t u = 0; u < flats_.size(); ++u) {
+    const FlatParameter& f = *flats_[u];
+    std::map<std::string, int> entry_of;
+    for (std::size_t e = 0; e < f.entries().size(); ++e) entry_of[f.entries()[e].name] = static_cast<int>(e);
+    std::vector<Fp8AllGather::Weight> weights;
+    for (const Fp8StateRef& ref : model_.unit(static_cast<int>(u)).fp8_states(options_.fp8_recipe)) {
+      const auto it = entry_of.find(ref.name + ".weight");
+      if (it == entry_of.end()) {
+        FT_CHECK(!fp8_all_gather_on_) << "fp8 all-gather: unit " << f.unit_name() << " has the FP8 linear '"
+                                      << ref.name << "' but no parameter '" << ref.name
+                                      << ".weight' of its own to gather as FP8 (turn it off: fp8 all_gather off)";
+        continue;
+      }
+      weights.push_back({it->second, ref.state});
+    }
+    if (!weights.empty())
+      fp8_gathers_[u] = std::make_unique<Fp8AllGather>(f, std::move(weights), shard_comm_->size(), shard_comm_->rank());
+  }
 }
 
 // A destroyed Request waits for its collective, and a queued collective
@@ -378,6 +406,21 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
   if (f.gathered_valid) return false;
   bool issued = false;
   const DType dt = options_.param_dtype;
+  // The base flat of a unit with FP8 linears (adapters never: LoRA refuses fp8).
+  const auto u = static_cast<std::size_t>(f.unit_index());
+  const Fp8AllGather* fp8_weights = flats_[u].get() == &f ? fp8_gathers_[u].get() : nullptr;
+  if (fp8_weights != nullptr && fp8_all_gather_on_) {
+    // Training gathers record the weight amaxes (the local cast records in training forwards only).
+    f.gather_request = fp8_weights->start(exec_, *shard_comm_, f, dt, options_.fp8_recipe.forward_dtype(),
+                                          /*record=*/ctx_.training);
+    // Counted from the buffers the collectives fill (training gathers only).
+    if (ctx_.training) {
+      counters_.all_gather_bytes += f.gathered.nbytes() + f.gathered_fp8.nbytes();
+      counters_.all_gather_fp8_weight_bytes += f.gathered_fp8.nbytes();
+    }
+    f.gathered_valid = true;
+    return true;
+  }
   if (shard_comm_->size() == 1 && dt == DType::f32) {
     f.gathered = f.master.view(f.master.shape(), 0, f.unit_name() + ".gathered");  // no copy needed
   } else if (shard_comm_->size() == 1) {
@@ -396,6 +439,12 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
     // (stream order; the engine does not block: communicator.hpp).
     const UnitLabelScope label(*shard_comm_, f.unit_name());  // names the unit if the watchdog fires
     f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered, exec_.compute().record());
+    if (ctx_.training) {
+      counters_.all_gather_bytes += f.gathered.nbytes();
+      if (fp8_weights != nullptr)  // the FP8 linear weights' share of this gather
+        counters_.all_gather_fp8_weight_bytes +=
+            fp8_weights->fp8_numel() * static_cast<std::int64_t>(dtype_size(f.gathered.dtype()));
+    }
     issued = true;
   }
   f.gathered_valid = true;
@@ -429,6 +478,7 @@ void FsdpEngine::release(int u) {
     f->gather_request.wait();
     f->gather_send = Tensor();
     f->gathered = Tensor();
+    f->gathered_fp8 = Tensor();
     f->gathered_valid = false;
   }
 }
@@ -449,7 +499,12 @@ std::vector<Tensor> FsdpEngine::unit_params(int u) {
     // (release()), as FSDP2 frees the all-gather output whatever views
     // exist; a unit keeping a parameter past its step reads freed memory,
     // which the debug allocator turns into NaN.
-    params.push_back(owner.gathered.view(e.shape, e.offset, e.name).borrow());
+    // FP8 all-gather: the FP8 linear weights arrive as FP8 data in a segment
+    // of their own, everything else in the param dtype (fp8_all_gather.hpp).
+    const Fp8AllGather* fp8_weights = fp8_all_gather_on_ ? fp8_gathers_[static_cast<std::size_t>(s.unit)].get() : nullptr;
+    const Tensor gathered = fp8_weights ? fp8_weights->gathered_view(owner, s.entry)
+                                        : owner.gathered.view(e.shape, e.offset, e.name);
+    params.push_back(gathered.borrow());
   }
   return params;
 }
@@ -665,6 +720,12 @@ std::vector<std::vector<Fp8StateRef>> FsdpEngine::fp8_states() {
 // step, scattered back, and each layer's scales are updated by the recipe
 // op (fp8/recipe.hpp). Copies and updates are ops: nothing is read on the host.
 void FsdpEngine::update_fp8_scales() {
+  // A copy gathered as FP8 holds bytes cast with the scales about to change:
+  // none may outlive them (full_shard and hybrid_shard release every unit by
+  // the end of the step; decide_fp8_all_gather keeps the others off).
+  for (std::size_t u = 0; u < flats_.size(); ++u)
+    FT_CHECK(!(fp8_all_gather_on_ && fp8_gathers_[u] && flats_[u]->gathered_valid))
+        << "fp8 all-gather: unit " << flats_[u]->unit_name() << " is still gathered when its FP8 scales change";
   std::vector<fp8::LinearState*> states;
   for (auto& unit_states : fp8_states())
     for (auto& ref : unit_states) states.push_back(ref.state);
@@ -759,6 +820,7 @@ void FsdpEngine::update_trainable_shards(const ShardPieceUpdate& update) {
     if (f->gathered_valid) {
       f->gather_request.wait();
       f->gathered = Tensor();
+      f->gathered_fp8 = Tensor();
       f->gather_send = Tensor();
       f->gathered_valid = false;
     }

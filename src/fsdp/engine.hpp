@@ -38,6 +38,7 @@
 #include "comm/gpu_assignment.hpp"
 #include "fp8/recipe.hpp"
 #include "fsdp/flat_parameter.hpp"
+#include "fsdp/fp8_all_gather.hpp"
 #include "plugin/lora.hpp"
 #include "plugin/model.hpp"
 #include "runtime/execution_context.hpp"
@@ -62,6 +63,9 @@ struct FsdpOptions {
   std::int64_t vocab_chunk = 4096;
   bool fp8 = false;          // precision fp8: block linears run the FP8 recipe
   fp8::Recipe fp8_recipe;
+  // FP8 linear weights gathered as FP8 bytes (fsdp/fp8_all_gather.hpp); acts
+  // where decide_fp8_all_gather says (full_shard / hybrid_shard, fp8, >1 rank per shard group).
+  bool fp8_all_gather = true;
   lora::Config lora;         // enabled: frozen base + trainable adapters
   std::uint64_t seed = 0;    // the run's seed: LoRA adapter init and dropout masks
   // Where every shard, gathered buffer, gradient, activation and batch copy
@@ -103,6 +107,12 @@ struct FsdpCounters {
   std::int64_t forward_prefetch_gathers = 0;    // all-gathers issued ahead by forward_prefetch
   std::int64_t backward_prefetch_gathers = 0;   // all-gathers issued ahead by backward_prefetch
   int gathered_units_high_water = 0;            // most units gathered or gathering at once (what limit_all_gathers bounds)
+  // Bytes this rank received from training parameter all-gathers
+  // (evaluation's are not counted), and the part of
+  // them that carried the FP8 linear weights (precision fp8 only): 1 byte per
+  // element with the FP8 all-gather, the param dtype's size without it.
+  std::int64_t all_gather_bytes = 0;
+  std::int64_t all_gather_fp8_weight_bytes = 0;
 };
 
 class FsdpEngine {
@@ -213,6 +223,8 @@ class FsdpEngine {
   double comm_exposed_seconds() const;
   void reset_comm_timers();
   const FsdpCounters& counters() const { return counters_; }
+  // Whether the FP8 linear weights are gathered as FP8 bytes (fp8_all_gather.hpp).
+  bool fp8_all_gather() const { return fp8_all_gather_on_; }
   void reset_counters() { counters_ = FsdpCounters{}; }
   // Gathers started ahead of need by forward/backward prefetch, since the last reset_counters().
   std::int64_t prefetches_issued() const {
@@ -306,6 +318,12 @@ class FsdpEngine {
   std::int64_t optimizer_step_count_ = 0;
   FsdpCounters counters_;
   std::vector<bool> tied_owner_;  // per unit: a later unit ties parameters to it
+  // precision fp8 with a shard group > 1: per unit, its FP8 linear weights'
+  // gather layout (null: none); used for the gather when fp8_all_gather_on_,
+  // else only to count the bytes those weights take in the plain gather.
+  std::vector<std::unique_ptr<Fp8AllGather>> fp8_gathers_;
+  bool fp8_all_gather_on_ = false;
+  void build_fp8_gathers();
 };
 
 }  // namespace ftrain

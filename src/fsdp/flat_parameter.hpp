@@ -69,7 +69,8 @@ class FlatParameter {
   bool trainable() const { return grad.defined(); }
 
   // Transient full buffers.
-  Tensor gathered;     // compute dtype, padded_numel
+  Tensor gathered;     // compute dtype, padded_numel (FP8 all-gather: the non-FP8 segment, fsdp/fp8_all_gather.hpp)
+  Tensor gathered_fp8; // FP8 all-gather only: the unit's FP8 linear weights as gathered FP8 bytes
   Tensor full_grad;    // f32, padded_numel
   Tensor gather_send;  // compute-dtype copy of the master shard, alive until the gather completes
   Request gather_request;

@@ -26,6 +26,7 @@ FsdpOptions fsdp_options_from(const RunConfig& c) {
                     << c.fp8.amax_algo << "'";
   o.fp8_recipe.amax_history_len = c.fp8.amax_history;
   o.fp8_recipe.margin = static_cast<int>(c.fp8.margin);
+  o.fp8_all_gather = c.fp8.all_gather;
   if (!parse_dtype(param, o.param_dtype) || (o.param_dtype != DType::f32 && o.param_dtype != DType::bf16))
     FT_USER_ERROR() << c.fsdp.where.str() << ": param_dtype must be fp32 or bf16, got '" << param << "'";
   if (!parse_dtype(c.fsdp.reduce_dtype, o.reduce_dtype) ||

@@ -562,6 +562,7 @@ int Trainer::run() {
       << (s.fsdp.forward_prefetch ? "on" : "off") << ", limit_all_gathers " << s.fsdp.limit_all_gathers
       << ", activation_checkpointing " << c.activation_checkpointing
       << (c.activation_checkpointing == "every" ? " " + std::to_string(c.activation_checkpointing_every) : "")
+      << (s.fsdp.fp8 ? ", fp8 all_gather " + decide_fp8_all_gather(s.fsdp, shard_group_size_for(s.fsdp, s.plan.world_size, s.ranks_per_node)).text : "")
       << "\n";
     // Effective values, defaults included: what the deck left out is where
     // ftrain and Hugging Face differ (beta2, clipping, schedule; deck.md).
@@ -1022,6 +1023,11 @@ int Trainer::run() {
       const double backward_prefetches_per_step = per_step_max(counted.backward_prefetch_gathers);
       const auto gathered_high_water =
           static_cast<std::int64_t>(s.world.all_reduce_max(static_cast<double>(counted.gathered_units_high_water)));
+      // Bytes rank 0 received (every rank gathers the same units; the shard
+      // group's ranks receive the same amount).
+      const double all_gather_bytes_per_step = static_cast<double>(counted.all_gather_bytes) / steps_in_window;
+      const double all_gather_fp8_weight_bytes_per_step =
+          static_cast<double>(counted.all_gather_fp8_weight_bytes) / steps_in_window;
       s.engine->reset_counters();
       char buf[320];
       std::snprintf(buf, sizeof buf,
@@ -1056,6 +1062,8 @@ int Trainer::run() {
         j["forward_prefetch_gathers_per_step"] = forward_prefetches_per_step;
         j["backward_prefetch_gathers_per_step"] = backward_prefetches_per_step;
         j["gathered_units_high_water"] = gathered_high_water;
+        j["all_gather_bytes_per_step"] = all_gather_bytes_per_step;
+        if (s.fsdp.fp8) j["all_gather_fp8_weight_bytes_per_step"] = all_gather_fp8_weight_bytes_per_step;
         s.write(s.metrics, s.metrics_path, j.dump() + "\n");
       }
       window_seconds = 0;

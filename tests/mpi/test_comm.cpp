@@ -345,6 +345,30 @@ TEST_P(CommByKind, LaterCollectiveReadsTheOutputOfAnEarlierOne) {
   }
 }
 
+// all_gather_v (the FP8 all-gather's collective): rank r sends r + 1
+// elements but rank 1 none; recv is their concatenation in rank order;
+// fp8 bytes gather as they are; reductions still refuse fp8.
+TEST_P(CommByKind, AllGatherVConcatenatesVariableCountsInRankOrder) {
+  auto world_ptr = make_world(GetParam());
+  Communicator& world = *world_ptr;
+  const int n = world.size();
+  std::vector<std::int64_t> counts;
+  for (int r = 0; r < n; ++r) counts.push_back(r == 1 ? 0 : r + 1);
+  std::int64_t total = 0;
+  for (auto c : counts) total += c;
+  const std::int64_t mine = counts[static_cast<std::size_t>(world.rank())];
+  Tensor send = Tensor::empty({mine}, DType::fp8_e4m3);
+  for (std::int64_t j = 0; j < mine; ++j) static_cast<std::uint8_t*>(send.data())[j] = static_cast<std::uint8_t>(16 * world.rank() + j);
+  Tensor recv = Tensor::empty({total}, DType::fp8_e4m3);
+  world.all_gather_v(send, recv, counts).wait();
+  std::int64_t at = 0;
+  for (int r = 0; r < n; ++r)
+    for (std::int64_t j = 0; j < counts[static_cast<std::size_t>(r)]; ++j, ++at)
+      ASSERT_EQ(static_cast<const std::uint8_t*>(recv.data())[at], 16 * r + j) << "rank " << r << ", element " << j;
+  Tensor wrong = Tensor::empty({mine + 1}, DType::fp8_e4m3);
+  EXPECT_THROW(world.all_gather_v(wrong, recv, counts), Error);
+  EXPECT_THROW(world.all_reduce_sum(recv), Error) << "fp8 bytes gather, they never reduce";
+
 INSTANTIATE_TEST_SUITE_P(Kinds, CommByKind, ::testing::Values(Kind::mpi, Kind::staged),
                          [](const auto& info) { return std::string(kind_name(info.param)); });
 

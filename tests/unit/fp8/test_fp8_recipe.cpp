@@ -250,3 +250,49 @@ TEST(Fp8Recipe, LinearMatchesFloat64OnTheQuantisedOperands) {
     EXPECT_EQ(to_float_vector(s.amax_history), before);
   }
 }
+
+// FP8 all-gather (fsdp/fp8_all_gather.hpp): a weight that arrives already in
+// FP8, cast with the layer's weight scale, is used as it is. Forward and
+// backward give exactly what the local cast of the same weight gives, and
+// nothing is cast or recorded for it (its amax was recorded where it was cast).
+TEST(Fp8Recipe, PreCastWeightIsUsedAsGathered) {
+  Recipe r;
+  r.amax_history_len = 4;
+  const std::int64_t N = 6, in = 8, out = 5;
+  const Tensor x = random_tensor({N, in}, 15), dy = random_tensor({N, out}, 16, 0.01);
+  Tensor w = Tensor::empty({out, in}, DType::bf16);
+  ops::cast(host_context(), random_tensor({out, in}, 17, 0.2), w);
+  auto run = [&](bool pre_cast, LinearState& s, Tensor& y, Tensor& dx, Tensor& dw) {
+    Tensor weight = w;
+    if (pre_cast) {  // what the engine's shard casts produce
+      Fp8Tensor wq = s.operand(kWeight, Tensor::empty({out, in}, r.forward_dtype()), /*record=*/false);
+      ops::cast_to_fp8(host_context(), w, wq);
+      weight = wq.data;
+    }
+    linear_forward(host_context(), r, s, /*record=*/true, x, weight, nullptr, y);
+    linear_backward(host_context(), r, s, x, weight, dy, &dx, dw, nullptr);
+  };
+  LinearState local = LinearState::create(4), gathered = LinearState::create(4);
+  for (LinearState* s : {&local, &gathered}) {
+    float* scale = s->scale.data_as<float>();
+    scale[kInput] = 30.0f, scale[kWeight] = 900.0f, scale[kGradOutput] = 5000.0f;
+  }
+  Tensor y1 = Tensor::empty({N, out}, DType::f32), y2 = Tensor::empty({N, out}, DType::f32);
+  Tensor dx1 = Tensor::empty({N, in}, DType::f32), dx2 = Tensor::empty({N, in}, DType::f32);
+  Tensor dw1 = Tensor::zeros({out, in}, DType::f32), dw2 = Tensor::zeros({out, in}, DType::f32);
+  run(false, local, y1, dx1, dw1);
+  run(true, gathered, y2, dx2, dw2);
+  EXPECT_EQ(to_float_vector(y1), to_float_vector(y2));
+  EXPECT_EQ(to_float_vector(dx1), to_float_vector(dx2));
+  EXPECT_EQ(to_float_vector(dw1), to_float_vector(dw2));
+  const auto h_local = to_float_vector(local.amax_history), h_gathered = to_float_vector(gathered.amax_history);
+  EXPECT_GT(h_local[kWeight], 0.0f) << "the local cast records the weight amax";
+  EXPECT_EQ(h_gathered[kWeight], 0.0f) << "a pre-cast weight is not cast (nor recorded) again";
+  EXPECT_EQ(h_local[kInput], h_gathered[kInput]);
+  EXPECT_EQ(h_local[kGradOutput], h_gathered[kGradOutput]);
+  // A pre-cast weight in another format than the forward's is refused.
+  Tensor y3 = Tensor::empty({N, out}, DType::f32);
+  EXPECT_THROW(linear_forward(host_context(), r, gathered, true, x, Tensor::empty({out, in}, DType::fp8_e5m2),
+                               nullptr, y3),
+               Error);
+}
