@@ -368,6 +368,7 @@ TEST_P(CommByKind, AllGatherVConcatenatesVariableCountsInRankOrder) {
   Tensor wrong = Tensor::empty({mine + 1}, DType::fp8_e4m3);
   EXPECT_THROW(world.all_gather_v(wrong, recv, counts), Error);
   EXPECT_THROW(world.all_reduce_sum(recv), Error) << "fp8 bytes gather, they never reduce";
+}
 
 INSTANTIATE_TEST_SUITE_P(Kinds, CommByKind, ::testing::Values(Kind::mpi, Kind::staged),
                          [](const auto& info) { return std::string(kind_name(info.param)); });
