@@ -9,6 +9,7 @@
 
 #include "comm/mpi_progress.hpp"
 #include "core/error.hpp"
+#include "core/thread_sanitizer.hpp"
 
 namespace ftrain {
 
@@ -207,12 +208,14 @@ void MpiCommunicator::reset_times() {
 }
 
 Request MpiCommunicator::issue(const char* collective, const std::string& what, const Event& after,
-                               std::function<void(MPI_Request*)> start) {
+                               std::function<void(MPI_Request*)> start, std::vector<Tensor> reads,
+                               std::vector<Tensor> writes) {
   const InjectedFault fault = injected_fault(collective);
   std::string where = describe();
   return progress_->submit(
       after,
-      [collective, what, where = std::move(where), start = std::move(start), fault] {
+      [collective, what, where = std::move(where), start = std::move(start), fault, reads = std::move(reads),
+       writes = std::move(writes)] {
         if (fault.ordinal > 0) {
           int world_rank = -1;
           MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -221,9 +224,11 @@ Request MpiCommunicator::issue(const char* collective, const std::string& what, 
                         " failed: injected fault at call " + std::to_string(fault.ordinal) + " (" + kFaultVariable +
                         ", test only)");
         }
+        for (const Tensor& t : reads) tsan::note_read(t.data(), t.nbytes());
         MPI_Request request = MPI_REQUEST_NULL;
         start(&request);
         drive(request);
+        for (const Tensor& t : writes) tsan::note_write(const_cast<void*>(t.data()), t.nbytes());
       },
       clock_);
 }
@@ -236,7 +241,7 @@ Request MpiCommunicator::all_gather(const Tensor& send, Tensor& recv, const Even
   return issue("all_gather", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
     FT_MPI_CHECK(MPI_Iallgather(send.data(), checked_count(send), mpi_type(send), recv.data(), checked_count(send),
                                 mpi_type(recv), comm, r));
-  });
+  }, {send}, {recv});
 }
 
 Request MpiCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after) {
@@ -246,7 +251,7 @@ Request MpiCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv, co
   return issue("reduce_scatter_sum", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
     FT_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), checked_count(recv), mpi_type(send),
                                            mpi_sum(send), comm, r));
-  });
+  }, {send}, {recv});
 }
 
 Request MpiCommunicator::all_reduce_sum(Tensor& inout, const Event& after) {
@@ -255,7 +260,7 @@ Request MpiCommunicator::all_reduce_sum(Tensor& inout, const Event& after) {
   return issue("all_reduce_sum", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
     FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), mpi_type(inout), mpi_sum(inout),
                                 comm, r));
-  });
+  }, {inout}, {inout});
 }
 
 Request MpiCommunicator::all_reduce_max(Tensor& inout, const Event& after) {
@@ -263,7 +268,7 @@ Request MpiCommunicator::all_reduce_max(Tensor& inout, const Event& after) {
   checked_count(inout);
   return issue("all_reduce_max", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
     FT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, inout.data(), checked_count(inout), MPI_FLOAT, MPI_MAX, comm, r));
-  });
+  }, {inout}, {inout});
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) const {

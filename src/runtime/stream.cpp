@@ -33,6 +33,12 @@ bool Event::query() const {
   return state_->done;
 }
 
+Event Event::pending() { return Event(std::make_shared<EventState>()); }
+
+void Event::complete() const {
+  if (state_) state_->complete();
+}
+
 void Event::synchronize() const {
   if (!state_) return;
   std::unique_lock<std::mutex> lock(state_->mutex);

@@ -42,6 +42,13 @@ class Event {
   void synchronize() const;
   const std::shared_ptr<EventState>& state() const { return state_; }
 
+  // An event that no stream records: it completes when its producer calls
+  // complete() (the MPI progress thread when a collective finished, so a
+  // Request can be waited for by a stream: Request::completion()).
+  static Event pending();
+  // Completes a pending() event (at most once; later calls do nothing).
+  void complete() const;
+
  private:
   std::shared_ptr<EventState> state_;
 };

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -40,6 +41,7 @@
 #include "plugin/loader.hpp"
 #include "train/console.hpp"
 #include "train/device_choice.hpp"
+#include "runtime/execution_context.hpp"
 #include "train/device_peak.hpp"
 #include "train/output_locations.hpp"
 #include "train/host_backend.hpp"
@@ -500,6 +502,31 @@ void Trainer::prepare() {
   }
 }
 
+namespace {
+// Which host stream mode runs and what chose it (deck `host_streams`, else
+// FTRAIN_HOST_STREAM, else the default), for the run header.
+std::string describe_host_streams(const RunConfig& c) {
+  std::string mode, why;
+  if (!c.host_streams_where.file.empty()) {
+    mode = c.host_streams;
+    why = c.host_streams_where.str() + ": host_streams " + c.host_streams;
+    const char* env = std::getenv("FTRAIN_HOST_STREAM");
+    if (env != nullptr && *env != '\0' && std::string(env) != mode)
+      why += std::string("; FTRAIN_HOST_STREAM=") + env + " is overridden by the deck";
+  } else {
+    const bool async = ExecutionOptions::from_environment().asynchronous;
+    mode = async ? "async" : "sync";
+    why = std::getenv("FTRAIN_HOST_STREAM") != nullptr && *std::getenv("FTRAIN_HOST_STREAM") != '\0'
+              ? std::string("FTRAIN_HOST_STREAM=") + std::getenv("FTRAIN_HOST_STREAM")
+              : "default; `host_streams async` or FTRAIN_HOST_STREAM=async changes it";
+  }
+  const char* what = mode == "async" ? "compute and communication streams on worker threads, events are real "
+                                       "completion points"
+                                     : "ops run inline on the rank's thread";
+  return mode + " (" + why + "): " + what;
+}
+}  // namespace
+
 int Trainer::run() {
   State& s = *state_;
   const RunConfig& c = s.config;
@@ -514,6 +541,7 @@ int Trainer::run() {
       << " thread(s) per rank) | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "host GEMM: " << host::gemm::describe() << "\n";
+    h << "host streams: " << describe_host_streams(c) << "\n";
     h << "deck: " << c.deck_path << "\n";
     for (const auto& w : c.warnings) h << "warning: " << w << "\n";
     if (!s.options.check_only) {
@@ -529,7 +557,7 @@ int Trainer::run() {
       << (s.fsdp.forward_prefetch ? "on" : "off") << ", limit_all_gathers " << s.fsdp.limit_all_gathers
       << ", activation_checkpointing " << c.activation_checkpointing
       << (c.activation_checkpointing == "every" ? " " + std::to_string(c.activation_checkpointing_every) : "")
-      << "\n";
+      << (s.fsdp.no_sync ? ", no_sync on (gradients reduced once per step)" : "") << "\n";
     // Effective values, defaults included: what the deck left out is where
     // ftrain and Hugging Face differ (beta2, clipping, schedule; deck.md).
     h << "training: batch micro " << c.batch.micro_batch << " accumulate " << c.batch.grad_accum << " seq_len "
@@ -846,7 +874,9 @@ int Trainer::run() {
     }
     const std::int64_t global_targets = s.world.all_reduce_sum(local_targets);
     const float loss_scale = global_targets > 0 ? 1.0f / static_cast<float>(global_targets) : 0.0f;
-    for (auto& b : micro_batches) s.engine->forward_backward(b, loss_scale);
+    // fsdp no_sync on: only the last micro-step reduces the gradients.
+    for (std::size_t a = 0; a < micro_batches.size(); ++a)
+      s.engine->forward_backward(micro_batches[a], loss_scale, /*sync_gradients=*/a + 1 == micro_batches.size());
     return global_targets;
   };
   start = Clock::now();
