@@ -415,6 +415,7 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
     // (stream order; the engine does not block: communicator.hpp).
     f.gather_request = shard_comm_->all_gather(f.gather_send, f.gathered, exec_.compute().record());
     issued = true;
+    count_gathers_in_flight();
   }
   f.gathered_valid = true;
   return issued;
@@ -474,8 +475,14 @@ void FsdpEngine::limit_gathers_in_flight() {
     waited = true;
   }
   if (waited) ++counters_.rate_limited_gathers;
+}
+
+// Measured apart from the limit above, so a limit that failed to hold shows.
+void FsdpEngine::count_gathers_in_flight() {
+  int unfreed = 0;
+  for (const Event& e : free_events_) unfreed += e.query() ? 0 : 1;
   counters_.gathered_in_flight_high_water =
-      std::max(counters_.gathered_in_flight_high_water, static_cast<int>(in_flight()));
+      std::max(counters_.gathered_in_flight_high_water, gathered_count() + unfreed);
 }
 
 void FsdpEngine::prefetch(int u, PrefetchKind kind) {

@@ -274,6 +274,7 @@ class FsdpEngine {
   // limit_all_gathers on asynchronous streams: before a new gather, wait for
   // the oldest free events until fewer than the limit are in flight.
   void limit_gathers_in_flight();
+  void count_gathers_in_flight();
   bool is_checkpointed(int u) const;
   std::vector<int> owners_needed(int u) const;
 

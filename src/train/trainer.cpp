@@ -1006,6 +1006,10 @@ int Trainer::run() {
       const double backward_prefetches_per_step = per_step_max(counted.backward_prefetch_gathers);
       const auto gathered_high_water =
           static_cast<std::int64_t>(s.world.all_reduce_max(static_cast<double>(counted.gathered_units_high_water)));
+      // Asynchronous streams: gathered units alive on the device, released
+      // ones awaiting their stream-ordered free included (limit_all_gathers).
+      const auto in_flight_high_water = static_cast<std::int64_t>(
+          s.world.all_reduce_max(static_cast<double>(counted.gathered_in_flight_high_water)));
       s.engine->reset_counters();
       char buf[320];
       std::snprintf(buf, sizeof buf,
@@ -1039,6 +1043,7 @@ int Trainer::run() {
         j["forward_prefetch_gathers_per_step"] = forward_prefetches_per_step;
         j["backward_prefetch_gathers_per_step"] = backward_prefetches_per_step;
         j["gathered_units_high_water"] = gathered_high_water;
+        j["gathered_in_flight_high_water"] = in_flight_high_water;
         s.write(s.metrics, s.metrics_path, j.dump() + "\n");
       }
       window_seconds = 0;
