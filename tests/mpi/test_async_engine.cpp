@@ -44,6 +44,8 @@ struct Case {
   DType reduce_dtype = DType::f32;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 // Everything a run produced, compared bit for bit.
 struct Outcome {
   std::vector<double> losses;
