@@ -56,10 +56,12 @@ DroppedWait dropped_wait_from_environment() {
 }
 
 namespace {
+// Deck `host_streams` wins; without it FTRAIN_HOST_STREAM decides (read
+// only then, so its notice is not printed for a mode that does not run).
 ExecutionOptions execution_options_for(const FsdpOptions& o) {
-  ExecutionOptions e = ExecutionOptions::from_environment();
-  if (o.host_streams == HostStreams::sync) e.asynchronous = false;
-  if (o.host_streams == HostStreams::async) e.asynchronous = true;
+  if (o.host_streams == HostStreams::from_environment) return ExecutionOptions::from_environment();
+  ExecutionOptions e;
+  e.asynchronous = o.host_streams == HostStreams::async;
   return e;
 }
 }  // namespace
