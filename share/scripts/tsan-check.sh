@@ -100,7 +100,7 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 rc=0
 TSAN_OPTIONS="$(tsan_options ftrain)" "${MPIRUN[@]}" -np 2 -x TSAN_OPTIONS -x FTRAIN_PLUGIN_PATH \
   -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS \
-  "$BUILD/bin/ftrain" -var data_dir "$WORK" -var run_dir "$WORK/run" -var max_steps 3 -var micro 2 \
+  "$BUILD/bin/ftrain" -var data_dir "$WORK" -var run_dir "$WORK/run" -var max_steps 5 -var micro 2 \
   -var accumulate 2 -var forward_prefetch on -var checkpointing on \
   "$ROOT/tests/regression/decks/tiny_host_streams.in" >"$LOG_DIR/ftrain.out" 2>&1 || rc=$?
 ftrain_reports=$(cat "$LOG_DIR"/ftrain.[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer" || true)
