@@ -9,8 +9,15 @@
 // Gradients of a unit are reduced when its backward finishes: reduce-scatter
 // (sum) over the shard group, then all-reduce over the replica group, then
 // added to the f32 shard gradient. Gradient accumulation therefore reduces at
-// every micro-step (memory stays sharded; FSDP's behaviour without no_sync);
-// share/doc/fsdp.md explains the choice. The loss is already divided by the
+// every micro-step (memory stays sharded; FSDP's behaviour without no_sync)
+// unless FsdpOptions::no_sync (no_shard / shard_grad_op only) defers it to
+// the last micro-step; share/doc/fsdp.md explains the choice.
+//
+// Streams (share/doc/fsdp.md "FSDP on streams"): collectives start after a
+// compute-stream event behind what wrote their input; the compute stream
+// waits on a collective's completion event before it uses the output; no
+// call blocks the caller inside a step on asynchronous streams except
+// limit_all_gathers' wait for a free event. The loss is already divided by the
 // number of target tokens of the global batch (Batch loss scale), so sums are
 // means.
 //
