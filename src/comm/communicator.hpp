@@ -52,10 +52,20 @@ class Request {
     // True when complete; never throws for the collective's own error
     // (Request::test() finishes a complete request through wait()).
     virtual bool test() = 0;
+    // Completes when the collective has finished, failed or not (so a
+    // stream waiting on it never hangs on a failure; the error still
+    // surfaces only through wait()/test()).
+    virtual Event completion() const = 0;
   };
   Request() = default;
   explicit Request(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
   bool pending() const { return impl_ != nullptr; }
+  // An Event that completes with the collective: a stream that waits on it
+  // (`compute().wait(request.completion())`) orders its later work after the
+  // collective without blocking the caller, as cudaStreamWaitEvent on the
+  // NCCL stream's event. Whoever does so still owes the request a wait() or
+  // test() (its error). A finished or empty request gives a complete Event.
+  Event completion() const { return impl_ ? impl_->completion() : Event(); }
   // Blocks until complete; rethrows the collective's error.
   void wait() {
     if (auto impl = std::move(impl_)) impl->wait();

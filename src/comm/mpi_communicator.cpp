@@ -11,6 +11,7 @@
 #include "comm/mpi_collectives.hpp"
 #include "comm/mpi_progress.hpp"
 #include "core/error.hpp"
+#include "core/thread_sanitizer.hpp"
 
 namespace ftrain {
 
@@ -207,14 +208,16 @@ void MpiCommunicator::reset_times() {
 }
 
 Request MpiCommunicator::issue(const char* collective, const std::string& what, const Event& after,
-                               std::function<void(MPI_Request*)> start) {
+                               std::function<void(MPI_Request*)> start, std::vector<Tensor> reads,
+                               std::vector<Tensor> writes) {
   maybe_stall(collective, progress_->world_rank());
   const InjectedFault fault = injected_fault(collective);
   std::string where = describe();
   std::string watched = std::string(collective) + " of " + what + " on " + where;
   return progress_->submit(
       after,
-      [collective, what, where = std::move(where), start = std::move(start), fault] {
+      [collective, what, where = std::move(where), start = std::move(start), fault, reads = std::move(reads),
+       writes = std::move(writes)] {
         if (fault.ordinal > 0) {
           int world_rank = -1;
           MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -223,9 +226,11 @@ Request MpiCommunicator::issue(const char* collective, const std::string& what, 
                         " failed: injected fault at call " + std::to_string(fault.ordinal) + " (" + kFaultVariable +
                         ", test only)");
         }
+        for (const Tensor& t : reads) tsan::note_read(t.data(), t.nbytes());
         MPI_Request request = MPI_REQUEST_NULL;
         start(&request);
         drive(request);
+        for (const Tensor& t : writes) tsan::note_write(const_cast<void*>(t.data()), t.nbytes());
       },
       clock_, std::move(watched));
 }
@@ -249,7 +254,7 @@ Request MpiCommunicator::all_gather(const Tensor& send, Tensor& recv, const Even
   checked_count(recv);
   return issue("all_gather", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
     start_all_gather(send, recv, comm, r);
-  });
+  }, {send}, {recv});
 }
 
 Request MpiCommunicator::all_gather_v(const Tensor& send, Tensor& recv, const std::vector<std::int64_t>& counts,
@@ -266,7 +271,7 @@ Request MpiCommunicator::all_gather_v(const Tensor& send, Tensor& recv, const st
   // The counts live in the closure, which lives until the collective completed.
   return issue("all_gather_v", send.describe(), after, [send, recv, g, comm = comm_](MPI_Request* r) {
     start_all_gather_v(send, recv, *g, comm, r);
-  });
+  }, {send}, {recv});
 }
 
 Request MpiCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after) {
@@ -277,7 +282,7 @@ Request MpiCommunicator::reduce_scatter_sum(const Tensor& send, Tensor& recv, co
   checked_count(send);
   return issue("reduce_scatter_sum", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
     start_reduce_scatter_sum(send, recv, comm, r);
-  });
+  }, {send}, {recv});
 }
 
 Request MpiCommunicator::all_reduce_sum(Tensor& inout, const Event& after) {
@@ -286,7 +291,7 @@ Request MpiCommunicator::all_reduce_sum(Tensor& inout, const Event& after) {
   checked_count(inout);
   return issue("all_reduce_sum", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
     start_all_reduce_sum(inout, comm, r);
-  });
+  }, {inout}, {inout});
 }
 
 Request MpiCommunicator::all_reduce_max(Tensor& inout, const Event& after) {
@@ -295,7 +300,7 @@ Request MpiCommunicator::all_reduce_max(Tensor& inout, const Event& after) {
   checked_count(inout);
   return issue("all_reduce_max", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
     start_all_reduce_max(inout, comm, r);
-  });
+  }, {inout}, {inout});
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) const {

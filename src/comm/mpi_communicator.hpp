@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.hpp"
 
@@ -61,9 +62,11 @@ class MpiCommunicator final : public Communicator {
  private:
   // Queues one collective: the progress thread waits for `after`, then
   // `start` issues the MPI_I* call and the thread drives it to completion.
-  // `what` names it in errors.
+  // `what` names it in errors. `reads` and `writes` are the buffers MPI
+  // reads and writes, told to ThreadSanitizer (core/thread_sanitizer.hpp):
+  // reads before the call, writes once the collective completed.
   Request issue(const char* collective, const std::string& what, const Event& after,
-                std::function<void(MPI_Request*)> start);
+                std::function<void(MPI_Request*)> start, std::vector<Tensor> reads, std::vector<Tensor> writes);
 
   std::shared_ptr<MpiProgress> progress_;
   std::shared_ptr<CommClock> clock_;

@@ -26,8 +26,8 @@ namespace {
 
 class ProgressRequest final : public Request::Impl {
  public:
-  ProgressRequest(std::future<void> done, std::shared_ptr<CommClock> clock)
-      : done_(std::move(done)), clock_(std::move(clock)) {}
+  ProgressRequest(std::future<void> done, std::shared_ptr<CommClock> clock, Event finished)
+      : done_(std::move(done)), clock_(std::move(clock)), finished_(std::move(finished)) {}
   ~ProgressRequest() override {
     if (!done_.valid()) return;
     // Dropped without wait(): let it finish (callers rely on a destroyed
@@ -47,10 +47,12 @@ class ProgressRequest final : public Request::Impl {
     done_.get();  // rethrows the job's error on this thread
   }
   bool test() override { return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+  Event completion() const override { return finished_; }
 
  private:
   std::future<void> done_;
   std::shared_ptr<CommClock> clock_;
+  Event finished_;  // completed by the job's last act, failed or not
 };
 
 }  // namespace
@@ -142,7 +144,13 @@ Request MpiProgress::submit(const Event& after, std::function<void()> job, std::
   job = guarded(std::move(job), std::move(what));
   // Busy time is booked before the request completes, so a waiter that
   // returns sees its collective counted.
-  std::packaged_task<void()> task([after, job = std::move(job), clock] {
+  Event finished = Event::pending();
+  std::packaged_task<void()> task([after, job = std::move(job), clock, finished] {
+    // Completed last, failure or not: a stream waiting on the request moves on.
+    struct Complete {
+      Event event;
+      ~Complete() { event.complete(); }
+    } complete{finished};
     // Stream order with compute: the collective's buffers were written by
     // ops enqueued before `after`. Waited for here, on the progress thread
     // (jobs behind this one wait too: collectives stay in issue order).
@@ -161,14 +169,14 @@ Request MpiProgress::submit(const Event& after, std::function<void()> job, std::
     const auto t0 = Clock::now();
     task();  // an exception is stored in the future
     if (clock) clock->add_exposed(std::chrono::duration<double>(Clock::now() - t0).count());
-    return Request(std::make_unique<ProgressRequest>(std::move(done), std::move(clock)));
+    return Request(std::make_unique<ProgressRequest>(std::move(done), std::move(clock), std::move(finished)));
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(task));
   }
   wake_.notify_one();
-  return Request(std::make_unique<ProgressRequest>(std::move(done), std::move(clock)));
+  return Request(std::make_unique<ProgressRequest>(std::move(done), std::move(clock), std::move(finished)));
 }
 
 void MpiProgress::run(std::function<void()> job, std::string what) {

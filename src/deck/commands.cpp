@@ -268,6 +268,27 @@ std::vector<Command> build_table() {
   });
 
   table.push_back(Command{
+      .name = "host_streams",
+      .help = "How the host backend runs its compute and communication streams. `sync`: ops run inline "
+              "on the rank's thread (the default; fastest on the CPU). `async`: each stream runs on a worker "
+              "thread of its own and events are real completion points, as on a GPU, so the FSDP engine's "
+              "ordering (event waits, prefetch, reduce-scatter overlap, stream-ordered buffer release) is "
+              "exercised: results are the same bit for bit. Without this line the environment variable "
+              "FTRAIN_HOST_STREAM=sync|async decides; the line wins over it, and the run header says which "
+              "mode runs and what chose it. No effect on the CUDA backend.",
+      .maps_to = "(none: CUDA streams are always asynchronous)",
+      .forms = {Form{.word = "",
+                     .help = "",
+                     .positionals = {Param{.name = "MODE", .kind = ValueKind::choice,
+                                           .help = "stream mode on the host",
+                                           .choices = {{"sync", ""}, {"async", ""}},
+                                           .set = [](RunConfig& c, const Value& v) { c.host_streams = v.text; },
+                                           .default_of = [](const RunConfig& c) { return c.host_streams; }}},
+                     .apply = [](RunConfig& c, const ParsedCommand& p) { c.host_streams_where = p.where; }}},
+      .example = "host_streams async",
+  });
+
+  table.push_back(Command{
       .name = "fp8",
       .help = "The FP8 delayed-scaling recipe used under `precision fp8`: the linear layers inside "
               "the blocks quantise input, weight and output gradient with per-tensor scales from an "
@@ -686,7 +707,14 @@ std::vector<Command> build_table() {
                     .set = [](RunConfig& c, const Value& v) { c.fsdp.sync_module_states = v.flag; },
                     .default_of = [](const RunConfig& c) {
                       return on_off(c.fsdp.sync_module_states);
-                    }}},
+                    }},
+              Param{.name = "no_sync", .kind = ValueKind::on_off,
+                    .help = "gradient accumulation: reduce once per step, at the last micro-step, instead of at "
+                            "every micro-step (keeps a full f32 gradient per unit; no_shard and shard_grad_op "
+                            "only)",
+                    .maps_to = "`model.no_sync()` around the non-final micro-steps (Accelerate's `accumulate`)",
+                    .set = [](RunConfig& c, const Value& v) { c.fsdp.no_sync = v.flag; },
+                    .default_of = [](const RunConfig& c) { return on_off(c.fsdp.no_sync); }}},
           .apply = [](RunConfig& c, const ParsedCommand& p) { c.fsdp.where = p.where; }}},
       .example = "fsdp full_shard backward_prefetch backward_pre limit_all_gathers 2",
   });

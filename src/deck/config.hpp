@@ -95,6 +95,7 @@ struct FsdpSection {  // fsdp STRATEGY [keyword value]...
   std::string param_dtype;                 // empty = follows precision
   std::string reduce_dtype = "fp32";
   bool sync_module_states = false;
+  bool no_sync = false;                    // no_sync on: reduce once per step (no_shard, shard_grad_op)
   DeckLocation where;
 };
 
@@ -157,6 +158,8 @@ struct RunConfig {
   DeckLocation device_comm_where;
   double collective_timeout_seconds = 600;  // collective_timeout minutes|seconds X (comm/collective_watchdog.hpp)
   DeckLocation collective_timeout_where;
+  std::string host_streams = "sync";  // host_streams sync|async (the host backend's streams; runtime/stream.hpp)
+  DeckLocation host_streams_where;    // empty file: not in the deck (FTRAIN_HOST_STREAM decides)
   std::string precision = "fp32";  // precision fp32|bf16|fp8 (fp8: block linears FP8, the rest bf16)
   std::uint64_t seed = 1234;       // seed N
   Fp8Section fp8;                  // used when precision is fp8

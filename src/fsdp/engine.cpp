@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -37,14 +39,47 @@ const char* sharding_strategy_name(ShardingStrategy s) {
   return "?";
 }
 
+DroppedWait dropped_wait_from_environment() {
+  const char* v = std::getenv("FTRAIN_DEBUG_DROP_WAIT");
+  if (v == nullptr || *v == '\0') return DroppedWait::none;
+  const std::string s(v);
+  DroppedWait d = DroppedWait::none;
+  if (s == "gather") d = DroppedWait::gather;
+  else if (s == "reduce") d = DroppedWait::reduce;
+  else if (s == "after") d = DroppedWait::after;
+  else FT_USER_ERROR() << "environment variable FTRAIN_DEBUG_DROP_WAIT='" << s << "': expected gather, reduce or after";
+  static bool noted = false;
+  if (!noted) {
+    noted = true;
+    std::fprintf(stderr, "ftrain: FTRAIN_DEBUG_DROP_WAIT=%s: the FSDP engine drops one event wait on purpose "
+                         "(a race for ThreadSanitizer to find; never use for training)\n", v);
+  }
+  return d;
+}
+
+namespace {
+// Deck `host_streams` wins; without it FTRAIN_HOST_STREAM decides (read
+// only then, so its notice is not printed for a mode that does not run).
+ExecutionOptions execution_options_for(const FsdpOptions& o) {
+  ExecutionOptions e = ExecutionOptions::from_environment();  // the host stream kind, unless the deck says
+  if (o.host_streams != HostStreams::from_environment) e.asynchronous = o.host_streams == HostStreams::async;
+  e.device = o.device;
+  e.attention_backend = o.attention_backend;
+  return e;
+}
+}  // namespace
+
 FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& options)
-    : model_(model), world_(world), options_(options), exec_([&options] {
-        ExecutionOptions o = ExecutionOptions::from_environment();  // the host stream kind
-        o.device = options.device;
-        o.attention_backend = options.attention_backend;
-        return o;
-      }()) {
+    : model_(model), world_(world), options_(options), exec_(execution_options_for(options)) {
   FT_CHECK(options_.limit_all_gathers >= 1) << "limit_all_gathers must be >= 1";
+  dropped_wait_ = dropped_wait_from_environment();
+  if (options_.no_sync && options_.strategy != ShardingStrategy::no_shard &&
+      options_.strategy != ShardingStrategy::shard_grad_op)
+    FT_USER_ERROR() << "fsdp no_sync on with " << sharding_strategy_name(options_.strategy)
+                    << ": gradient accumulation without reduction keeps a full f32 gradient per unit, which only "
+                       "no_shard and shard_grad_op allow";
+  if (options_.no_sync && options_.lora.enabled)
+    FT_USER_ERROR() << "fsdp no_sync on with lora is not supported";
   options_.lora.validate();
   if (options_.lora.enabled && options_.fp8)
     FT_USER_ERROR() << "lora with precision fp8 is not supported: the frozen base linears would need FP8 "
@@ -427,6 +462,7 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
     f.gathered = Tensor::empty({f.padded_numel()}, dt, exec_.device(), f.unit_name() + ".gathered");
     ops::cast(exec_, f.master, f.gathered);
   } else {
+    limit_gathers_in_flight();
     f.gathered = Tensor::empty({f.padded_numel()}, dt, exec_.device(), f.unit_name() + ".gathered");
     if (dt == DType::f32) {
       f.gather_send = f.master;
@@ -446,17 +482,74 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
             fp8_weights->fp8_numel() * static_cast<std::int64_t>(dtype_size(f.gathered.dtype()));
     }
     issued = true;
+    count_gathers_in_flight();
   }
   f.gathered_valid = true;
   return issued;
 }
 
+// The unit's ops run after its all-gather: the compute stream waits for the
+// collective's completion (FSDP2: all-gather on the communication stream,
+// the compute stream waits on its event right before the unit's first use).
 void FsdpEngine::ensure_gathered(int u) {
   start_gather(u);
   for (FlatParameter* f : flats_of(u)) {
-    f->gather_request.wait();
-    f->gather_send = Tensor();
+    if (dropped_wait_ == DroppedWait::gather && exec_.compute().asynchronous()) {
+      deferred_checks_.push_back(std::move(f->gather_request));  // debug: the wait is dropped
+    } else {
+      compute_after(f->gather_request);
+    }
+    f->gather_send = Tensor();  // the queued collective holds its own reference
   }
+}
+
+void FsdpEngine::compute_after(Request& r) {
+  if (!r.pending()) return;
+  if (!exec_.compute().asynchronous()) {
+    r.wait();  // the caller is the stream: it blocks (booked as exposed communication time)
+    return;
+  }
+  exec_.compute().wait(r.completion());
+  deferred_checks_.push_back(std::move(r));
+  check_deferred(/*all=*/false);
+}
+
+void FsdpEngine::check_deferred(bool all) {
+  while (!deferred_checks_.empty()) {
+    Request& r = deferred_checks_.front();
+    if (all) r.wait();
+    else if (!r.test()) break;  // test() rethrows a failed collective's error
+    deferred_checks_.pop_front();
+  }
+}
+
+// PyTorch FSDP's limit_all_gathers: each released unit left an event behind
+// its last use on the compute stream; while `limit` of them are still
+// pending, the caller waits for the oldest before it gathers more, so at most
+// limit_all_gathers all-gather outputs are alive (in use or awaiting their
+// stream-ordered free) however far the caller runs ahead. Synchronous
+// streams record complete events: nothing waits.
+void FsdpEngine::limit_gathers_in_flight() {
+  while (!free_events_.empty() && free_events_.front().query()) free_events_.pop_front();
+  const auto limit = static_cast<std::size_t>(options_.limit_all_gathers);
+  // In flight after this gather: the units still gathered, the released
+  // ones not yet freed, and this one.
+  auto in_flight = [&] { return static_cast<std::size_t>(gathered_count()) + free_events_.size() + 1; };
+  bool waited = false;
+  while (!free_events_.empty() && in_flight() > limit) {
+    free_events_.front().synchronize();
+    free_events_.pop_front();
+    waited = true;
+  }
+  if (waited) ++counters_.rate_limited_gathers;
+}
+
+// Measured apart from the limit above, so a limit that failed to hold shows.
+void FsdpEngine::count_gathers_in_flight() {
+  int unfreed = 0;
+  for (const Event& e : free_events_) unfreed += e.query() ? 0 : 1;
+  counters_.gathered_in_flight_high_water =
+      std::max(counters_.gathered_in_flight_high_water, gathered_count() + unfreed);
 }
 
 void FsdpEngine::prefetch(int u, PrefetchKind kind) {
@@ -472,15 +565,22 @@ void FsdpEngine::prefetch(int u, PrefetchKind kind) {
   else ++counters_.backward_prefetch_gathers;
 }
 
+// Called once the unit's last use was enqueued. The buffer goes back in
+// stream order (the allocator hands it out again only after the streams
+// passed that use); the free event lets limit_all_gathers count it until then.
 void FsdpEngine::release(int u) {
   if (options_.strategy == ShardingStrategy::no_shard) return;  // replicas keep their parameters
+  bool freed = false;
   for (FlatParameter* f : flats_of(u)) {
-    f->gather_request.wait();
+    compute_after(f->gather_request);  // gathered but never used (a prefetch): still ordered
+    freed |= f->gathered.defined() && shard_comm_->size() > 1;
     f->gather_send = Tensor();
     f->gathered = Tensor();
     f->gathered_fp8 = Tensor();
     f->gathered_valid = false;
   }
+  if (freed && exec_.compute().asynchronous() && !tied_owner_[static_cast<std::size_t>(u)])
+    free_events_.push_back(exec_.compute().record());
 }
 
 std::vector<int> FsdpEngine::owners_needed(int u) const {
@@ -557,6 +657,12 @@ void FsdpEngine::bind_adapters(int u, const Batch& batch, bool with_grads) {
 }
 
 void FsdpEngine::reduce_gradients(int u) {
+  if (!sync_gradients_) {
+    // no_sync micro-step: the unsharded gradient keeps accumulating (+=)
+    // until the last micro-step reduces the sum.
+    ++counters_.deferred_reductions;
+    return;
+  }
   for (FlatParameter* f : flats_of(u)) reduce_flat(*f);
 }
 
@@ -575,7 +681,7 @@ void FsdpEngine::reduce_flat(FlatParameter& f) {
   } else {
     // The gradient was written by backward's ops: the collectives start
     // after an event recorded behind them (see start_gather).
-    const Event written = exec_.compute().record();
+    const Event written = dropped_wait_ == DroppedWait::after ? Event() : exec_.compute().record();
     const UnitLabelScope label(*shard_comm_, f.unit_name());  // both collectives (one label per process)
     p.shard = shard_comm_->size() == 1
                   ? send
@@ -597,8 +703,15 @@ void FsdpEngine::finish_reductions(std::size_t keep_pending) {
   while (!pending_reductions_.empty()) {
     PendingReduction& p = pending_reductions_.front();
     if (pending_reductions_.size() <= keep_pending && !(p.scattered.test() && p.replicated.test())) break;
-    p.scattered.wait();
-    p.replicated.wait();
+    // The shard is added on the compute stream after both collectives
+    // (an event wait: the caller does not block on asynchronous streams).
+    if (dropped_wait_ == DroppedWait::reduce && exec_.compute().asynchronous()) {
+      deferred_checks_.push_back(std::move(p.scattered));  // debug: the wait is dropped
+      deferred_checks_.push_back(std::move(p.replicated));
+    } else {
+      compute_after(p.scattered);
+      compute_after(p.replicated);
+    }
     FlatParameter& f = *p.flat;
     if (p.shard.dtype() == DType::f32) {
       ops::add_inplace(exec_, f.grad, p.shard);
@@ -614,6 +727,8 @@ void FsdpEngine::finish_reductions(std::size_t keep_pending) {
 void FsdpEngine::drain() {
   finish_reductions(0);
   for (FlatParameter* f : all_flats()) f->gather_request.wait();
+  check_deferred(/*all=*/true);
+  free_events_.clear();  // drained below
   ctx_.lora = nullptr;  // its views borrow buffers the engine may free now
   exec_.synchronize();  // the engine's callers read results on the host
 }
@@ -628,10 +743,11 @@ Batch FsdpEngine::on_device(const Batch& batch) const {
   return out;
 }
 
-void FsdpEngine::forward_backward(const Batch& host_batch, float loss_scale) {
+void FsdpEngine::forward_backward(const Batch& host_batch, float loss_scale, bool sync_gradients) {
   const Batch batch = on_device(host_batch);
   const int n = static_cast<int>(flats_.size());
   ctx_.training = true;
+  sync_gradients_ = sync_gradients || !options_.no_sync;
   Tensor x;
   Tensor loss;
   for (int u = 0; u < n; ++u) {
@@ -751,6 +867,9 @@ void FsdpEngine::update_fp8_scales() {
 
 void FsdpEngine::zero_grad() {
   train_loss_.reset();
+  // A step whose last micro-step did not sync (no_sync) left unreduced
+  // gradients behind: they belong to that step, not the next.
+  for (FlatParameter* f : all_flats()) f->full_grad = Tensor();
   for (FlatParameter* f : all_flats())
     if (f->trainable()) ops::fill(exec_, f->grad, 0.0f);
   exec_.compute().synchronize();  // callers (checkpoints) may read the gradients next

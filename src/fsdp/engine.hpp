@@ -9,8 +9,15 @@
 // Gradients of a unit are reduced when its backward finishes: reduce-scatter
 // (sum) over the shard group, then all-reduce over the replica group, then
 // added to the f32 shard gradient. Gradient accumulation therefore reduces at
-// every micro-step (memory stays sharded; FSDP's behaviour without no_sync);
-// share/doc/fsdp.md explains the choice. The loss is already divided by the
+// every micro-step (memory stays sharded; FSDP's behaviour without no_sync)
+// unless FsdpOptions::no_sync (no_shard / shard_grad_op only) defers it to
+// the last micro-step; share/doc/fsdp.md explains the choice.
+//
+// Streams (share/doc/fsdp.md "FSDP on streams"): collectives start after a
+// compute-stream event behind what wrote their input; the compute stream
+// waits on a collective's completion event before it uses the output; no
+// call blocks the caller inside a step on asynchronous streams except
+// limit_all_gathers' wait for a free event. The loss is already divided by the
 // number of target tokens of the global batch (Batch loss scale), so sums are
 // means.
 //
@@ -47,6 +54,9 @@ namespace ftrain {
 
 enum class ShardingStrategy : std::uint8_t { full_shard, shard_grad_op, no_shard, hybrid_shard };
 enum class BackwardPrefetch : std::uint8_t { none, backward_pre, backward_post };
+// Deck `host_streams`: how the host backend runs the engine's streams.
+// from_environment reads FTRAIN_HOST_STREAM (sync by default).
+enum class HostStreams : std::uint8_t { from_environment, sync, async };
 
 bool parse_sharding_strategy(const std::string& text, ShardingStrategy& out);
 const char* sharding_strategy_name(ShardingStrategy s);
@@ -78,7 +88,25 @@ struct FsdpOptions {
   // is not the host (NCCL, or the staged communicator over MPI); the host
   // backend's collectives are the MPI communicator's.
   DeviceComm device_comm = DeviceComm::nccl;
+  HostStreams host_streams = HostStreams::from_environment;
+  // Gradient accumulation without reduction (PyTorch's no_sync): on
+  // micro-steps that are not the last of a step, no_shard and shard_grad_op
+  // keep accumulating the unsharded f32 gradient and reduce it once, at the
+  // last micro-step. Refused for full_shard / hybrid_shard (it would keep a
+  // full gradient per unit, defeating the sharding) and with LoRA.
+  bool no_sync = false;
 };
+
+// Test and proof only (FTRAIN_DEBUG_DROP_WAIT=<which>): the engine leaves out
+// one of its event waits so that ThreadSanitizer must report the race it
+// opens (share/scripts/tsan-check.sh --prove-it-fails). Values:
+//   gather  the compute stream no longer waits for a unit's all-gather
+//   reduce  the compute stream no longer waits for a reduce-scatter before
+//           adding its shard into the gradient
+//   after   the gradient reduce-scatter no longer waits for the compute event
+//           that wrote the gradient
+enum class DroppedWait : std::uint8_t { none, gather, reduce, after };
+DroppedWait dropped_wait_from_environment();
 
 struct AdamWHyper {
   float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
@@ -113,6 +141,14 @@ struct FsdpCounters {
   // element with the FP8 all-gather, the param dtype's size without it.
   std::int64_t all_gather_bytes = 0;
   std::int64_t all_gather_fp8_weight_bytes = 0;
+  // Asynchronous streams: most all-gather outputs alive at once on the
+  // device, counting released units whose free event (the stream passing
+  // their last use) had not completed when a gather was issued. The caller
+  // blocks on the oldest free event to keep it within limit_all_gathers
+  // (PyTorch FSDP's _free_event_queue).
+  int gathered_in_flight_high_water = 0;
+  std::int64_t rate_limited_gathers = 0;        // gathers that first waited for a free event
+  std::int64_t deferred_reductions = 0;         // unit reductions skipped by no_sync on a micro-step
 };
 
 class FsdpEngine {
@@ -133,7 +169,10 @@ class FsdpEngine {
   // loss_scale = 1 / (target tokens in the global batch). This rank's sum of
   // per-token losses stays on the device (train_loss below): nothing is read
   // back per micro-step.
-  void forward_backward(const Batch& batch, float loss_scale);
+  // sync_gradients = false (no_sync, strategies that allow it): this
+  // micro-step's gradients stay unsharded and unreduced; the next call with
+  // true reduces the sum. Ignored (always reduced) where no_sync is off.
+  void forward_backward(const Batch& batch, float loss_scale, bool sync_gradients = true);
   // Forward only (evaluation); the loss sum stays on the device (eval_loss).
   void forward_only(const Batch& batch);
   // This rank's loss sum over the micro-steps since the window started, read
@@ -257,6 +296,17 @@ class FsdpEngine {
   void finish_reductions(std::size_t keep_pending);
   void update_fp8_scales();
   void drain();
+  // The compute stream's later work runs after `r`'s collective: an event
+  // wait on an asynchronous stream (the caller goes on; the request is kept
+  // and checked later), a blocking wait on a synchronous one.
+  void compute_after(Request& r);
+  // Throws the error of a deferred request that has finished; with
+  // all = true, waits for every one first.
+  void check_deferred(bool all);
+  // limit_all_gathers on asynchronous streams: before a new gather, wait for
+  // the oldest free events until fewer than the limit are in flight.
+  void limit_gathers_in_flight();
+  void count_gathers_in_flight();
   bool is_checkpointed(int u) const;
   std::vector<int> owners_needed(int u) const;
 
@@ -280,6 +330,10 @@ class FsdpEngine {
     Request replicated; // then all-reduce over the replica group (stream order: issued at once)
   };
   std::deque<PendingReduction> pending_reductions_;
+  std::deque<Request> deferred_checks_;  // requests a stream waits on; their errors are checked later
+  std::deque<Event> free_events_;        // per released unit: the compute stream passed its last use
+  DroppedWait dropped_wait_ = DroppedWait::none;
+  bool sync_gradients_ = true;  // this micro-step reduces (no_sync: only the last one)
   static constexpr std::size_t kMaxPendingReductions = 2;  // full gradients in flight
   ExecutionContext exec_;  // where this rank's ops run; ctx_ points to it
   // Device runs: the communicator for device buffers over world_'s ranks

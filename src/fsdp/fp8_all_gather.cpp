@@ -37,6 +37,9 @@ class BothRequests final : public Request::Impl {
     if (b_error_) std::rethrow_exception(b_error_);
   }
   bool test() override { return poll(a_, a_error_) && poll(b_, b_error_); }
+  // b was issued after a on the same communicator, whose collectives run in
+  // issue order (communicator.hpp "Stream order"): b's end is both ends.
+  Event completion() const override { return b_.completion(); }
 
  private:
   static void finish(Request& r, std::exception_ptr& error) {

@@ -44,6 +44,12 @@ bool Event::query() const {
   return state_->done;
 }
 
+Event Event::pending() { return Event(std::make_shared<EventState>()); }
+
+void Event::complete() const {
+  if (state_) state_->complete();
+}
+
 void Event::synchronize() const {
   if (!state_) return;
   if (state_->native) return state_->native->synchronize();

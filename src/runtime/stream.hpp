@@ -61,6 +61,13 @@ class Event {
   // The backend's event, or nullptr for a host event.
   NativeEvent* native() const;
 
+  // An event that no stream records: it completes when its producer calls
+  // complete() (the MPI progress thread when a collective finished, so a
+  // Request can be waited for by a stream: Request::completion()).
+  static Event pending();
+  // Completes a pending() event (at most once; later calls do nothing).
+  void complete() const;
+
  private:
   std::shared_ptr<EventState> state_;
 };

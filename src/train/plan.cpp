@@ -44,6 +44,14 @@ FsdpOptions fsdp_options_from(const RunConfig& c) {
   else o.checkpoint_every = static_cast<int>(c.activation_checkpointing_every);
   o.vocab_chunk = c.vocab_chunk;
   o.seed = c.seed;
+  o.no_sync = c.fsdp.no_sync;
+  if (o.no_sync && o.strategy != ShardingStrategy::no_shard && o.strategy != ShardingStrategy::shard_grad_op)
+    FT_USER_ERROR() << c.fsdp.where.str() << ": no_sync on needs strategy no_shard or shard_grad_op (with "
+                    << c.fsdp.strategy << " it would keep a full f32 gradient per unit, defeating the sharding)";
+  if (o.no_sync && c.lora.enabled)
+    FT_USER_ERROR() << c.fsdp.where.str() << ": no_sync on with lora is not supported";
+  if (!c.host_streams_where.file.empty())
+    o.host_streams = c.host_streams == "async" ? HostStreams::async : HostStreams::sync;
   const std::pair<const std::string*, const DeckLocation*> needs_lora[] = {
       {&c.lora.adapter_path, &c.lora.adapter_where},
       {&c.lora.save_adapter_path, &c.lora.save_adapter_where}};

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -45,6 +46,7 @@
 #include "train/console.hpp"
 #include "train/device_choice.hpp"
 #include "train/device_memory.hpp"
+#include "runtime/execution_context.hpp"
 #include "train/device_peak.hpp"
 #include "train/output_locations.hpp"
 #include "train/host_backend.hpp"
@@ -525,6 +527,31 @@ void Trainer::prepare() {
   }
 }
 
+namespace {
+// Which host stream mode runs and what chose it (deck `host_streams`, else
+// FTRAIN_HOST_STREAM, else the default), for the run header.
+std::string describe_host_streams(const RunConfig& c) {
+  std::string mode, why;
+  if (!c.host_streams_where.file.empty()) {
+    mode = c.host_streams;
+    why = c.host_streams_where.str() + ": host_streams " + c.host_streams;
+    const char* env = std::getenv("FTRAIN_HOST_STREAM");
+    if (env != nullptr && *env != '\0' && std::string(env) != mode)
+      why += std::string("; FTRAIN_HOST_STREAM=") + env + " is overridden by the deck";
+  } else {
+    const bool async = ExecutionOptions::from_environment().asynchronous;
+    mode = async ? "async" : "sync";
+    why = std::getenv("FTRAIN_HOST_STREAM") != nullptr && *std::getenv("FTRAIN_HOST_STREAM") != '\0'
+              ? std::string("FTRAIN_HOST_STREAM=") + std::getenv("FTRAIN_HOST_STREAM")
+              : "default; `host_streams async` or FTRAIN_HOST_STREAM=async changes it";
+  }
+  const char* what = mode == "async" ? "compute and communication streams on worker threads, events are real "
+                                       "completion points"
+                                     : "ops run inline on the rank's thread";
+  return mode + " (" + why + "): " + what;
+}
+}  // namespace
+
 int Trainer::run() {
   State& s = *state_;
   const RunConfig& c = s.config;
@@ -547,6 +574,7 @@ int Trainer::run() {
       h << "comm: NCCL on device buffers [device_comm nccl]";
     h << " | collective_timeout "
       << describe_timeout(c.collective_timeout_seconds) << "\n";
+    h << "host streams: " << describe_host_streams(c) << "\n";
     h << "deck: " << c.deck_path << "\n";
     for (const auto& w : c.warnings) h << "warning: " << w << "\n";
     if (!s.options.check_only) {
@@ -563,7 +591,7 @@ int Trainer::run() {
       << ", activation_checkpointing " << c.activation_checkpointing
       << (c.activation_checkpointing == "every" ? " " + std::to_string(c.activation_checkpointing_every) : "")
       << (s.fsdp.fp8 ? ", fp8 all_gather " + decide_fp8_all_gather(s.fsdp, shard_group_size_for(s.fsdp, s.plan.world_size, s.ranks_per_node)).text : "")
-      << "\n";
+      << (s.fsdp.no_sync ? ", no_sync on (gradients reduced once per step)" : "") << "\n";
     // Effective values, defaults included: what the deck left out is where
     // ftrain and Hugging Face differ (beta2, clipping, schedule; deck.md).
     h << "training: batch micro " << c.batch.micro_batch << " accumulate " << c.batch.grad_accum << " seq_len "
@@ -889,7 +917,9 @@ int Trainer::run() {
     }
     const std::int64_t global_targets = s.world.all_reduce_sum(local_targets);
     const float loss_scale = global_targets > 0 ? 1.0f / static_cast<float>(global_targets) : 0.0f;
-    for (auto& b : micro_batches) s.engine->forward_backward(b, loss_scale);
+    // fsdp no_sync on: only the last micro-step reduces the gradients.
+    for (std::size_t a = 0; a < micro_batches.size(); ++a)
+      s.engine->forward_backward(micro_batches[a], loss_scale, /*sync_gradients=*/a + 1 == micro_batches.size());
     return global_targets;
   };
   start = Clock::now();
@@ -1028,6 +1058,10 @@ int Trainer::run() {
       const double all_gather_bytes_per_step = static_cast<double>(counted.all_gather_bytes) / steps_in_window;
       const double all_gather_fp8_weight_bytes_per_step =
           static_cast<double>(counted.all_gather_fp8_weight_bytes) / steps_in_window;
+      // Asynchronous streams: gathered units alive on the device, released
+      // ones awaiting their stream-ordered free included (limit_all_gathers).
+      const auto in_flight_high_water = static_cast<std::int64_t>(
+          s.world.all_reduce_max(static_cast<double>(counted.gathered_in_flight_high_water)));
       s.engine->reset_counters();
       char buf[320];
       std::snprintf(buf, sizeof buf,
@@ -1064,6 +1098,7 @@ int Trainer::run() {
         j["gathered_units_high_water"] = gathered_high_water;
         j["all_gather_bytes_per_step"] = all_gather_bytes_per_step;
         if (s.fsdp.fp8) j["all_gather_fp8_weight_bytes_per_step"] = all_gather_fp8_weight_bytes_per_step;
+        j["gathered_in_flight_high_water"] = in_flight_high_water;
         s.write(s.metrics, s.metrics_path, j.dump() + "\n");
       }
       window_seconds = 0;

@@ -226,6 +226,42 @@ TEST_P(CommByKind, CollectivesStartAfterTheComputeEventTheyAreGiven) {
   compute->synchronize();
 }
 
+// Compute after a collective (issue 19): Request::completion() is an Event
+// that completes when the collective has run, so a stream that waits on it
+// reads the collective's output without the caller blocking. The collective
+// here is held back by a late compute event; the consumer stream copies the
+// gathered values as soon as its wait lets it: had it not waited, it would
+// copy the poison still in the buffer.
+TEST(Comm, AStreamWaitingOnACompletionEventSeesTheCollectivesOutput) {
+  constexpr auto kDelay = std::chrono::milliseconds(200);
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int size = world.size(), rank = world.rank();
+  auto producer = make_host_stream(/*asynchronous=*/true, "test_producer");
+  auto consumer = make_host_stream(/*asynchronous=*/true, "test_consumer");
+  const std::int64_t k = 65;
+  Tensor send = poisoned(DType::f32, k), gathered = poisoned(DType::f32, k * size);
+  producer->enqueue([send, rank, k, kDelay]() mutable {
+    std::this_thread::sleep_for(kDelay);
+    for (std::int64_t i = 0; i < k; ++i) store(send, i, value_of(DType::f32, rank, i));
+  });
+  Request gather = world.all_gather(send, gathered, producer->record());
+  const Event done = gather.completion();
+  if (world.threaded_progress()) EXPECT_FALSE(done.query()) << "complete before its input was written";
+  std::vector<std::int64_t> seen(static_cast<std::size_t>(k * size), -1);
+  consumer->wait(done);
+  consumer->enqueue([&seen, gathered, k, size] {
+    for (std::int64_t i = 0; i < k * size; ++i) seen[static_cast<std::size_t>(i)] = load(gathered, i);
+  });
+  consumer->synchronize();
+  EXPECT_TRUE(done.query());
+  for (int q = 0; q < size; ++q)
+    for (std::int64_t j = 0; j < k; ++j)
+      ASSERT_EQ(seen[static_cast<std::size_t>(q * k + j)], value_of(DType::f32, q, j)) << "rank " << q << ", element " << j;
+  gather.wait();  // the request still owes its error check
+  EXPECT_TRUE(Request().completion().query()) << "an empty request's event is complete";
+  producer->synchronize();
+}
+
 // Bad arguments fail at once on the caller's thread, and queue nothing.
 TEST_P(CommByKind, BadArgumentsThrowBeforeAnythingIsIssued) {
   auto world_ptr = make_world(GetParam());

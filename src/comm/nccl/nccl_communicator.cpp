@@ -93,6 +93,24 @@ CudaEvent make_event(bool timing) {
   return CudaEvent(e, [](cudaEvent_t x) { cudaEventDestroy(x); });
 }
 
+// The collective's end as an Event the engine's streams can wait on
+// (runtime/stream.hpp: a CUDA stream waits with cudaStreamWaitEvent).
+class NcclDoneEvent final : public NativeEvent {
+ public:
+  explicit NcclDoneEvent(CudaEvent done) : done_(std::move(done)) {}
+  bool query() override {
+    const cudaError_t e = cudaEventQuery(done_.get());
+    if (e == cudaErrorNotReady) return false;
+    FTRAIN_CUDA_CHECK(e);
+    return true;
+  }
+  void synchronize() override { FTRAIN_CUDA_CHECK(cudaEventSynchronize(done_.get())); }
+  void* handle() const override { return done_.get(); }
+
+ private:
+  CudaEvent done_;
+};
+
 class NcclRequest final : public Request::Impl {
  public:
   NcclRequest(CudaEvent done, ncclComm_t comm, std::shared_ptr<Shared> shared)
@@ -105,6 +123,7 @@ class NcclRequest final : public Request::Impl {
     if (state != ncclInProgress) FTRAIN_NCCL_CHECK(state, comm_);
   }
   bool test() override { return cudaEventQuery(done_.get()) != cudaErrorNotReady; }
+  Event completion() const override { return Event::from_native(std::make_shared<NcclDoneEvent>(done_)); }
 
  private:
   CudaEvent done_;

@@ -117,7 +117,10 @@ inline void store4(float* p, f32x4 v) { std::memcpy(p, &v, sizeof v); }
 // Where the compiler can build per-ISA clones picked at load time (GCC and
 // Clang on x86-64 ELF), the exponential gets AVX2 and AVX-512 versions: it
 // is a quarter of the attention time at the SSE2 baseline.
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__)
+// Not under ThreadSanitizer: a clone's IFUNC resolver runs while the
+// dynamic loader relocates libftrain, before TSan's runtime is initialised,
+// and an instrumented resolver crashes there (the baseline ISA is used).
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && !defined(__SANITIZE_THREAD__)
 #define FTRAIN_ISA_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 #else
 #define FTRAIN_ISA_CLONES

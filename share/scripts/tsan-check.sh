@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# tsan-check.sh — FSDP on asynchronous host streams under ThreadSanitizer
+# (issue 19): builds the `tsan` preset's targets (build-tsan: libftrain with
+# the threaded concerns instrumented, the llama plugin, ftrain, the async
+# engine test; CMakeLists.txt FTRAIN_TSAN) and runs the async engine test at
+# np 2 — every strategy, prefetch on/off, limit_all_gathers, activation
+# checkpointing, gradient accumulation, each on synchronous and then
+# asynchronous streams — then ftrain itself on a tiny deck with
+# `host_streams async`. Fails on any ThreadSanitizer report.
+#
+#   share/scripts/tsan-check.sh                  the check (CI: .ci/run)
+#   share/scripts/tsan-check.sh --prove-it-fails the check must FAIL: for each
+#       FTRAIN_DEBUG_DROP_WAIT=gather|reduce|after (the engine drops one event
+#       wait) TSan must report a data race; exits 0 only if it did every time
+#
+# Environment: FTRAIN_TSAN_BUILD_DIR (default build-tsan), FTRAIN_JOBS.
+# OpenBLAS is not instrumented and its own threads would report inside it:
+# OPENBLAS_NUM_THREADS=1 keeps its GEMMs on the calling (stream) thread, where
+# they are ordinary uninstrumented code. Open MPI's internals are suppressed
+# (share/scripts/tsan.supp), ftrain's never.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUILD="${FTRAIN_TSAN_BUILD_DIR:-$ROOT/build-tsan}"
+JOBS="${FTRAIN_JOBS:-$(nproc)}"
+MODE="${1:-check}"
+case "$MODE" in
+  check | --prove-it-fails) ;;
+  *) echo "usage: $0 [--prove-it-fails]" >&2; exit 2 ;;
+esac
+
+MPIRUN=(mpirun --oversubscribe)
+if [[ $(id -u) -eq 0 ]]; then MPIRUN+=(--allow-run-as-root); fi
+
+t0=$(date +%s)
+cd "$ROOT"
+if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
+  cmake --preset tsan -B "$BUILD" >/dev/null
+fi
+cmake --build "$BUILD" -j "$JOBS" --target ftrain ftrain_plugin_llama ftrain_exe ftrain_prep mpi_test_async_engine
+t_build=$(( $(date +%s) - t0 ))
+
+LOG_DIR="$BUILD/tsan-logs"
+rm -rf "$LOG_DIR"
+mkdir -p "$LOG_DIR"
+export FTRAIN_PLUGIN_PATH="$BUILD/lib/ftrain/plugins"
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+# exitcode: a report fails the rank; log_path: one file per process, so the
+# reports are counted whatever mpirun does with stderr.
+tsan_options() {
+  echo "suppressions=$ROOT/share/scripts/tsan.supp halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$LOG_DIR/$1"
+}
+
+# Runs the async engine test at np 2 under TSan; returns the number of
+# reports (0 = clean). $1: a label for the log files; env passes through.
+run_engine_test() {
+  local label="$1"
+  local rc=0
+  TSAN_OPTIONS="$(tsan_options "$label")" "${MPIRUN[@]}" -np 2 -x TSAN_OPTIONS -x FTRAIN_PLUGIN_PATH \
+    -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS -x FTRAIN_DEBUG_DROP_WAIT \
+    "$BUILD/tests/mpi/mpi_test_async_engine" --gtest_filter='Fsdp/AsyncEquivalence.*:AsyncStreams.Limit*' \
+    >"$LOG_DIR/$label.out" 2>&1 || rc=$?
+  local reports
+  reports=$(cat "$LOG_DIR/$label".* 2>/dev/null | grep -c "WARNING: ThreadSanitizer" || true)
+  echo "$label: exit $rc, ThreadSanitizer reports: $reports" >&2
+  if [[ "$reports" -eq 0 && "$rc" -ne 0 ]]; then
+    echo "$label: failed without a TSan report; output:" >&2
+    tail -40 "$LOG_DIR/$label.out" >&2
+    return 255
+  fi
+  REPORTS=$reports
+}
+
+if [[ "$MODE" == "--prove-it-fails" ]]; then
+  failed=0
+  for wait in gather reduce after; do
+    REPORTS=0
+    FTRAIN_DEBUG_DROP_WAIT=$wait run_engine_test "drop_$wait" || true
+    races=$(cat "$LOG_DIR"/drop_"$wait".[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer: data race" || true)
+    if [[ "$REPORTS" -gt 0 && "$races" -gt 0 ]]; then
+      echo "FTRAIN_DEBUG_DROP_WAIT=$wait: ThreadSanitizer reported the race (as it must):" >&2
+      cat "$LOG_DIR"/drop_"$wait".[0-9]* | grep -m1 -A6 "WARNING: ThreadSanitizer" >&2 || true
+    else
+      echo "FTRAIN_DEBUG_DROP_WAIT=$wait: NO ThreadSanitizer report: the check cannot see this missing wait" >&2
+      failed=1
+    fi
+  done
+  echo "tsan-check --prove-it-fails: build ${t_build}s, total $(( $(date +%s) - t0 ))s" >&2
+  exit $failed
+fi
+
+status=0
+REPORTS=0
+run_engine_test engine || status=1
+[[ "$REPORTS" -eq 0 ]] || status=1
+
+# ftrain end to end on asynchronous streams (deck host_streams async), np 2.
+WORK="$BUILD/tsan-work"
+rm -rf "$WORK" && mkdir -p "$WORK"
+"$BUILD/bin/ftrain-prep" synthetic --out "$WORK/train.tok" --tokens 20000 --vocab 64 --seed 7 \
+  --eval-out "$WORK/eval.tok" --eval-tokens 2048 >/dev/null
+rc=0
+TSAN_OPTIONS="$(tsan_options ftrain)" "${MPIRUN[@]}" -np 2 -x TSAN_OPTIONS -x FTRAIN_PLUGIN_PATH \
+  -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS \
+  "$BUILD/bin/ftrain" -var data_dir "$WORK" -var run_dir "$WORK/run" -var max_steps 5 -var micro 2 \
+  -var accumulate 2 -var forward_prefetch on -var checkpointing on \
+  "$ROOT/tests/regression/decks/tiny_host_streams.in" >"$LOG_DIR/ftrain.out" 2>&1 || rc=$?
+ftrain_reports=$(cat "$LOG_DIR"/ftrain.[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer" || true)
+echo "ftrain (host_streams async, np 2): exit $rc, ThreadSanitizer reports: $ftrain_reports" >&2
+if [[ "$rc" -ne 0 || "$ftrain_reports" -ne 0 ]]; then
+  status=1
+  tail -20 "$LOG_DIR/ftrain.out" >&2
+fi
+
+if [[ $status -ne 0 ]]; then
+  echo "tsan-check: FAILED; reports in $LOG_DIR:" >&2
+  for f in "$LOG_DIR"/*.[0-9]*; do [[ -f "$f" ]] && grep -m3 -A12 "WARNING: ThreadSanitizer" "$f" >&2; done
+fi
+echo "tsan-check: build ${t_build}s, total $(( $(date +%s) - t0 ))s" >&2
+exit $status
