@@ -11,7 +11,8 @@ namespace ftrain::cuda {
 void launch_dropout(FloatSpan x, float p, std::uint64_t seed, std::uint64_t mask_stream, std::int64_t first_row,
                     std::int64_t width, FloatSpan y, std::int64_t n, cudaStream_t stream) {
   launch_grid_stride("ftrain::dropout", row_copy_launch(n / width, width), n, stream, [=] __device__(std::int64_t i) {
-    store_f32(y, i, math::dropout_value(load_f32(x, i), seed, mask_stream, math::dropout_mask_index(first_row, width, i), p));
+    const std::uint64_t index = math::dropout_mask_index(first_row, width, i);
+    store_f32(y, i, math::dropout_value(load_f32(x, i), seed, mask_stream, index, p));
   });
 }
 

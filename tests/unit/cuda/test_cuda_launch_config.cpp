@@ -6,7 +6,7 @@
 // backward one block per token; the fused cross entropy one block per row of
 // a vocabulary chunk (Llama 3's 128256 included); the ViT row ops and
 // dropout (token_rows.cu, dropout.cu) at every ViT preset's image size and
-// at 384 (fine-tuning resolution).
+// at 384 rounded up to whole patches (fine-tuning resolution).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -75,9 +75,13 @@ TEST(CudaLaunchConfig, VitPresetsFitSm90) { check_presets(FTRAIN_TEST_VIT_PLUGIN
 TEST(CudaLaunchConfig, VitRowOpsAndDropoutFitSm90) {
   const std::string dir = FTRAIN_TEST_VIT_PLUGIN_DIR;
   for (const std::string& preset : PluginLoader({dir}).load("vit")->presets()) {
-    for (const char* image_size : {"", "384"}) {
+    // The preset's image size, then a fine-tuning size: 384 rounded up to
+    // whole patches (384 for /16, 392 for /14).
+    const std::int64_t preset_patch =
+        std::stoll(PluginLoader({dir}).create_model("vit", preset, {})->config().at("patch_size"));
+    for (std::int64_t image_size : {std::int64_t{0}, (384 + preset_patch - 1) / preset_patch * preset_patch}) {
       ModelOverrides overrides;
-      if (*image_size != '\0') overrides.emplace_back("image_size", image_size);
+      if (image_size > 0) overrides.emplace_back("image_size", std::to_string(image_size));
       ModelHandle model = PluginLoader({dir}).create_model("vit", preset, overrides);
       const auto config = model->config();
       auto number = [&](const char* key) { return std::stoll(config.at(key)); };
