@@ -6,15 +6,20 @@
 // any tensor can be generated independently, in any order, on any rank.
 // The mixer is SplitMix64's finaliser applied to a Weyl-sequence counter; the
 // normal variate uses Box-Muller on two uniforms of the same index.
+// mix64, bits and uniform are FTRAIN_HD (kernels/math/hd.hpp: integer and
+// exact double arithmetic only) so the CUDA dropout kernel draws the very
+// mask the host draws (kernels/math/dropout.hpp).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <string_view>
 
+#include "kernels/math/hd.hpp"
+
 namespace ftrain::rng {
 
-inline std::uint64_t mix64(std::uint64_t z) {
+FTRAIN_HD std::uint64_t mix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -30,12 +35,12 @@ inline std::uint64_t hash_name(std::string_view name) {
   return h;
 }
 
-inline std::uint64_t bits(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
+FTRAIN_HD std::uint64_t bits(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
   return mix64(mix64(seed ^ mix64(stream + 0x9e3779b97f4a7c15ull)) + index * 0x9e3779b97f4a7c15ull);
 }
 
 // Uniform in (0, 1): never exactly 0, so log() is safe.
-inline double uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
+FTRAIN_HD double uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
   return (static_cast<double>(bits(seed, stream, index) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
-#include "kernels/dropout_mask.hpp"
+#include "kernels/math/dropout.hpp"
 #include "kernels/ops.hpp"
 #include "plugin/model.hpp"
 
@@ -54,7 +54,7 @@ std::string lora_b_name(const std::string& module) { return module + ".lora_B.we
 
 float dropout_factor(std::uint64_t seed, std::uint64_t stream, std::int64_t global_row, std::int64_t column,
                      std::int64_t width, float p) {
-  return kernels::dropout_factor(seed, stream, static_cast<std::uint64_t>(global_row * width + column), p);
+  return math::dropout_factor(seed, stream, math::dropout_mask_index(global_row, width, column), p);
 }
 
 bool adapted(const StepContext& ctx, int slot) { return ctx.lora != nullptr && ctx.lora->at(slot) != nullptr; }

@@ -28,19 +28,35 @@ namespace {
 
 // Ops whose CUDA kernel applies the shared per-element function with no
 // reduction: the same bits as the host are required.
-const std::set<std::string> kBitExact = {"add",           "add_inplace",       "scale_inplace",
-                                         "fill",          "cast",              "gelu_forward",
-                                         "gelu_backward", "swiglu_forward",    "swiglu_backward",
-                                         "adamw_update",  "adamw_update_guarded", "embedding_forward",
-                                         "embedding_backward"};
+const std::set<std::string> kBitExact = {"add",
+                                         "add_inplace",
+                                         "scale_inplace",
+                                         "fill",
+                                         "cast",
+                                         "gelu_forward",
+                                         "gelu_backward",
+                                         "swiglu_forward",
+                                         "swiglu_backward",
+                                         "adamw_update",
+                                         "adamw_update_guarded",
+                                         "embedding_forward",
+                                         "embedding_backward",
+                                         // copies (token_rows.hpp index math), add_value, and batch
+                                         // sums in the host's batch order; the host's dropout mask
+                                         "dropout",
+                                         "patchify_forward",
+                                         "patchify_backward",
+                                         "prepend_rows_forward",
+                                         "prepend_rows_backward",
+                                         "broadcast_add_forward",
+                                         "broadcast_add_backward",
+                                         "slice_rows_forward",
+                                         "slice_rows_backward"};
 // Ops (or parity cases) the CUDA backend does not run yet (share/doc/status.md):
 // the parity case of `cast` converts to fp8 too, the FP8 ops are issue 20's.
 // (Attention runs the reference kernel: its own odd-size cases are in
 // test_cuda_attention.cpp.)
-const std::set<std::string> kNotYet = {"dropout",           "patchify_forward",      "patchify_backward",
-                                       "prepend_rows_forward", "prepend_rows_backward", "broadcast_add_forward",
-                                       "broadcast_add_backward", "slice_rows_forward",  "slice_rows_backward",
-                                       "cast"};
+const std::set<std::string> kNotYet = {"cast"};
 // Checked in test_cuda_fp8.cpp on shapes cuBLASLt's FP8 GEMMs take (multiples
 // of 16, transposed copies from the cast); the parity cases' 12 x 16 x 10 are not.
 const std::set<std::string> kCheckedInFp8Test = {"fp8_linear_forward", "fp8_linear_backward"};
@@ -185,6 +201,42 @@ std::vector<ParityCase> odd_size_cases() {
                  Tensor frozen_dh = zeros(ctx, {N, C}), no_dw;
                  ops::cross_entropy_backward(ctx, h, w, nullptr, t, lse, scale, 7, frozen_dh, no_dw, nullptr);
                  return ParityOutputs{{losses, lse, dh, dw, frozen_dh}, {}};
+               }});
+  // The ViT row ops and dropout past a block, with mixed storage: a
+  // 3-channel image of 5 x 7 patches of 3 x 3 (27 columns), 197 = 1 + 196
+  // rows of width 77 (the class token and patch rows of a ViT at a width
+  // that is no multiple of a warp), bf16 everywhere it is allowed.
+  c.push_back({"patchify fwd/bwd (3 x 15 x 21 x 3 image, patch 3, bf16 patches)", [](ExecutionContext& ctx,
+                                                                                       std::uint64_t s) {
+                 Tensor img = random(ctx, {3, 15, 21, 3}, s), p = zeros(ctx, {3 * 35, 27}, DType::bf16);
+                 ops::patchify_forward(ctx, img, 3, p);
+                 Tensor dp = random(ctx, {3 * 35, 27}, s + 1), dimg = random(ctx, {3, 15, 21, 3}, s + 2, DType::bf16);
+                 ops::patchify_backward(ctx, dp, 3, dimg);
+                 return ParityOutputs{{p, dimg}, {}};
+               }});
+  c.push_back({"prepend/broadcast/slice rows (5 x 196 -> 197 x 77, bf16)", [](ExecutionContext& ctx,
+                                                                              std::uint64_t s) {
+                 const std::int64_t B = 5, N = 196, T = 197, C = 77;
+                 Tensor cls = random(ctx, {1, C}, s, DType::bf16), x = random(ctx, {B, N, C}, s + 1, DType::bf16);
+                 Tensor seq = zeros(ctx, {B, T, C}, DType::bf16), pos = random(ctx, {T, C}, s + 2);
+                 ops::prepend_rows_forward(ctx, cls, x, seq);
+                 ops::broadcast_add_forward(ctx, seq, pos, seq);
+                 Tensor head = zeros(ctx, {B, 1, C});
+                 ops::slice_rows_forward(ctx, seq, 0, head);
+                 Tensor dhead = random(ctx, {B, 1, C}, s + 3), dseq = random(ctx, {B, T, C}, s + 4, DType::bf16);
+                 ops::slice_rows_backward(ctx, dhead, 0, dseq);
+                 Tensor dpos = random(ctx, {T, C}, s + 5, DType::bf16);
+                 ops::broadcast_add_backward(ctx, dseq, dpos);
+                 Tensor dcls = random(ctx, {1, C}, s + 6), dx = zeros(ctx, {B, N, C});
+                 ops::prepend_rows_backward(ctx, dseq, dcls, dx);
+                 return ParityOutputs{{seq, head, dseq, dpos, dcls, dx}, {}};
+               }});
+  c.push_back({"dropout (LoRA rows 1000.. of width 4099, bf16, in place)", [](ExecutionContext& ctx,
+                                                                             std::uint64_t s) {
+                 Tensor x = random(ctx, {13, 4099}, s, DType::bf16), y = zeros(ctx, {13, 4099});
+                 ops::dropout(ctx, x, 0.1f, s, 3, 1000, y);
+                 ops::dropout(ctx, x, 0.5f, s, 4, 7, x);
+                 return ParityOutputs{{y, x}, {}};
                }});
   return c;
 }

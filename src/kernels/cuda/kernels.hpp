@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/math/adamw.hpp"
+#include "kernels/math/token_rows.hpp"
 
 namespace ftrain::cuda {
 
@@ -139,5 +140,34 @@ void launch_embedding_forward(const std::int32_t* tokens, std::int64_t n_tokens,
 void launch_embedding_backward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan dout,
                                std::int64_t vocab, std::int64_t width, FloatSpan dtable, long long* first_bad_row,
                                cudaStream_t stream);
+
+// token_rows.cu: the ViT row ops (kernels/math/token_rows.hpp's index
+// math, math::add_value, math::batch_sum_step), each tensor f32 or bf16 on
+// its own; one thread per output element (row_copy_launch), batch sums one
+// thread per column in batch order (batch_sum_launch).
+// patches[g.rows(), g.cols()] <-> images [B, H, W, C].
+void launch_patchify_forward(FloatSpan images, math::PatchGeometry g, FloatSpan patches, cudaStream_t stream);
+void launch_patchify_backward(FloatSpan dpatches, math::PatchGeometry g, FloatSpan dimages, cudaStream_t stream);
+// out [B, R + N, C] = prefix [R, C] rows then x [B, N, C] rows per item.
+void launch_prepend_rows_forward(FloatSpan prefix, FloatSpan x, FloatSpan out, std::int64_t batch,
+                                 std::int64_t prefix_rows, std::int64_t rows, std::int64_t width, cudaStream_t stream);
+// dx [B, N, C] = rows R.. of dout [B, R + N, C] (dprefix: launch_batch_sum_accumulate).
+void launch_prepend_rows_dx(FloatSpan dout, FloatSpan dx, std::int64_t batch, std::int64_t prefix_rows,
+                            std::int64_t rows, std::int64_t width, cudaStream_t stream);
+// out [B, R, C] = x + bias [R, C] (out may alias x).
+void launch_broadcast_add_forward(FloatSpan x, FloatSpan bias, FloatSpan out, std::int64_t batch, std::int64_t rows,
+                                  std::int64_t width, cudaStream_t stream);
+// acc[e] += sum over b < batch (in order) of src[b * stride + e], e < n.
+void launch_batch_sum_accumulate(FloatSpan src, std::int64_t batch, std::int64_t stride, FloatSpan acc,
+                                 std::int64_t n, cudaStream_t stream);
+// out [B, R, C] = rows first.. of x [B, T, C]; dx = dout there, 0 elsewhere.
+void launch_slice_rows_forward(FloatSpan x, std::int64_t first, FloatSpan out, std::int64_t batch,
+                               std::int64_t count, std::int64_t total, std::int64_t width, cudaStream_t stream);
+void launch_slice_rows_backward(FloatSpan dout, std::int64_t first, FloatSpan dx, std::int64_t batch,
+                                std::int64_t count, std::int64_t total, std::int64_t width, cudaStream_t stream);
+
+// dropout.cu: math::dropout_value / dropout_mask_index (y may alias x).
+void launch_dropout(FloatSpan x, float p, std::uint64_t seed, std::uint64_t mask_stream, std::int64_t first_row,
+                    std::int64_t width, FloatSpan y, std::int64_t n, cudaStream_t stream);
 
 }  // namespace ftrain::cuda

@@ -2,7 +2,8 @@
 // CUDA-specific part of an elementwise or per-row op; the arithmetic is in
 // kernels/math/*.hpp):
 //  * launch_elementwise(n, stream, body): one grid-stride loop calling
-//    body(i) for i in [0, n), configured by launch_config.hpp;
+//    body(i) for i in [0, n), configured by launch_config.hpp
+//    (launch_grid_stride: the same loop with a given configuration);
 //  * block_sum(value, scratch) / block_max: a warp-shuffle tree then a tree
 //    over the block's warps, in a fixed order (deterministic for a given
 //    block size);
@@ -39,14 +40,20 @@ __global__ void grid_stride_kernel(std::int64_t n, Body body) {
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) body(i);
 }
 
-// body(i) for every i < n on `stream`; errors of the launch are thrown
+// body(i) for every i < n on `stream` with the grid and block of `c` (a
+// launch_config.hpp function's result); errors of the launch are thrown
 // naming `what` (ftrain::Error with file:line).
 template <class Body>
-void launch_elementwise(const char* what, std::int64_t n, cudaStream_t stream, Body body) {
+void launch_grid_stride(const char* what, const LaunchConfig& c, std::int64_t n, cudaStream_t stream, Body body) {
   if (n <= 0) return;
-  const LaunchConfig c = elementwise_launch(n);
   grid_stride_kernel<<<static_cast<unsigned>(c.grid_x), static_cast<unsigned>(c.block), 0, stream>>>(n, body);
   FTRAIN_CUDA_CHECK_LAUNCH(what);
+}
+
+// The same with elementwise_launch(n).
+template <class Body>
+void launch_elementwise(const char* what, std::int64_t n, cudaStream_t stream, Body body) {
+  launch_grid_stride(what, elementwise_launch(n), n, stream, body);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -13,7 +13,12 @@
 //  * cross_entropy_chunk: one block per row of a logits chunk (a per-row
 //    launch over the chunk's width, one reduction slot per warp shared by its
 //    block max and block sum); its per-logit backward is element-wise over
-//    rows x chunk.
+//    rows x chunk;
+//  * token_rows (token_rows.cu, dropout.cu): the ViT row ops and dropout are
+//    grid-stride loops over their output elements (row_copy_launch); the
+//    batch sums of their backward passes run one thread per output column,
+//    each adding the batch items in order (batch_sum_launch: no atomics,
+//    the same bits every run).
 #pragma once
 
 #include <algorithm>
@@ -105,6 +110,18 @@ inline std::int64_t cross_entropy_chunk_width(std::int64_t vocab, std::int64_t v
 inline LaunchConfig cross_entropy_chunk_launch(std::int64_t rows, std::int64_t chunk_width,
                                                const DeviceLimits& limits = kSm90Limits) {
   return per_row_launch(rows, chunk_width, 1, limits);
+}
+
+// patchify, prepend_rows, broadcast_add, slice_rows (forward and the
+// copies of their backward) and dropout: one thread per element of the
+// [rows, width] output, grid-stride.
+inline LaunchConfig row_copy_launch(std::int64_t rows, std::int64_t width, const DeviceLimits& limits = kSm90Limits) {
+  return elementwise_launch(rows * width, limits);
+}
+
+// dprefix / dbias: one thread per column of the summed [columns] slice.
+inline LaunchConfig batch_sum_launch(std::int64_t columns, const DeviceLimits& limits = kSm90Limits) {
+  return elementwise_launch(columns, limits);
 }
 
 }  // namespace ftrain::cuda

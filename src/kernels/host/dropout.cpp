@@ -1,4 +1,5 @@
-// Host dropout (ops.hpp): y = x * mask, mask from kernels/dropout_mask.hpp.
+// Host dropout (ops.hpp): y = x * mask, mask and product from kernels/math/dropout.hpp
+// (the CUDA kernel calls the same functions).
 //
 // Conventions: x and y are [..., C] float tensors (f32 or bf16) with the same
 // numel; element e of the tensor has mask index first_row * C + e, so a rank
@@ -7,7 +8,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "core/error.hpp"
-#include "kernels/dropout_mask.hpp"
+#include "kernels/math/dropout.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
 
@@ -21,13 +22,12 @@ void dropout(const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream,
   FT_CHECK(p >= 0.0f && p < 1.0f) << op << ": p = " << p << " is outside [0, 1)";
   FT_CHECK(x.ndim() >= 1 && first_row >= 0) << op << ": x " << x.describe() << " first_row " << first_row;
   const std::int64_t width = x.dim(x.ndim() - 1);
-  const auto base = static_cast<std::uint64_t>(first_row) * static_cast<std::uint64_t>(width);
   const Tensor tx = x, ty = y;
   spans::for_each_chunk("ftrain::dropout", x.numel(), [=](std::int64_t begin, std::int64_t n) {
     const float* in = spans::read_f32(tx, begin, n, spans::thread_scratch(0, n));
     float* o = spans::write_f32_begin(ty, begin, spans::thread_scratch(1, n));
     for (std::int64_t i = 0; i < n; ++i)
-      o[i] = in[i] * kernels::dropout_factor(seed, stream, base + static_cast<std::uint64_t>(begin + i), p);
+      o[i] = math::dropout_value(in[i], seed, stream, math::dropout_mask_index(first_row, width, begin + i), p);
     spans::write_f32_end(ty, begin, n, o);
   });
 }

@@ -13,6 +13,10 @@
 // same-dtype copy is exact. Reductions over the batch (the prefix and bias
 // gradients) sum in f32 in batch order, one element per iteration: no races
 // and results independent of the thread count.
+//
+// The index math (which source row or pixel each output element copies) and
+// the batch-order sum step are kernels/math/token_rows.hpp's, the functions
+// the CUDA kernels (kernels/cuda/token_rows.cu) call too.
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <type_traits>
@@ -20,6 +24,7 @@
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/math/token_rows.hpp"
 
 namespace ftrain::host {
 
@@ -73,7 +78,7 @@ void accumulate_batch_sum(const char* kernel, const Tensor& src, std::int64_t ba
     std::fill(sum, sum + len, 0.0f);
     for (std::int64_t b = 0; b < batch; ++b) {
       const float* row = spans::read_f32(tsrc, b * stride + offset + begin, len, spans::thread_scratch(0, len));
-      for (std::int64_t i = 0; i < len; ++i) sum[i] += row[i];
+      for (std::int64_t i = 0; i < len; ++i) sum[i] = math::batch_sum_step(sum[i], row[i]);
     }
     spans::accumulate_f32(tdst, begin, len, sum);
   });
@@ -81,9 +86,7 @@ void accumulate_batch_sum(const char* kernel, const Tensor& src, std::int64_t ba
 
 // ---- patches ---------------------------------------------------------------------
 
-struct PatchDims {
-  std::int64_t b, h, w, cin, p, gh, gw, rows, cols;
-};
+using PatchDims = math::PatchGeometry;
 
 PatchDims check_patches(const char* op, const Tensor& images, const char* images_role, std::int64_t patch_size,
                         const Tensor& patches, const char* patches_role) {
@@ -92,31 +95,14 @@ PatchDims check_patches(const char* op, const Tensor& images, const char* images
   FT_CHECK(images.ndim() == 4) << op << ": " << images_role << " " << images.describe()
                                << " must be [B, H, W, C] (channels last)";
   FT_CHECK(patch_size > 0) << op << ": patch_size " << patch_size << " must be positive";
-  PatchDims d{};
-  d.b = images.dim(0);
-  d.h = images.dim(1);
-  d.w = images.dim(2);
-  d.cin = images.dim(3);
-  d.p = patch_size;
-  FT_CHECK(d.h % d.p == 0 && d.w % d.p == 0)
-      << op << ": " << images_role << " " << images.describe() << " is not a whole number of " << d.p << "x" << d.p
-      << " patches";
-  d.gh = d.h / d.p;
-  d.gw = d.w / d.p;
-  d.rows = d.b * d.gh * d.gw;
-  d.cols = d.cin * d.p * d.p;
-  FT_CHECK(patches.ndim() == 2 && patches.dim(0) == d.rows && patches.dim(1) == d.cols)
-      << op << ": " << patches_role << " " << patches.describe() << " must be [" << d.rows << ", " << d.cols
+  const std::int64_t h = images.dim(1), w = images.dim(2), p = patch_size;
+  FT_CHECK(h % p == 0 && w % p == 0) << op << ": " << images_role << " " << images.describe()
+                                     << " is not a whole number of " << p << "x" << p << " patches";
+  const PatchDims d{images.dim(0), h, w, images.dim(3), p, h / p, w / p};
+  FT_CHECK(patches.ndim() == 2 && patches.dim(0) == d.rows() && patches.dim(1) == d.cols())
+      << op << ": " << patches_role << " " << patches.describe() << " must be [" << d.rows() << ", " << d.cols()
       << "] (B * patches per image, C * P * P) for " << images_role << " " << images.describe();
   return d;
-}
-
-// Element offset in the images of column k of patch row r.
-inline std::int64_t pixel_of(const PatchDims& d, std::int64_t r, std::int64_t k) {
-  const std::int64_t per_image = d.gh * d.gw;
-  const std::int64_t b = r / per_image, n = r % per_image, py = n / d.gw, px = n % d.gw;
-  const std::int64_t ch = k / (d.p * d.p), ky = (k / d.p) % d.p, kx = k % d.p;
-  return ((b * d.h + py * d.p + ky) * d.w + px * d.p + kx) * d.cin + ch;
 }
 
 template <class T>
@@ -141,10 +127,11 @@ template <class Image>
 void patchify_rows(const PatchDims d, const Tensor& images, const Tensor& patches) {
   const void* img = images.data();
   const Tensor tpatches = patches;
-  Kokkos::parallel_for("ftrain::patchify_forward", HostPolicy(0, d.rows), [=](std::int64_t r) {
-    float* row = spans::write_f32_begin(tpatches, r * d.cols, spans::thread_scratch(1, d.cols));
-    for (std::int64_t k = 0; k < d.cols; ++k) row[k] = load<Image>(img, pixel_of(d, r, k));
-    spans::write_f32_end(tpatches, r * d.cols, d.cols, row);
+  const std::int64_t cols = d.cols();
+  Kokkos::parallel_for("ftrain::patchify_forward", HostPolicy(0, d.rows()), [=](std::int64_t r) {
+    float* row = spans::write_f32_begin(tpatches, r * cols, spans::thread_scratch(1, cols));
+    for (std::int64_t k = 0; k < cols; ++k) row[k] = load<Image>(img, math::patch_pixel_offset(d, r, k));
+    spans::write_f32_end(tpatches, r * cols, cols, row);
   });
 }
 
@@ -153,9 +140,10 @@ void unpatchify_rows(const PatchDims d, const Tensor& dpatches, const Tensor& di
   void* img = dimages.data();
   const Tensor tpatches = dpatches;
   // Patches do not overlap: each pixel is written by exactly one row.
-  Kokkos::parallel_for("ftrain::patchify_backward", HostPolicy(0, d.rows), [=](std::int64_t r) {
-    const float* row = spans::read_f32(tpatches, r * d.cols, d.cols, spans::thread_scratch(0, d.cols));
-    for (std::int64_t k = 0; k < d.cols; ++k) store<Image>(img, pixel_of(d, r, k), row[k]);
+  const std::int64_t cols = d.cols();
+  Kokkos::parallel_for("ftrain::patchify_backward", HostPolicy(0, d.rows()), [=](std::int64_t r) {
+    const float* row = spans::read_f32(tpatches, r * cols, cols, spans::thread_scratch(0, cols));
+    for (std::int64_t k = 0; k < cols; ++k) store<Image>(img, math::patch_pixel_offset(d, r, k), row[k]);
   });
 }
 
@@ -187,12 +175,8 @@ void prepend_rows_forward(const Tensor& prefix, const Tensor& x, Tensor& out) {
   require_dims(op, out, "out", dout, {dx.batch, R + N, C});
   const Tensor tprefix = prefix, tx = x, tout = out;
   Kokkos::parallel_for("ftrain::prepend_rows_forward", HostPolicy(0, dx.batch * (R + N)), [=](std::int64_t r) {
-    const std::int64_t b = r / (R + N), t = r % (R + N);
-    if (t < R) {
-      copy_row(tprefix, t * C, tout, r * C, C);
-    } else {
-      copy_row(tx, (b * N + t - R) * C, tout, r * C, C);
-    }
+    const math::RowSource src = math::prepend_rows_source(r, R, N);
+    copy_row(src.from_prefix ? tprefix : tx, src.row * C, tout, r * C, C);
   });
 }
 
@@ -204,13 +188,12 @@ void prepend_rows_backward(const Tensor& dout, Tensor& dprefix, Tensor& dx) {
   FT_CHECK(R >= 0) << op << ": dx " << dx.describe() << " has more rows than dout " << dout.describe();
   require_dims(op, dx, "dx", dxd, {dd.batch, dd.rows - R, C});
   require_2d(op, dprefix, "dprefix", R, C);
-  const std::int64_t T = dd.rows, N = dxd.rows;
+  const std::int64_t T = dd.rows, N = dxd.rows;  // T = R + N
   // Row t < R of every image feeds the same prefix row: dprefix[t] += sum_b dout[b, t].
   if (R > 0) accumulate_batch_sum("ftrain::prepend_rows_backward::prefix", dout, dd.batch, T * C, 0, dprefix, R * C);
   const Tensor tdout = dout, tdx = dx;
   Kokkos::parallel_for("ftrain::prepend_rows_backward::rows", HostPolicy(0, dd.batch * N), [=](std::int64_t r) {
-    const std::int64_t b = r / N, n = r % N;
-    copy_row(tdout, (b * T + R + n) * C, tdx, r * C, C);
+    copy_row(tdout, math::prepend_rows_dx_source(r, R, N) * C, tdx, r * C, C);
   });
 }
 
@@ -226,9 +209,9 @@ void broadcast_add_forward(const Tensor& x, const Tensor& bias, Tensor& out) {
   const Tensor tx = x, tbias = bias, tout = out;
   Kokkos::parallel_for("ftrain::broadcast_add_forward", HostPolicy(0, dx.batch * R), [=](std::int64_t r) {
     const float* a = spans::read_f32(tx, r * C, C, spans::thread_scratch(0, C));
-    const float* b = spans::read_f32(tbias, (r % R) * C, C, spans::thread_scratch(2, C));
+    const float* b = spans::read_f32(tbias, math::broadcast_bias_row(r, R) * C, C, spans::thread_scratch(2, C));
     float* o = spans::write_f32_begin(tout, r * C, spans::thread_scratch(1, C));
-    for (std::int64_t i = 0; i < C; ++i) o[i] = a[i] + b[i];
+    for (std::int64_t i = 0; i < C; ++i) o[i] = math::add_value(a[i], b[i]);
     spans::write_f32_end(tout, r * C, C, o);
   });
 }
@@ -260,8 +243,7 @@ void slice_rows_forward(const Tensor& x, std::int64_t first, Tensor& out) {
   const std::int64_t R = out.dim(1), T = d.rows, C = d.cols;
   const Tensor tx = x, tout = out;
   Kokkos::parallel_for("ftrain::slice_rows_forward", HostPolicy(0, d.batch * R), [=](std::int64_t r) {
-    const std::int64_t b = r / R, i = r % R;
-    copy_row(tx, (b * T + first + i) * C, tout, r * C, C);
+    copy_row(tx, math::slice_rows_source(r, first, R, T) * C, tout, r * C, C);
   });
 }
 
@@ -271,9 +253,9 @@ void slice_rows_backward(const Tensor& dout, std::int64_t first, Tensor& dx) {
   const std::int64_t R = dout.dim(1), T = d.rows, C = d.cols;
   const Tensor tdout = dout, tdx = dx;
   Kokkos::parallel_for("ftrain::slice_rows_backward", HostPolicy(0, d.batch * T), [=](std::int64_t r) {
-    const std::int64_t b = r / T, t = r % T;
-    if (t >= first && t < first + R) {
-      copy_row(tdout, (b * R + t - first) * C, tdx, r * C, C);
+    const std::int64_t src = math::slice_rows_dx_source(r, first, R, T);
+    if (src >= 0) {
+      copy_row(tdout, src * C, tdx, r * C, C);
     } else {
       zero_row(tdx, r * C, C);
     }

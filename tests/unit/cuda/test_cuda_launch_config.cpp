@@ -4,7 +4,9 @@
 // kernels use one block per row of a norm's width; element-wise kernels the
 // largest activation a preset makes at its longest sequence; the embedding
 // backward one block per token; the fused cross entropy one block per row of
-// a vocabulary chunk (Llama 3's 128256 included).
+// a vocabulary chunk (Llama 3's 128256 included); the ViT row ops and
+// dropout (token_rows.cu, dropout.cu) at every ViT preset's image size and
+// at 384 rounded up to whole patches (fine-tuning resolution).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -65,6 +67,52 @@ void check_presets(const std::string& dir, const std::string& plugin) {
 
 TEST(CudaLaunchConfig, LlamaPresetsFitSm90) { check_presets(FTRAIN_TEST_LLAMA_PLUGIN_DIR, "llama"); }
 TEST(CudaLaunchConfig, VitPresetsFitSm90) { check_presets(FTRAIN_TEST_VIT_PLUGIN_DIR, "vit"); }
+
+// patchify (rows of C * P * P), the class token prepended, the position
+// embedding added, the class token sliced back out, and their backward
+// copies: one thread per element; dprefix / dbias: one thread per column of
+// [T, D] or [1, D]; LoRA / MLP dropout over [B * T, D] and [B * T, mlp].
+TEST(CudaLaunchConfig, VitRowOpsAndDropoutFitSm90) {
+  const std::string dir = FTRAIN_TEST_VIT_PLUGIN_DIR;
+  for (const std::string& preset : PluginLoader({dir}).load("vit")->presets()) {
+    // The preset's image size, then a fine-tuning size: 384 rounded up to
+    // whole patches (384 for /16, 392 for /14).
+    const std::int64_t preset_patch =
+        std::stoll(PluginLoader({dir}).create_model("vit", preset, {})->config().at("patch_size"));
+    for (std::int64_t image_size : {std::int64_t{0}, (384 + preset_patch - 1) / preset_patch * preset_patch}) {
+      ModelOverrides overrides;
+      if (image_size > 0) overrides.emplace_back("image_size", std::to_string(image_size));
+      ModelHandle model = PluginLoader({dir}).create_model("vit", preset, overrides);
+      const auto config = model->config();
+      auto number = [&](const char* key) { return std::stoll(config.at(key)); };
+      const std::int64_t image = number("image_size"), patch = number("patch_size"),
+                         channels = number("num_channels"), width = number("embed_dim"), mlp = number("mlp_dim");
+      const std::int64_t patches = (image / patch) * (image / patch), tokens = patches + 1;
+      ASSERT_EQ(patches, number("num_patches")) << preset << " at " << image;
+      for (std::int64_t batch : {std::int64_t{1}, std::int64_t{3}, std::int64_t{256}, std::int64_t{4096}}) {
+        const std::string at = "vit " + preset + " image " + std::to_string(image) + " batch " + std::to_string(batch);
+        check(row_copy_launch(batch * patches, channels * patch * patch), "patchify " + at);
+        check(row_copy_launch(batch * tokens, width), "prepend / broadcast add / slice backward " + at);
+        check(row_copy_launch(batch * patches, width), "prepend backward dx " + at);
+        check(row_copy_launch(batch, width), "slice forward (class token) " + at);
+        check(batch_sum_launch(tokens * width), "broadcast add backward dbias " + at);
+        check(batch_sum_launch(width), "prepend backward dprefix " + at);
+        check(row_copy_launch(batch * tokens, width), "dropout " + at);
+        check(row_copy_launch(batch * tokens, mlp), "dropout (mlp width) " + at);
+      }
+    }
+  }
+}
+
+TEST(CudaLaunchConfig, RowOpsCoverTheirElements) {
+  // vit-b16 at 224: dbias [197, 768] one thread per column, 591 blocks of 256.
+  const LaunchConfig sums = batch_sum_launch(197 * 768);
+  EXPECT_EQ(sums.block, 256);
+  EXPECT_EQ(sums.grid_x, (197 * 768 + 255) / 256);
+  // A large copy is capped and strides; a tiny one has one block.
+  EXPECT_EQ(row_copy_launch(4096 * 257, 1280).grid_x, kSm90Limits.multiprocessors * kElementwiseBlocksPerSm);
+  EXPECT_EQ(row_copy_launch(1, 3).grid_x, 1);
+}
 
 TEST(CudaLaunchConfig, TheLimitCheckCanFail) {
   LaunchConfig c = per_row_launch(10, 4096, 1);
