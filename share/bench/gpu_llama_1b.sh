@@ -21,7 +21,7 @@ echo "device:  $(nvidia-smi --query-gpu=name,driver_version,memory.total --forma
 echo "peak:    $GPU_PEAK_TFLOPS TFLOP/s dense bf16 (H100 SXM datasheet unless FTRAIN_PEAK_TFLOPS says otherwise)"
 echo "model:   Llama 3.2 1B (preset llama3.2-1b), seq $seq, $micro sequence(s) per step, bf16 autocast, AdamW"
 
-data=$(bench_corpus 128256 $(( (steps + 1) * micro * (seq + 1) + 1 )))
+data=$(bench_corpus 65536 $(( (steps + 1) * micro * (seq + 1) + 1 )))
 run="$WORK/llama1b_cuda"
 cat > "$run.in" <<DECK
 device cuda

@@ -38,6 +38,7 @@ STEPS=(
   "memcheck of the NCCL communicator at np 1|FTRAIN_TEST_DEVICE_COMM=nccl compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_device_comm"
   "benchmark: attention alone vs PyTorch SDPA, fwd+bwd TFLOP/s|bash $FTRAIN_ROOT/share/bench/gpu_attention.sh"
   "benchmark: Llama 3.2 1B seq 4096 bf16 vs PyTorch (eager, torch.compile), tokens/s and MFU|bash $FTRAIN_ROOT/share/bench/gpu_llama_1b.sh"
+  "benchmark: FSDP communication hidden behind compute (NCCL np 1, staged np 2) and --check memory plan vs measured device peak|bash $FTRAIN_ROOT/share/bench/gpu_fsdp_overlap.sh"
   "FP8 GEMM vs torch._scaled_mm (share/bench)|FTRAIN_BUILD_DIR=$FTRAIN_BUILD_DIR bash share/bench/fp8_gemm_vs_torch.sh 50"
   "ViT-H/14 FP8 vs BF16 images/s (share/bench)|FTRAIN_BUILD_DIR=$FTRAIN_BUILD_DIR bash share/bench/vit_huge_fp8_gpu.sh 20 32"
 )
@@ -45,8 +46,6 @@ STEPS=(
 # as still open.
 PENDING=(
   "kill one rank of a GPU run (SIGKILL): the job ends within 60 s; stall one rank: the NCCL watchdog (ncclCommAbort, MPI_Abort) ends it within collective_timeout + 10 s naming rank, collective and unit"
-  "communication hidden behind compute on the GPU: CUDA events timed on the compute and communication streams over a step (Llama 3.2 1B shape)"
-  "memory report: per-rank device memory after load and peak in the step, next to the --check plan"
 )
 
 no_gpu_reason="$(gpu_unavailable_reason "$FTRAIN_BUILD_DIR")"

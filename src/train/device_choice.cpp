@@ -13,8 +13,8 @@ namespace ftrain {
 
 namespace {
 constexpr const char* kAutoStaysOnHost =
-    "`auto` stays on the host while the CUDA backend lacks kernels for some ops (their entries throw naming "
-    "them; share/doc/status.md); `device cuda` runs the engine on it";
+    "`auto` stays on the host until a GPU run has confirmed the CUDA backend (share/doc/gpu-runs/ has no "
+    "passing report yet; share/doc/decisions.md); `device cuda` runs the engine on it";
 
 // FTRAIN_CUDA_BACKEND naming a library: that library's registration decides
 // whether a device is usable (the real one probes the GPU itself; the
