@@ -53,10 +53,9 @@ const std::set<std::string> kBitExact = {"add",
                                          "slice_rows_forward",
                                          "slice_rows_backward"};
 // Ops (or parity cases) the CUDA backend does not run yet (share/doc/status.md):
-// the parity case of `cast` converts to fp8 too, the FP8 ops are issue 20's.
 // (Attention runs the reference kernel: its own odd-size cases are in
 // test_cuda_attention.cpp.)
-const std::set<std::string> kNotYet = {"cast"};
+const std::set<std::string> kNotYet = {};
 // Checked in test_cuda_fp8.cpp on shapes cuBLASLt's FP8 GEMMs take (multiples
 // of 16, transposed copies from the cast); the parity cases' 12 x 16 x 10 are not.
 const std::set<std::string> kCheckedInFp8Test = {"fp8_linear_forward", "fp8_linear_backward"};

@@ -1,8 +1,8 @@
 // The CUDA op table (cuda_ops.hpp). Argument checks mirror the host kernels'
 // (kernels/host/float_spans.hpp); the arithmetic is in the launchers
 // (kernels.hpp) and, below them, kernels/math/. Ops that still have no CUDA
-// kernel (casts from or to fp8; the FP8 ops are cuda_fp8_ops.cpp's) throw
-// naming themselves: share/doc/status.md lists them.
+// kernel would throw naming themselves (share/doc/status.md); every entry has
+// one now (the FP8 ops are cuda_fp8_ops.cpp's).
 #include "kernels/cuda/cuda_ops.hpp"
 
 #include <cstdint>
@@ -358,13 +358,6 @@ void gelu_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& dy, Gel
                        float_span(op, dx, "dx"), x.numel(), stream_of(ctx));
 }
 
-// ---- not yet on the GPU ------------------------------------------------------------
-
-[[noreturn]] void not_on_cuda_yet(const char* op, const Tensor& t, const char* what) {
-  FT_THROW() << op << " on " << t.describe() << ": the CUDA backend has no " << what
-             << " yet (issue 18; share/doc/status.md); run this model with `device host`";
-}
-
 // ---- attention (the reference kernel, the on-device oracle) ------------------------
 
 AttentionDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
@@ -560,20 +553,19 @@ void cast(ExecutionContext& ctx, const Tensor& src, Tensor& dst) {
       FTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_of(ctx)));
     return;
   }
-  // f32, bf16 and f16 (kernels/math/f16.hpp, shared with the host cast);
-  // fp8 casts wait for the shared FP8 functions (issue 20).
+  // f32, bf16, f16 (kernels/math/f16.hpp) and fp8, unscaled and saturating
+  // (kernels/math/fp8.hpp), the host cast's arithmetic.
   const auto element = [](DType t, CastElement& e) {
     switch (t) {
       case DType::f32: e = CastElement::f32; return true;
       case DType::bf16: e = CastElement::bf16; return true;
       case DType::f16: e = CastElement::f16; return true;
+      case DType::fp8_e4m3: e = CastElement::fp8_e4m3; return true;
+      case DType::fp8_e5m2: e = CastElement::fp8_e5m2; return true;
       default: return false;
     }
   };
   CastElement from{}, to{};
-  const bool fp8 = src.dtype() == DType::fp8_e4m3 || src.dtype() == DType::fp8_e5m2 ||
-                   dst.dtype() == DType::fp8_e4m3 || dst.dtype() == DType::fp8_e5m2;
-  if (fp8) not_on_cuda_yet(op, src, ("cast kernel to " + std::string(dtype_name(dst.dtype())) + " (fp8: issue 20)").c_str());
   FT_CHECK(element(src.dtype(), from) && element(dst.dtype(), to))
       << op << ": cannot convert " << src.describe() << " to " << dst.describe() << " (float dtypes only)";
   launch_cast_elements(src.data(), from, dst.data(), to, src.numel(), stream_of(ctx));

@@ -4,6 +4,7 @@
 // on the host.
 #include "kernels/cuda/launch.cuh"
 #include "kernels/math/f16.hpp"
+#include "kernels/math/fp8.hpp"
 #include "kernels/math/pointwise.hpp"
 
 namespace ftrain::cuda {
@@ -63,6 +64,8 @@ __device__ __forceinline__ float load_element(const void* p, CastElement t, std:
     case CastElement::f32: return static_cast<const float*>(p)[i];
     case CastElement::bf16: return math::bf16_bits_to_float(static_cast<const std::uint16_t*>(p)[i]);
     case CastElement::f16: return math::f16_bits_to_float(static_cast<const std::uint16_t*>(p)[i]);
+    case CastElement::fp8_e4m3: return math::fp8_decode(static_cast<const std::uint8_t*>(p)[i], math::kFp8E4m3);
+    case CastElement::fp8_e5m2: return math::fp8_decode(static_cast<const std::uint8_t*>(p)[i], math::kFp8E5m2);
   }
   return 0.0f;
 }
@@ -72,6 +75,9 @@ __device__ __forceinline__ void store_element(void* p, CastElement t, std::int64
     case CastElement::f32: static_cast<float*>(p)[i] = v; return;
     case CastElement::bf16: static_cast<std::uint16_t*>(p)[i] = math::float_to_bf16_bits(v); return;
     case CastElement::f16: static_cast<std::uint16_t*>(p)[i] = math::float_to_f16_bits(v); return;
+    // Unscaled and saturating, as the host cast (dtype.hpp; the same encoder: unit_kernels_test_fp8_math).
+    case CastElement::fp8_e4m3: static_cast<std::uint8_t*>(p)[i] = math::fp8_e4m3_bits(v); return;
+    case CastElement::fp8_e5m2: static_cast<std::uint8_t*>(p)[i] = math::fp8_e5m2_bits(v); return;
   }
 }
 
