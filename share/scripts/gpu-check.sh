@@ -45,7 +45,7 @@ STEPS=(
 # Not scripted yet (share/doc/status.md): listed so a GPU run reports them
 # as still open.
 PENDING=(
-  "kill one rank of a GPU run (SIGKILL): the job ends within 60 s; stall one rank: the NCCL watchdog (ncclCommAbort, MPI_Abort) ends it within collective_timeout + 10 s naming rank, collective and unit"
+  "stall one rank of an NCCL run: the watchdog (ncclCommAbort, MPI_Abort) ends it within collective_timeout + 10 s naming rank, collective and unit (the stall hook is in the MPI communicator only)"
 )
 
 no_gpu_reason="$(gpu_unavailable_reason "$FTRAIN_BUILD_DIR")"

@@ -37,9 +37,11 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))
@@ -167,6 +169,62 @@ def scenario_gpu(r):
                 "vit fp32 on the GPU vs host", 1e-3, 1e-2)
 
 
+def scenario_gpu_fsdp(r):
+    """Every FSDP strategy at np 2 on one device (issue 19) through the staged
+    communicator (NCCL refuses two ranks on one GPU) against the host; then a
+    rank killed with SIGKILL must end the device job within 60 s. On a GPU
+    (label gpu, skipped without one); with --sim-device the same harness runs
+    on the host (the simulated device adds `device_comm mpi` itself)."""
+    if not r.args.sim_device:
+        why_not = gpu_usable(r)
+        if why_not:
+            print("SKIP: no usable GPU: " + why_not)
+            sys.exit(77)
+    extra = "" if r.args.sim_device else "device_comm mpi\n"
+    for strategy, fsdp_extra in (("full_shard", ""), ("shard_grad_op", ""), ("no_shard", ""),
+                                 ("hybrid_shard", "shard_group_size 2")):
+        v = dict(micro=4, max_steps=8, strategy=strategy, fsdp_extra=fsdp_extra, forward_prefetch="on")
+        host = r.run(2, LLAMA_DECK, "host", f"fsdp_{strategy}_host", **v)
+        dev = r.run(2, LLAMA_DECK, "cuda", f"fsdp_{strategy}_device", extra, **v)
+        close_curve(host, dev, f"{strategy} np 2 on one device vs host", 1e-3, 1e-2)
+    # Kill one rank of a device run: mpirun must end the job, never hang.
+    v = dict(micro=4, max_steps=1000000)
+    run_dir = os.path.join(r.dir, "killed")
+    os.makedirs(run_dir, exist_ok=True)
+    deck = os.path.join(run_dir, "deck.in")
+    with open(deck, "w") as f:
+        comm = "device_comm mpi\n"
+        f.write(f"device cuda\n{comm}include {LLAMA_DECK}\n")
+    env = dict(os.environ)
+    cmd = r.mpirun + ["-np", "2"]
+    if r.args.sim_device:
+        env["FTRAIN_CUDA_BACKEND"] = r.args.sim_device
+        cmd += ["-x", "FTRAIN_CUDA_BACKEND"]
+    cmd += [r.args.ftrain, "-var", "data_dir", r.dir, "-var", "run_dir", run_dir, "-var", "micro", "4",
+            "-var", "max_steps", "1000000", "-var", "tag", "gpu_kill_test", deck]
+    log = open(os.path.join(run_dir, "out.log"), "w")
+    p = subprocess.Popen(cmd, cwd=r.dir, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while time.time() < deadline and "step " not in open(os.path.join(run_dir, "out.log")).read():
+        time.sleep(0.2)
+    ranks = subprocess.run(["pgrep", "-f", "--", "-var tag gpu_kill_test"], capture_output=True, text=True).stdout.split()
+    victims = [pid for pid in ranks if int(pid) != p.pid]
+    if not victims:
+        p.kill()
+        fail("kill one rank: no rank process found")
+    os.kill(int(victims[-1]), signal.SIGKILL)
+    start = time.time()
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        subprocess.run(["pkill", "-9", "-f", "--", "-var tag gpu_kill_test"])
+        fail("kill one rank: the device job still ran 60 s after a rank was killed")
+    if p.returncode == 0:
+        fail("kill one rank: the job exited 0 after losing a rank")
+    print(f"ok: kill one rank: the device job ended {time.time() - start:.1f} s after the SIGKILL (exit {p.returncode})")
+
+
 def same_file(a, b, what):
     if not filecmp.cmp(a, b, shallow=False):
         fail(f"{what}: {a} and {b} differ")
@@ -271,8 +329,9 @@ def main():
         subprocess.run([args.prep, "synthetic", "--out", "train.tok", "--tokens", "50000", "--vocab", "64",
                         "--seed", "7", "--eval-out", "eval.tok", "--eval-tokens", "4096"],
                        cwd=workdir, check=True, stdout=subprocess.DEVNULL)
-        if (args.scenario == "gpu") != (args.sim_device is None):
-            fail("--sim-device is needed by every scenario but gpu, which runs the real CUDA backend")
+        if args.scenario != "gpu_fsdp" and (args.scenario == "gpu") != (args.sim_device is None):
+            fail("--sim-device is needed by every scenario but gpu, which runs the real CUDA backend "
+                 "(gpu_fsdp: either)")
         r = Runner(args, workdir)
         if args.scenario == "llama_np1":
             scenario_llama(r, 1)
@@ -284,6 +343,8 @@ def main():
             scenario_checkpoint(r)
         elif args.scenario == "gpu":
             scenario_gpu(r)
+        elif args.scenario == "gpu_fsdp":
+            scenario_gpu_fsdp(r)
         else:
             fail("unknown scenario " + args.scenario)
         print(f"ok: {args.scenario}: {r.runs} runs")
