@@ -42,17 +42,6 @@ std::map<Fp8PlanKey, cublasLtMatmulAlgo_t>& algorithm_cache() {
   return cache;
 }
 
-struct Descriptors {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  ~Descriptors() {
-    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
-    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-    if (op != nullptr) cublasLtMatmulDescDestroy(op);
-  }
-};
-
 template <class T>
 void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attribute, const T& value) {
   FTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attribute, &value, sizeof value));
@@ -72,7 +61,7 @@ void execute_fp8_gemm_plan(ExecutionContext& ctx, const Fp8GemmPlan& plan, const
   auto handle = static_cast<cublasLtHandle_t>(blas.handle);
   auto stream = static_cast<cudaStream_t>(ctx.compute().native_handle());
 
-  Descriptors d;
+  LtDescriptors d;
   FTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set(d.op, CUBLASLT_MATMUL_DESC_TRANSA, p.transa == Transpose::none ? CUBLAS_OP_N : CUBLAS_OP_T);
   set(d.op, CUBLASLT_MATMUL_DESC_TRANSB, p.transb == Transpose::none ? CUBLAS_OP_N : CUBLAS_OP_T);

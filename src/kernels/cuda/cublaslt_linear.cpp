@@ -60,17 +60,6 @@ BlasState& blas_state(ExecutionContext& ctx) {
   return *static_cast<BlasState*>(libs.blas);
 }
 
-struct Descriptors {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  ~Descriptors() {
-    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
-    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-    if (op != nullptr) cublasLtMatmulDescDestroy(op);
-  }
-};
-
 }  // namespace
 
 BlasResources blas_resources(ExecutionContext& ctx) {
@@ -85,7 +74,7 @@ void execute_gemm_plan(ExecutionContext& ctx, const GemmPlan& plan, const GemmOp
   BlasState& state = blas_state(ctx);
   auto stream = static_cast<cudaStream_t>(ctx.compute().native_handle());
 
-  Descriptors d;
+  LtDescriptors d;
   FTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = operation(plan.transa), tb = operation(plan.transb);
   FTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));

@@ -4,6 +4,7 @@
 // a leading dimension.
 #pragma once
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -34,5 +35,20 @@ struct BlasResources {
   std::size_t workspace_bytes = 0;
 };
 BlasResources blas_resources(ExecutionContext& ctx);
+
+// One matmul's descriptors, destroyed with it (the BF16 and FP8 executors).
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  LtDescriptors() = default;
+  LtDescriptors(const LtDescriptors&) = delete;
+  LtDescriptors& operator=(const LtDescriptors&) = delete;
+  ~LtDescriptors() {
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+  }
+};
 
 }  // namespace ftrain::cuda

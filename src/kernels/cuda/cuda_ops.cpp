@@ -587,9 +587,9 @@ double sum_squares(ExecutionContext& ctx, const Tensor& x) {
   return total;
 }
 
-void adamw_update(ExecutionContext& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, std::int64_t step, float grad_scale) {
-  constexpr const char* op = "adamw_update";
+// AdamW's f32 operands of one size, and a step that bias correction can use.
+void require_adamw_operands(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m,
+                            const Tensor& v, std::int64_t step) {
   require_dtype(op, param, "param", DType::f32);
   require_dtype(op, grad, "grad", DType::f32);
   require_dtype(op, m, "m", DType::f32);
@@ -598,6 +598,12 @@ void adamw_update(ExecutionContext& ctx, Tensor& param, const Tensor& grad, Tens
   require_numel(op, m, "m", param.numel(), "same as param");
   require_numel(op, v, "v", param.numel(), "same as param");
   FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (bias correction) for param " << param.describe();
+}
+
+void adamw_update(ExecutionContext& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, std::int64_t step, float grad_scale) {
+  constexpr const char* op = "adamw_update";
+  require_adamw_operands(op, param, grad, m, v, step);
   launch_adamw(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(), v.data_as<float>(),
                math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale), param.numel(),
                stream_of(ctx));
@@ -634,14 +640,7 @@ void adamw_update_guarded(ExecutionContext& ctx, Tensor& param, const Tensor& gr
   constexpr const char* op = "adamw_update_guarded";
   require_scalar(op, grad_scale, "grad_scale", DType::f32);
   require_scalar(op, diverged_step, "diverged_step", DType::i64);
-  require_dtype(op, param, "param", DType::f32);
-  require_dtype(op, grad, "grad", DType::f32);
-  require_dtype(op, m, "m", DType::f32);
-  require_dtype(op, v, "v", DType::f32);
-  require_numel(op, grad, "grad", param.numel(), "same as param");
-  require_numel(op, m, "m", param.numel(), "same as param");
-  require_numel(op, v, "v", param.numel(), "same as param");
-  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (bias correction) for param " << param.describe();
+  require_adamw_operands(op, param, grad, m, v, step);
   // grad_scale 1 here: the kernel puts the device value in its place.
   launch_adamw_guarded(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(), v.data_as<float>(),
                        math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, 1.0f),
