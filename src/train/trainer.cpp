@@ -39,6 +39,7 @@
 #include "kernels/backend_registry.hpp"
 #include "kernels/blas_threads.hpp"
 #include "kernels/host/gemm.hpp"
+#include "kernels/host_isa.hpp"
 #include "optim/lr_schedule.hpp"
 #include "plugin/loader.hpp"
 #include "comm/device_communicator.hpp"
@@ -565,6 +566,7 @@ int Trainer::run() {
       << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(s.device_choice, c.attention_backend, s.blas_threads) << " | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "host GEMM: " << host::gemm::describe() << "\n";
+    h << "host kernels: built for " << host_isa::describe() << " (FTRAIN_HOST_ISA; results do not depend on it)\n";
     // Which communicator moves the buffers, never left implicit (device_comm).
     if (s.device_choice.device == Device::host)
       h << "comm: MPI on host buffers [device_comm " << c.device_comm << ": no effect on the host backend]";

@@ -120,7 +120,11 @@ inline void store4(float* p, f32x4 v) { std::memcpy(p, &v, sizeof v); }
 // Not under ThreadSanitizer: a clone's IFUNC resolver runs while the
 // dynamic loader relocates libftrain, before TSan's runtime is initialised,
 // and an instrumented resolver crashes there (the baseline ISA is used).
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && !defined(__SANITIZE_THREAD__)
+// Not when the whole file is already built for AVX2 or wider
+// (FTRAIN_HOST_ISA=native, cmake/FtrainHostIsa.cmake): nothing to gain, and
+// GCC 12 stops with an internal compiler error on such clones. The clones
+// compute the default's bits: the build forbids FMA contraction.
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && !defined(__SANITIZE_THREAD__) && !defined(__AVX2__)
 #define FTRAIN_ISA_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 #else
 #define FTRAIN_ISA_CLONES

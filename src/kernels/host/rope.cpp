@@ -7,10 +7,12 @@
 //
 // Conventions: x, y, dy, dx are [B, T, H, D]; inv_freq is f32 [D/2]. The angle
 // is the f32 product position * inv_freq[i], as HF computes it, and its
-// cos/sin are tabulated once per call for the T positions. Each pair (i, i+D/2)
+// cos/sin are tabulated for the T positions and kept per thread for reuse. Each pair (i, i+D/2)
 // is read before either element is written, so y may alias x (dx may alias dy).
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/error.hpp"
@@ -40,13 +42,20 @@ RopeDims check_rope(const char* op, const Tensor& in, const char* in_role, const
 }
 
 // cos/sin tables [T, D/2] for positions position_offset + t.
-void rope_tables(const Tensor& inv_freq, std::int64_t position_offset, std::int64_t time, std::int64_t half,
-                 std::vector<float>& cos_table, std::vector<float>& sin_table) {
-  cos_table.resize(static_cast<std::size_t>(time * half));
-  sin_table.resize(static_cast<std::size_t>(time * half));
-  const float* freq = static_cast<const float*>(inv_freq.data());
-  float* c = cos_table.data();
-  float* s = sin_table.data();
+struct RopeTables {
+  std::vector<float> inv_freq;  // the key: the frequencies' values, the offset, the length
+  std::int64_t position_offset = 0, time = 0;
+  std::vector<float> cos_table, sin_table;
+};
+
+void fill_rope_tables(RopeTables& tables) {
+  const std::int64_t half = static_cast<std::int64_t>(tables.inv_freq.size()), time = tables.time;
+  const std::int64_t position_offset = tables.position_offset;
+  tables.cos_table.resize(static_cast<std::size_t>(time * half));
+  tables.sin_table.resize(static_cast<std::size_t>(time * half));
+  const float* freq = tables.inv_freq.data();
+  float* c = tables.cos_table.data();
+  float* s = tables.sin_table.data();
   Kokkos::parallel_for("ftrain::rope::tables", spans::HostPolicy(0, time), [=](std::int64_t t) {
     for (std::int64_t i = 0; i < half; ++i) {
       const double angle = static_cast<double>(math::rope_angle(position_offset + t, freq[i]));
@@ -56,14 +65,45 @@ void rope_tables(const Tensor& inv_freq, std::int64_t position_offset, std::int6
   });
 }
 
+// The tables of the last few (frequencies, offset, length) this thread used:
+// every layer's forward and backward at one sequence length asks for the same
+// ones, and libm's cos/sin for them cost more than the rotation itself. Keyed
+// by the frequencies' values, not their address, so a freed and reused
+// buffer cannot return stale tables. Per thread: asynchronous host streams
+// run ops on worker threads, and a table is read while its op runs.
+const RopeTables& rope_tables(const Tensor& inv_freq, std::int64_t position_offset, std::int64_t time,
+                              std::int64_t half) {
+  constexpr std::size_t kCachedShapes = 4;
+  thread_local std::vector<RopeTables> cache;  // most recently used last
+  const float* freq = static_cast<const float*>(inv_freq.data());
+  for (std::size_t k = cache.size(); k-- > 0;) {
+    const RopeTables& entry = cache[k];
+    if (entry.position_offset == position_offset && entry.time == time &&
+        static_cast<std::int64_t>(entry.inv_freq.size()) == half &&
+        std::equal(entry.inv_freq.begin(), entry.inv_freq.end(), freq,
+                   [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; })) {
+      if (k + 1 != cache.size()) std::rotate(cache.begin() + static_cast<std::ptrdiff_t>(k),
+                                             cache.begin() + static_cast<std::ptrdiff_t>(k) + 1, cache.end());
+      return cache.back();
+    }
+  }
+  if (cache.size() == kCachedShapes) cache.erase(cache.begin());
+  RopeTables fresh;
+  fresh.inv_freq.assign(freq, freq + half);
+  fresh.position_offset = position_offset;
+  fresh.time = time;
+  fill_rope_tables(fresh);
+  cache.push_back(std::move(fresh));
+  return cache.back();
+}
+
 // out = R(direction * angle) in: direction +1 forward, -1 backward.
 void rope_apply(const char* kernel_name, const Tensor& in, const Tensor& inv_freq, std::int64_t position_offset,
                 const Tensor& out, float direction, const RopeDims& d) {
   const std::int64_t half = d.head_dim / 2;
-  std::vector<float> cos_table, sin_table;
-  rope_tables(inv_freq, position_offset, d.time, half, cos_table, sin_table);
-  const float* cos_base = cos_table.data();
-  const float* sin_base = sin_table.data();
+  const RopeTables& tables = rope_tables(inv_freq, position_offset, d.time, half);
+  const float* cos_base = tables.cos_table.data();
+  const float* sin_base = tables.sin_table.data();
   const std::int64_t row = d.heads * d.head_dim, time = d.time, heads = d.heads, head_dim = d.head_dim;
   Kokkos::parallel_for(kernel_name, spans::HostPolicy(0, d.batch * d.time), [=](std::int64_t bt) {
     const std::int64_t t = bt % time, offset = bt * row;
