@@ -240,9 +240,21 @@ TEST(AsyncStreams, NoSyncMatchesReducingEveryMicroStep) {
       EXPECT_NEAR(every.losses[i], deferred.losses[i], 1e-6 * std::abs(every.losses[i])) << c.name;
       EXPECT_NEAR(every.norms[i], deferred.norms[i], 1e-5 * std::abs(every.norms[i])) << c.name;
     }
+    // Masters: within 1% of one AdamW step (lr 1e-2). The two runs sum the
+    // micro-steps' gradients in another order; AdamW divides each gradient by
+    // its own running RMS, so an element whose gradient is near its rounding
+    // noise can move by a visible fraction of lr. A lost or doubled
+    // micro-step moves most elements by a large fraction of lr and the
+    // gradient norm by a third (checked above at 1e-5).
+    std::size_t beyond_1e5 = 0, compared = 0;
     for (std::size_t f = 0; f < every.masters.size(); ++f)
-      for (std::size_t i = 0; i < every.masters[f].size(); ++i)
-        ASSERT_NEAR(every.masters[f][i], deferred.masters[f][i], 1e-5) << c.name << " flat " << f << " element " << i;
+      for (std::size_t i = 0; i < every.masters[f].size(); ++i) {
+        ASSERT_NEAR(every.masters[f][i], deferred.masters[f][i], 1e-4) << c.name << " flat " << f << " element " << i;
+        beyond_1e5 += std::abs(every.masters[f][i] - deferred.masters[f][i]) > 1e-5 ? 1 : 0;
+        ++compared;
+      }
+    EXPECT_LT(beyond_1e5 * 1000, compared) << c.name << ": " << beyond_1e5 << " of " << compared
+                                           << " masters differ by more than 1e-5";
   }
 }
 

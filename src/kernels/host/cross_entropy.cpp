@@ -149,6 +149,35 @@ const float* chunk_logits(HeadOperands& ops, const Tensor& w, const Tensor* bias
   return w32;
 }
 
+// The chunk's max and its sum of softmax terms, each over kLanes
+// interleaved partial results folded in a fixed order: a loop the compiler
+// vectorises (a single running sum or max is a serial chain it may not
+// reorder), with the same result for every instruction set and thread count.
+constexpr std::int64_t kLanes = 16;
+
+float lane_max(const float* row, std::int64_t n) {
+  float lanes[kLanes];
+  for (float& lane : lanes) lane = kMinusInfinity;
+  std::int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (std::int64_t l = 0; l < kLanes; ++l) lanes[l] = math::running_max(lanes[l], row[c + l]);
+  for (; c < n; ++c) lanes[c % kLanes] = math::running_max(lanes[c % kLanes], row[c]);
+  float result = kMinusInfinity;
+  for (const float lane : lanes) result = math::running_max(result, lane);
+  return result;
+}
+
+float lane_sum_of_softmax_terms(const float* row, std::int64_t n, float row_max) {
+  float lanes[kLanes] = {};
+  std::int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (std::int64_t l = 0; l < kLanes; ++l) lanes[l] += math::softmax_term(row[c + l], row_max);
+  for (; c < n; ++c) lanes[c % kLanes] += math::softmax_term(row[c], row_max);
+  float result = 0.0f;
+  for (const float lane : lanes) result += lane;
+  return result;
+}
+
 }  // namespace
 
 void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
@@ -175,11 +204,8 @@ void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias,
     chunk_logits(operands, w, bias, s, v0, cs, chunk_data);
     Kokkos::parallel_for("ftrain::cross_entropy::forward_chunk", HostRange(0, N), [=](const std::int64_t i) {
       const float* row = chunk_data + i * cs;
-      float chunk_max = kMinusInfinity;
-      for (std::int64_t c = 0; c < cs; ++c) chunk_max = math::running_max(chunk_max, row[c]);
-      const float new_max = math::running_max(row_max[i], chunk_max);
-      float sum = 0.0f;
-      for (std::int64_t c = 0; c < cs; ++c) sum += math::softmax_term(row[c], new_max);
+      const float new_max = math::running_max(row_max[i], lane_max(row, cs));
+      const float sum = lane_sum_of_softmax_terms(row, cs, new_max);
       row_sum[i] = math::rescaled_running_sum(row_sum[i], row_max[i], new_max, sum);
       row_max[i] = new_max;
       const std::int64_t t = tgt[i];

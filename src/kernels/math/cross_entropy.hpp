@@ -5,12 +5,17 @@
 // gradient loss_scale * (softmax - onehot). The GEMMs around them are the
 // backend's (OpenBLAS/oneDNN, cuBLASLt).
 //
-// exp / log are libm's (hd.hpp): host libm and CUDA's differ by an ulp or
-// two, so a GPU check of this op uses a tolerance.
+// The per-logit exp is fast_math's (within 1.4 ulp, no libm): it vectorises
+// on the host, where libm's scalar expf cost more than the rest of the head
+// outside its GEMMs, and both backends compute the same bits for it. The
+// per-row exp and log (chunk rescaling, the lse) are libm's, which differs by
+// an ulp or two between host and CUDA, so a GPU check of this op uses a
+// tolerance.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/math/fast_math.hpp"
 #include "kernels/math/hd.hpp"
 
 namespace ftrain::math {
@@ -29,7 +34,7 @@ FTRAIN_HD bool cross_entropy_target_valid(std::int32_t target, std::int64_t voca
 // logit never replaces a number), written once for both backends.
 FTRAIN_HD float running_max(float a, float b) { return a < b ? b : a; }
 
-FTRAIN_HD float softmax_term(float logit, float row_max) { return libm_exp(logit - row_max); }
+FTRAIN_HD float softmax_term(float logit, float row_max) { return fast_math::exp_keeping_nan(logit - row_max); }
 
 // The running sum after the row's max moved from old_max to new_max and the
 // chunk's terms (taken against new_max) were added.
@@ -46,7 +51,7 @@ FTRAIN_HD float cross_entropy_loss(float lse, float target_logit, bool ignored) 
 // d(loss_scale * loss)/d logit without the one-hot part; the target column
 // then subtracts loss_scale (cross_entropy_target_correction).
 FTRAIN_HD float cross_entropy_dlogit(float logit, float lse, float loss_scale) {
-  return loss_scale * libm_exp(logit - lse);
+  return loss_scale * fast_math::exp_keeping_nan(logit - lse);
 }
 FTRAIN_HD float cross_entropy_target_correction(float dlogit, float loss_scale) { return dlogit - loss_scale; }
 

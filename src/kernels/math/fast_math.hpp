@@ -49,6 +49,17 @@ FTRAIN_HD float exp(float x) {
   return er * float_of(static_cast<std::uint32_t>(n_int + 127) << 23);
 }
 
+// exp that keeps a NaN argument NaN (exp maps it to e^+-87), for callers that
+// sum the results instead of multiplying them by x: cross entropy's softmax
+// terms, where a NaN logit must reach the loss. An integer select on the
+// bits, so the loop still vectorises.
+FTRAIN_HD float exp_keeping_nan(float x) {
+  const float e = fast_math::exp(x);
+  const std::uint32_t bits = bits_of(x);
+  const bool is_nan = (bits & 0x7fffffffu) > 0x7f800000u;
+  return float_of(is_nan ? bits : bits_of(e));
+}
+
 FTRAIN_HD float sigmoid(float x) { return 1.0f / (1.0f + fast_math::exp(-x)); }
 
 // tanh(x) = 1 - 2 / (exp(2x) + 1): saturates cleanly to +-1.

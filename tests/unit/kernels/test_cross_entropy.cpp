@@ -257,3 +257,18 @@ TEST_P(CrossEntropy, RejectsBadShapes) {
   Tensor short_losses = Tensor::empty({3}, DType::f32);
   EXPECT_THROW({ ops::cross_entropy_forward(backend_ctx(), h, w_ok, nullptr, t, 8, short_losses, lse); backend_synchronize(); }, Error);
 }
+
+TEST_P(CrossEntropy, NanLogitReachesTheLoss) {
+  // A NaN weight row makes column 5 NaN in every row, whatever the targets:
+  // the softmax terms are summed, so a NaN must survive the exp (a clamped
+  // fast exp would turn it into e^87 and hide the divergence).
+  const Case c{4, 8, 37, 8, false, DType::f32};
+  std::vector<double> h = stored(random_vector(32, 5), DType::f32), w = stored(random_vector(296, 6), DType::f32);
+  for (int k = 0; k < 8; ++k) w[5 * 8 + k] = std::nan("");
+  std::vector<std::int32_t> targets{0, 11, 36, 20};  // never column 5
+  Tensor losses = Tensor::empty({4}, DType::f32), lse = Tensor::empty({4}, DType::f32);
+  Tensor th = tensor_from({4, 8}, h), tw = tensor_from({37, 8}, w), tt = targets_tensor(targets);
+  ops::cross_entropy_forward(backend_ctx(), th, tw, nullptr, tt, 8, losses, lse);
+  backend_synchronize();
+  for (const double loss : to_doubles(losses)) EXPECT_TRUE(std::isnan(loss)) << "loss " << loss;
+}
