@@ -47,8 +47,8 @@ std::string host_backend_warning(const RunPlan& plan, const std::string& precisi
   const auto reasons = gpu_recipe_reasons(plan, precision, host);
   if (reasons.empty()) return "";
   std::ostringstream w;
-  w << "warning: this deck looks written for GPUs, but ftrain trains on the host backend (CPU) until a GPU backend "
-       "exists:";
+  w << "warning: this deck looks written for GPUs, but ftrain trains on the host backend (CPU) in this run "
+       "(`device cuda` runs the CUDA backend, not yet confirmed on a GPU: share/doc/status.md):";
   for (const auto& r : reasons) w << "\n  - " << r;
   if (host.peak_flops_per_rank > 0 && plan.world_size > 0) {
     const double step = plan.flops_per_step / (host.peak_flops_per_rank * plan.world_size);
