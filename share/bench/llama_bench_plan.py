@@ -9,7 +9,10 @@ tests/scripts/llama_bench_test.py runs all of it on the host.
   llama_bench_plan.py settings MODEL               "micro checkpointing" the benchmark uses
   llama_bench_plan.py memory MODEL [MICRO CKPT]    the memory arithmetic, printed
   llama_bench_plan.py deck MODEL PRECISION DATA RUN_DIR STEPS PEAK_TFLOPS [MICRO CKPT]
-  llama_bench_plan.py summary RESULTS.jsonl BF16_PEAK FP8_PEAK
+  llama_bench_plan.py ftrain-row MODEL PRECISION METRICS.jsonl LOG   one result row (JSON) from an ftrain run
+  llama_bench_plan.py pytorch-row MODEL PRECISION FRAMEWORK STDOUT   one from pytorch_llama_gpu.py's output
+  llama_bench_plan.py failed-row MODEL PRECISION FRAMEWORK REASON    a row that did not run
+  llama_bench_plan.py summary RESULTS.jsonl BF16_PEAK FP8_PEAK   (exit 1 when a row FAILED to run)
 
 MODEL is 1b or 3b (Llama 3.2, Hugging Face config.json values below; the
 same numbers as ftrain's presets llama3.2-1b / llama3.2-3b in
@@ -131,6 +134,45 @@ def deck(name, precision, data, run_dir, steps, peak_tflops, micro=None, checkpo
     return "\n".join(lines) + "\n"
 
 
+WARMUP_STEPS = 3  # steps left out of the means: the first ones build plans, caches and pools
+
+
+def ftrain_row(model, precision, metrics_lines, log_text):
+    """The row of an ftrain run: mean tokens/s over the steps after the warm-up (each step's tokens over
+    its step_time_s; metrics.jsonl's "tokens" is cumulative), ftrain's own MFU and attention kernel as a note."""
+    rows = [json.loads(line) for line in metrics_lines if '"loss"' in line]
+    steady = rows[WARMUP_STEPS:]
+    if not steady:
+        return failed_row(model, precision, "ftrain", f"only {len(rows)} logged steps, none after the "
+                          f"{WARMUP_STEPS} warm-up steps")
+    tokens_per_step = rows[0]["tokens"] / rows[0]["step"]
+    tps = tokens_per_step / (sum(r["step_time_s"] for r in steady) / len(steady))
+    mfu = sum(r["mfu"] for r in steady) / len(steady)
+    note = f"ftrain's own MFU {100 * mfu:.1f}%"
+    for line in log_text.splitlines():
+        if "attention_forward (" in line:
+            note += "; " + line.strip()[:160]
+            break
+    return {"model": model, "precision": precision, "framework": "ftrain", "tokens_per_s": tps, "note": note}
+
+
+def pytorch_row(model, precision, framework, stdout):
+    """The row of a pytorch_llama_gpu.py run from its last stdout line (JSON)."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    try:
+        j = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError) as e:
+        return failed_row(model, precision, framework, f"no JSON result line ({type(e).__name__})")
+    if "unavailable" in j:
+        return failed_row(model, precision, framework, f"UNAVAILABLE: {j['unavailable']}")
+    return {"model": model, "precision": precision, "framework": framework, "tokens_per_s": j["tokens_per_s"],
+            "note": f"peak memory {j['peak_memory_gib']:.1f} GiB; {j['baseline']}"}
+
+
+def failed_row(model, precision, framework, reason):
+    return {"model": model, "precision": precision, "framework": framework, "tokens_per_s": None, "note": reason}
+
+
 def _ratio_line(what, value, target, missing):
     if value is None:
         return f"  {what}: not measured ({missing}) -- target >= {target:g}x: NOT JUDGED"
@@ -212,9 +254,22 @@ def main(argv):
         extra = argv[8:10]
         sys.stdout.write(deck(name, precision, data, run_dir, int(steps), float(peak),
                               int(extra[0]) if extra else None, extra[1] if extra else None))
+    elif cmd == "ftrain-row":
+        with open(argv[4]) as metrics, open(argv[5], errors="replace") as log:
+            print(json.dumps(ftrain_row(argv[2], argv[3], metrics.readlines(), log.read())))
+    elif cmd == "pytorch-row":
+        print(json.dumps(pytorch_row(argv[2], argv[3], argv[4], open(argv[5]).read())))
+    elif cmd == "failed-row":
+        print(json.dumps(failed_row(*argv[2:6])))
     elif cmd == "summary":
         rows = [json.loads(line) for line in open(argv[2]) if line.strip()]
         print("\n".join(summary(rows, float(argv[3]), float(argv[4]))))
+        # A row that crashed fails the benchmark (gpu-check.sh reports it); one that was UNAVAILABLE (no FP8
+        # GEMMs in this torch or on this GPU) does not, and speed alone never does: PASS/FAIL above is the verdict.
+        failed = [r for r in rows if r.get("note", "").startswith("FAILED")]
+        if failed:
+            print(f"{len(failed)} row(s) FAILED to run: exit 1")
+            sys.exit(1)
     else:
         sys.exit(f"llama_bench_plan.py: unknown command {cmd!r}\n{__doc__}")
 

@@ -21,6 +21,7 @@ autograd Function's forward, dgrad and wgrad are checked on the CPU against
 the f32 products within FP8's rounding (else that part says it is skipped).
 """
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -92,6 +93,33 @@ def test_plan(a, plan):
             check(float(fit.group(1)) > need,
                   f"{what}: {fit.group(1)} GiB left >= the arithmetic's activations + logits {need:.1f} GiB")
 
+    # The rows the script collects: ftrain's from a real (tiny, host) run's metrics.jsonl, PyTorch's from
+    # pytorch_llama_gpu.py's JSON line, its "unavailable" line, and output that is no JSON at all.
+    tiny_data = os.path.join(a.workdir, "tiny.tok")
+    run([a.prep, "synthetic", "--out", tiny_data, "--tokens", "4000", "--vocab", "256", "--seed", "1"])
+    tiny_run = os.path.join(a.workdir, "tiny_run")
+    tiny_deck = os.path.join(a.workdir, "tiny.in")
+    with open(tiny_deck, "w") as f:
+        f.write("model llama preset tiny vocab_size 256\n"
+                f"data tokens {tiny_data}\nbatch micro 1 seq_len 32\nmax_steps 6\nlog every 1\nrun_dir {tiny_run}\n")
+    log = run([a.ftrain, tiny_deck], cwd=a.workdir)
+    metrics = open(os.path.join(tiny_run, "metrics.jsonl")).readlines()
+    row = plan.ftrain_row("1b", "bf16", metrics, log)
+    steps = [json.loads(line) for line in metrics if '"loss"' in line]
+    want = 32 / (sum(r["step_time_s"] for r in steps[3:]) / 3)  # steps 4-6, 32 tokens each
+    check(len(steps) == 6 and abs(row["tokens_per_s"] - want) <= 1e-9 * want,
+          f"ftrain row: tokens/s {row['tokens_per_s']:.1f} = 32 tokens / mean step time of steps 4-6")
+    check(plan.ftrain_row("1b", "bf16", metrics[:3], "")["tokens_per_s"] is None,
+          "ftrain row: a run with no step after the warm-up has no tokens/s")
+    good = json.dumps({"tokens_per_s": 51234.5, "peak_memory_gib": 40.25, "baseline": "torch 2.5 sdpa, eager"})
+    row = plan.pytorch_row("3b", "fp8", "pytorch eager", "compile chatter\n" + good + "\n")
+    check(row["tokens_per_s"] == 51234.5 and "peak memory 40.2 GiB; torch 2.5 sdpa, eager" in row["note"],
+          "pytorch row: tokens/s and note from the last JSON line")
+    row = plan.pytorch_row("3b", "fp8", "pytorch compiled", json.dumps({"unavailable": "no _scaled_mm"}))
+    check(row["tokens_per_s"] is None and row["note"] == "UNAVAILABLE: no _scaled_mm", "pytorch row: unavailable")
+    row = plan.pytorch_row("3b", "fp8", "pytorch compiled", "Traceback ...")
+    check(row["tokens_per_s"] is None and "no JSON result line" in row["note"], "pytorch row: no JSON")
+
     rows = [
         {"model": "1b", "precision": "bf16", "framework": "ftrain", "tokens_per_s": 62000.0, "note": ""},
         {"model": "1b", "precision": "fp8", "framework": "ftrain", "tokens_per_s": 74400.0, "note": ""},
@@ -112,6 +140,14 @@ def test_plan(a, plan):
     # fp8 MFU against the fp8 peak: 74400 x 9.025e9 / 1979e12 = 33.9%
     check(re.search(r"llama3.2-1b\s+fp8\s+ftrain\s+74400\s+671.5\s+33.9%", lines) is not None,
           "summary: fp8 MFU against the fp8 peak")
+    # The exit status: a row that crashed fails the benchmark, an UNAVAILABLE one or a missed target does not.
+    results = os.path.join(a.workdir, "results.jsonl")
+    for extra, want_rc in (([], 0), ([plan.failed_row("1b", "fp8", "pytorch eager", "FAILED: CUDA out of memory")], 1)):
+        with open(results, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows + extra)
+        rc = subprocess.run([sys.executable, plan.__file__, "summary", results, "989", "1979"],
+                            capture_output=True).returncode
+        check(rc == want_rc, f"summary exits {want_rc} with {len(extra)} FAILED row(s) (got {rc})")
 
 
 def test_torch(a, plan):
