@@ -68,7 +68,7 @@ gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 bf16_peak=$GPU_PEAK_TFLOPS
 if [[ -n "${FTRAIN_PEAK_TFLOPS_FP8:-}" ]]; then fp8_peak=$FTRAIN_PEAK_TFLOPS_FP8
 elif [[ -z "${FTRAIN_PEAK_TFLOPS:-}" && "$gpu_name" == *H100* ]]; then fp8_peak=1979
-else fp8_peak=$(python3 -c "print(2 * float('$bf16_peak'))"); fi
+else fp8_peak=$(python3 -c "print(f'{2 * float(\"$bf16_peak\"):g}')"); fi
 echo "device:  $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
 echo "command: FTRAIN_PEAK_TFLOPS=$bf16_peak FTRAIN_PEAK_TFLOPS_FP8=$fp8_peak BENCH_MODELS='$models' BENCH_PRECISIONS='$precisions' bash share/bench/gpu_llama.sh $steps"
 echo "peaks:   dense bf16 $bf16_peak, fp8 $fp8_peak TFLOP/s (H100 SXM datasheet unless overridden)"
