@@ -60,6 +60,8 @@ source "$here/gpu_common.sh"
 require_gpu "${FTRAIN_BUILD_DIR:-$here/../../build}" "gpu_llama.sh"
 source "$here/bench_common.sh"
 steps=${1:-12}
+# the means leave out 3 (ftrain) and 4 (PyTorch) warm-up steps
+(( steps >= 5 )) || { echo "gpu_llama.sh: steps $steps: at least 5 (4 warm-up steps are left out of the means)" >&2; exit 2; }
 models=${BENCH_MODELS:-1b 3b}
 precisions=${BENCH_PRECISIONS:-bf16 fp8}
 PY="${FTRAIN_BENCH_PYTHON:-python3}"
