@@ -37,7 +37,7 @@ STEPS=(
   "device communicators: NCCL at np 1, the staged communicator (device_comm mpi) at np 2 and 4 on one GPU (issue 19)|ctest --test-dir $FTRAIN_BUILD_DIR -R '^gpu_device_comm_' --output-on-failure"
   "memcheck of the NCCL communicator at np 1|FTRAIN_TEST_DEVICE_COMM=nccl compute-sanitizer --tool memcheck --error-exitcode 1 $FTRAIN_BUILD_DIR/tests/gpu/gpu_test_device_comm"
   "benchmark: attention alone vs PyTorch SDPA, fwd+bwd TFLOP/s|bash $FTRAIN_ROOT/share/bench/gpu_attention.sh"
-  "benchmark: Llama 3.2 1B seq 4096 bf16 vs PyTorch (eager, torch.compile), tokens/s and MFU|bash $FTRAIN_ROOT/share/bench/gpu_llama_1b.sh"
+  "benchmark: Llama 3.2 1B and 3B seq 4096, bf16 and fp8, vs PyTorch (eager, torch.compile), tokens/s, MFU and the issue-20 targets|bash $FTRAIN_ROOT/share/bench/gpu_llama.sh"
   "benchmark: FSDP communication hidden behind compute (NCCL np 1, staged np 2) and --check memory plan vs measured device peak|bash $FTRAIN_ROOT/share/bench/gpu_fsdp_overlap.sh"
   "FP8 GEMM vs torch._scaled_mm (share/bench)|FTRAIN_BUILD_DIR=$FTRAIN_BUILD_DIR bash share/bench/fp8_gemm_vs_torch.sh 50"
   "ViT-H/14 FP8 vs BF16 images/s (share/bench)|FTRAIN_BUILD_DIR=$FTRAIN_BUILD_DIR bash share/bench/vit_huge_fp8_gpu.sh 20 32"
