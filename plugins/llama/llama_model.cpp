@@ -16,10 +16,19 @@
 // through the shared FP8 linear (fp8/linear.hpp: fp8::LinearLayers, one
 // delayed-scaling state each, kept in the layer unit across steps);
 // embedding, norms, attention and lm_head stay in the compute dtype
-// (Transformer Engine's recipe for te.Linear layers).
+// (Transformer Engine's recipe for te.Linear layers). In the forward the
+// FP8 inputs come from fused ops, bit for bit the unfused norm / SwiGLU
+// followed by one cast per consumer: ops::rmsnorm_forward_fp8 writes xn1
+// and three FP8 copies of it (q, k and v each keep their own input scale and
+// amax history, so one shared copy would change the goldens; TE fuses q, k,
+// v into one GEMM with one scale instead), xn2 and two copies (gate, up);
+// ops::swiglu_forward_fp8 writes act and down_proj's copy. The backward's
+// recomputations stay unfused (the GPU's backward casts also write the
+// transposed copies, which the fused forward ops do not).
 #include "llama_model.hpp"
 
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
 #include "core/error.hpp"
@@ -144,14 +153,23 @@ class DecoderLayerUnit final : public Unit {
 
     Tensor xn1 = activation(ctx, {d.n, d.c});
     Tensor rstd1 = f32_tensor(ctx, {d.n});
-    ops::rmsnorm_forward(ctx.execution(), x, p[kInputNorm], eps, xn1, rstd1);
-
     Tensor q = activation(ctx, {d.n, d.hq * d.hd});
     Tensor k = activation(ctx, {d.n, d.hkv * d.hd});
     Tensor v = activation(ctx, {d.n, d.hkv * d.hd});
-    linear_forward(ctx, kQ, xn1, p[kQ], q);
-    linear_forward(ctx, kK, xn1, p[kK], k);
-    linear_forward(ctx, kV, xn1, p[kV], v);
+    if (ctx.fp8) {
+      // One pass: xn1 and its FP8 copies for q, k and v, each with that
+      // projection's own input scale and amax slot (see the header).
+      Fp8Casts qkv = input_casts(ctx, {kQ, kK, kV}, xn1.shape());
+      ops::rmsnorm_forward_fp8(ctx.execution(), x, p[kInputNorm], eps, xn1, rstd1, qkv);
+      linear_forward_cast(ctx, kQ, xn1, qkv.out[0], p[kQ], q);
+      linear_forward_cast(ctx, kK, xn1, qkv.out[1], p[kK], k);
+      linear_forward_cast(ctx, kV, xn1, qkv.out[2], p[kV], v);
+    } else {
+      ops::rmsnorm_forward(ctx.execution(), x, p[kInputNorm], eps, xn1, rstd1);
+      linear_forward(ctx, kQ, xn1, p[kQ], q);
+      linear_forward(ctx, kK, xn1, p[kK], k);
+      linear_forward(ctx, kV, xn1, p[kV], v);
+    }
     Tensor q4 = q.reshape({d.b, d.t, d.hq, d.hd});
     Tensor k4 = k.reshape({d.b, d.t, d.hkv, d.hd});
     Tensor v4 = v.reshape({d.b, d.t, d.hkv, d.hd});
@@ -168,15 +186,25 @@ class DecoderLayerUnit final : public Unit {
 
     Tensor xn2 = activation(ctx, {d.n, d.c});
     Tensor rstd2 = f32_tensor(ctx, {d.n});
-    ops::rmsnorm_forward(ctx.execution(), h1, p[kPostNorm], eps, xn2, rstd2);
     Tensor gate = activation(ctx, {d.n, d.i});
     Tensor up = activation(ctx, {d.n, d.i});
-    linear_forward(ctx, kGate, xn2, p[kGate], gate);
-    linear_forward(ctx, kUp, xn2, p[kUp], up);
     Tensor act = activation(ctx, {d.n, d.i});
-    ops::swiglu_forward(ctx.execution(), gate, up, act);
     Tensor y = activation(ctx, {d.n, d.c});
-    linear_forward(ctx, kDown, act, p[kDown], y);
+    if (ctx.fp8) {
+      Fp8Casts gate_up = input_casts(ctx, {kGate, kUp}, xn2.shape());
+      ops::rmsnorm_forward_fp8(ctx.execution(), h1, p[kPostNorm], eps, xn2, rstd2, gate_up);
+      linear_forward_cast(ctx, kGate, xn2, gate_up.out[0], p[kGate], gate);
+      linear_forward_cast(ctx, kUp, xn2, gate_up.out[1], p[kUp], up);
+      Fp8Tensor actq = linears_.input_cast(ctx, kDown, act.shape());
+      ops::swiglu_forward_fp8(ctx.execution(), gate, up, act, actq);
+      linear_forward_cast(ctx, kDown, act, actq, p[kDown], y);
+    } else {
+      ops::rmsnorm_forward(ctx.execution(), h1, p[kPostNorm], eps, xn2, rstd2);
+      linear_forward(ctx, kGate, xn2, p[kGate], gate);
+      linear_forward(ctx, kUp, xn2, p[kUp], up);
+      ops::swiglu_forward(ctx.execution(), gate, up, act);
+      linear_forward(ctx, kDown, act, p[kDown], y);
+    }
     ops::add(ctx.execution(), h1, y, y);
 
     cache.clear();
@@ -286,6 +314,19 @@ class DecoderLayerUnit final : public Unit {
   void linear_forward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, Tensor& y) {
     linears_.forward(ctx, weight, x, w, nullptr, y);
     lora::add_forward(ctx, weight, x, y);
+  }
+  // The same on an input a fused op already cast into xq (x: the activation
+  // it was cast from, which LoRA's adapter reads).
+  void linear_forward_cast(const StepContext& ctx, Param weight, const Tensor& x, const Fp8Tensor& xq,
+                           const Tensor& w, Tensor& y) {
+    linears_.forward_cast(ctx, weight, xq, w, nullptr, y);
+    lora::add_forward(ctx, weight, x, y);
+  }
+  // The FP8 input descriptors of projections reading one activation.
+  Fp8Casts input_casts(const StepContext& ctx, std::initializer_list<Param> weights, const Shape& shape) {
+    Fp8Casts casts;
+    for (Param weight : weights) casts.out[casts.count++] = linears_.input_cast(ctx, weight, shape);
+    return casts;
   }
   // dw is undefined when the base is frozen (LoRA): only dx is computed.
   void linear_backward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, const Tensor& dy,

@@ -44,11 +44,26 @@ Fp8Tensor weight_operand(ExecutionContext& exec, const Recipe& recipe, LinearSta
 }
 }  // namespace
 
+Fp8Tensor input_operand(const Recipe& recipe, const LinearState& state, bool record, const Shape& shape,
+                        Device device) {
+  FT_CHECK(state.defined()) << "fp8::input_operand: no FP8 state for this layer";
+  return state.operand(kInput, Tensor::empty(shape, recipe.forward_dtype(), device), record);
+}
+
 void linear_forward(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record, const Tensor& x,
                     const Tensor& w, const Tensor* b, Tensor& y) {
   FT_CHECK(state.defined()) << "fp8::linear_forward: no FP8 state for this layer";
-  Fp8Tensor xq = state.operand(kInput, fp8_data(x, recipe.forward_dtype()), record);
+  Fp8Tensor xq = input_operand(recipe, state, record, x.shape(), x.device());
   ops::cast_to_fp8(exec, x, xq);
+  linear_forward_cast(exec, recipe, state, record, xq, w, b, y);
+}
+
+void linear_forward_cast(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record,
+                         const Fp8Tensor& xq, const Tensor& w, const Tensor* b, Tensor& y) {
+  FT_CHECK(state.defined()) << "fp8::linear_forward: no FP8 state for this layer";
+  FT_CHECK(xq.data.dtype() == recipe.forward_dtype())
+      << "fp8::linear_forward_cast: input " << xq.data.describe() << " is not in the forward format "
+      << dtype_name(recipe.forward_dtype());
   const Fp8Tensor wq = weight_operand(exec, recipe, state, record, w, /*transposed_copy=*/false);
   ops::fp8_linear_forward(exec, xq, wq, b, y);
 }
@@ -94,6 +109,17 @@ void LinearLayers::forward(const StepContext& ctx, int layer, const Tensor& x, c
                                                << ": FP8 weight " << w.describe() << " outside precision fp8";
   if (!ctx.fp8) return ops::linear_forward(ctx.execution(), x, w, b, y);
   linear_forward(ctx.execution(), *ctx.fp8_recipe, state(ctx, layer), /*record=*/ctx.training, x, w, b, y);
+}
+
+Fp8Tensor LinearLayers::input_cast(const StepContext& ctx, int layer, const Shape& shape) {
+  FT_CHECK(ctx.fp8) << "linear layer index " << layer << ": an FP8 input cast outside precision fp8";
+  return input_operand(*ctx.fp8_recipe, state(ctx, layer), /*record=*/ctx.training, shape, ctx.device);
+}
+
+void LinearLayers::forward_cast(const StepContext& ctx, int layer, const Fp8Tensor& xq, const Tensor& w,
+                                const Tensor* b, Tensor& y) {
+  FT_CHECK(ctx.fp8) << "linear layer index " << layer << ": an FP8 input outside precision fp8";
+  linear_forward_cast(ctx.execution(), *ctx.fp8_recipe, state(ctx, layer), /*record=*/ctx.training, xq, w, b, y);
 }
 
 void LinearLayers::backward(const StepContext& ctx, int layer, const Tensor& x, const Tensor& w, const Tensor& dy,

@@ -47,6 +47,16 @@ void linear_forward(ExecutionContext& exec, const Recipe& recipe, LinearState& s
                     const Tensor& w, const Tensor* b, Tensor& y);
 void linear_backward(ExecutionContext& exec, const Recipe& recipe, LinearState& state, const Tensor& x,
                      const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db);
+// linear_forward on an input a fused producer already cast (ops::
+// rmsnorm_forward_fp8, ops::swiglu_forward_fp8) into xq, a descriptor from
+// input_operand (same scale, same amax slot, same codes as linear_forward's
+// own cast): the weight and the GEMM as in linear_forward, no second cast.
+void linear_forward_cast(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record,
+                         const Fp8Tensor& xq, const Tensor& w, const Tensor* b, Tensor& y);
+// The input descriptor linear_forward casts into: fresh data of `shape` in
+// the forward format, the layer's input scale, its amax slot when record.
+Fp8Tensor input_operand(const Recipe& recipe, const LinearState& state, bool record, const Shape& shape,
+                        Device device);
 
 // The linear layers of one unit.
 class LinearLayers {
@@ -61,6 +71,15 @@ class LinearLayers {
   void forward(const StepContext& ctx, int layer, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
   void backward(const StepContext& ctx, int layer, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
                 Tensor& dw, Tensor* db);
+
+  // Fused FP8 producers (precision fp8 only): input_cast is the descriptor
+  // layer `layer`'s forward would cast its input [shape] into (its input
+  // scale; its amax slot when ctx.training); a fused op fills it (several
+  // layers reading one activation each get their own: q, k, v), then
+  // forward_cast runs the layer on it without casting the input again.
+  Fp8Tensor input_cast(const StepContext& ctx, int layer, const Shape& shape);
+  void forward_cast(const StepContext& ctx, int layer, const Fp8Tensor& xq, const Tensor& w, const Tensor* b,
+                    Tensor& y);
 
   // Every layer's state and checkpoint name, in index order (Unit::fp8_states).
   // Created on the host when asked for before the first FP8 step (a resume

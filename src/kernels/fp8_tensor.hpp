@@ -47,6 +47,26 @@ struct Fp8Tensor {
   }
 };
 
+// Several FP8 casts of ONE tensor, each with its own consumer's scale, made
+// in one pass by a fused producer (ops::rmsnorm_forward_fp8): Llama's q, k
+// and v projections read one normalised input, but each keeps its own input
+// scale and amax slot (fp8/recipe.hpp: a LinearState per projection), so
+// the fused op writes one FP8 copy per consumer, exactly what a cast per
+// consumer would write. out[0 .. count) are used; no transposed copies
+// (data_t must be undefined: the forward's GEMM needs none).
+struct Fp8Casts {
+  static constexpr int kMax = 4;
+  Fp8Tensor out[kMax];
+  int count = 0;
+
+  Fp8Casts borrow() const {
+    Fp8Casts b;
+    b.count = count;
+    for (int i = 0; i < count && i < kMax; ++i) b.out[i] = out[i].borrow();
+    return b;
+  }
+};
+
 // Transformer Engine's amax_compute_algo: the amax a new scale is computed
 // from is the max over the whole history, or its latest entry.
 enum class Fp8AmaxAlgo : std::uint8_t { max, most_recent };

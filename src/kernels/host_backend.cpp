@@ -28,6 +28,7 @@ struct HeldOptional {
 inline Tensor hold(const Tensor& t) { return t.borrow(); }
 inline HeldOptional hold(const Tensor* t) { return t != nullptr ? HeldOptional{t->borrow(), true} : HeldOptional{}; }
 inline Fp8Tensor hold(const Fp8Tensor& t) { return t.borrow(); }
+inline Fp8Casts hold(const Fp8Casts& t) { return t.borrow(); }
 template <class S>
   requires(std::is_arithmetic_v<S> || std::is_enum_v<S>)
 S hold(S value) {
@@ -36,6 +37,7 @@ S hold(S value) {
 inline Tensor& unhold(Tensor& t) { return t; }
 inline Tensor* unhold(HeldOptional& h) { return h.present ? &h.tensor : nullptr; }
 inline Fp8Tensor& unhold(Fp8Tensor& t) { return t; }
+inline Fp8Casts& unhold(Fp8Casts& t) { return t; }
 template <class S>
   requires(std::is_arithmetic_v<S> || std::is_enum_v<S>)
 S unhold(S value) {

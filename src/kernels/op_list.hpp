@@ -174,6 +174,14 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
      read from out.scale on the device; out.scale_inv = 1 / scale; out.amax (when defined) =                     \
      max(out.amax, max |x|), NaN when x holds a NaN. Nothing is read back to the host. */                       \
   X(void, cast_to_fp8, (const Tensor& x, Fp8Tensor& out), (x, out), x)                                            \
+  /* Fused producers of FP8 GEMM inputs (kernels/math/fp8_fusions.hpp): bit for bit the unfused pair, the      \
+     activation written (y / out, its dtype's rounding) and then cast_to_fp8 of THAT stored value, so the codes    \
+     and amax equal rmsnorm_forward + cast_to_fp8 (one per cast, each with its own scale and amax slot) and      \
+     swiglu_forward + cast_to_fp8. The Fp8Tensors' data_t must be undefined (no transposed copy here). */       \
+  X(void, rmsnorm_forward_fp8, (const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd,             \
+    Fp8Casts& casts), (x, w, eps, y, rstd, casts), x)                                                             \
+  X(void, swiglu_forward_fp8, (const Tensor& gate, const Tensor& up, Tensor& out, Fp8Tensor& cast),               \
+    (gate, up, out, cast), gate)                                                                                  \
   /* y[N,out] = (x.data . w.data^T) / (scale_x scale_w) (+ b[out]): the FP8 values multiplied exactly, f32       \
      accumulation, the factor applied to the f32 result (Hopper's FP8 GEMM); b and y any float dtype. */         \
   X(void, fp8_linear_forward, (const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b, Tensor& y), (x, w, b, y),  \

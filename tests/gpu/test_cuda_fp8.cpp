@@ -10,6 +10,12 @@
 //    dequantised reference: the host FP8 linear on the very same FP8 codes
 //    (the codes of both casts are compared first), within a tolerance for
 //    the summation order and the forward's fast accumulation;
+//  * the fused FP8 producers (rmsnorm_forward_fp8, swiglu_forward_fp8)
+//    against the shared functions of kernels/math/fp8_fusions.hpp bit for
+//    bit (the activation, every cast's codes and amax; RMSNorm's elements
+//    from the device's own rstd, whose block sum may round otherwise than
+//    the host's) and against the CUDA rmsnorm_forward + cast_to_fp8 they
+//    replace, bit for bit;
 //  * the tiny Llama's FP8 loss curve on the GPU against the host emulation,
 //    same init, same data, 20 steps.
 // Without a usable GPU every test skips, printing why.
@@ -27,6 +33,7 @@
 #include "fp8/recipe.hpp"
 #include "kernels/backend_registry.hpp"
 #include "kernels/math/fp8.hpp"
+#include "kernels/math/fp8_fusions.hpp"
 #include "kernels/ops.hpp"
 #include "plugin/loader.hpp"
 #include "runtime/backend_library.hpp"
@@ -126,6 +133,87 @@ TEST(CudaFp8, CastTransposeAmaxMatchesTheSharedFunctionBitForBit) {
   ops::cast_to_fp8(gpu_context(), to_device(with_nan, Device::cuda), q);
   EXPECT_TRUE(std::isnan(scalar(q.amax))) << "a NaN makes the amax NaN";
   EXPECT_EQ(bytes_of(q.data)[77], 0x7f);
+}
+
+TEST(CudaFp8, FusedRmsnormFp8MatchesTheSharedFunctionAndTheUnfusedKernelsBitForBit) {
+  REQUIRE_GPU();
+  const std::vector<Shape> shapes = {{37, 45}, {257, 2048}, {3, 5, 33}, {1, 1}, {64, 5000}};
+  for (const Shape& shape : shapes)
+    for (DType act : {DType::bf16, DType::f32}) {
+      SCOPED_TRACE(shape_string(shape) + " activation " + std::string(dtype_name(act)));
+      const std::int64_t width = shape.back(), rows = shape_numel(shape) / width;
+      const Tensor x_host = random_host(shape, 21, 3.0f, act), w_host = random_host({width}, 22, 1.0f);
+      const Tensor x = to_device(x_host, Device::cuda), w = to_device(w_host, Device::cuda);
+      const float scales[2] = {37.3f, 900.0f};
+      const DType formats[2] = {DType::fp8_e4m3, DType::fp8_e5m2};
+      Fp8Casts casts;
+      for (int c = 0; c < 2; ++c) casts.out[casts.count++] = descriptor(Device::cuda, shape, formats[c], scales[c], true, false);
+      Tensor y = Tensor::empty(shape, act, Device::cuda), rstd = Tensor::empty({rows}, DType::f32, Device::cuda);
+      ops::rmsnorm_forward_fp8(gpu_context(), x, w, 1e-5f, y, rstd, casts);
+      // The unfused CUDA pair.
+      Tensor y_ref = Tensor::empty(shape, act, Device::cuda), rstd_ref = Tensor::empty({rows}, DType::f32, Device::cuda);
+      ops::rmsnorm_forward(gpu_context(), x, w, 1e-5f, y_ref, rstd_ref);
+      std::vector<Fp8Tensor> refs;
+      for (int c = 0; c < 2; ++c) {
+        refs.push_back(descriptor(Device::cuda, shape, formats[c], scales[c], true, false));
+        ops::cast_to_fp8(gpu_context(), y_ref, refs.back());
+      }
+      gpu_context().synchronize();
+      EXPECT_EQ(bytes_of(y), bytes_of(y_ref));
+      EXPECT_EQ(bytes_of(rstd), bytes_of(rstd_ref));
+      const auto xv = to_float_vector(x_host), wv = to_float_vector(w_host), sv = to_float_vector(host_of(rstd));
+      const auto yv = to_float_vector(host_of(y));
+      for (int c = 0; c < 2; ++c) {
+        EXPECT_EQ(bytes_of(casts.out[c].data), bytes_of(refs[c].data)) << "cast " << c;
+        EXPECT_EQ(scalar(casts.out[c].amax), scalar(refs[c].amax)) << "cast " << c;
+        EXPECT_EQ(scalar(casts.out[c].scale_inv), 1.0f / scales[c]);
+      }
+      const auto codes0 = bytes_of(casts.out[0].data), codes1 = bytes_of(casts.out[1].data);
+      float amax = 0.0f;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float host_rstd = math::rmsnorm_rstd(
+            [&] {
+              float s = 0.0f;
+              for (std::int64_t j = 0; j < width; ++j) s += xv[r * width + j] * xv[r * width + j];
+              return s;
+            }(),
+            1.0f / static_cast<float>(width), 1e-5f);
+        EXPECT_NEAR(sv[r], host_rstd, 1e-5f * host_rstd) << "row " << r;
+        for (std::int64_t j = 0; j < width; ++j) {
+          const std::size_t i = static_cast<std::size_t>(r * width + j);
+          const float v = math::rmsnorm_fp8_stored(xv[i], sv[r], wv[j], act == DType::bf16);
+          ASSERT_EQ(math::bits_of(yv[i]), math::bits_of(v)) << "y (" << r << ", " << j << ")";
+          ASSERT_EQ(codes0[i], math::fp8_cast(v, scales[0], true)) << "(" << r << ", " << j << ")";
+          ASSERT_EQ(codes1[i], math::fp8_cast(v, scales[1], false)) << "(" << r << ", " << j << ")";
+          amax = std::max(amax, std::fabs(v));
+        }
+      }
+      EXPECT_EQ(scalar(casts.out[0].amax), amax);
+    }
+}
+
+TEST(CudaFp8, FusedSwigluFp8MatchesTheSharedFunctionBitForBit) {
+  REQUIRE_GPU();
+  for (const Shape& shape : std::vector<Shape>{{1}, {37, 45}, {1000, 4097}})
+    for (DType act : {DType::bf16, DType::f32}) {
+      SCOPED_TRACE(shape_string(shape) + " activation " + std::string(dtype_name(act)));
+      const Tensor g_host = random_host(shape, 31, 3.0f, act), u_host = random_host(shape, 32, 2.0f, act);
+      Fp8Tensor q = descriptor(Device::cuda, shape, DType::fp8_e4m3, 11.7f, true, false);
+      Tensor out = Tensor::empty(shape, act, Device::cuda);
+      ops::swiglu_forward_fp8(gpu_context(), to_device(g_host, Device::cuda), to_device(u_host, Device::cuda), out, q);
+      gpu_context().synchronize();
+      const auto gv = to_float_vector(g_host), uv = to_float_vector(u_host), ov = to_float_vector(host_of(out));
+      const auto codes = bytes_of(q.data);
+      float amax = 0.0f;
+      for (std::size_t i = 0; i < gv.size(); ++i) {
+        const float v = math::swiglu_fp8_stored(gv[i], uv[i], act == DType::bf16);
+        ASSERT_EQ(math::bits_of(ov[i]), math::bits_of(v)) << "element " << i;
+        ASSERT_EQ(codes[i], math::fp8_cast(v, 11.7f, true)) << "element " << i;
+        amax = std::max(amax, std::fabs(v));
+      }
+      EXPECT_EQ(scalar(q.amax), amax);
+      EXPECT_EQ(scalar(q.scale_inv), 1.0f / 11.7f);
+    }
 }
 
 TEST(CudaFp8, ScaleUpdateMatchesTheHostBitForBit) {

@@ -363,6 +363,24 @@ inline std::vector<ParityCase> parity_cases() {
                  ops::cast_to_fp8(ctx, y, b);
                  return ParityOutputs{{a.data, a.scale_inv, a.amax, b.data, b.scale_inv, b.amax}, {}};
                }});
+  c.push_back({"rmsnorm_forward_fp8", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {N, C}, s, DType::bf16), w = random(ctx, {C}, s + 1);
+                 Tensor y = zeros(ctx, {N, C}, DType::bf16), rstd = zeros(ctx, {N});
+                 Fp8Casts casts;
+                 casts.out[casts.count++] = fp8(ctx, {N, C}, DType::fp8_e4m3, 37.3f, true);
+                 casts.out[casts.count++] = fp8(ctx, {N, C}, DType::fp8_e5m2, 900.0f, false);
+                 ops::rmsnorm_forward_fp8(ctx, x, w, 1e-5f, y, rstd, casts);
+                 const Fp8Tensor& a = casts.out[0];
+                 const Fp8Tensor& b = casts.out[1];
+                 return ParityOutputs{{y, rstd, a.data, a.scale_inv, a.amax, b.data, b.scale_inv}, {}};
+               }});
+  c.push_back({"swiglu_forward_fp8", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor g = random(ctx, {N, C}, s, DType::f32, 3.0), u = random(ctx, {N, C}, s + 1, DType::bf16);
+                 Tensor out = zeros(ctx, {N, C}, DType::bf16);
+                 Fp8Tensor q = fp8(ctx, {N, C}, DType::fp8_e4m3, 11.7f, true);
+                 ops::swiglu_forward_fp8(ctx, g, u, out, q);
+                 return ParityOutputs{{out, q.data, q.scale_inv, q.amax}, {}};
+               }});
   // The FP8 GEMMs read operands a cast wrote just before (stream order).
   auto fp8_operands = [=](ExecutionContext& ctx, std::uint64_t s, Fp8Tensor& x, Fp8Tensor& w, Fp8Tensor& dy,
                           Tensor& dy_source) {

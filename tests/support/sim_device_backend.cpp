@@ -18,7 +18,7 @@
 //    flip: the explicit copies (to_device, copy_tensor, host_readable) are
 //    the only way between host and device, as with cudaMemcpy.
 //  * Ops: the table is generated from FTRAIN_OP_LIST. Each entry turns every
-//    Tensor / Tensor* / Fp8Tensor argument into a host-tagged alias of the
+//    Tensor / Tensor* / Fp8Tensor / Fp8Casts argument into a host-tagged alias of the
 //    same memory (Tensor::external) and calls the host backend's entry, so
 //    the results are bit for bit the host's (same kernels, same order). A
 //    HOST tensor handed to an op on this device is refused, naming the op and
@@ -103,6 +103,10 @@ struct Fp8Arg {
   Fp8Tensor alias;
   Fp8Tensor& get() { return alias; }
 };
+struct Fp8CastsArg {
+  Fp8Casts alias;
+  Fp8Casts& get() { return alias; }
+};
 template <class S>
 struct ScalarArg {
   S value;
@@ -121,6 +125,11 @@ Fp8Arg translate(const char* op, const Fp8Tensor& t) {
   out.amax = host_alias(op, t.amax);
   out.data_t = host_alias(op, t.data_t);  // undefined unless the caller asked for the transposed copy
   return {out};
+}
+Fp8CastsArg translate(const char* op, const Fp8Casts& t) {
+  Fp8CastsArg out{t};
+  for (int i = 0; i < t.count && i < Fp8Casts::kMax; ++i) out.alias.out[i] = translate(op, t.out[i]).alias;
+  return out;
 }
 template <class S>
   requires(std::is_arithmetic_v<S> || std::is_enum_v<S>)

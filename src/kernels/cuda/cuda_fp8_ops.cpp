@@ -1,5 +1,8 @@
 // The CUDA FP8 ops (cuda_fp8_ops.hpp).
 //
+// rmsnorm_forward_fp8 / swiglu_forward_fp8: one pass each (fp8_fusions.cu),
+// the activation stored and cast with every consumer's scale.
+//
 // cast_to_fp8 is one fused kernel: cast, transposed copy (when the
 // descriptor asks for data_t) and amax. The linear ops run cuBLASLt FP8 plans
 // (TN only): the forward on x and w as cast, dgrad on w's transposed copy,
@@ -131,6 +134,69 @@ void cast_to_fp8(ExecutionContext& ctx, const Tensor& x, Fp8Tensor& out) {
                             out.amax.defined() ? out.amax.data_as<float>() : nullptr,
                             static_cast<std::uint32_t*>(scratch.get()), out.data.dtype() == DType::fp8_e4m3,
                             static_cast<std::uint8_t*>(out.data.data()), out_t, stream_of(ctx));
+}
+
+namespace {
+
+static_assert(Fp8Casts::kMax == kMaxFp8Casts, "op_list's Fp8Casts and the kernels' Fp8CastTargets must agree");
+
+// One fused cast's descriptor, checked as the host op checks it, added to
+// the kernel's targets.
+void add_target(const char* op, const Fp8Tensor& t, const std::string& role, const Tensor& like,
+                const char* like_role, Fp8CastTargets& targets) {
+  require_cuda(op, t.data, role + ".data");
+  FT_CHECK(is_fp8(t.data.dtype())) << op << ": " << role << ".data " << t.data.describe()
+                                   << " must be fp8_e4m3 or fp8_e5m2";
+  FT_CHECK(t.data.shape() == like.shape()) << op << ": " << role << ".data " << t.data.describe()
+                                           << " must have the shape of " << like_role << " " << like.describe();
+  require_f32_scalar(op, t.scale, role + ".scale");
+  require_f32_scalar(op, t.scale_inv, role + ".scale_inv");
+  if (t.amax.defined()) require_f32_scalar(op, t.amax, role + ".amax");
+  FT_CHECK(!t.data_t.defined()) << op << ": " << role << ".data_t " << t.data_t.describe()
+                                << " is defined, but the fused forward writes no transposed copy (cast_to_fp8 does)";
+  const int c = targets.count++;
+  targets.scale[c] = t.scale.data_as<float>();
+  targets.scale_inv[c] = t.scale_inv.data_as<float>();
+  targets.amax[c] = t.amax.defined() ? t.amax.data_as<float>() : nullptr;
+  targets.codes[c] = static_cast<std::uint8_t*>(t.data.data());
+  targets.e4m3[c] = t.data.dtype() == DType::fp8_e4m3;
+}
+
+}  // namespace
+
+void rmsnorm_forward_fp8(ExecutionContext& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd,
+                         Fp8Casts& casts) {
+  constexpr const char* op = "rmsnorm_forward_fp8";
+  const FloatSpan xs = float_span(op, x, "x"), ws = float_span(op, w, "w"), ys = float_span(op, y, "y");
+  FT_CHECK(x.ndim() >= 1 && x.dim(-1) > 0) << op << ": x " << x.describe() << " must be [..., C] with C > 0";
+  const std::int64_t width = x.dim(-1), rows = x.numel() / width;
+  FT_CHECK(w.numel() == width) << op << ": w " << w.describe() << " must have " << width << " elements";
+  FT_CHECK(y.shape() == x.shape()) << op << ": y " << y.describe() << " must have the shape of x " << x.describe();
+  require_cuda(op, rstd, "rstd");
+  FT_CHECK(rstd.dtype() == DType::f32 && rstd.numel() == rows)
+      << op << ": rstd " << rstd.describe() << " must be f32 with " << rows << " elements (one per row of x)";
+  FT_CHECK(casts.count >= 1 && casts.count <= Fp8Casts::kMax)
+      << op << ": " << casts.count << " casts (1 to " << Fp8Casts::kMax << ")";
+  Fp8CastTargets targets;
+  for (int c = 0; c < casts.count; ++c)
+    add_target(op, casts.out[c], "casts.out[" + std::to_string(c) + "]", y, "y", targets);
+  const std::shared_ptr<void> scratch = ctx.allocator().allocate(sizeof(std::uint32_t));
+  launch_rmsnorm_forward_fp8(xs, ws, eps, ys, rstd.data_as<float>(), rows, width, targets,
+                             static_cast<std::uint32_t*>(scratch.get()), stream_of(ctx));
+}
+
+void swiglu_forward_fp8(ExecutionContext& ctx, const Tensor& gate, const Tensor& up, Tensor& out, Fp8Tensor& cast) {
+  constexpr const char* op = "swiglu_forward_fp8";
+  const FloatSpan gs = float_span(op, gate, "gate"), us = float_span(op, up, "up"), os = float_span(op, out, "out");
+  FT_CHECK(up.shape() == gate.shape()) << op << ": up " << up.describe() << " must have the shape of gate "
+                                       << gate.describe();
+  FT_CHECK(out.shape() == gate.shape()) << op << ": out " << out.describe() << " must have the shape of gate "
+                                        << gate.describe();
+  Fp8CastTargets targets;
+  add_target(op, cast, "cast", out, "out", targets);
+  const std::shared_ptr<void> scratch = ctx.allocator().allocate(sizeof(std::uint32_t));
+  launch_swiglu_forward_fp8(gs, us, os, gate.numel(), targets, static_cast<std::uint32_t*>(scratch.get()),
+                            stream_of(ctx));
 }
 
 void fp8_linear_forward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b, Tensor& y) {

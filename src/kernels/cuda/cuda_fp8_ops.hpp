@@ -17,6 +17,10 @@ void cast_to_fp8(ExecutionContext& ctx, const Tensor& x, Fp8Tensor& out);
 void fp8_linear_forward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b, Tensor& y);
 void fp8_linear_backward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor& dy,
                          const Tensor& dy_source, Tensor* dx, Tensor& dw, Tensor* db);
+// The fused FP8 producers (op_list.hpp; kernels in fp8_fusions.cu).
+void rmsnorm_forward_fp8(ExecutionContext& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd,
+                         Fp8Casts& casts);
+void swiglu_forward_fp8(ExecutionContext& ctx, const Tensor& gate, const Tensor& up, Tensor& out, Fp8Tensor& cast);
 void fp8_update_scales(ExecutionContext& ctx, Tensor& amax_history, Tensor& scale, DType forward_format,
                        DType backward_format, std::int64_t margin, Fp8AmaxAlgo algo);
 

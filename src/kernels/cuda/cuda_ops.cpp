@@ -89,6 +89,8 @@ using fp8_ops::cast_to_fp8;
 using fp8_ops::fp8_linear_backward;
 using fp8_ops::fp8_linear_forward;
 using fp8_ops::fp8_update_scales;
+using fp8_ops::rmsnorm_forward_fp8;
+using fp8_ops::swiglu_forward_fp8;
 
 std::int64_t row_width(const char* op, const Tensor& t, const char* role) {
   FT_CHECK(t.ndim() >= 1 && t.dim(-1) > 0) << op << ": " << role << " " << t.describe()

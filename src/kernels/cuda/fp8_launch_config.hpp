@@ -10,6 +10,7 @@
 //    is one-dimensional (tiles linearised, grid-stride beyond the limit) so a
 //    long sequence never meets the 65535 limit of grid y. One atomicMax per
 //    warp records the amax (kernels/math/fp8.hpp: amax_key).
+//  * rmsnorm_fp8 / swiglu_fp8: the fused FP8 producers (below).
 //  * update_scales: one block of one warp, a thread per amax-history column
 //    (Fp8Operand: input, weight, grad_output).
 #pragma once
@@ -41,6 +42,22 @@ inline Fp8TileGrid cast_transpose_launch(std::int64_t rows, std::int64_t cols,
   // the transposed read (the amax needs none: warp max, then an atomic).
   g.config.shared_bytes = kFp8Tile * (kFp8Tile + 1);
   return g;
+}
+
+// rmsnorm_forward_fp8 (fp8_fusions.cu): the unfused RMSNorm's per-row launch,
+// unchanged, so block_sum adds a row in the same order and rstd and y get
+// the bits rmsnorm_forward gives on the GPU; the block is a whole number of
+// warps (per_row_launch rounds up), which the full-mask warp max of the amax
+// key needs. One f32 per warp of shared memory (block_sum's scratch).
+inline LaunchConfig rmsnorm_fp8_launch(std::int64_t rows, std::int64_t width,
+                                       const DeviceLimits& limits = kSm90Limits) {
+  return per_row_launch(rows, width, 1, limits);
+}
+
+// swiglu_forward_fp8 (fp8_fusions.cu): the elementwise grid-stride launch
+// (whole warps of 256 threads), then a warp max and one atomicMax per warp.
+inline LaunchConfig swiglu_fp8_launch(std::int64_t n, const DeviceLimits& limits = kSm90Limits) {
+  return elementwise_launch(n, limits);
 }
 
 inline LaunchConfig fp8_update_scales_launch(const DeviceLimits& limits = kSm90Limits) {

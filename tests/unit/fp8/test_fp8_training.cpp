@@ -20,6 +20,7 @@
 #include "core/rng.hpp"
 #include "data/image_source.hpp"
 #include "fp8/recipe.hpp"
+#include "kernels/backend_registry.hpp"
 #include "kernels/ops.hpp"
 #include "plugin/loader.hpp"
 
@@ -179,4 +180,116 @@ TEST(Fp8Training, TinyLlamaTracksBf16) {
     return b;
   });
   check_curves("llama tiny", c);
+}
+
+// ---- the fused FP8 producers run in the Llama block -----------------------------
+
+namespace {
+
+// Every op of the host table, counted: a backend registered over the host's
+// (kernels/backend_registry.hpp) whose entries count and call the host's.
+std::map<std::string, int>& op_calls() {
+  static std::map<std::string, int> calls;
+  return calls;
+}
+#define FTRAIN_COUNTING_ENTRY(R, NAME, PARAMS, ARGS, DEVICE_TENSOR) \
+  R counting_##NAME(ExecutionContext& ctx, FTRAIN_UNPAREN PARAMS) {  \
+    ++op_calls()[#NAME];                                           \
+    return host_op_table().NAME(ctx, FTRAIN_UNPAREN ARGS);         \
+  }
+FTRAIN_OP_LIST(FTRAIN_COUNTING_ENTRY)
+#undef FTRAIN_COUNTING_ENTRY
+
+const OpTable& counting_host_table() {
+  static const OpTable table = [] {
+    OpTable t = host_op_table();
+    t.name = "host (counting)";
+#define FTRAIN_COUNTING_TABLE(R, NAME, PARAMS, ARGS, DEVICE_TENSOR) t.NAME = &counting_##NAME;
+    FTRAIN_OP_LIST(FTRAIN_COUNTING_TABLE)
+#undef FTRAIN_COUNTING_TABLE
+    return t;
+  }();
+  return table;
+}
+
+// The counting table for the scope of one test.
+struct CountingHostBackend {
+  CountingHostBackend() {
+    op_calls().clear();
+    register_backend(counting_host_table());
+  }
+  ~CountingHostBackend() { register_backend(host_op_table()); }
+  int operator[](const std::string& op) const {
+    const auto it = op_calls().find(op);
+    return it == op_calls().end() ? 0 : it->second;
+  }
+};
+
+}  // namespace
+
+// Under precision fp8 the Llama block's forward makes its FP8 GEMM inputs
+// with the fused ops (rmsnorm_forward_fp8 for q/k/v and gate/up,
+// swiglu_forward_fp8 for down_proj) and casts only the weights itself; a
+// model that silently kept the unfused path (a norm, then a cast per
+// projection) fails the counts. The backward's recomputations stay unfused.
+TEST(Fp8Training, LlamaFp8ForwardRunsTheFusedProducers) {
+  fp8::Recipe recipe;
+  recipe.amax_history_len = 4;
+  auto model = PluginLoader({FTRAIN_TEST_PLUGIN_DIR}).create_model("llama", "tiny", {});
+  const int units = model->num_units();
+  const int layers = units - 2;  // embedding, the decoder layers, the head
+  ASSERT_GE(layers, 1);
+  StepContext ctx;
+  ctx.compute_dtype = DType::bf16;
+  ctx.fp8 = true;
+  ctx.fp8_recipe = &recipe;
+  std::vector<std::vector<Tensor>> params(units), grads(units);
+  for (int u = 0; u < units; ++u)
+    for (const auto& spec : model->unit(u).params()) {
+      Tensor p = Tensor::empty(spec.shape, DType::f32);
+      float* d = p.data_as<float>();
+      for (std::int64_t i = 0; i < p.numel(); ++i)
+        d[i] = spec.init == InitKind::ones ? 1.0f : static_cast<float>(0.02 * rng::normal(5, u, i));
+      Tensor b = Tensor::empty(spec.shape, DType::bf16);
+      ops::cast(host_context(), p, b);
+      params[u].push_back(b);
+      grads[u].push_back(Tensor::zeros(spec.shape, DType::f32));
+    }
+  const std::int64_t B = 2, T = 16;
+  Batch batch;
+  batch.inputs = Tensor::empty({B, T}, DType::i32);
+  batch.targets = Tensor::empty({B, T}, DType::i32);
+  for (std::int64_t i = 0; i < B * T; ++i) {
+    batch.inputs.data_as<std::int32_t>()[i] = static_cast<std::int32_t>((7 * i + 1) % 64);
+    batch.targets.data_as<std::int32_t>()[i] = static_cast<std::int32_t>((7 * i + 8) % 64);
+  }
+
+  CountingHostBackend calls;
+  std::vector<Tensor> x(units + 1);
+  std::vector<UnitCache> caches(units);
+  for (int u = 0; u < units; ++u) x[u + 1] = model->unit(u).forward(ctx, params[u], batch, x[u], caches[u]);
+  EXPECT_EQ(calls["rmsnorm_forward_fp8"], 2 * layers) << "input and post-attention norms of every layer";
+  EXPECT_EQ(calls["swiglu_forward_fp8"], layers);
+  EXPECT_EQ(calls["swiglu_forward"], 0) << "the forward kept the unfused SwiGLU";
+  EXPECT_EQ(calls["rmsnorm_forward"], 1) << "only the final norm (the head stays in the compute dtype)";
+  // The seven weights of each layer and o_proj's input (the attention
+  // output: no producer to fuse with); no other input is cast again.
+  EXPECT_EQ(calls["cast_to_fp8"], 8 * layers) << "the weights and o_proj's input only";
+  EXPECT_EQ(calls["fp8_linear_forward"], 7 * layers);
+
+  // The fused casts recorded the inputs' amaxes: q, k and v read one
+  // normalised input with their own slots, so all three hold its amax.
+  const auto states = model->unit(1).fp8_states(recipe);
+  ASSERT_EQ(states.size(), 7u);
+  std::vector<float> input_amax;
+  for (const auto& s : states) input_amax.push_back(s.state->amax_history.data_as<float>()[kFp8Input]);
+  EXPECT_GT(input_amax[0], 0.0f);
+  EXPECT_EQ(input_amax[1], input_amax[0]) << "k_proj's input amax";
+  EXPECT_EQ(input_amax[2], input_amax[0]) << "v_proj's input amax";
+  EXPECT_GT(input_amax[6], 0.0f) << "down_proj's input amax (the fused SwiGLU's)";
+
+  Tensor dy = from_floats({1}, {1.0f / static_cast<float>(B * T)});
+  for (int u = units - 1; u >= 0; --u) dy = model->unit(u).backward(ctx, params[u], grads[u], batch, x[u], dy, caches[u]);
+  EXPECT_EQ(calls["rmsnorm_forward_fp8"], 2 * layers) << "the backward recomputes unfused";
+  EXPECT_EQ(calls["cast_to_fp8"], 8 * layers + 3 * 7 * layers) << "backward: x, w and dy of every projection";
 }
