@@ -106,8 +106,8 @@ class Communicator {
   // (send.numel() == counts[rank()]); recv (sum of counts) = their
   // concatenation in rank order. Also for raw bytes: fp8 tensors gather
   // (never reduce). The FP8 weight all-gather (fsdp/fp8_all_gather.hpp).
-  // The default throws, naming the communicator: one without it (NCCL, until
-  // it has one) stops a run that needs it instead of gathering wrongly.
+  // The default throws, naming the communicator: one without it stops a run
+  // that needs it instead of gathering wrongly.
   virtual Request all_gather_v(const Tensor& send, Tensor& recv, const std::vector<std::int64_t>& counts,
                                const Event& after = Event());
   // recv (send.numel() / size() elements) = this rank's block of the sum of sends.

@@ -25,17 +25,18 @@ bool is_fp8_dtype(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2
 // engine gathered it as FP8 (fsdp/fp8_all_gather.hpp), taken as it is: those
 // bytes were cast with this very scale (scales change only between steps)
 // and the gather recorded their amax, so nothing is cast or recorded again.
-// A gathered FP8 weight has no transposed copy, so the engine gathers FP8
-// only on the host backend (fsdp/fp8_all_gather.hpp).
+// On a device the gathered codes get their transposed copy by fp8_transpose
+// (bytes only: they are already on this scale's grid).
 Fp8Tensor weight_operand(ExecutionContext& exec, const Recipe& recipe, LinearState& state, bool record,
                          const Tensor& w, bool transposed_copy) {
   if (is_fp8_dtype(w.dtype())) {
     FT_CHECK(w.dtype() == recipe.forward_dtype())
         << "FP8 linear: gathered weight " << w.describe() << " is not in the forward format "
         << dtype_name(recipe.forward_dtype());
-    FT_CHECK(!transposed_copy || w.device() == Device::host)
-        << "FP8 linear: gathered FP8 weight " << w.describe() << " has no transposed copy for the device's dgrad";
-    return state.operand(kWeight, w, /*record=*/false);
+    Fp8Tensor wq = state.operand(kWeight, w, /*record=*/false);
+    if (transposed_copy) request_transposed_copy(wq);
+    if (wq.data_t.defined()) ops::fp8_transpose(exec, wq.data, wq.data_t);
+    return wq;
   }
   Fp8Tensor wq = state.operand(kWeight, fp8_data(w, recipe.forward_dtype()), record);
   if (transposed_copy) request_transposed_copy(wq);

@@ -17,9 +17,6 @@ Fp8AllGatherDecision decide_fp8_all_gather(const FsdpOptions& o, int shard_group
     return {false, std::string("off (") + sharding_strategy_name(o.strategy) +
                        " keeps gathered units across steps' evaluations; full_shard and hybrid_shard only)"};
   if (shard_group_size <= 1) return {false, "off (one-rank shard group: nothing is gathered)"};
-  if (o.device != Device::host)
-    return {false, std::string("off (device ") + device_name(o.device) +
-                       ": its FP8 dgrad reads the transposed copy the cast makes, which a gathered FP8 weight lacks)"};
   return {true, "on (FP8 linear weights gathered as FP8 bytes)"};
 }
 

@@ -21,9 +21,10 @@ class ExecutionContext;
 
 // Bumped whenever the op list or a signature in it changes; a backend
 // library built against another table is refused.
-inline constexpr std::uint32_t kOpTableVersion = 6;  // 2: ViT token ops, 3: the FP8 ops, 4: clipping ops,
+inline constexpr std::uint32_t kOpTableVersion = 7;  // 2: ViT token ops, 3: the FP8 ops, 4: clipping ops,
                                                      // 5: Fp8Tensor::data_t (the transposed copy),
-                                                     // 6: rmsnorm_forward_fp8, swiglu_forward_fp8
+                                                     // 6: rmsnorm_forward_fp8, swiglu_forward_fp8,
+                                                     // 7: fp8_transpose
 
 struct OpTable {
   std::uint32_t version = kOpTableVersion;

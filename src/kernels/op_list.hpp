@@ -174,6 +174,10 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
      read from out.scale on the device; out.scale_inv = 1 / scale; out.amax (when defined) =                     \
      max(out.amax, max |x|), NaN when x holds a NaN. Nothing is read back to the host. */                       \
   X(void, cast_to_fp8, (const Tensor& x, Fp8Tensor& out), (x, out), x)                                            \
+  /* data_t [cols, rows] = the transposed copy of FP8 codes data [..., cols] (math::transposed_index), bytes     \
+     moved, nothing cast: the copy a device's TN-only FP8 GEMMs read, for an FP8 weight the engine gathered    \
+     as FP8 (fsdp/fp8_all_gather.hpp) instead of casting it here. */                                            \
+  X(void, fp8_transpose, (const Tensor& data, Tensor& data_t), (data, data_t), data)                              \
   /* Fused producers of FP8 GEMM inputs (kernels/math/fp8_fusions.hpp): bit for bit the unfused pair, the      \
      activation written (y / out, its dtype's rounding) and then cast_to_fp8 of THAT stored value, so the codes    \
      and amax equal rmsnorm_forward + cast_to_fp8 (one per cast, each with its own scale and amax slot) and      \

@@ -118,6 +118,26 @@ TEST_P(DeviceComm_, EveryCollectiveMatchesTheHostReference) {
   }
 }
 
+// Variable counts (the FP8 weight all-gather's; NCCL builds it from one
+// broadcast per root): rank q sends q + 2 elements, and one rank none.
+TEST_P(DeviceComm_, AllGatherVConcatenatesVariableCountsInRankOrder) {
+  const DType dt = GetParam();
+  const int size = comm_->size(), rank = comm_->rank();
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(size));
+  std::int64_t total = 0;
+  for (int q = 0; q < size; ++q) total += counts[static_cast<std::size_t>(q)] = (q == 1 ? 0 : q + 2);
+  std::vector<float> mine(static_cast<std::size_t>(counts[static_cast<std::size_t>(rank)]));
+  for (std::size_t j = 0; j < mine.size(); ++j) mine[j] = value_of(rank, static_cast<std::int64_t>(j));
+  Tensor send = on_device(mine, dt), recv = on_device(std::vector<float>(static_cast<std::size_t>(total), -1), dt);
+  comm_->all_gather_v(send, recv, counts).wait();
+  ctx_->synchronize();
+  const auto g = on_host(recv);
+  std::size_t at = 0;
+  for (int q = 0; q < size; ++q)
+    for (std::int64_t j = 0; j < counts[static_cast<std::size_t>(q)]; ++j, ++at)
+      ASSERT_EQ(g[at], value_of(q, j)) << "from rank " << q << " element " << j << " on " << comm_->describe();
+}
+
 TEST_P(DeviceComm_, SplitIntoEvenAndOddRanks) {
   const DType dt = GetParam();
   auto sub = comm_->split(comm_->rank() % 2, comm_->rank());

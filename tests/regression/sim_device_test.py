@@ -88,6 +88,8 @@ class Runner:
         p = subprocess.run(cmd, cwd=self.dir, env=env, capture_output=True, text=True, timeout=240)
         with open(os.path.join(self.dir, "last_stderr"), "w") as f:
             f.write(p.stderr)
+        with open(os.path.join(run_dir, "stdout.txt"), "w") as f:
+            f.write(p.stdout)
         self.runs += 1
         if p.returncode != 0:
             print(p.stdout[-4000:], p.stderr[-4000:])
@@ -268,6 +270,21 @@ def llama_configs(np):
     ]
 
 
+def same_fp8_all_gather(host, dev, what):
+    """Under full_shard the device gathers FP8 weights as FP8 bytes as the host does (header `fp8 all_gather
+    on`, the same bytes per step); the simulated device's fp8_linear_backward checked every transposed copy."""
+    for run in (host, dev):
+        if "fp8 all_gather on" not in open(os.path.join(run, "stdout.txt")).read():
+            fail(f"{what}: {run}: the header does not say `fp8 all_gather on`")
+    def fp8_bytes(run):
+        rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if '"loss"' in l]
+        return [r.get("all_gather_fp8_weight_bytes_per_step") for r in rows]
+    h, d = fp8_bytes(host), fp8_bytes(dev)
+    if not h or None in h or min(h) <= 0 or h != d:
+        fail(f"{what}: FP8 all-gather bytes per step host {h[:3]} vs device {d[:3]}")
+    print(f"ok: {what}: FP8 weights gathered as FP8 on the device too ({d[0]} bytes per step)")
+
+
 def scenario_llama(r, np):
     for name, deck, extra, variables in llama_configs(np):
         host = r.run(np, deck, "host", f"{name}_np{np}_host", extra, **variables)
@@ -275,6 +292,8 @@ def scenario_llama(r, np):
         if "env_vars" in variables and "FTRAIN_HOST_STREAM=async" not in open(os.path.join(dev, "..", "last_stderr")).read():
             fail(f"{name}: the asynchronous host stream was not used")
         same_curve(host, dev, f"llama {name} np {np}")
+        if name.startswith("fp8") and np > 1:
+            same_fp8_all_gather(host, dev, f"llama {name} np {np}")
         if name == "lora":
             same_file(os.path.join(host, "adapter", "adapter_model.safetensors"),
                       os.path.join(dev, "adapter", "adapter_model.safetensors"), "save_adapter")

@@ -363,6 +363,13 @@ inline std::vector<ParityCase> parity_cases() {
                  ops::cast_to_fp8(ctx, y, b);
                  return ParityOutputs{{a.data, a.scale_inv, a.amax, b.data, b.scale_inv, b.amax}, {}};
                }});
+  c.push_back({"fp8_transpose", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Fp8Tensor a = fp8(ctx, {N, C}, DType::fp8_e4m3, 7.3f, false);
+                 ops::cast_to_fp8(ctx, random(ctx, {N, C}, s, DType::f32, 30.0), a);
+                 Fp8Tensor t = fp8(ctx, {C, N}, DType::fp8_e4m3, 1.0f, false);  // its data: the destination
+                 ops::fp8_transpose(ctx, a.data, t.data);
+                 return ParityOutputs{{a.data, t.data}, {}};
+               }});
   c.push_back({"rmsnorm_forward_fp8", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor x = random(ctx, {N, C}, s, DType::bf16), w = random(ctx, {C}, s + 1);
                  Tensor y = zeros(ctx, {N, C}, DType::bf16), rstd = zeros(ctx, {N});

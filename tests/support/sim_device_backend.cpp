@@ -184,6 +184,38 @@ ScalarArg<S> translate(const char*, S value) {
 FTRAIN_OP_LIST(SIM_ENTRY_NAMED)
 #undef SIM_ENTRY_NAMED
 
+// The CUDA backend's FP8 GEMMs are TN only: its backward reads the
+// transposed copies of x, w and dy (kernels/cuda/cuda_fp8_ops.cpp) and stops
+// when one is missing. The host GEMMs need none, so the simulation checks
+// them here: each must exist and hold exactly the transpose of its codes
+// (after the work queued before this op: the context is drained first).
+void require_transposed_copy(ExecutionContext& ctx, const Fp8Tensor& t, const char* role) {
+  FT_CHECK(t.data_t.defined()) << "sim device: fp8_linear_backward: " << role << " " << t.data.describe()
+                               << " has no transposed copy (the CUDA backend's TN FP8 GEMMs read it)";
+  ctx.synchronize();
+  const Tensor codes = host_alias("fp8_linear_backward", t.data), copy = host_alias("fp8_linear_backward", t.data_t);
+  const std::int64_t cols = codes.dim(-1), rows = cols > 0 ? codes.numel() / cols : 0;
+  FT_CHECK(copy.ndim() == 2 && copy.dim(0) == cols && copy.dim(1) == rows)
+      << "sim device: fp8_linear_backward: " << role << "'s transposed copy " << copy.describe() << " is not ["
+      << cols << ", " << rows << "]";
+  const auto* a = static_cast<const std::uint8_t*>(codes.data());
+  const auto* b = static_cast<const std::uint8_t*>(copy.data());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c)
+      FT_CHECK(b[c * rows + r] == a[r * cols + c])
+          << "sim device: fp8_linear_backward: " << role << "'s transposed copy differs from its codes at row " << r
+          << ", column " << c << " (" << t.data.describe() << ")";
+}
+
+void sim_fp8_linear_backward_checked(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Tensor& w,
+                                     const Fp8Tensor& dy, const Tensor& dy_source, Tensor* dx, Tensor& dw,
+                                     Tensor* db) {
+  require_transposed_copy(ctx, x, "x");
+  require_transposed_copy(ctx, w, "w");
+  require_transposed_copy(ctx, dy, "dy");
+  op_fp8_linear_backward::sim_fp8_linear_backward(ctx, x, w, dy, dy_source, dx, dw, db);
+}
+
 std::unique_ptr<Stream> make_stream(bool asynchronous, const char* name) { return make_host_stream(asynchronous, name); }
 
 const char* register_all() {
@@ -195,6 +227,7 @@ const char* register_all() {
 #define SIM_TABLE(R, NAME, PARAMS, ARGS, DEVICE_TENSOR) t.NAME = &op_##NAME::sim_##NAME;
     FTRAIN_OP_LIST(SIM_TABLE)
 #undef SIM_TABLE
+    t.fp8_linear_backward = &sim_fp8_linear_backward_checked;
     return t;
   }();
   register_allocator(Device::cuda, &allocator);

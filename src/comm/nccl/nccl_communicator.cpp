@@ -1,4 +1,5 @@
 #include "comm/nccl/nccl_communicator.hpp"
+#include "comm/mpi_collectives.hpp"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -171,6 +172,33 @@ class NcclCommunicator final : public Communicator {
         << "all_gather: send " << send.describe() << ", recv " << recv.describe() << ", " << size() << " ranks";
     return issue("all_gather", send.describe(), after, {send, recv}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclAllGather(send.data(), recv.data(), static_cast<size_t>(send.numel()), nccl_type(send), c, s);
+    });
+  }
+  // NCCL has no Allgatherv: one broadcast per root in a group, each into its
+  // displacement of recv, as raw bytes (FP8 codes gather, never reduce; the
+  // counts and displacements are MPI's, mpi_collectives::gather_counts).
+  Request all_gather_v(const Tensor& send, Tensor& recv, const std::vector<std::int64_t>& counts,
+                       const Event& after) override {
+    FT_CHECK(static_cast<int>(counts.size()) == size() && send.dtype() == recv.dtype() &&
+             send.device() == Device::cuda && recv.device() == Device::cuda)
+        << "all_gather_v: send " << send.describe() << ", recv " << recv.describe() << ", " << counts.size()
+        << " counts for " << size() << " ranks";
+    const mpi_collectives::GatherCounts g = mpi_collectives::gather_counts(counts);
+    FT_CHECK(send.numel() == counts[static_cast<std::size_t>(rank())] && recv.numel() == g.total)
+        << "all_gather_v: send " << send.describe() << " must hold counts[" << rank() << "] = "
+        << counts[static_cast<std::size_t>(rank())] << " elements and recv " << recv.describe() << " their sum "
+        << g.total;
+    const std::size_t element = dtype_size(send.dtype());
+    return issue("all_gather_v", send.describe(), after, {send, recv}, [&](ncclComm_t c, cudaStream_t s) {
+      ncclResult_t result = ncclGroupStart();
+      for (int root = 0; root < size() && result == ncclSuccess; ++root) {
+        const auto r = static_cast<std::size_t>(root);
+        auto* dst = static_cast<char*>(recv.data()) + static_cast<std::size_t>(g.displacements[r]) * element;
+        result = ncclBroadcast(root == rank() ? send.data() : nullptr, dst,
+                               static_cast<std::size_t>(g.counts[r]) * element, ncclUint8, root, c, s);
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return result != ncclSuccess ? result : end;
     });
   }
   Request reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after) override {

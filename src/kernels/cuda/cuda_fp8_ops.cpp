@@ -107,6 +107,19 @@ Dims check_dims(const char* op, const Fp8Tensor& x, const Fp8Tensor& w) {
 
 }  // namespace
 
+void fp8_transpose(ExecutionContext& ctx, const Tensor& data, Tensor& data_t) {
+  constexpr const char* op = "fp8_transpose";
+  require_cuda(op, data, "data");
+  require_cuda(op, data_t, "data_t");
+  FT_CHECK(is_fp8(data.dtype()) && data_t.dtype() == data.dtype() && data.ndim() >= 1 && data_t.ndim() == 2 &&
+           data_t.numel() == data.numel() && data_t.dim(0) == data.dim(-1))
+      << op << ": data_t " << data_t.describe() << " must be the transposed copy [cols, rows] of the fp8 codes "
+      << data.describe() << " in their dtype";
+  const std::int64_t cols = data.dim(-1), rows = cols > 0 ? data.numel() / cols : 0;
+  launch_fp8_transpose(static_cast<const std::uint8_t*>(data.data()), rows, cols,
+                       static_cast<std::uint8_t*>(data_t.data()), stream_of(ctx));
+}
+
 void cast_to_fp8(ExecutionContext& ctx, const Tensor& x, Fp8Tensor& out) {
   constexpr const char* op = "cast_to_fp8";
   const FloatSpan xs = float_span(op, x, "x");

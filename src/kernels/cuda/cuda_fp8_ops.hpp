@@ -14,6 +14,7 @@ class ExecutionContext;
 namespace ftrain::cuda::fp8_ops {
 
 void cast_to_fp8(ExecutionContext& ctx, const Tensor& x, Fp8Tensor& out);
+void fp8_transpose(ExecutionContext& ctx, const Tensor& data, Tensor& data_t);
 void fp8_linear_forward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b, Tensor& y);
 void fp8_linear_backward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor& dy,
                          const Tensor& dy_source, Tensor* dx, Tensor& dw, Tensor* db);

@@ -86,6 +86,7 @@ FTRAIN_OP_LIST(FTRAIN_CUDA_MISSING)
 // The FP8 ops live in cuda_fp8_ops.cpp; these non-templates win over the
 // fallbacks above when the table takes their addresses.
 using fp8_ops::cast_to_fp8;
+using fp8_ops::fp8_transpose;
 using fp8_ops::fp8_linear_backward;
 using fp8_ops::fp8_linear_forward;
 using fp8_ops::fp8_update_scales;

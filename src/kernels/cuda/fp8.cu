@@ -50,6 +50,26 @@ __global__ void cast_transpose_kernel(FloatSpan x, std::int64_t rows, std::int64
   }
 }
 
+// Codes through the same 32 x 32 shared-memory tiles as the cast: coalesced
+// reads along rows of in, coalesced writes along rows of out_t.
+__global__ void transpose_kernel(const std::uint8_t* in, std::int64_t rows, std::int64_t cols,
+                                 std::int64_t tile_cols, std::int64_t tiles, std::uint8_t* out_t) {
+  __shared__ std::uint8_t tile[kFp8Tile][kFp8Tile + 1];
+  for (std::int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const std::int64_t r0 = (t / tile_cols) * kFp8Tile, c0 = (t % tile_cols) * kFp8Tile;
+    for (std::int64_t k = 0; k < kFp8Tile; k += kFp8TileRows) {
+      const std::int64_t r = r0 + threadIdx.y + k, c = c0 + threadIdx.x;
+      if (r < rows && c < cols) tile[threadIdx.y + k][threadIdx.x] = in[r * cols + c];
+    }
+    __syncthreads();
+    for (std::int64_t k = 0; k < kFp8Tile; k += kFp8TileRows) {
+      const std::int64_t c = c0 + threadIdx.y + k, r = r0 + threadIdx.x;
+      if (r < rows && c < cols) out_t[math::transposed_index(r, c, rows)] = tile[threadIdx.x][threadIdx.y + k];
+    }
+    __syncthreads();
+  }
+}
+
 __global__ void amax_finalize_kernel(float* amax, const std::uint32_t* key) {
   *amax = math::amax_combine(*amax, math::amax_of_key(*key));
 }
@@ -63,6 +83,16 @@ __global__ void update_scales_kernel(float* history, std::int64_t len, float* sc
 }
 
 }  // namespace
+
+void launch_fp8_transpose(const std::uint8_t* in, std::int64_t rows, std::int64_t cols, std::uint8_t* out_t,
+                          cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  const Fp8TileGrid g = cast_transpose_launch(rows, cols);  // the cast's grid, tested against sm_90 limits
+  const dim3 block(static_cast<unsigned>(kFp8Tile), static_cast<unsigned>(kFp8TileRows));
+  transpose_kernel<<<static_cast<unsigned>(g.config.grid_x), block, 0, stream>>>(in, rows, cols, g.tile_cols,
+                                                                                 g.tile_rows * g.tile_cols, out_t);
+  FTRAIN_CUDA_CHECK_LAUNCH("ftrain::fp8_transpose");
+}
 
 void launch_fp8_cast_transpose(FloatSpan x, std::int64_t rows, std::int64_t cols, const float* scale,
                                float* scale_inv, float* amax, std::uint32_t* amax_scratch, bool e4m3,

@@ -16,6 +16,11 @@ namespace ftrain::cuda {
 // *scale_inv = 1 / *scale; amax (nullable) = math::amax_combine(*amax, max |x|),
 // NaN when x holds one. amax_scratch: one device u32 for the max key,
 // zeroed here on the stream.
+// out_t [cols, rows] = the transpose of the FP8 codes in [rows, cols]
+// (fp8_transpose): the cast kernel's tiles without the cast.
+void launch_fp8_transpose(const std::uint8_t* in, std::int64_t rows, std::int64_t cols, std::uint8_t* out_t,
+                          cudaStream_t stream);
+
 void launch_fp8_cast_transpose(FloatSpan x, std::int64_t rows, std::int64_t cols, const float* scale,
                                float* scale_inv, float* amax, std::uint32_t* amax_scratch, bool e4m3,
                                std::uint8_t* out, std::uint8_t* out_t, cudaStream_t stream);

@@ -107,6 +107,17 @@ void write_transposed(const Tensor& data, Tensor& data_t) {
 
 }  // namespace
 
+void fp8_transpose(const Tensor& data, Tensor& data_t) {
+  constexpr const char* op = "fp8_transpose";
+  spans::require_defined_host(op, data, "data");
+  spans::require_defined_host(op, data_t, "data_t");
+  FT_CHECK(is_fp8(data.dtype()) && data_t.dtype() == data.dtype() && data.ndim() >= 1 && data_t.ndim() == 2 &&
+           data_t.numel() == data.numel() && data_t.dim(0) == data.dim(-1))
+      << op << ": data_t " << data_t.describe() << " must be the transposed copy [cols, rows] of the fp8 codes "
+      << data.describe() << " in their dtype";
+  write_transposed(data, data_t);
+}
+
 void cast_to_fp8(const Tensor& x, Fp8Tensor& out) {
   constexpr const char* op = "cast_to_fp8";
   spans::require_float_storage(op, x, "x");

@@ -309,3 +309,23 @@ TEST_P(Fp8Ops, UpdateScalesRejectsAWrongStateNamingIt) {
       [&] { ops::fp8_update_scales(backend_ctx(), h3, s, DType::bf16, DType::fp8_e5m2, 0, Fp8AmaxAlgo::max); },
       {"fp8_update_scales", "bf16"});
 }
+
+TEST_P(Fp8Ops, TransposeMovesTheCodesUnchanged) {
+  // An odd [rows, cols] (partial tiles on a GPU), and a [B, T, cols] view.
+  for (const Shape& shape : {Shape{37, 45}, Shape{2, 3, 5}}) {
+    SCOPED_TRACE(shape_string(shape));
+    const std::int64_t cols = shape.back(), rows = shape_numel(shape) / cols;
+    Fp8Tensor q = descriptor(shape, DType::fp8_e5m2, 900.0f, /*with_amax=*/false);
+    ops::cast_to_fp8(backend_ctx(), random_tensor(shape, 5, DType::f32, "x", 3.0), q);
+    Tensor transposed = named_zeros({cols, rows}, DType::fp8_e5m2, "data_t");
+    ops::fp8_transpose(backend_ctx(), q.data, transposed);
+    const auto codes = read_floats(q.data), t = read_floats(transposed);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c)
+        ASSERT_TRUE(same_bits(t[static_cast<std::size_t>(c * rows + r)], codes[static_cast<std::size_t>(r * cols + c)]))
+            << "row " << r << " col " << c;
+  }
+  Fp8Tensor q = descriptor({4, 6}, DType::fp8_e4m3, 1.0f, false);
+  Tensor wrong = named_zeros({4, 6}, DType::fp8_e4m3, "not_transposed");
+  expect_error_mentioning([&] { ops::fp8_transpose(backend_ctx(), q.data, wrong); }, {"fp8_transpose", "not_transposed"});
+}
