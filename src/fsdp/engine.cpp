@@ -928,13 +928,26 @@ void FsdpEngine::update_trainable_shards(const ShardPieceUpdate& update) {
   ++optimizer_step_count_;
   for (FlatParameter* f : all_flats()) {
     if (!f->trainable()) continue;  // frozen base (LoRA): no optimizer state, never changes
+    std::int64_t run_at = 0, run_count = 0;
+    bool run_decay = false;
+    auto flush = [&] {
+      if (run_count == 0) return;
+      Tensor p = f->master.view({run_count}, run_at);
+      Tensor g = f->grad.view({run_count}, run_at);
+      Tensor m = f->exp_avg.view({run_count}, run_at);
+      Tensor v = f->exp_avg_sq.view({run_count}, run_at);
+      update(run_decay, p, g, m, v);
+      ++counters_.optimizer_launches;
+      run_count = 0;
+    };
     f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
-      Tensor p = f->master.view({count}, at);
-      Tensor g = f->grad.view({count}, at);
-      Tensor m = f->exp_avg.view({count}, at);
-      Tensor v = f->exp_avg_sq.view({count}, at);
-      update(f->entries()[static_cast<std::size_t>(e)], p, g, m, v);
+      const bool decay = f->entries()[static_cast<std::size_t>(e)].weight_decay;
+      if (run_count > 0 && (decay != run_decay || at != run_at + run_count)) flush();
+      if (run_count == 0) run_at = at, run_decay = decay;
+      run_count += count;
+      ++counters_.optimizer_tensors;
     });
+    flush();
     // Parameters may have changed: any kept gathered copy is stale.
     if (f->gathered_valid) {
       f->gather_request.wait();
@@ -947,8 +960,8 @@ void FsdpEngine::update_trainable_shards(const ShardPieceUpdate& update) {
 }
 
 void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
-  update_trainable_shards([&](const FlatEntry& entry, Tensor& p, Tensor& g, Tensor& m, Tensor& v) {
-    ops::adamw_update(exec_, p, g, m, v, h.lr, h.beta1, h.beta2, h.eps, entry.weight_decay ? h.weight_decay : 0.0f,
+  update_trainable_shards([&](bool weight_decay, Tensor& p, Tensor& g, Tensor& m, Tensor& v) {
+    ops::adamw_update(exec_, p, g, m, v, h.lr, h.beta1, h.beta2, h.eps, weight_decay ? h.weight_decay : 0.0f,
                       optimizer_step_count_, grad_scale);
   });
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next
@@ -969,9 +982,9 @@ void FsdpEngine::clip_and_step(const AdamWHyper& h, double clip_grad_norm, std::
     if (f->trainable()) ops::sum_squares_accumulate(exec_, f->grad, clip_.sum_sq);
   if (shard_comm_->size() > 1) shard_comm_->all_reduce_sum(clip_.sum_sq, exec_.compute().record()).wait();
   ops::clip_coefficient(exec_, clip_.sum_sq, clip_grad_norm, step, clip_.norm, clip_.scale, clip_.diverged_step);
-  update_trainable_shards([&](const FlatEntry& entry, Tensor& p, Tensor& g, Tensor& m, Tensor& v) {
+  update_trainable_shards([&](bool weight_decay, Tensor& p, Tensor& g, Tensor& m, Tensor& v) {
     ops::adamw_update_guarded(exec_, p, g, m, v, h.lr, h.beta1, h.beta2, h.eps,
-                              entry.weight_decay ? h.weight_decay : 0.0f, optimizer_step_count_, clip_.scale,
+                              weight_decay ? h.weight_decay : 0.0f, optimizer_step_count_, clip_.scale,
                               clip_.diverged_step);
   });
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next; nothing is read here

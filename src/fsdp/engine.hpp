@@ -149,6 +149,11 @@ struct FsdpCounters {
   int gathered_in_flight_high_water = 0;
   std::int64_t rate_limited_gathers = 0;        // gathers that first waited for a free event
   std::int64_t deferred_reductions = 0;         // unit reductions skipped by no_sync on a micro-step
+  // AdamW launches (adamw_update / adamw_update_guarded calls) and the
+  // parameter tensors they covered: one launch per run of adjacent shard
+  // pieces with the same weight-decay setting, not one per tensor.
+  std::int64_t optimizer_launches = 0;
+  std::int64_t optimizer_tensors = 0;
 };
 
 class FsdpEngine {
@@ -271,7 +276,10 @@ class FsdpEngine {
   }
 
  private:
-  using ShardPieceUpdate = std::function<void(const FlatEntry&, Tensor& param, Tensor& grad, Tensor& exp_avg,
+  // One call per run of adjacent shard pieces sharing weight_decay: AdamW is
+  // element-wise, so a run is updated as one range (FSDP's flat parameter is
+  // what a multi-tensor optimizer builds; the results are the same bits).
+  using ShardPieceUpdate = std::function<void(bool weight_decay, Tensor& param, Tensor& grad, Tensor& exp_avg,
                                               Tensor& exp_avg_sq)>;
   void update_trainable_shards(const ShardPieceUpdate& update);
   std::vector<Tensor> unit_params(int u);
