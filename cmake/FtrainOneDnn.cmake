@@ -9,7 +9,15 @@ if(NOT FTRAIN_ONEDNN STREQUAL "OFF")
   if(FTRAIN_ONEDNN STREQUAL "ON")
     find_package(dnnl CONFIG REQUIRED)
   else()
-    find_package(dnnl CONFIG QUIET)
+    # Debian's dnnl-config.cmake does find_package(OpenCL REQUIRED) (its GPU
+    # runtime is OCL), which stops configuring even under QUIET: look first,
+    # so AUTO without ocl-icd-opencl-dev falls back instead of failing.
+    find_package(OpenCL QUIET)
+    if(OpenCL_FOUND)
+      find_package(dnnl CONFIG QUIET)
+    else()
+      message(STATUS "ftrain: OpenCL headers missing (apt-get install ocl-icd-opencl-dev), so oneDNN's CMake config cannot load")
+    endif()
   endif()
   find_package(OpenMP COMPONENTS CXX)
   if(dnnl_FOUND AND OpenMP_CXX_FOUND)

@@ -10,6 +10,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   libtrilinos-kokkos-dev
   libopenblas-dev libdnnl-dev
+  ocl-icd-opencl-dev  # Debian's dnnl-config.cmake requires OpenCL (its GPU runtime is OCL); only Recommends
   libgtest-dev libgmock-dev
   nlohmann-json3-dev
   libsentencepiece-dev sentencepiece
