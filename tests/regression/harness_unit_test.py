@@ -93,6 +93,21 @@ class Compare(unittest.TestCase):
         problems, _ = run_case.compare_with_golden(metrics_of(COMPLETE), {"loss": []}, 1e-5, "ref")
         self.assertIn("loss: ref has no value of it at any step", problems[0])
 
+    def test_per_field_bound_replaces_the_case_bound_for_that_field_only(self):
+        m = metrics_of(COMPLETE)
+        golden = {"loss": [[1, 4.1], [2, 4.0 * (1 + 1e-10)]], "grad_norm": [[1, 1.0], [2, 0.9 * (1 + 1e-10)]]}
+        problems, _ = run_case.compare_with_golden(m, golden, 0.0, "ref", {"grad_norm": 1e-9})
+        self.assertEqual(len(problems), 1)
+        self.assertIn("loss step 2", problems[0])
+        problems, _ = run_case.compare_with_golden(m, golden, 0.0, "ref", {"grad_norm": 1e-11})
+        self.assertEqual(len(problems), 2)
+
+    def test_per_field_bound_for_a_field_not_compared_fails(self):
+        problems, _ = run_case.compare_with_golden(metrics_of(COMPLETE), {"loss": [[1, 4.1], [2, 4.0]]}, 0.0,
+                                                   "ref", {"grad_nrom": 1e-9})
+        self.assertEqual(len(problems), 1)
+        self.assertIn("grad_nrom", problems[0])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

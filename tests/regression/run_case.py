@@ -25,6 +25,9 @@ Kinds (the "kind" key):
            recomputed units (recomputed_units_per_step >= 1) or
            limit_all_gathers 1 held one unit (gathered_units_high_water
            <= 1).
+           "tolerance": {"relative": R, "per_field": {"FIELD": R2}} gives
+           FIELD its own bound (and names why in the case's description);
+           a per_field entry for a field not compared fails the case.
            "must_differ": {"relative": X} requires the run to differ from
            its reference by more than X (relative) in some compared value:
            with X = 0 the curves may not be bit-identical (e.g.
@@ -249,11 +252,17 @@ def golden_of(case, case_path):
     return case["golden"], case_path
 
 
-def compare_with_golden(metrics, golden, tolerance, source):
-    """Problems beyond `tolerance` (None: no bound), and the largest relative
-    difference seen (for "must_differ")."""
-    problems, worst = [], {}
+def compare_with_golden(metrics, golden, tolerance, source, per_field=None):
+    """Problems beyond `tolerance` (None: no bound; `per_field` maps a field
+    to its own bound), and the largest relative difference seen (for
+    "must_differ")."""
+    problems, worst, bounds = [], {}, {}
+    for field in per_field or {}:
+        if field not in golden:
+            problems.append(f'"tolerance" "per_field" names {field}, which this case does not compare')
     for field, pairs in golden.items():
+        bound_of_field = (per_field or {}).get(field, tolerance)
+        bounds[field] = bound_of_field
         got = metrics.get(field, {})
         expected = {int(step): float(value) for step, value in pairs}
         if not expected:
@@ -267,10 +276,11 @@ def compare_with_golden(metrics, golden, tolerance, source):
             rel = abs(have - want) / max(abs(want), 1e-30)
             if rel > worst.get(field, (-1.0, 0))[0]:
                 worst[field] = (rel, step)
-            if tolerance is not None and rel > tolerance:
-                problems.append(f"{field} step {step}: {have!r} vs {want!r} in {source} (relative {rel:.3e} > {tolerance:g})")
-    bound = f"tolerance {tolerance:g}" if tolerance is not None else "no tolerance: must differ"
+            if bound_of_field is not None and rel > bound_of_field:
+                problems.append(f"{field} step {step}: {have!r} vs {want!r} in {source} "
+                                f"(relative {rel:.3e} > {bound_of_field:g})")
     for field, (rel, step) in sorted(worst.items()):
+        bound = f"tolerance {bounds[field]:g}" if bounds[field] is not None else "no tolerance: must differ"
         print(f"{field}: worst relative difference {rel:.3e} at step {step} ({bound})")
     largest = max((rel for rel, _ in worst.values()), default=0.0)
     return problems, largest
@@ -336,7 +346,8 @@ def case_train(args, case, case_path, workdir):
     if "tolerance" not in case and "must_differ" not in case:
         raise CaseFailure('a train case needs "tolerance" (and/or "must_differ")')
     tolerance = float(case["tolerance"]["relative"]) if "tolerance" in case else None
-    problems, largest = compare_with_golden(metrics, golden, tolerance, source)
+    per_field = {f: float(v) for f, v in case.get("tolerance", {}).get("per_field", {}).items()}
+    problems, largest = compare_with_golden(metrics, golden, tolerance, source, per_field)
     if "must_differ" in case:
         floor = float(case["must_differ"]["relative"])
         if largest <= floor:
