@@ -165,6 +165,20 @@ void cast(const Tensor& src, Tensor& dst) {
       << op << ": cannot convert " << src.describe() << " to " << dst.describe() << " (float dtypes only)";
   const void* s = src.data();
   void* d = dst.data();
+  // From or to f32 (the engine's master -> bf16 gather copies, every step) the
+  // f32 side is used in place: no staging copy through the scratch.
+  if (src.dtype() == DType::f32) {
+    spans::for_each_chunk("ftrain::cast::from_f32", src.numel(), [=](std::int64_t begin, std::int64_t n) {
+      encode(static_cast<const float*>(s) + begin, d, begin, n);
+    });
+    return;
+  }
+  if (dst.dtype() == DType::f32) {
+    spans::for_each_chunk("ftrain::cast::to_f32", src.numel(), [=](std::int64_t begin, std::int64_t n) {
+      decode(s, begin, n, static_cast<float*>(d) + begin);
+    });
+    return;
+  }
   spans::for_each_chunk("ftrain::cast", src.numel(), [=](std::int64_t begin, std::int64_t n) {
     float* f = spans::thread_scratch(0, n);
     decode(s, begin, n, f);

@@ -11,6 +11,7 @@
 // (beta = 1); for a bf16 dw the GEMM writes f32 scratch which is then added
 // with one rounding per element. dx is written (beta = 0).
 #include <Kokkos_Core.hpp>
+#include <memory>
 #include <vector>
 
 #include "core/error.hpp"
@@ -54,6 +55,14 @@ bool native_bf16_pair(const Tensor& a, const Tensor& b) {
 
 const bf16* bf16_data(const Tensor& t) { return t.data_as<bf16>(); }
 
+// f32 staging for a bf16 result that every path overwrites whole (a GEMM
+// with beta 0, the bias broadcast, or a fill): not value-initialised, since
+// zeroing megabytes that are overwritten next cost as much as the rounding
+// pass itself (a std::vector's resize did).
+std::unique_ptr<float[]> uninitialised_f32(std::int64_t n) {
+  return std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(n));
+}
+
 }  // namespace
 
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
@@ -65,13 +74,14 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
   }
   if (d.rows == 0 || d.out == 0) return;
 
-  std::vector<float> x_store, w_store, y_store;
+  std::vector<float> x_store, w_store;
+  std::unique_ptr<float[]> y_store;
   float* yf = nullptr;
   if (y.dtype() == DType::f32) {
     yf = static_cast<float*>(y.data());
   } else {
-    y_store.resize(static_cast<std::size_t>(y.numel()));
-    yf = y_store.data();
+    y_store = uninitialised_f32(y.numel());
+    yf = y_store.get();
   }
 
   // With a bias, y starts as broadcast b and the GEMM adds onto it (beta = 1).
@@ -122,7 +132,8 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
   }
   const std::int64_t n = d.rows, in = d.in, out = d.out;
 
-  std::vector<float> x_store, w_store, dy_store, scratch;
+  std::vector<float> x_store, w_store, dy_store;
+  std::unique_ptr<float[]> scratch;
   // dy widened to f32 at most once, and only if a GEMM or db needs it.
   const float* dyf_cache = nullptr;
   auto dyf = [&] {
@@ -136,8 +147,8 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
     if (dx->dtype() == DType::f32) {
       dxf = static_cast<float*>(dx->data());
     } else {
-      scratch.resize(static_cast<std::size_t>(dx->numel()));
-      dxf = scratch.data();
+      scratch = uninitialised_f32(dx->numel());
+      dxf = scratch.get();
     }
     if (d.out > 0 && d.rows > 0) {
       const gemm::Dims dims{gemm::Op::none, gemm::Op::none, n, in, out, out, in, in};
@@ -168,8 +179,8 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
     if (dw.dtype() == DType::f32) {
       dw_gemm(1.0f, static_cast<float*>(dw.data()));
     } else {
-      scratch.resize(static_cast<std::size_t>(dw.numel()));
-      float* g = scratch.data();
+      scratch = uninitialised_f32(dw.numel());
+      float* g = scratch.get();
       dw_gemm(0.0f, g);
       const Tensor tdw = dw;
       spans::for_each_chunk("ftrain::linear::backward::accumulate_dw", dw.numel(),
