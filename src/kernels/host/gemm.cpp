@@ -53,7 +53,8 @@ struct Key {
   Op op_a, op_b;
   std::int64_t m, n, k, lda, ldb, ldc;
   bool accumulate;
-  auto tie() const { return std::tie(op_a, op_b, m, n, k, lda, ldb, ldc, accumulate); }
+  bool bf16_out = false;  // C stored as bf16: oneDNN rounds the f32 accumulator once
+  auto tie() const { return std::tie(op_a, op_b, m, n, k, lda, ldb, ldc, accumulate, bf16_out); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -84,7 +85,7 @@ const Plan& plan_for(const Key& key) {
   Plan p;
   p.a = operand_desc(key.op_a, key.m, key.k, key.lda, dt::bf16);
   p.b = operand_desc(key.op_b, key.k, key.n, key.ldb, dt::bf16);
-  p.c = dnnl::memory::desc({key.m, key.n}, dt::f32, dnnl::memory::dims{key.ldc, 1});
+  p.c = dnnl::memory::desc({key.m, key.n}, key.bf16_out ? dt::bf16 : dt::f32, dnnl::memory::dims{key.ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (key.accumulate) {
@@ -119,6 +120,7 @@ std::string onednn_version() {
 #endif  // FTRAIN_HAVE_ONEDNN
 
 std::atomic<std::uint64_t> bf16_call_count{0};
+std::atomic<std::uint64_t> bf16_rounded_call_count{0};
 
 enum class Bf16Route : std::uint8_t { onednn, no_onednn_in_build, cpu_lacks_bf16, user_chose_openblas };
 
@@ -143,22 +145,16 @@ void f32(const Dims& d, const float* a, const float* b, float beta, float* c) {
 }
 
 std::uint64_t bf16_calls() { return bf16_call_count.load(std::memory_order_relaxed); }
+std::uint64_t bf16_rounded_calls() { return bf16_rounded_call_count.load(std::memory_order_relaxed); }
 
 bool bf16_native() { return bf16_route() == Bf16Route::onednn; }
 
-void bf16(const Dims& d, const ftrain::bf16* a, const ftrain::bf16* b, float beta, float* c) {
-  FT_CHECK(beta == 0.0f || beta == 1.0f) << "gemm::bf16: beta " << beta << " must be 0 or 1";
-  FT_CHECK(bf16_native()) << "gemm::bf16 called where BF16 GEMMs are not native (" << describe() << ")";
 #if defined(FTRAIN_HAVE_ONEDNN)
-  bf16_call_count.fetch_add(1, std::memory_order_relaxed);
-  if (d.m == 0 || d.n == 0) return;
-  if (d.k == 0) {
-    // oneDNN refuses empty reductions; the product is zero.
-    if (beta == 0.0f)
-      for (std::int64_t r = 0; r < d.m; ++r) std::fill(c + r * d.ldc, c + r * d.ldc + d.n, 0.0f);
-    return;
-  }
-  const Plan& p = plan_for(Key{d.op_a, d.op_b, d.m, d.n, d.k, d.lda, d.ldb, d.ldc, beta != 0.0f});
+namespace {
+
+// One oneDNN matmul into C of the plan's dtype (k > 0, m, n > 0).
+void execute(const Key& key, const ftrain::bf16* a, const ftrain::bf16* b, void* c) {
+  const Plan& p = plan_for(key);
   thread_local std::vector<std::uint8_t> scratch;
   if (scratch.size() < p.scratchpad.get_size()) scratch.resize(p.scratchpad.get_size());
   dnnl::engine& engine = cpu_engine();
@@ -173,6 +169,40 @@ void bf16(const Dims& d, const ftrain::bf16* a, const ftrain::bf16* b, float bet
                                {DNNL_ARG_DST, c_mem},
                                {DNNL_ARG_SCRATCHPAD, s_mem}});
   stream.wait();
+}
+
+}  // namespace
+#endif
+
+void bf16(const Dims& d, const ftrain::bf16* a, const ftrain::bf16* b, float beta, float* c) {
+  FT_CHECK(beta == 0.0f || beta == 1.0f) << "gemm::bf16: beta " << beta << " must be 0 or 1";
+  FT_CHECK(bf16_native()) << "gemm::bf16 called where BF16 GEMMs are not native (" << describe() << ")";
+#if defined(FTRAIN_HAVE_ONEDNN)
+  bf16_call_count.fetch_add(1, std::memory_order_relaxed);
+  if (d.m == 0 || d.n == 0) return;
+  if (d.k == 0) {
+    // oneDNN refuses empty reductions; the product is zero.
+    if (beta == 0.0f)
+      for (std::int64_t r = 0; r < d.m; ++r) std::fill(c + r * d.ldc, c + r * d.ldc + d.n, 0.0f);
+    return;
+  }
+  execute(Key{d.op_a, d.op_b, d.m, d.n, d.k, d.lda, d.ldb, d.ldc, beta != 0.0f}, a, b, c);
+#else
+  (void)d, (void)a, (void)b, (void)c;
+#endif
+}
+
+void bf16_rounded(const Dims& d, const ftrain::bf16* a, const ftrain::bf16* b, ftrain::bf16* c) {
+  FT_CHECK(bf16_native()) << "gemm::bf16_rounded called where BF16 GEMMs are not native (" << describe() << ")";
+#if defined(FTRAIN_HAVE_ONEDNN)
+  bf16_call_count.fetch_add(1, std::memory_order_relaxed);
+  bf16_rounded_call_count.fetch_add(1, std::memory_order_relaxed);
+  if (d.m == 0 || d.n == 0) return;
+  if (d.k == 0) {
+    for (std::int64_t r = 0; r < d.m; ++r) std::fill(c + r * d.ldc, c + r * d.ldc + d.n, ftrain::bf16{0});
+    return;
+  }
+  execute(Key{d.op_a, d.op_b, d.m, d.n, d.k, d.lda, d.ldb, d.ldc, false, true}, a, b, c);
 #else
   (void)d, (void)a, (void)b, (void)c;
 #endif

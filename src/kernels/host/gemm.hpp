@@ -41,8 +41,17 @@ bool bf16_native();
 // Requires bf16_native().
 void bf16(const Dims& d, const ftrain::bf16* a, const ftrain::bf16* b, float beta, float* c);
 
-// bf16() calls served so far (tests prove the oneDNN route was taken).
+// C = op(A) . op(B) stored as bf16 (beta 0): oneDNN rounds its f32
+// accumulator to nearest even on the way out, as cuBLASLt's BF16 GEMM with a
+// bf16 D does, instead of a f32 C that the caller rounds in a second pass
+// (which also pushed the bf16 result out of the cache before its consumer
+// read it). Requires bf16_native().
+void bf16_rounded(const Dims& d, const ftrain::bf16* a, const ftrain::bf16* b, ftrain::bf16* c);
+
+// bf16() and bf16_rounded() calls served so far (tests prove the oneDNN route was taken).
 std::uint64_t bf16_calls();
+// The bf16_rounded() ones among them.
+std::uint64_t bf16_rounded_calls();
 
 // One line for the run header: "f32 OpenBLAS (...); bf16 oneDNN 2.6.3 (avx512_core_bf16)".
 std::string describe();

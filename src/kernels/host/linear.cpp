@@ -6,7 +6,9 @@
 // multiplies BF16 natively, oneDNN consumes them as they are (f32
 // accumulation); otherwise bf16 operands are widened into f32 scratch for
 // OpenBLAS. Either way results are f32 and rounded back once (bf16 is
-// storage, f32 is math).
+// storage, f32 is math); a bf16 y or dx without a bias is rounded by the
+// oneDNN matmul itself (gemm::bf16_rounded), bit for bit the same as
+// rounding its f32 result here (test_gemm_bf16).
 // dw and db ACCUMULATE: for an f32 dw the GEMM adds into it directly
 // (beta = 1); for a bf16 dw the GEMM writes f32 scratch which is then added
 // with one rounding per element. dx is written (beta = 0).
@@ -74,6 +76,12 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
   }
   if (d.rows == 0 || d.out == 0) return;
 
+  if (b == nullptr && d.in > 0 && y.dtype() == DType::bf16 && native_bf16_pair(x, w)) {
+    // y = x . w^T rounded to bf16 by the GEMM itself: no f32 staging pass.
+    gemm::bf16_rounded({gemm::Op::none, gemm::Op::transpose, d.rows, d.out, d.in, d.in, d.in, d.out}, bf16_data(x),
+                       bf16_data(w), y.data_as<bf16>());
+    return;
+  }
   std::vector<float> x_store, w_store;
   std::unique_ptr<float[]> y_store;
   float* yf = nullptr;
@@ -141,7 +149,11 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
     return dyf_cache;
   };
 
-  if (dx != nullptr && d.in > 0) {
+  if (dx != nullptr && d.in > 0 && d.out > 0 && d.rows > 0 && dx->dtype() == DType::bf16 && native_bf16_pair(dy, w)) {
+    // dx = dy . w rounded to bf16 by the GEMM itself (as the forward's y).
+    gemm::bf16_rounded({gemm::Op::none, gemm::Op::none, n, in, out, out, in, in}, bf16_data(dy), bf16_data(w),
+                       dx->data_as<bf16>());
+  } else if (dx != nullptr && d.in > 0) {
     // dx[N,in] = dy[N,out] . w[out,in]
     float* dxf = nullptr;
     if (dx->dtype() == DType::f32) {

@@ -102,6 +102,79 @@ TEST(HostGemm, Bf16MatchesFloat64OnTheBf16ValuesForEveryLayout) {
   }
 }
 
+// The GEMM's own rounding to a bf16 C equals the f32 result rounded here
+// (to_bf16, round to nearest even), bit for bit, for every layout and odd
+// shapes, with padding columns left alone; and the linear layer's bf16 y and
+// dx (no bias) take that route: a second rounding pass or a different
+// rounding would show.
+TEST(HostGemm, Bf16RoundedEqualsTheF32ResultRoundedToNearestEven) {
+  SKIP_UNLESS_NATIVE_BF16();
+  using host::gemm::Op;
+  struct Shape3 {
+    std::int64_t m, n, k;
+  };
+  std::int64_t compared = 0, ties_or_close = 0;
+  for (const Shape3 s : {Shape3{1, 1, 1}, Shape3{7, 13, 5}, Shape3{33, 17, 129}, Shape3{64, 48, 96},
+                         Shape3{3, 250, 31}, Shape3{512, 384, 384}, Shape3{130, 1024, 384}}) {
+    for (const Op op_a : {Op::none, Op::transpose})
+      for (const Op op_b : {Op::none, Op::transpose}) {
+        SCOPED_TRACE("m " + std::to_string(s.m) + " n " + std::to_string(s.n) + " k " + std::to_string(s.k) +
+                     (op_a == Op::none ? " A:N" : " A:T") + (op_b == Op::none ? " B:N" : " B:T"));
+        const std::int64_t a_rows = op_a == Op::none ? s.m : s.k, a_cols = op_a == Op::none ? s.k : s.m;
+        const std::int64_t b_rows = op_b == Op::none ? s.k : s.n, b_cols = op_b == Op::none ? s.n : s.k;
+        const std::int64_t lda = a_cols + 3, ldb = b_cols + 1, ldc = s.n + 2;
+        Tensor a = random_tensor({a_rows, lda}, 11, DType::bf16, "a");
+        Tensor b = random_tensor({b_rows, ldb}, 12, DType::bf16, "b");
+        Tensor wide = named_zeros({s.m, ldc}, DType::f32, "c_f32");
+        Tensor narrow = random_tensor({s.m, ldc}, 13, DType::bf16, "c_bf16");
+        const auto narrow0 = to_doubles(narrow);
+        const host::gemm::Dims dims{op_a, op_b, s.m, s.n, s.k, lda, ldb, ldc};
+        host::gemm::bf16(dims, a.data_as<bf16>(), b.data_as<bf16>(), 0.0f, wide.data_as<float>());
+        host::gemm::bf16_rounded(dims, a.data_as<bf16>(), b.data_as<bf16>(), narrow.data_as<bf16>());
+        const float* wv = wide.data_as<float>();
+        const bf16* nv = narrow.data_as<bf16>();
+        for (std::int64_t r = 0; r < s.m; ++r)
+          for (std::int64_t j = 0; j < ldc; ++j) {
+            const std::size_t i = static_cast<std::size_t>(r * ldc + j);
+            if (j >= s.n) {
+              ASSERT_EQ(to_float(nv[i]), narrow0[i]) << "padding column " << j << " of row " << r << " was written";
+              continue;
+            }
+            ASSERT_EQ(nv[i].bits, to_bf16(wv[i]).bits)
+                << "row " << r << " col " << j << ": f32 " << wv[i] << " rounds to " << to_float(to_bf16(wv[i]))
+                << ", the GEMM wrote " << to_float(nv[i]);
+            ++compared;
+            // Results within a bf16 half-ulp tie's reach: where truncation or ties-away would differ.
+            const std::uint32_t low = float_bits(wv[i]) & 0xffffu;
+            if (low >= 0x7000u && low <= 0x9000u) ++ties_or_close;
+          }
+      }
+  }
+  EXPECT_GT(compared, 100000);
+  EXPECT_GT(ties_or_close, 1000) << "too few results near a rounding boundary to tell roundings apart";
+}
+
+TEST(HostGemm, LinearBf16OutputsWithoutBiasAreRoundedByTheGemm) {
+  SKIP_UNLESS_NATIVE_BF16();
+  Tensor x = random_tensor({37, 24}, 1, DType::bf16, "x");
+  Tensor w = random_tensor({19, 24}, 2, DType::bf16, "w", 0.3);
+  Tensor dy = random_tensor({37, 19}, 4, DType::bf16, "dy");
+  Tensor y = named_zeros({37, 19}, DType::bf16, "y"), dx = named_zeros({37, 24}, DType::bf16, "dx");
+  Tensor y32 = named_zeros({37, 19}, DType::f32, "y32"), dx32 = named_zeros({37, 24}, DType::f32, "dx32");
+  Tensor dw = named_zeros({19, 24}, DType::f32, "dw");
+  const std::uint64_t rounded_before = host::gemm::bf16_rounded_calls();
+  host::linear_forward(x, w, nullptr, y);
+  host::linear_backward(x, w, dy, &dx, dw, nullptr);
+  EXPECT_EQ(host::gemm::bf16_rounded_calls() - rounded_before, 2u) << "y and dx rounded by the GEMM";
+  host::linear_forward(x, w, nullptr, y32);
+  host::linear_backward(x, w, dy, &dx32, dw, nullptr);
+  EXPECT_EQ(host::gemm::bf16_rounded_calls() - rounded_before, 2u) << "f32 outputs are not rounded";
+  const float* y32v = y32.data_as<float>();
+  const float* dx32v = dx32.data_as<float>();
+  for (std::int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.data_as<bf16>()[i].bits, to_bf16(y32v[i]).bits) << i;
+  for (std::int64_t i = 0; i < dx.numel(); ++i) ASSERT_EQ(dx.data_as<bf16>()[i].bits, to_bf16(dx32v[i]).bits) << i;
+}
+
 TEST(HostGemm, Bf16EmptyReductionWritesZerosOrKeepsC) {
   SKIP_UNLESS_NATIVE_BF16();
   Tensor a = named_zeros({4, 1}, DType::bf16, "a"), b = named_zeros({1, 3}, DType::bf16, "b");
