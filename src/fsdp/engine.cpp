@@ -713,13 +713,20 @@ void FsdpEngine::finish_reductions(std::size_t keep_pending) {
       compute_after(p.replicated);
     }
     FlatParameter& f = *p.flat;
-    if (p.shard.dtype() == DType::f32) {
+    if (f.grad_is_zero && p.shard.dtype() == DType::f32 && p.shard.shape() == f.grad.shape()) {
+      // 0 + shard is the shard (bit for bit, up to the sign of a zero): the
+      // step's first reduced shard becomes the gradient, no add pass. The
+      // shard buffer is this reduction's own (reduce-scatter output, or the
+      // moved full gradient with one-rank shards).
+      f.grad = p.shard.view(f.grad.shape(), 0, f.unit_name() + ".grad");
+    } else if (p.shard.dtype() == DType::f32) {
       ops::add_inplace(exec_, f.grad, p.shard);
     } else {
       Tensor wide = Tensor::empty({f.shard_numel()}, DType::f32, exec_.device(), f.unit_name() + ".grad_shard_f32");
       ops::cast(exec_, p.shard, wide);
       ops::add_inplace(exec_, f.grad, wide);
     }
+    f.grad_is_zero = false;
     pending_reductions_.pop_front();
   }
 }
@@ -871,7 +878,10 @@ void FsdpEngine::zero_grad() {
   // gradients behind: they belong to that step, not the next.
   for (FlatParameter* f : all_flats()) f->full_grad = Tensor();
   for (FlatParameter* f : all_flats())
-    if (f->trainable()) ops::fill(exec_, f->grad, 0.0f);
+    if (f->trainable()) {
+      ops::fill(exec_, f->grad, 0.0f);
+      f->grad_is_zero = true;
+    }
   exec_.compute().synchronize();  // callers (checkpoints) may read the gradients next
 }
 

@@ -67,6 +67,9 @@ class FlatParameter {
   // undefined, and its units receive undefined gradient tensors.
   Tensor master, grad, exp_avg, exp_avg_sq;
   bool trainable() const { return grad.defined(); }
+  // grad holds zeros (zero_grad) and nothing was added since: the first
+  // reduced f32 shard of the step can replace it instead of being added.
+  bool grad_is_zero = false;
 
   // Transient full buffers.
   Tensor gathered;     // compute dtype, padded_numel (FP8 all-gather: the non-FP8 segment, fsdp/fp8_all_gather.hpp)
