@@ -67,6 +67,11 @@ class FlatParameter {
   // undefined, and its units receive undefined gradient tensors.
   Tensor master, grad, exp_avg, exp_avg_sq;
   bool trainable() const { return grad.defined(); }
+  // The multi-tensor AdamW's chunk table for this shard (FsdpEngine builds it
+  // on the first optimizer step, on the engine's device): i64[chunks, 3],
+  // undefined where the shard holds padding only.
+  Tensor adamw_chunks;
+  bool adamw_chunks_built = false;
 
   // Transient full buffers.
   Tensor gathered;     // compute dtype, padded_numel (FP8 all-gather: the non-FP8 segment, fsdp/fp8_all_gather.hpp)
