@@ -356,7 +356,8 @@ inline std::vector<ParityCase> parity_cases() {
   c.push_back({"adamw_update_chunks", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor p = random(ctx, {N * C}, s), g = random(ctx, {N * C}, s + 1), m = random(ctx, {N * C}, s + 2);
                  Tensor v = positive(ctx, {N * C}, s + 3);
-                 ops::adamw_update_chunks(ctx, p, g, m, v, adamw_chunks(ctx), 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 3, 0.7f);
+                 ops::adamw_update_chunks(ctx, p, g, m, v, adamw_chunks(ctx), 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 3,
+                                          0.7f);
                  return ParityOutputs{{p, m, v}, {}};
                }});
   c.push_back({"adamw_update_chunks_guarded", [=](ExecutionContext& ctx, std::uint64_t s) {

@@ -182,7 +182,8 @@ TEST(CudaLaunchConfig, AdamwChunksFitSm90) {
           const std::string at = plugin + " " + preset + " unit " + std::to_string(u) + " over " +
                                  std::to_string(ranks) + " ranks (" + std::to_string(chunks) + " chunks)";
           check(adamw_chunks_launch(chunks), "adamw chunks " + at);
-          EXPECT_EQ(adamw_chunks_launch(chunks).grid_x, std::max<std::int64_t>(chunks, 1)) << at << ": a block per chunk";
+          EXPECT_EQ(adamw_chunks_launch(chunks).grid_x, std::max<std::int64_t>(chunks, 1))
+              << at << ": a block per chunk";
         }
       }
     }

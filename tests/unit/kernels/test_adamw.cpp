@@ -264,6 +264,7 @@ TEST_P(AdamW, ChunkArgumentErrors) {
   if (backend_ctx().device() == Device::host) {
     // The host checks every row (a device kernel clamps instead: it cannot throw).
     Tensor past_end = adamw_chunk_table({{990, 20, true}}, Device::host, "chunks_past_end");
-    expect_error_mentioning([&] { call(past_end); }, {"adamw_update_chunks", "chunks_past_end", "row 0", "layers.0.flat"});
+    expect_error_mentioning([&] { call(past_end); },
+                            {"adamw_update_chunks", "chunks_past_end", "row 0", "layers.0.flat"});
   }
 }
