@@ -10,6 +10,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   libtrilinos-kokkos-dev
   libopenblas-dev libdnnl-dev
+  ocl-icd-opencl-dev  # only Recommended by libdnnl-dev, but its CMake config does find_package(OpenCL REQUIRED)
   libgtest-dev libgmock-dev
   nlohmann-json3-dev
   libsentencepiece-dev sentencepiece
