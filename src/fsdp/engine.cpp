@@ -12,6 +12,7 @@
 #include "comm/device_communicator.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "core/rng.hpp"
+#include "kernels/adamw_chunks.hpp"
 #include "kernels/ops.hpp"
 
 namespace ftrain {
@@ -931,33 +932,35 @@ std::string FsdpEngine::first_non_finite(ShardState which) {
   FT_THROW() << "non-finite state reported in unit " << unit << ", which this engine does not hold";
 }
 
-// One AdamW update per trainable shard piece (decay per entry), then every
-// kept gathered copy of a changed flat is dropped: optimizer_step and
-// clip_and_step differ only in the update op they enqueue.
-void FsdpEngine::update_trainable_shards(const ShardPieceUpdate& update) {
+// The multi-tensor AdamW's chunk table of one flat (kernels/adamw_chunks.hpp):
+// its pieces in this rank's shard with their entries' weight-decay flags,
+// padding left out. Built on the first step and kept on the device: it
+// depends only on the flat's layout and the shard, which never change.
+const Tensor& FsdpEngine::adamw_chunks_of(FlatParameter& f) {
+  if (!f.adamw_chunks_built) {
+    std::vector<AdamwSegment> segments;
+    f.for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
+      segments.push_back({at, count, f.entries()[static_cast<std::size_t>(e)].weight_decay});
+    });
+    f.adamw_chunks = adamw_chunk_table(segments, exec_.device(), f.unit_name() + ".adamw_chunks");
+    f.adamw_chunks_built = true;
+  }
+  return f.adamw_chunks;
+}
+
+// One AdamW launch per trainable flat over its chunk table (decay per
+// entry), then every kept gathered copy of a changed flat is dropped:
+// optimizer_step and clip_and_step differ only in the update op they enqueue.
+void FsdpEngine::update_trainable_shards(const FlatUpdate& update) {
   ++optimizer_step_count_;
   for (FlatParameter* f : all_flats()) {
     if (!f->trainable()) continue;  // frozen base (LoRA): no optimizer state, never changes
-    std::int64_t run_at = 0, run_count = 0;
-    bool run_decay = false;
-    auto flush = [&] {
-      if (run_count == 0) return;
-      Tensor p = f->master.view({run_count}, run_at);
-      Tensor g = f->grad.view({run_count}, run_at);
-      Tensor m = f->exp_avg.view({run_count}, run_at);
-      Tensor v = f->exp_avg_sq.view({run_count}, run_at);
-      update(run_decay, p, g, m, v);
+    f->for_each_shard_piece([&](int, std::int64_t, std::int64_t, std::int64_t) { ++counters_.optimizer_tensors; });
+    const Tensor& chunks = adamw_chunks_of(*f);
+    if (chunks.defined()) {  // undefined: this rank's shard of the flat is padding only
+      update(f->master, f->grad, f->exp_avg, f->exp_avg_sq, chunks);
       ++counters_.optimizer_launches;
-      run_count = 0;
-    };
-    f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
-      const bool decay = f->entries()[static_cast<std::size_t>(e)].weight_decay;
-      if (run_count > 0 && (decay != run_decay || at != run_at + run_count)) flush();
-      if (run_count == 0) run_at = at, run_decay = decay;
-      run_count += count;
-      ++counters_.optimizer_tensors;
-    });
-    flush();
+    }
     // Parameters may have changed: any kept gathered copy is stale.
     if (f->gathered_valid) {
       f->gather_request.wait();
@@ -970,9 +973,9 @@ void FsdpEngine::update_trainable_shards(const ShardPieceUpdate& update) {
 }
 
 void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
-  update_trainable_shards([&](bool weight_decay, Tensor& p, Tensor& g, Tensor& m, Tensor& v) {
-    ops::adamw_update(exec_, p, g, m, v, h.lr, h.beta1, h.beta2, h.eps, weight_decay ? h.weight_decay : 0.0f,
-                      optimizer_step_count_, grad_scale);
+  update_trainable_shards([&](Tensor& p, Tensor& g, Tensor& m, Tensor& v, const Tensor& chunks) {
+    ops::adamw_update_chunks(exec_, p, g, m, v, chunks, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay,
+                             optimizer_step_count_, grad_scale);
   });
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next
 }
@@ -992,10 +995,9 @@ void FsdpEngine::clip_and_step(const AdamWHyper& h, double clip_grad_norm, std::
     if (f->trainable()) ops::sum_squares_accumulate(exec_, f->grad, clip_.sum_sq);
   if (shard_comm_->size() > 1) shard_comm_->all_reduce_sum(clip_.sum_sq, exec_.compute().record()).wait();
   ops::clip_coefficient(exec_, clip_.sum_sq, clip_grad_norm, step, clip_.norm, clip_.scale, clip_.diverged_step);
-  update_trainable_shards([&](bool weight_decay, Tensor& p, Tensor& g, Tensor& m, Tensor& v) {
-    ops::adamw_update_guarded(exec_, p, g, m, v, h.lr, h.beta1, h.beta2, h.eps,
-                              weight_decay ? h.weight_decay : 0.0f, optimizer_step_count_, clip_.scale,
-                              clip_.diverged_step);
+  update_trainable_shards([&](Tensor& p, Tensor& g, Tensor& m, Tensor& v, const Tensor& chunks) {
+    ops::adamw_update_chunks_guarded(exec_, p, g, m, v, chunks, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay,
+                                     optimizer_step_count_, clip_.scale, clip_.diverged_step);
   });
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next; nothing is read here
 }

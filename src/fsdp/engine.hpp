@@ -149,9 +149,9 @@ struct FsdpCounters {
   int gathered_in_flight_high_water = 0;
   std::int64_t rate_limited_gathers = 0;        // gathers that first waited for a free event
   std::int64_t deferred_reductions = 0;         // unit reductions skipped by no_sync on a micro-step
-  // AdamW launches (adamw_update / adamw_update_guarded calls) and the
-  // parameter tensors they covered: one launch per run of adjacent shard
-  // pieces with the same weight-decay setting, not one per tensor.
+  // AdamW launches (adamw_update_chunks / adamw_update_chunks_guarded calls)
+  // and the parameter tensor pieces they covered: one launch per trainable
+  // flat parameter (the multi-tensor AdamW), not one per tensor or per run.
   std::int64_t optimizer_launches = 0;
   std::int64_t optimizer_tensors = 0;
 };
@@ -212,7 +212,7 @@ class FsdpEngine {
   // is accumulated (ops::sum_squares_accumulate) and all-reduced over the
   // shard group in an f64 device tensor; ops::clip_coefficient makes the
   // norm, the clip factor (clip_grad_norm <= 0: off) and the sticky diverged
-  // flag (the first diverged `step`); ops::adamw_update_guarded applies the
+  // flag (the first diverged `step`); ops::adamw_update_chunks_guarded applies the
   // update only while that flag is clear, so a diverged step, and every step
   // after it until the host looks, changes no master weight or moment.
   void clip_and_step(const AdamWHyper& hyper, double clip_grad_norm, std::int64_t step);
@@ -276,12 +276,14 @@ class FsdpEngine {
   }
 
  private:
-  // One call per run of adjacent shard pieces sharing weight_decay: AdamW is
-  // element-wise, so a run is updated as one range (FSDP's flat parameter is
-  // what a multi-tensor optimizer builds; the results are the same bits).
-  using ShardPieceUpdate = std::function<void(bool weight_decay, Tensor& param, Tensor& grad, Tensor& exp_avg,
-                                              Tensor& exp_avg_sq)>;
-  void update_trainable_shards(const ShardPieceUpdate& update);
+  // One call per trainable flat: its whole shard state and its chunk table,
+  // which covers every piece with the piece's weight-decay flag
+  // (adamw_update_chunks: the multi-tensor AdamW; AdamW is element-wise, so
+  // the results are the bits of one update per tensor).
+  using FlatUpdate = std::function<void(Tensor& param, Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                                        const Tensor& chunks)>;
+  void update_trainable_shards(const FlatUpdate& update);
+  const Tensor& adamw_chunks_of(FlatParameter& f);
   std::vector<Tensor> unit_params(int u);
   std::vector<Tensor> unit_grads(int u);
   // Returns whether an all-gather was issued (false: already gathered, or a

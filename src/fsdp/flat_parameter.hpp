@@ -70,6 +70,11 @@ class FlatParameter {
   // grad holds zeros (zero_grad) and nothing was added since: the first
   // reduced f32 shard of the step can replace it instead of being added.
   bool grad_is_zero = false;
+  // The multi-tensor AdamW's chunk table for this shard (FsdpEngine builds it
+  // on the first optimizer step, on the engine's device): i64[chunks, 3],
+  // undefined where the shard holds padding only.
+  Tensor adamw_chunks;
+  bool adamw_chunks_built = false;
 
   // Transient full buffers.
   Tensor gathered;     // compute dtype, padded_numel (FP8 all-gather: the non-FP8 segment, fsdp/fp8_all_gather.hpp)

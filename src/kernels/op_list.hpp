@@ -205,4 +205,20 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
   X(void, fp8_update_scales,                                                                                      \
     (Tensor& amax_history, Tensor& scale, DType forward_format, DType backward_format, std::int64_t margin,        \
      Fp8AmaxAlgo algo),                                                                                           \
-    (amax_history, scale, forward_format, backward_format, margin, algo), amax_history)
+    (amax_history, scale, forward_format, backward_format, margin, algo), amax_history)                         \
+  /* Multi-tensor AdamW: one launch over a whole flat shard (param, grad, m, v f32 of one size) covering the      \
+     ranges of a chunk table, chunks i64[n, 3] (kernels/math/adamw_chunks.hpp: rows {offset, count, decay},        \
+     count <= kAdamwChunkElements, in bounds, decay 0 or 1), each element updated exactly as adamw_update with     \
+     weight_decay where its row's decay is 1 and 0 where it is 0. Elements no row covers (padding) are left       \
+     alone. Same bits as one adamw_update per range. */                                                          \
+  X(void, adamw_update_chunks,                                                                                    \
+    (Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks, float lr, float beta1,        \
+     float beta2, float eps, float weight_decay, std::int64_t step, float grad_scale),                            \
+    (param, grad, m, v, chunks, lr, beta1, beta2, eps, weight_decay, step, grad_scale), param)                    \
+  /* adamw_update_chunks with adamw_update_guarded's device scalars: grad_scale f32[1], skipped entirely while     \
+     diverged_step i64[1] is non-zero */                                                                          \
+  X(void, adamw_update_chunks_guarded,                                                                            \
+    (Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks, float lr, float beta1,        \
+     float beta2, float eps, float weight_decay, std::int64_t step, const Tensor& grad_scale,                     \
+     const Tensor& diverged_step),                                                                                \
+    (param, grad, m, v, chunks, lr, beta1, beta2, eps, weight_decay, step, grad_scale, diverged_step), param)

@@ -39,6 +39,8 @@ const std::set<std::string> kBitExact = {"add",
                                          "swiglu_backward",
                                          "adamw_update",
                                          "adamw_update_guarded",
+                                         "adamw_update_chunks",
+                                         "adamw_update_chunks_guarded",
                                          "embedding_forward",
                                          "embedding_backward",
                                          // copies (token_rows.hpp index math), add_value, and batch
@@ -229,6 +231,20 @@ std::vector<ParityCase> odd_size_cases() {
                  Tensor dcls = random(ctx, {1, C}, s + 6), dx = zeros(ctx, {B, N, C});
                  ops::prepend_rows_backward(ctx, dseq, dcls, dx);
                  return ParityOutputs{{seq, head, dseq, dpos, dcls, dx}, {}};
+               }});
+  c.push_back({"adamw_update_chunks_guarded (shard 200003, 65536-element chunks, gaps, mixed decay)",
+               [](ExecutionContext& ctx, std::uint64_t s) {
+                 const std::int64_t n = 200003;
+                 Tensor p = random(ctx, {n}, s), g = random(ctx, {n}, s + 1), m = random(ctx, {n}, s + 2);
+                 Tensor v = positive(ctx, {n}, s + 3);
+                 Tensor scale = zeros(ctx, {1}), clear = zeros(ctx, {1}, DType::i64);
+                 ops::fill(ctx, scale, 0.3f);
+                 const Tensor chunks = adamw_chunk_table(
+                     {{1, 70000, true}, {70000 + 1, 4097, false}, {74100, 125000, true}, {199101, 900, false}},
+                     ctx.device(), "adamw_chunks");
+                 ops::adamw_update_chunks_guarded(ctx, p, g, m, v, chunks, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, scale,
+                                                  clear);
+                 return ParityOutputs{{p, m, v}, {}};
                }});
   c.push_back({"dropout (LoRA rows 1000.. of width 4099, bf16, in place)", [](ExecutionContext& ctx,
                                                                              std::uint64_t s) {

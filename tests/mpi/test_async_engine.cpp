@@ -52,6 +52,8 @@ struct Outcome {
   std::vector<double> norms;
   std::vector<std::vector<float>> masters;  // this rank's shards after the last step
   FsdpCounters counters;
+  std::int64_t flats_with_shard_pieces = 0;  // trainable flats whose shard here holds a parameter element
+  std::int64_t shard_pieces = 0;             // their pieces (tensors or parts of tensors) on this rank
 };
 
 FsdpOptions options_for(const Case& c, HostStreams streams) {
@@ -98,7 +100,14 @@ Outcome train(const Case& c, HostStreams streams, int steps = 2) {
     engine.clip_and_step(hyper, /*clip_grad_norm=*/1.0, step);
     out.norms.push_back(engine.read_step_health().grad_norm);
   }
-  for (FlatParameter* f : engine.all_flats()) out.masters.push_back(to_float_vector(f->master));
+  for (FlatParameter* f : engine.all_flats()) {
+    out.masters.push_back(to_float_vector(f->master));
+    std::int64_t pieces = 0;
+    f->for_each_shard_piece([&](int, std::int64_t, std::int64_t, std::int64_t) { ++pieces; });
+    if (!f->trainable() || pieces == 0) continue;
+    ++out.flats_with_shard_pieces;
+    out.shard_pieces += pieces;
+  }
   out.counters = engine.counters();
   return out;
 }
@@ -258,20 +267,23 @@ TEST(AsyncStreams, NoSyncMatchesReducingEveryMicroStep) {
   }
 }
 
-// AdamW runs once per run of adjacent shard pieces with the same weight
-// decay, not once per parameter tensor (the results are those of the
-// per-tensor loop bit for bit: the regression goldens). Per Llama block:
-// ln1 | q k v o | ln2 | gate up down = 4 runs for 9 tensors, fewer where
-// a shard boundary cuts a run (measured: 15 launches for 24 pieces per step
-// at np 2, 9 for 15 at np 4).
-TEST(AsyncStreams, AdamwCoversAdjacentTensorsInOneLaunch) {
+// The multi-tensor AdamW: one launch per trainable flat parameter and step
+// (adamw_update_chunks over the flat's chunk table), not one per tensor nor
+// per run of adjacent tensors with the same weight decay (a Llama block's 9
+// tensors were 4 launches before; the results are those of the per-tensor
+// loop bit for bit: the regression goldens). Going back to a launch per
+// run or per piece makes the launch count exceed the flat count and fails.
+TEST(AsyncStreams, AdamwCoversEachFlatInOneLaunch) {
   Case c;
   c.name = "full_shard";
-  const Outcome out = train(c, HostStreams::sync, /*steps=*/2);
-  EXPECT_GT(out.counters.optimizer_launches, 0);
-  EXPECT_GT(out.counters.optimizer_tensors, 0);
-  EXPECT_LT(out.counters.optimizer_launches, out.counters.optimizer_tensors)
-      << out.counters.optimizer_launches << " launches for " << out.counters.optimizer_tensors << " tensor pieces";
+  constexpr int kSteps = 2;
+  const Outcome out = train(c, HostStreams::sync, kSteps);
+  ASSERT_GT(out.flats_with_shard_pieces, 0);
+  EXPECT_EQ(out.counters.optimizer_launches, kSteps * out.flats_with_shard_pieces)
+      << out.counters.optimizer_launches << " launches for " << out.flats_with_shard_pieces << " flats in "
+      << kSteps << " steps";
+  EXPECT_EQ(out.counters.optimizer_tensors, kSteps * out.shard_pieces) << "every piece is still counted";
+  EXPECT_GT(out.shard_pieces, out.flats_with_shard_pieces) << "the flats hold several tensors each";
 }
 
 TEST(AsyncStreams, NoSyncIsRefusedWhereItWouldUnshardTheGradient) {

@@ -21,6 +21,7 @@
 
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
+#include "kernels/adamw_chunks.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/rope_frequencies.hpp"
 
@@ -343,6 +344,35 @@ inline std::vector<ParityCase> parity_cases() {
                  flagged.data_as<std::int64_t>()[0] = 3;
                  if (ctx.device() != Device::host) flagged = to_device(flagged, ctx.device());
                  ops::adamw_update_guarded(ctx, p, g, m, v, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 4, scale, flagged);
+                 return ParityOutputs{{p, m, v}, {}};
+               }});
+  // The multi-tensor AdamW over a shard of N * C = 192 elements: gaps at the
+  // front, between segments and at the end (padding, left alone), decay
+  // flags mixed, chunks of 16 so segments span several.
+  auto adamw_chunks = [](ExecutionContext& ctx) {
+    return adamw_chunk_table({{2, 40, true}, {42, 9, false}, {60, 70, true}, {130, 3, false}, {150, 37, true}},
+                             ctx.device(), "adamw_chunks", 16);
+  };
+  c.push_back({"adamw_update_chunks", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor p = random(ctx, {N * C}, s), g = random(ctx, {N * C}, s + 1), m = random(ctx, {N * C}, s + 2);
+                 Tensor v = positive(ctx, {N * C}, s + 3);
+                 ops::adamw_update_chunks(ctx, p, g, m, v, adamw_chunks(ctx), 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 3,
+                                          0.7f);
+                 return ParityOutputs{{p, m, v}, {}};
+               }});
+  c.push_back({"adamw_update_chunks_guarded", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor p = random(ctx, {N * C}, s), g = random(ctx, {N * C}, s + 1), m = random(ctx, {N * C}, s + 2);
+                 Tensor v = positive(ctx, {N * C}, s + 3);
+                 Tensor scale = zeros(ctx, {1}), clear = zeros(ctx, {1}, DType::i64);
+                 ops::fill(ctx, scale, 0.7f);
+                 const Tensor chunks = adamw_chunks(ctx);
+                 ops::adamw_update_chunks_guarded(ctx, p, g, m, v, chunks, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 3, scale,
+                                                  clear);
+                 Tensor flagged = Tensor::zeros({1}, DType::i64, Device::host, "diverged_step");
+                 flagged.data_as<std::int64_t>()[0] = 3;
+                 if (ctx.device() != Device::host) flagged = to_device(flagged, ctx.device());
+                 ops::adamw_update_chunks_guarded(ctx, p, g, m, v, chunks, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 4, scale,
+                                                  flagged);
                  return ParityOutputs{{p, m, v}, {}};
                }});
   // FP8: descriptors over f32[1] scalars on the device (filled by an op).

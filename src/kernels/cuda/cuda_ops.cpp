@@ -651,6 +651,48 @@ void adamw_update_guarded(ExecutionContext& ctx, Tensor& param, const Tensor& gr
                        stream_of(ctx));
 }
 
+// ---- the multi-tensor AdamW (one launch per flat shard, adamw.cu) -----------------
+
+// The table's dtype, shape and device. Its rows stay on the device (reading
+// them here would wait for the stream); the kernel clamps each row to the
+// shard, and the host backend, which the tests run, checks every row.
+std::int64_t require_chunk_table(const char* op, const Tensor& chunks) {
+  require_dtype(op, chunks, "chunks", DType::i64);
+  FT_CHECK(chunks.ndim() == 2 && chunks.dim(1) == math::kAdamwChunkColumns)
+      << op << ": chunks " << chunks.describe() << " must be [chunks, " << math::kAdamwChunkColumns
+      << "] (offset, count, decay per row; kernels/adamw_chunks.hpp)";
+  return chunks.dim(0);
+}
+
+void adamw_update_chunks(ExecutionContext& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                         const Tensor& chunks, float lr, float beta1, float beta2, float eps, float weight_decay,
+                         std::int64_t step, float grad_scale) {
+  constexpr const char* op = "adamw_update_chunks";
+  require_adamw_operands(op, param, grad, m, v, step);
+  const std::int64_t chunk_count = require_chunk_table(op, chunks);
+  launch_adamw_chunks(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(), v.data_as<float>(),
+                      chunks.data_as<std::int64_t>(), chunk_count,
+                      math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale), param.numel(),
+                      stream_of(ctx));
+}
+
+void adamw_update_chunks_guarded(ExecutionContext& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                                 const Tensor& chunks, float lr, float beta1, float beta2, float eps,
+                                 float weight_decay, std::int64_t step, const Tensor& grad_scale,
+                                 const Tensor& diverged_step) {
+  constexpr const char* op = "adamw_update_chunks_guarded";
+  require_scalar(op, grad_scale, "grad_scale", DType::f32);
+  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  require_adamw_operands(op, param, grad, m, v, step);
+  const std::int64_t chunk_count = require_chunk_table(op, chunks);
+  // grad_scale 1 here: the kernel puts the device value in its place.
+  launch_adamw_chunks_guarded(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(),
+                              v.data_as<float>(), chunks.data_as<std::int64_t>(), chunk_count,
+                              math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, 1.0f),
+                              grad_scale.data_as<float>(), diverged_step.data_as<std::int64_t>(), param.numel(),
+                              stream_of(ctx));
+}
+
 // ---- dropout and the ViT row ops (token_rows.cu, dropout.cu) ---------------------
 // Checks as kernels/host/rows.cpp and dropout.cpp make them.
 

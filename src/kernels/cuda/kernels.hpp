@@ -85,6 +85,20 @@ void launch_adamw(float* param, const float* grad, float* m, float* v, const mat
 void launch_adamw_guarded(float* param, const float* grad, float* m, float* v, const math::AdamwConstants& k,
                           const float* grad_scale, const std::int64_t* diverged_step, std::int64_t n,
                           cudaStream_t stream);
+// adamw_update_chunks: math::adamw_step over the rows of a device chunk
+// table i64[chunks, math::kAdamwChunkColumns] of an n-element shard, each
+// row with k's weight decay or none (math::adamw_chunk_constants), in one
+// launch (adamw_chunks_launch). Rows are clamped to [0, n): a kernel cannot
+// throw, so a bad table must not write outside the shard (the host backend
+// checks every row and refuses it).
+void launch_adamw_chunks(float* param, const float* grad, float* m, float* v, const std::int64_t* chunks,
+                         std::int64_t chunk_count, const math::AdamwConstants& k, std::int64_t n,
+                         cudaStream_t stream);
+// The guarded form: as launch_adamw_guarded, *grad_scale and *diverged_step
+// read on the device.
+void launch_adamw_chunks_guarded(float* param, const float* grad, float* m, float* v, const std::int64_t* chunks,
+                                 std::int64_t chunk_count, const math::AdamwConstants& k, const float* grad_scale,
+                                 const std::int64_t* diverged_step, std::int64_t n, cudaStream_t stream);
 
 // attention_reference.cu: math::attention_kv_head / attention_bshd_row /
 // attention_key_end / attention_first_query / attention_lse_index. q, out,

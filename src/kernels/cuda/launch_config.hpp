@@ -18,7 +18,8 @@
 //    grid-stride loops over their output elements (row_copy_launch); the
 //    batch sums of their backward passes run one thread per output column,
 //    each adding the batch items in order (batch_sum_launch: no atomics,
-//    the same bits every run).
+//    the same bits every run);
+//  * adamw_chunks: one block per chunk of the multi-tensor AdamW's table.
 #pragma once
 
 #include <algorithm>
@@ -122,6 +123,19 @@ inline LaunchConfig row_copy_launch(std::int64_t rows, std::int64_t width, const
 // dprefix / dbias: one thread per column of the summed [columns] slice.
 inline LaunchConfig batch_sum_launch(std::int64_t columns, const DeviceLimits& limits = kSm90Limits) {
   return elementwise_launch(columns, limits);
+}
+
+// adamw_update_chunks (the multi-tensor AdamW): one block per row of the
+// chunk table, as apex's multi_tensor_apply, its threads striding over the
+// chunk's elements (kAdamwChunkElements / 512 = 128 each); past the grid
+// limit the blocks stride over the rows.
+inline constexpr std::int64_t kAdamwChunksBlock = 512;
+
+inline LaunchConfig adamw_chunks_launch(std::int64_t chunks, const DeviceLimits& limits = kSm90Limits) {
+  LaunchConfig c;
+  c.block = std::min(kAdamwChunksBlock, limits.max_threads_per_block);
+  c.grid_x = std::clamp<std::int64_t>(chunks, 1, limits.max_grid_x);
+  return c;
 }
 
 }  // namespace ftrain::cuda

@@ -1,12 +1,15 @@
-// Host AdamW step on one contiguous f32 range (ops.hpp), as torch.optim.AdamW:
+// Host AdamW (ops.hpp), as torch.optim.AdamW:
 //   g = grad * grad_scale
 //   m = beta1 m + (1 - beta1) g;   v = beta2 v + (1 - beta2) g^2
 //   p -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p)
 // with mhat = m / (1 - beta1^step), vhat = v / (1 - beta2^step), step >= 1.
+// adamw_update runs it over one contiguous f32 range; adamw_update_chunks
+// (and its guarded form) over the rows of a chunk table in one call, each
+// chunk with the call's weight decay or none (math::adamw_chunk_constants).
 //
 // Conventions: param, grad, m, v are f32 with equal numel (the optimizer's
 // master shard and state); the bias corrections are computed once in double.
-// Element-wise, so any thread count gives identical results.
+// Element-wise, so any thread count and any chunking give identical results.
 #include <Kokkos_Core.hpp>
 #include <cmath>
 
@@ -17,9 +20,10 @@
 
 namespace ftrain::host {
 
-void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, std::int64_t step, float grad_scale) {
-  constexpr const char* op = "adamw_update";
+namespace {
+
+void require_adamw_operands(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m,
+                            const Tensor& v, std::int64_t step) {
   spans::require_dtype(op, param, "param", DType::f32);
   spans::require_dtype(op, grad, "grad", DType::f32);
   spans::require_dtype(op, m, "m", DType::f32);
@@ -29,6 +33,57 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float
   spans::require_numel(op, v, "v", param.numel(), "same as param");
   FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (bias correction) for param "
                       << param.describe();
+}
+
+void require_scalar(const char* op, const Tensor& t, const char* role, DType dtype) {
+  spans::require_dtype(op, t, role, dtype);
+  spans::require_numel(op, t, role, 1, "one element");
+}
+
+// The table's shape, and every row inside param, in increasing order and
+// not overlapping: the kernel below updates the rows in parallel, so an
+// overlap would be a race, and a row past the end would write outside the
+// shard. Cheap next to the update itself (three integers per 65536 elements).
+void require_chunk_table(const char* op, const Tensor& chunks, const Tensor& param) {
+  spans::require_dtype(op, chunks, "chunks", DType::i64);
+  FT_CHECK(chunks.ndim() == 2 && chunks.dim(1) == math::kAdamwChunkColumns)
+      << op << ": chunks " << chunks.describe() << " must be [chunks, " << math::kAdamwChunkColumns
+      << "] (offset, count, decay per row; kernels/adamw_chunks.hpp)";
+  const auto* table = chunks.data_as<std::int64_t>();
+  std::int64_t end_of_previous = 0;
+  for (std::int64_t r = 0; r < chunks.dim(0); ++r) {
+    const std::int64_t* row = table + r * math::kAdamwChunkColumns;
+    const math::AdamwChunk c = math::adamw_chunk(table, r);
+    FT_CHECK(c.offset >= end_of_previous && c.count >= 1 && c.count <= math::kAdamwChunkElements &&
+             c.offset + c.count <= param.numel() && (row[math::kAdamwChunkDecayColumn] & ~std::int64_t{1}) == 0)
+        << op << ": chunks " << chunks.describe() << " row " << r << " {offset " << c.offset << ", count "
+        << c.count << ", decay " << row[math::kAdamwChunkDecayColumn] << "} must lie in param " << param.describe()
+        << " after the row before it (ending at " << end_of_previous << "), with 1 <= count <= "
+        << math::kAdamwChunkElements << " and decay 0 or 1";
+    end_of_previous = c.offset + c.count;
+  }
+}
+
+// math::adamw_step over every chunk's range, chunks in parallel.
+void update_chunks(const char* kernel_name, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                   const Tensor& chunks, const math::AdamwConstants& k) {
+  float* p = static_cast<float*>(param.data());
+  const float* gr = static_cast<const float*>(grad.data());
+  float* mm = static_cast<float*>(m.data());
+  float* vv = static_cast<float*>(v.data());
+  const auto* table = chunks.data_as<std::int64_t>();
+  Kokkos::parallel_for(kernel_name, spans::HostPolicy(0, chunks.dim(0)), [=](std::int64_t r) {
+    const math::AdamwChunk c = math::adamw_chunk(table, r);
+    const math::AdamwConstants chunk_k = math::adamw_chunk_constants(k, c.weight_decay);
+    for (std::int64_t i = c.offset; i < c.offset + c.count; ++i) math::adamw_step(chunk_k, gr[i], p[i], mm[i], vv[i]);
+  });
+}
+
+}  // namespace
+
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, std::int64_t step, float grad_scale) {
+  require_adamw_operands("adamw_update", param, grad, m, v, step);
   const math::AdamwConstants k = math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
   float* p = static_cast<float*>(param.data());
   const float* gr = static_cast<const float*>(grad.data());
@@ -37,6 +92,29 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float
   spans::for_each_chunk("ftrain::adamw::update", param.numel(), [=](std::int64_t begin, std::int64_t n) {
     for (std::int64_t i = begin; i < begin + n; ++i) math::adamw_step(k, gr[i], p[i], mm[i], vv[i]);
   });
+}
+
+void adamw_update_chunks(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, std::int64_t step,
+                         float grad_scale) {
+  constexpr const char* op = "adamw_update_chunks";
+  require_adamw_operands(op, param, grad, m, v, step);
+  require_chunk_table(op, chunks, param);
+  update_chunks("ftrain::adamw::update_chunks", param, grad, m, v, chunks,
+                math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale));
+}
+
+void adamw_update_chunks_guarded(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks,
+                                 float lr, float beta1, float beta2, float eps, float weight_decay,
+                                 std::int64_t step, const Tensor& grad_scale, const Tensor& diverged_step) {
+  constexpr const char* op = "adamw_update_chunks_guarded";
+  require_scalar(op, grad_scale, "grad_scale", DType::f32);
+  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  require_adamw_operands(op, param, grad, m, v, step);
+  require_chunk_table(op, chunks, param);
+  if (math::adamw_step_skipped(diverged_step.data_as<std::int64_t>()[0])) return;  // changes nothing
+  update_chunks("ftrain::adamw::update_chunks_guarded", param, grad, m, v, chunks,
+                math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale.data_as<float>()[0]));
 }
 
 }  // namespace ftrain::host

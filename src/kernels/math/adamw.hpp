@@ -52,4 +52,37 @@ FTRAIN_HD void adamw_step(const AdamwConstants& k, float grad, float& p, float& 
   p -= k.lr * (mhat / (sqrt_vhat + k.eps) + k.weight_decay * p);
 }
 
+// The multi-tensor form (adamw_update_chunks): one launch walks a chunk
+// table over a whole flat shard, apex's multi_tensor_apply chunk list. Each
+// row is kAdamwChunkColumns i64: the chunk's first element in the shard, its
+// element count (at most kAdamwChunkElements) and 1 where weight decay
+// applies (0: norms, biases). kernels/adamw_chunks.hpp builds the table.
+inline constexpr std::int64_t kAdamwChunkColumns = 3;
+inline constexpr std::int64_t kAdamwChunkOffsetColumn = 0;
+inline constexpr std::int64_t kAdamwChunkCountColumn = 1;
+inline constexpr std::int64_t kAdamwChunkDecayColumn = 2;
+// apex's chunk size: a CUDA block's work (a few hundred elements a thread)
+// and a host task's, so that one launch over a sharded 7B block still has
+// hundreds of chunks to spread.
+inline constexpr std::int64_t kAdamwChunkElements = 65536;
+
+struct AdamwChunk {
+  std::int64_t offset, count;
+  bool weight_decay;
+};
+
+FTRAIN_HD AdamwChunk adamw_chunk(const std::int64_t* table, std::int64_t row) {
+  const std::int64_t* r = table + row * kAdamwChunkColumns;
+  return {r[kAdamwChunkOffsetColumn], r[kAdamwChunkCountColumn], r[kAdamwChunkDecayColumn] != 0};
+}
+
+// The constants of one chunk: the call's, with weight decay switched off
+// where the chunk's flag is clear. Only the stored weight_decay changes, so
+// each element gets the bits adamw_update(weight_decay or 0) would give it.
+FTRAIN_HD AdamwConstants adamw_chunk_constants(const AdamwConstants& k, bool weight_decay) {
+  AdamwConstants c = k;
+  if (!weight_decay) c.weight_decay = 0.0f;
+  return c;
+}
+
 }  // namespace ftrain::math

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "kernels/adamw_chunks.hpp"
 #include "kernels/backend_registry.hpp"
 #include "kernels/ops.hpp"
 #include "runtime/backend_library.hpp"
@@ -88,4 +89,34 @@ TEST_F(SimDevice, OpsGiveTheHostResultsAndRefuseHostTensors) {
     EXPECT_NE(m.find("host_side"), std::string::npos) << m;
     EXPECT_NE(m.find("not device memory"), std::string::npos) << m;
   }
+}
+
+// The multi-tensor AdamW reads its chunk table through a device address
+// like any tensor: the table the engine keeps on the device gives the host
+// result bit for bit, and a table left on the host is refused.
+TEST_F(SimDevice, AdamwChunksReadTheirTableFromTheDevice) {
+  ExecutionOptions o;
+  o.device = Device::cuda;
+  ExecutionContext ctx(o);
+  std::vector<float> p(50), g(50), zeros(50, 0.0f);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    p[i] = 0.03f * static_cast<float>(i) - 0.7f;
+    g[i] = 0.5f - 0.02f * static_cast<float>(i);
+  }
+  const std::vector<AdamwSegment> segments = {{1, 20, true}, {21, 9, false}, {40, 8, true}};
+  auto run = [&](ExecutionContext& c, const Tensor& chunks) {
+    Tensor tp = to_device(from_floats({50}, p), c.device()), tg = to_device(from_floats({50}, g), c.device());
+    Tensor tm = to_device(from_floats({50}, zeros), c.device()), tv = to_device(from_floats({50}, zeros), c.device());
+    Tensor scale = to_device(from_floats({1}, {0.5f}), c.device());
+    Tensor clear = to_device(Tensor::zeros({1}, DType::i64), c.device());
+    ops::adamw_update_chunks_guarded(c, tp, tg, tm, tv, chunks, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, scale, clear);
+    c.synchronize();
+    return to_float_vector(host_readable(tp));
+  };
+  const auto host = run(host_context(), adamw_chunk_table(segments, Device::host, "chunks", 8));
+  EXPECT_EQ(run(ctx, adamw_chunk_table(segments, Device::cuda, "chunks", 8)), host);
+  EXPECT_EQ(host[0], p[0]) << "padding";
+  const std::string m = error_of([&] { run(ctx, adamw_chunk_table(segments, Device::host, "host_chunks", 8)); });
+  EXPECT_NE(m.find("op adamw_update_chunks_guarded"), std::string::npos) << m;
+  EXPECT_NE(m.find("host_chunks"), std::string::npos) << m;
 }

@@ -6,11 +6,16 @@
 // backward one block per token; the fused cross entropy one block per row of
 // a vocabulary chunk (Llama 3's 128256 included); the ViT row ops and
 // dropout (token_rows.cu, dropout.cu) at every ViT preset's image size and
-// at 384 rounded up to whole patches (fine-tuning resolution).
+// at 384 rounded up to whole patches (fine-tuning resolution); the
+// multi-tensor AdamW one block per chunk of every preset unit's flat shard.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "kernels/adamw_chunks.hpp"
 #include "kernels/cuda/launch_config.hpp"
 #include "unit/cuda/preset_shapes.hpp"
 
@@ -148,4 +153,51 @@ TEST(CudaLaunchConfig, ShapesNearTheLimits) {
   EXPECT_LE(per_row_launch(std::int64_t{1} << 40, 7, 2).grid_x, kSm90Limits.max_grid_x);
   EXPECT_EQ(per_row_launch(5, 1, 2).block, 32);
   EXPECT_EQ(elementwise_launch(0).grid_x, 1);
+}
+
+// The multi-tensor AdamW (adamw_update_chunks): one block per chunk of a
+// flat shard's table. Every preset's largest unit unsharded (one GPU holds
+// the whole flat: the most chunks one launch gets) and sharded 8 and 64
+// ways, with the tensors' own decay flags (a flag change starts a chunk).
+TEST(CudaLaunchConfig, AdamwChunksFitSm90) {
+  for (const auto& [dir, plugin] : {std::pair<std::string, std::string>{FTRAIN_TEST_LLAMA_PLUGIN_DIR, "llama"},
+                                    {FTRAIN_TEST_VIT_PLUGIN_DIR, "vit"}}) {
+    for (const std::string& preset : PluginLoader({dir}).load(plugin)->presets()) {
+      ModelHandle model = PluginLoader({dir}).create_model(plugin, preset, {});
+      for (int u = 0; u < model->num_units(); ++u) {
+        std::vector<AdamwSegment> segments;
+        std::int64_t numel = 0;
+        for (const auto& spec : model->unit(u).params()) {
+          if (!spec.tied_to.empty()) continue;
+          segments.push_back({numel, shape_numel(spec.shape), spec.weight_decay});
+          numel += shape_numel(spec.shape);
+        }
+        for (std::int64_t ranks : {std::int64_t{1}, std::int64_t{8}, std::int64_t{64}}) {
+          // Rank 0's shard: the first ceil(numel / ranks) elements.
+          const std::int64_t shard = (numel + ranks - 1) / ranks;
+          std::vector<AdamwSegment> mine;
+          for (const AdamwSegment& s : segments)
+            if (s.offset < shard) mine.push_back({s.offset, std::min(s.count, shard - s.offset), s.weight_decay});
+          const auto chunks = static_cast<std::int64_t>(adamw_chunk_rows(mine).size()) / math::kAdamwChunkColumns;
+          const std::string at = plugin + " " + preset + " unit " + std::to_string(u) + " over " +
+                                 std::to_string(ranks) + " ranks (" + std::to_string(chunks) + " chunks)";
+          check(adamw_chunks_launch(chunks), "adamw chunks " + at);
+          EXPECT_EQ(adamw_chunks_launch(chunks).grid_x, std::max<std::int64_t>(chunks, 1))
+              << at << ": a block per chunk";
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaLaunchConfig, AdamwChunksOneBlockPerChunk) {
+  // Llama 2 7B's block on 8 GPUs: 202,383,360 / 8 elements in 9 tensors,
+  // about 386 chunks of 65536: 386 blocks of 512 threads, 128 elements each.
+  const LaunchConfig c = adamw_chunks_launch(386);
+  EXPECT_EQ(c.grid_x, 386);
+  EXPECT_EQ(c.block, 512);
+  EXPECT_EQ(math::kAdamwChunkElements / c.block, 128);
+  EXPECT_EQ(c.shared_bytes, 0);
+  EXPECT_EQ(adamw_chunks_launch(0).grid_x, 1) << "never an empty grid (the launcher skips an empty table)";
+  EXPECT_EQ(adamw_chunks_launch(std::int64_t{1} << 40).grid_x, kSm90Limits.max_grid_x) << "blocks stride beyond";
 }
