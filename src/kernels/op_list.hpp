@@ -207,7 +207,7 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
      Fp8AmaxAlgo algo),                                                                                           \
     (amax_history, scale, forward_format, backward_format, margin, algo), amax_history)                         \
   /* Multi-tensor AdamW: one launch over a whole flat shard (param, grad, m, v f32 of one size) covering the      \
-     ranges of a chunk table, chunks i64[n, 3] (kernels/math/adamw_chunks.hpp: rows {offset, count, decay},        \
+     ranges of a chunk table, chunks i64[n, 3] (kernels/adamw_chunks.hpp: rows {offset, count, decay},             \
      count <= kAdamwChunkElements, in bounds, decay 0 or 1), each element updated exactly as adamw_update with     \
      weight_decay where its row's decay is 1 and 0 where it is 0. Elements no row covers (padding) are left       \
      alone. Same bits as one adamw_update per range. */                                                          \

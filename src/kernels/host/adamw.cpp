@@ -35,11 +35,6 @@ void require_adamw_operands(const char* op, const Tensor& param, const Tensor& g
                       << param.describe();
 }
 
-void require_scalar(const char* op, const Tensor& t, const char* role, DType dtype) {
-  spans::require_dtype(op, t, role, dtype);
-  spans::require_numel(op, t, role, 1, "one element");
-}
-
 // The table's shape, and every row inside param, in increasing order and
 // not overlapping: the kernel below updates the rows in parallel, so an
 // overlap would be a race, and a row past the end would write outside the
@@ -108,8 +103,8 @@ void adamw_update_chunks_guarded(Tensor& param, const Tensor& grad, Tensor& m, T
                                  float lr, float beta1, float beta2, float eps, float weight_decay,
                                  std::int64_t step, const Tensor& grad_scale, const Tensor& diverged_step) {
   constexpr const char* op = "adamw_update_chunks_guarded";
-  require_scalar(op, grad_scale, "grad_scale", DType::f32);
-  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  spans::require_scalar(op, grad_scale, "grad_scale", DType::f32);
+  spans::require_scalar(op, diverged_step, "diverged_step", DType::i64);
   require_adamw_operands(op, param, grad, m, v, step);
   require_chunk_table(op, chunks, param);
   if (math::adamw_step_skipped(diverged_step.data_as<std::int64_t>()[0])) return;  // changes nothing

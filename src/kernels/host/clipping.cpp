@@ -11,18 +11,8 @@
 
 namespace ftrain::host {
 
-namespace {
-
-void require_scalar(const char* op, const Tensor& t, const char* role, DType dtype) {
-  spans::require_defined_host(op, t, role);
-  spans::require_dtype(op, t, role, dtype);
-  spans::require_numel(op, t, role, 1, "one element");
-}
-
-}  // namespace
-
 void sum_squares_accumulate(const Tensor& x, Tensor& acc) {
-  require_scalar("sum_squares_accumulate", acc, "acc", DType::f64);
+  spans::require_scalar("sum_squares_accumulate", acc, "acc", DType::f64);
   // sum_squares itself: the partials are the numbers the host used to add.
   acc.data_as<double>()[0] += sum_squares(x);
 }
@@ -30,10 +20,10 @@ void sum_squares_accumulate(const Tensor& x, Tensor& acc) {
 void clip_coefficient(const Tensor& sum_sq, double max_norm, std::int64_t step, Tensor& norm, Tensor& scale,
                       Tensor& diverged_step) {
   constexpr const char* op = "clip_coefficient";
-  require_scalar(op, sum_sq, "sum_sq", DType::f64);
-  require_scalar(op, norm, "norm", DType::f64);
-  require_scalar(op, scale, "scale", DType::f32);
-  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  spans::require_scalar(op, sum_sq, "sum_sq", DType::f64);
+  spans::require_scalar(op, norm, "norm", DType::f64);
+  spans::require_scalar(op, scale, "scale", DType::f32);
+  spans::require_scalar(op, diverged_step, "diverged_step", DType::i64);
   FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (0 means \"not diverged\")";
   // kernels/math/pointwise.hpp: the arithmetic the CUDA kernel runs too.
   const double n = math::norm_from_sum_squares(sum_sq.data_as<double>()[0]);
@@ -47,8 +37,8 @@ void adamw_update_guarded(Tensor& param, const Tensor& grad, Tensor& m, Tensor& 
                           float beta2, float eps, float weight_decay, std::int64_t step, const Tensor& grad_scale,
                           const Tensor& diverged_step) {
   constexpr const char* op = "adamw_update_guarded";
-  require_scalar(op, grad_scale, "grad_scale", DType::f32);
-  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  spans::require_scalar(op, grad_scale, "grad_scale", DType::f32);
+  spans::require_scalar(op, diverged_step, "diverged_step", DType::i64);
   if (math::adamw_step_skipped(diverged_step.data_as<std::int64_t>()[0])) return;  // changes nothing
   adamw_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale.data_as<float>()[0]);
 }

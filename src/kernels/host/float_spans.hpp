@@ -67,6 +67,12 @@ inline void require_numel(const char* op, const Tensor& t, const char* role, std
                                << " elements (" << why << ")";
 }
 
+// A device scalar of the clipping / guarded-optimizer ops: one element of `dtype` on the host.
+inline void require_scalar(const char* op, const Tensor& t, const char* role, DType dtype) {
+  require_dtype(op, t, role, dtype);
+  require_numel(op, t, role, 1, "one element");
+}
+
 // Last dimension of a row-major [..., C] activation; checks it is >= 1-d.
 inline std::int64_t row_width(const char* op, const Tensor& t, const char* role) {
   FT_CHECK(t.ndim() >= 1 && t.dim(-1) > 0) << op << ": " << role << " " << t.describe()
