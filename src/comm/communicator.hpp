@@ -101,6 +101,9 @@ class Communicator {
   // Each starts after `after` completed (see "Ordering with compute"); an
   // override repeats the default.
   // recv (size() * send.numel() elements) = concatenation of every rank's send.
+  // In place: send may be recv's own block (recv's elements from
+  // rank() * send.numel()), which is then not copied; any other overlap of
+  // send and recv throws before anything is issued.
   virtual Request all_gather(const Tensor& send, Tensor& recv, const Event& after = Event()) = 0;
   // Variable counts (MPI_Allgatherv): rank r sends counts[r] elements
   // (send.numel() == counts[rank()]); recv (sum of counts) = their

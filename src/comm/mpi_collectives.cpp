@@ -91,9 +91,24 @@ int checked_count(const Tensor& t) {
   return static_cast<int>(t.numel());
 }
 
-void start_all_gather(const Tensor& send, const Tensor& recv, MPI_Comm comm, MPI_Request* r) {
-  FT_MPI_CHECK(MPI_Iallgather(send.data(), checked_count(send), mpi_type(send), recv.data(), checked_count(send),
-                              mpi_type(recv), comm, r));
+bool gathers_in_place(const Tensor& send, const Tensor& recv, int rank) {
+  const auto* s = static_cast<const char*>(send.data());
+  const auto* r = static_cast<const char*>(recv.data());
+  const auto send_bytes = static_cast<std::size_t>(send.nbytes()), recv_bytes = static_cast<std::size_t>(recv.nbytes());
+  const bool overlap = send_bytes > 0 && recv_bytes > 0 && s < r + recv_bytes && r < s + send_bytes;
+  if (!overlap) return false;
+  const bool own_block = s == r + static_cast<std::size_t>(rank) * send_bytes &&
+                         static_cast<std::size_t>(rank + 1) * send_bytes <= recv_bytes;
+  FT_CHECK(own_block) << "all_gather: send " << send.describe() << " overlaps recv " << recv.describe()
+                      << " but is not rank " << rank << "'s block of it (an in-place gather sends recv's elements ["
+                      << rank * send.numel() << ", " << (rank + 1) * send.numel() << "))";
+  return true;
+}
+
+void start_all_gather(const Tensor& send, const Tensor& recv, bool in_place, MPI_Comm comm, MPI_Request* r) {
+  // In place, MPI takes this rank's block from recv: no local copy of it.
+  FT_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send.data(), checked_count(send), mpi_type(send), recv.data(),
+                              checked_count(send), mpi_type(recv), comm, r));
 }
 
 void start_reduce_scatter_sum(const Tensor& send, const Tensor& recv, MPI_Comm comm, MPI_Request* r) {

@@ -28,8 +28,17 @@ GatherCounts gather_counts(const std::vector<std::int64_t>& counts);
 // numel as an MPI count; throws naming the tensor when it does not fit.
 int checked_count(const Tensor& t);
 
-// Post the non-blocking call into *request (sizes checked by the caller).
-void start_all_gather(const Tensor& send, const Tensor& recv, MPI_Comm comm, MPI_Request* request);
+// An all-gather may run in place: send is then recv's own block (the
+// elements [rank * n, (rank + 1) * n) of recv, n = send.numel()), as with
+// MPI_IN_PLACE and NCCL's in-place all-gather, and no copy of it is made.
+// True for that layout, false for disjoint buffers; any other overlap
+// throws naming both tensors (no collective reads a buffer it also writes).
+// Pure pointer arithmetic, callable on any thread.
+bool gathers_in_place(const Tensor& send, const Tensor& recv, int rank);
+
+// Post the non-blocking call into *request (sizes checked by the caller;
+// in_place from gathers_in_place).
+void start_all_gather(const Tensor& send, const Tensor& recv, bool in_place, MPI_Comm comm, MPI_Request* request);
 // `counts` must outlive the request (the caller keeps it in its closure).
 void start_all_gather_v(const Tensor& send, const Tensor& recv, const GatherCounts& counts, MPI_Comm comm,
                         MPI_Request* request);

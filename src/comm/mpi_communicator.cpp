@@ -252,8 +252,9 @@ Request MpiCommunicator::all_gather(const Tensor& send, Tensor& recv, const Even
   require_host("all_gather", send);
   require_host("all_gather", recv);
   checked_count(recv);
-  return issue("all_gather", send.describe(), after, [send, recv, comm = comm_](MPI_Request* r) {
-    start_all_gather(send, recv, comm, r);
+  const bool in_place = mpi_collectives::gathers_in_place(send, recv, rank_);
+  return issue("all_gather", send.describe(), after, [send, recv, in_place, comm = comm_](MPI_Request* r) {
+    start_all_gather(send, recv, in_place, comm, r);
   }, {send}, {recv});
 }
 

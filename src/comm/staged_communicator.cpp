@@ -77,9 +77,12 @@ Request StagedCommunicator::all_gather(const Tensor& send, Tensor& recv, const E
   FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size() && mc::has_mpi_gather_type(send.dtype()))
       << "all_gather: send " << send.describe() << ", recv " << recv.describe() << ", " << size() << " ranks";
   mc::checked_count(recv);
+  // In place on the device (send is recv's own block) is fine here: send is
+  // staged before the gather writes, and the staging buffers are disjoint.
+  mc::gathers_in_place(send, recv, rank());
   Tensor hs = host_stage(send, "staged"), hr = host_stage(recv, "staged");
   return issue("all_gather", send.describe(), after, {send}, {hs}, {recv}, {hr},
-               [hs, hr](MPI_Comm comm, MPI_Request* r) { mc::start_all_gather(hs, hr, comm, r); });
+               [hs, hr](MPI_Comm comm, MPI_Request* r) { mc::start_all_gather(hs, hr, /*in_place=*/false, comm, r); });
 }
 
 Request StagedCommunicator::all_gather_v(const Tensor& send, Tensor& recv, const std::vector<std::int64_t>& counts,

@@ -468,7 +468,11 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
     if (dt == DType::f32) {
       f.gather_send = f.master;
     } else {
-      f.gather_send = Tensor::empty({f.shard_numel()}, dt, exec_.device(), f.unit_name() + ".gather_send");
+      // The cast writes this rank's block of the gathered buffer and the
+      // gather runs in place (communicator.hpp): no send buffer, and no
+      // copy of this rank's block into the output.
+      f.gather_send = f.gathered.view({f.shard_numel()}, shard_comm_->rank() * f.shard_numel(),
+                                      f.unit_name() + ".gather_send");
       ops::cast(exec_, f.master, f.gather_send);
     }
     // The collective reads what compute ops wrote (the cast above, AdamW's

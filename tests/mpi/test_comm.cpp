@@ -118,6 +118,25 @@ TEST_P(CommByDType, AllGatherConcatenatesInRankOrder) {
   }
 }
 
+// In place (the FSDP engine's gather: the cast writes this rank's block of
+// the gathered buffer): send is a view of recv's own block.
+TEST_P(CommByDType, AllGatherInPlaceSendsThisRanksBlockOfRecv) {
+  const DType dt = std::get<0>(GetParam());
+  auto world_ptr = make_world(std::get<1>(GetParam()));
+  Communicator& world = *world_ptr;
+  const int size = world.size(), rank = world.rank();
+  for (std::int64_t n : kCounts) {
+    Tensor recv = poisoned(dt, n * size);
+    Tensor own = recv.view({n}, rank * n, "own block");
+    Tensor mine = contribution(dt, rank, n);
+    for (std::int64_t j = 0; j < n; ++j) store(own, j, load(mine, j));
+    world.all_gather(own, recv).wait();
+    for (int q = 0; q < size; ++q)
+      for (std::int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(load(recv, q * n + j), value_of(dt, q, j)) << "n " << n << ": block of rank " << q << ", element " << j;
+  }
+}
+
 TEST_P(CommByDType, ReduceScatterGivesThisRanksBlockOfTheSum) {
   const DType dt = std::get<0>(GetParam());
   auto world_ptr = make_world(std::get<1>(GetParam()));
@@ -272,6 +291,11 @@ TEST_P(CommByKind, BadArgumentsThrowBeforeAnythingIsIssued) {
   Tensor wrong_dtype = poisoned(DType::bf16, 3 * size);
   EXPECT_THROW(world.all_gather(send, wrong_size), Error);
   EXPECT_THROW(world.all_gather(send, wrong_dtype), Error);
+  // send overlapping recv anywhere but at this rank's own block.
+  Tensor gathered = poisoned(DType::f32, 3 * size + 1);
+  Tensor shifted = gathered.view({3}, 3 * world.rank() + 1, "shifted block");
+  Tensor target = gathered.view({3 * size}, 0, "recv");
+  EXPECT_THROW(world.all_gather(shifted, target), Error);
   Tensor big = contribution(DType::f32, world.rank(), 3 * size + 1);
   Tensor block = poisoned(DType::f32, 3);
   EXPECT_THROW(world.reduce_scatter_sum(big, block), Error);

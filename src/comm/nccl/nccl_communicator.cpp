@@ -170,6 +170,9 @@ class NcclCommunicator final : public Communicator {
     FT_CHECK(send.dtype() == recv.dtype() && recv.numel() == send.numel() * size() && send.device() == Device::cuda &&
              recv.device() == Device::cuda)
         << "all_gather: send " << send.describe() << ", recv " << recv.describe() << ", " << size() << " ranks";
+    // NCCL gathers in place when send is recv's own block (its documented
+    // in-place layout); any other overlap is refused.
+    mpi_collectives::gathers_in_place(send, recv, rank());
     return issue("all_gather", send.describe(), after, {send, recv}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclAllGather(send.data(), recv.data(), static_cast<size_t>(send.numel()), nccl_type(send), c, s);
     });
