@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "core/error.hpp"
 #include "runtime/backend_library.hpp"
 #include "runtime/host_streams.hpp"
@@ -22,9 +24,22 @@ constexpr std::size_t kAlign = 64;
 // blocks; a cached block serves requests down to half its capacity.
 constexpr std::size_t kGranule = 512;
 
-std::size_t round_capacity(std::size_t bytes) {
-  const std::size_t b = std::max<std::size_t>(bytes, 1);
-  return ((b + kGranule - 1) / kGranule) * kGranule;
+std::size_t round_up(std::size_t bytes, std::size_t unit) { return ((bytes + unit - 1) / unit) * unit; }
+
+// Huge-page blocks are whole huge pages: a block's tail never shares a huge
+// page with another allocation.
+std::size_t round_capacity(std::size_t bytes, bool huge_pages) {
+  const std::size_t b = round_up(std::max<std::size_t>(bytes, 1), kGranule);
+  return huge_pages && b >= kHugePageBytes ? round_up(b, kHugePageBytes) : b;
+}
+
+bool read_switch(const char* variable, bool unset_value) {
+  const char* v = std::getenv(variable);
+  if (v == nullptr) return unset_value;
+  const std::string s(v);
+  if (s.empty()) return unset_value;
+  if (s != "0" && s != "1") FT_USER_ERROR() << "environment variable " << variable << "='" << s << "': expected 0 or 1";
+  return s == "1";
 }
 
 void poison(void* p, std::size_t bytes) {
@@ -35,14 +50,8 @@ void poison(void* p, std::size_t bytes) {
 
 HostAllocatorOptions HostAllocatorOptions::from_environment() {
   HostAllocatorOptions o;
-  if (const char* v = std::getenv("FTRAIN_ALLOC_DEBUG")) {
-    const std::string s(v);
-    if (s == "1") {
-      o.debug = true;
-    } else if (!(s.empty() || s == "0")) {
-      FT_USER_ERROR() << "environment variable FTRAIN_ALLOC_DEBUG='" << s << "': expected 0 or 1";
-    }
-  }
+  o.debug = read_switch("FTRAIN_ALLOC_DEBUG", o.debug);
+  o.huge_pages = read_switch("FTRAIN_HOST_HUGE_PAGES", o.huge_pages);
   return o;
 }
 
@@ -118,7 +127,7 @@ HostAllocator::~HostAllocator() {
 }
 
 std::shared_ptr<void> HostAllocator::allocate(std::size_t bytes) {
-  const std::size_t capacity = round_capacity(bytes);
+  const std::size_t capacity = round_capacity(bytes, options_.huge_pages);
   void* ptr = nullptr;
   std::size_t got = capacity;
   {
@@ -134,11 +143,15 @@ std::shared_ptr<void> HostAllocator::allocate(std::size_t bytes) {
     }
   }
   if (ptr == nullptr) {
-    ptr = std::aligned_alloc(kAlign, capacity);
+    const bool huge = options_.huge_pages && capacity >= kHugePageBytes;  // capacity: whole huge pages
+    ptr = std::aligned_alloc(huge ? kHugePageBytes : kAlign, capacity);
     FT_CHECK(ptr != nullptr) << "host allocation of " << bytes << " bytes failed";
+    // Before the first touch, so the pages fault in as huge pages.
+    const bool advised = huge && madvise(ptr, capacity, MADV_HUGEPAGE) == 0;
     if (options_.debug) poison(ptr, capacity);  // never-written memory reads as NaN too
     std::lock_guard<std::mutex> lock(impl_->mutex);
     ++impl_->stats.fresh_blocks;
+    if (advised) ++impl_->stats.huge_page_blocks;
   }
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);

@@ -15,6 +15,15 @@
 //  * Host: 64-byte aligned blocks (kernels vectorise), cached for reuse. A
 //    release is recorded on every asynchronous host stream (there are at
 //    most a few), so cross-stream use needs no record_stream call.
+//  * Host blocks of 2 MiB or more (the FSDP flats, gathered parameters,
+//    gradients, activations of real models) are 2 MiB aligned, sized in
+//    whole 2 MiB pages and advised as transparent huge pages
+//    (madvise(MADV_HUGEPAGE); Debian's default THP mode is "madvise", so
+//    without the advice they get 4 KiB pages). Fewer TLB misses in the
+//    kernels, and MPI's single-copy transfers (CMA) pin one page per 2 MiB
+//    instead of 512. The advice is only advice: where the kernel has no THP
+//    the block is used as it is. HostAllocatorOptions::huge_pages,
+//    FTRAIN_HOST_HUGE_PAGES=0 turns it off (share/doc/performance.md).
 //  * Debug mode (HostAllocatorOptions::debug, FTRAIN_ALLOC_DEBUG=1): every
 //    block is filled with a NaN pattern when handed out fresh and when it is
 //    freed, and freed blocks wait in a quarantine before reuse, so a read
@@ -37,6 +46,7 @@ struct AllocatorStats {
   std::size_t peak_live_bytes = 0;
   std::int64_t fresh_blocks = 0;     // taken from the system
   std::int64_t reused_blocks = 0;    // handed out again from the cache
+  std::int64_t huge_page_blocks = 0; // host: fresh blocks advised as transparent huge pages
   // Device pools only (the CUDA backend's cudaMemPool: cudaMemPoolAttr-
   // ReservedMemCurrent / -High): memory the pool holds from the driver,
   // handed out or cached. 0 on the host, whose cache is cached_bytes.
@@ -73,11 +83,16 @@ DeviceAllocator* register_allocator(Device device, DeviceAllocator* allocator);
 // halves; the byte 0xFF.. pattern would be NaN too but reads as -1 in ints.
 inline constexpr std::uint32_t kPoisonWord = 0x7FC07FC0u;
 
+// The transparent huge page size of x86-64 and of most aarch64 kernels.
+inline constexpr std::size_t kHugePageBytes = std::size_t(2) << 20;
+
 struct HostAllocatorOptions {
   bool debug = false;                              // poison + quarantine
   std::size_t cache_limit_bytes = std::size_t(256) << 20;  // free blocks kept beyond this go back to the system
   std::size_t quarantine_bytes = std::size_t(64) << 20;  // debug: freed bytes held back before reuse
-  // Reads FTRAIN_ALLOC_DEBUG (0 or 1; anything else is an error naming it).
+  bool huge_pages = true;  // blocks >= kHugePageBytes: 2 MiB aligned and advised as huge pages
+  // Reads FTRAIN_ALLOC_DEBUG and FTRAIN_HOST_HUGE_PAGES (0 or 1 each;
+  // anything else is an error naming the variable).
   static HostAllocatorOptions from_environment();
 };
 

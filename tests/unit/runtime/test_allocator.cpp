@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <future>
 
@@ -97,6 +98,48 @@ TEST(HostAllocator, EnvironmentSwitchesDebugModeAndRejectsOtherValues) {
     EXPECT_NE(std::string(e.what()).find("FTRAIN_ALLOC_DEBUG='yes'"), std::string::npos) << e.what();
   }
   ::unsetenv("FTRAIN_ALLOC_DEBUG");
+}
+
+// Blocks of 2 MiB or more: 2 MiB aligned, whole huge pages, advised as
+// transparent huge pages; smaller blocks and huge_pages = false keep the
+// 64-byte alignment and the 512-byte size classes.
+TEST(HostAllocator, LargeBlocksAreWholeHugePagesAdvisedAsSuch) {
+  HostAllocator a;
+  {
+    auto large = a.allocate(kHugePageBytes + 1);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(large.get()) % kHugePageBytes, 0u);
+    EXPECT_EQ(a.stats().live_bytes, 2 * kHugePageBytes) << "rounded up to whole huge pages";
+    auto small = a.allocate(kHugePageBytes - 4096);
+    EXPECT_EQ(a.stats().live_bytes, 3 * kHugePageBytes - 4096) << "a block under 2 MiB keeps its size class";
+  }
+  // Where the kernel has THP (Linux with CONFIG_TRANSPARENT_HUGEPAGE, as
+  // Debian's), the advice is taken.
+  if (std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
+    std::fclose(f);
+    EXPECT_EQ(a.stats().huge_page_blocks, 1);
+  }
+  HostAllocatorOptions off;
+  off.huge_pages = false;
+  HostAllocator plain(off);
+  auto large = plain.allocate(kHugePageBytes + 1);
+  EXPECT_EQ(plain.stats().live_bytes, kHugePageBytes + 512);
+  EXPECT_EQ(plain.stats().huge_page_blocks, 0);
+}
+
+TEST(HostAllocator, EnvironmentSwitchesHugePagesAndRejectsOtherValues) {
+  EXPECT_TRUE(HostAllocatorOptions{}.huge_pages) << "on unless switched off";
+  ::setenv("FTRAIN_HOST_HUGE_PAGES", "0", 1);
+  EXPECT_FALSE(HostAllocatorOptions::from_environment().huge_pages);
+  ::setenv("FTRAIN_HOST_HUGE_PAGES", "1", 1);
+  EXPECT_TRUE(HostAllocatorOptions::from_environment().huge_pages);
+  ::setenv("FTRAIN_HOST_HUGE_PAGES", "off", 1);
+  try {
+    HostAllocatorOptions::from_environment();
+    ADD_FAILURE() << "expected an error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("FTRAIN_HOST_HUGE_PAGES='off'"), std::string::npos) << e.what();
+  }
+  ::unsetenv("FTRAIN_HOST_HUGE_PAGES");
 }
 
 TEST(HostAllocator, NoAllocatorForCudaOnAHostOnlyBuild) {
