@@ -3,7 +3,9 @@
 # side in one run (share/doc/performance.md, "Host BF16 GEMMs"):
 #  1. this machine's matmul peaks: OpenBLAS f32 and oneDNN bf16 (bench_gemm);
 #  2. tokens/s on the 20M Llama: ftrain precision fp32 (OpenBLAS) and bf16
-#     (oneDNN), each at its best ranks x threads; PyTorch fp32 and PyTorch
+#     (oneDNN), each at its best ranks x threads and FSDP strategy (no_shard:
+#     DDP; shard_grad_op: ZeRO-2, the parameters gathered once per step;
+#     full_shard: gathered again for backward); PyTorch fp32 and PyTorch
 #     with torch.cpu.amp.autocast(bfloat16), each at its best thread counts;
 #  3. CPU-MFU: model FLOP/s over the measured matmul peak of the precision
 #     used (ftrain's own MFU column, given that peak with peak_tflops).
@@ -35,7 +37,7 @@ for precision in fp32 bf16; do
   peak=$([[ $precision == fp32 ]] && echo "$peak_f32" || echo "$peak_bf16")
   for np in 1 2; do
     (( np > cores )) && continue
-    for strategy in no_shard full_shard; do
+    for strategy in no_shard shard_grad_op full_shard; do
       run="$WORK/bf16_${precision}_np${np}_$strategy"
       per_rank_tflops=$(python3 -c "print($peak / 1000 / $np)")
       bench_llama_deck "$run.in" "$data" "$vocab $hidden $inter $layers $heads $kv" $((batch / np)) $seq "$steps" \
