@@ -46,12 +46,14 @@ struct AllocatorStats {
   std::size_t peak_live_bytes = 0;
   std::int64_t fresh_blocks = 0;     // taken from the system
   std::int64_t reused_blocks = 0;    // handed out again from the cache
-  std::int64_t huge_page_blocks = 0; // host: fresh blocks advised as transparent huge pages
   // Device pools only (the CUDA backend's cudaMemPool: cudaMemPoolAttr-
   // ReservedMemCurrent / -High): memory the pool holds from the driver,
   // handed out or cached. 0 on the host, whose cache is cached_bytes.
   std::size_t reserved_bytes = 0;
   std::size_t peak_reserved_bytes = 0;
+  // Host: fresh blocks advised as transparent huge pages (last: the SDK
+  // installs this header, so the older fields keep their offsets).
+  std::int64_t huge_page_blocks = 0;
 };
 
 class DeviceAllocator {
