@@ -15,6 +15,16 @@ bench_corpus() {  # bench_corpus VOCAB TOKENS
   [[ -f "$f" ]] || "$PREP" synthetic --out "$f" --tokens "$2" --vocab "$1" --seed 11 > /dev/null
   echo "$f"
 }
+# An inherited OPENBLAS_CORETYPE (this workplace sets Haswell) would hold
+# OpenBLAS to AVX2 kernels while oneDNN (ftrain's bf16 GEMMs, PyTorch's
+# linears) uses AVX-512: the CPU-vs-CPU benchmarks let OpenBLAS pick from
+# the CPU, as on a user's machine.
+let_openblas_pick_its_kernels() {
+  if [[ -n "${OPENBLAS_CORETYPE:-}" ]]; then
+    echo "note: unsetting OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (OpenBLAS picks its kernels from the CPU)"
+    unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+  fi
+}
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/{print $2}') GiB"
 echo "commit:  $(git -C "$FTRAIN_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 # bench_llama_deck FILE DATA "VOCAB HIDDEN INTER LAYERS HEADS KV" MICRO SEQ STEPS STRATEGY RUN_DIR [DECK LINE...]

@@ -8,7 +8,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/bench_common.sh"
 build_a=$1 build_b=$2 repeats=${3:-4} steps=${4:-12}
 precision=${PRECISION:-fp32}
-if [[ -n "${OPENBLAS_CORETYPE:-}" ]]; then unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; fi
+let_openblas_pick_its_kernels
 read -r vocab hidden inter layers heads kv <<<"8192 384 1024 6 6 6"
 data=$(bench_corpus "$vocab" 300000)
 echo "A: $build_a ($(git -C "$build_a/.." rev-parse --short HEAD 2>/dev/null || echo ?))"

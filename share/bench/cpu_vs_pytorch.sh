@@ -8,14 +8,8 @@
 # Needs Debian's python3-torch (apt-get install python3-torch).
 source "$(dirname "${BASH_SOURCE[0]}")/bench_common.sh"
 steps=${1:-20}
-# Best configuration for both: OpenBLAS picks its kernels from the CPU. An
-# inherited OPENBLAS_CORETYPE (this workplace sets Haswell) would hold ftrain
-# to AVX2 GEMMs while Debian's torch computes linears with oneDNN's own
-# AVX-512 code, which that variable does not touch.
-if [[ -n "${OPENBLAS_CORETYPE:-}" ]]; then
-  echo "note: unsetting OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE for both frameworks"
-  unset OPENBLAS_CORETYPE
-fi
+# Best configuration for both: OpenBLAS picks its kernels from the CPU.
+let_openblas_pick_its_kernels
 PY=/usr/bin/python3   # Debian's interpreter, where python3-torch lives
 cores=$(nproc)
 batch=8 seq=128

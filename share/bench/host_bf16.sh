@@ -13,10 +13,7 @@
 # Needs Debian's python3-torch (apt-get install python3-torch).
 source "$(dirname "${BASH_SOURCE[0]}")/bench_common.sh"
 steps=${1:-15}
-if [[ -n "${OPENBLAS_CORETYPE:-}" ]]; then
-  echo "note: unsetting OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (OpenBLAS picks its kernels from the CPU)"
-  unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
-fi
+let_openblas_pick_its_kernels
 PY=/usr/bin/python3
 cores=$(nproc)
 batch=8 seq=128

@@ -12,10 +12,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/bench_common.sh"
 rounds=${1:-5}
 steps=${2:-20}
-if [[ -n "${OPENBLAS_CORETYPE:-}" ]]; then
-  echo "note: unsetting OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (OpenBLAS picks its kernels from the CPU)"
-  unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
-fi
+let_openblas_pick_its_kernels
 PY=/usr/bin/python3
 cores=$(nproc)
 (( cores >= 2 )) || { echo "needs 2 cores (2 ranks x 1 thread)"; exit 0; }
