@@ -12,10 +12,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "comm/mpi_collectives.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "fsdp/engine.hpp"
 #include "plugin/loader.hpp"
@@ -284,6 +286,78 @@ TEST(AsyncStreams, AdamwCoversEachFlatInOneLaunch) {
       << kSteps << " steps";
   EXPECT_EQ(out.counters.optimizer_tensors, kSteps * out.shard_pieces) << "every piece is still counted";
   EXPECT_GT(out.shard_pieces, out.flats_with_shard_pieces) << "the flats hold several tensors each";
+}
+
+// Passes every collective to the communicator it wraps and, for each
+// all-gather, records whether send was recv's own block (the in-place
+// layout, comm/mpi_collectives.hpp) or a buffer of its own. Sub-communicators
+// split from it record into the same tally (the engine gathers over a split).
+struct GatherTally {
+  int in_place = 0, separate = 0;
+};
+class GatherRecorder final : public Communicator {
+ public:
+  GatherRecorder(std::unique_ptr<Communicator> owned, Communicator& inner, std::shared_ptr<GatherTally> tally)
+      : owned_(std::move(owned)), inner_(inner), tally_(std::move(tally)) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string describe() const override { return "recording " + inner_.describe(); }
+  Request all_gather(const Tensor& send, Tensor& recv, const Event& after) override {
+    ++(mpi_collectives::gathers_in_place(send, recv, rank()) ? tally_->in_place : tally_->separate);
+    return inner_.all_gather(send, recv, after);
+  }
+  Request all_gather_v(const Tensor& send, Tensor& recv, const std::vector<std::int64_t>& counts,
+                       const Event& after) override {
+    return inner_.all_gather_v(send, recv, counts, after);
+  }
+  Request reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after) override {
+    return inner_.reduce_scatter_sum(send, recv, after);
+  }
+  Request all_reduce_sum(Tensor& inout, const Event& after) override { return inner_.all_reduce_sum(inout, after); }
+  Request all_reduce_max(Tensor& inout, const Event& after) override { return inner_.all_reduce_max(inout, after); }
+  std::unique_ptr<Communicator> split(int color, int key) const override {
+    auto sub = inner_.split(color, key);
+    Communicator& ref = *sub;
+    return std::make_unique<GatherRecorder>(std::move(sub), ref, tally_);
+  }
+  std::unique_ptr<Communicator> split_node() const override { return inner_.split_node(); }
+  void barrier() override { inner_.barrier(); }
+  void set_unit_label(const std::string& unit) override { inner_.set_unit_label(unit); }
+  std::string unit_label() const override { return inner_.unit_label(); }
+  CommTimes times() const override { return inner_.times(); }
+  void reset_times() override { inner_.reset_times(); }
+  double all_reduce_sum(double value) override { return inner_.all_reduce_sum(value); }
+  double all_reduce_max(double value) override { return inner_.all_reduce_max(value); }
+  std::int64_t all_reduce_sum(std::int64_t value) override { return inner_.all_reduce_sum(value); }
+
+ private:
+  std::unique_ptr<Communicator> owned_;
+  Communicator& inner_;
+  std::shared_ptr<GatherTally> tally_;
+};
+
+// With bf16 parameters the master -> bf16 cast writes this rank's block of
+// the gathered buffer and the gather runs in place (no send buffer, no copy
+// of the own block by MPI). An engine that casts into a buffer of its own
+// again makes `separate` count and fails.
+TEST(AsyncStreams, Bf16ParameterGathersRunInPlace) {
+  MpiCommunicator mpi(MPI_COMM_WORLD);
+  if (mpi.size() < 2) GTEST_SKIP() << "one rank gathers nothing";
+  for (ShardingStrategy strategy : {ShardingStrategy::full_shard, ShardingStrategy::shard_grad_op}) {
+    auto tally = std::make_shared<GatherTally>();
+    GatherRecorder world(nullptr, mpi, tally);
+    auto model = tiny_llama(false);
+    Case c;
+    c.strategy = strategy;
+    c.param_dtype = DType::bf16;
+    FsdpEngine engine(*model, world, options_for(c, HostStreams::async));
+    engine.init_random(17);
+    engine.zero_grad();
+    engine.forward_backward(make_batch(world.rank(), 0, 1), 1.0f / 32.0f);
+    EXPECT_TRUE(std::isfinite(engine.take_train_loss()));
+    EXPECT_GT(tally->in_place, 0) << "no in-place gather under strategy " << static_cast<int>(strategy);
+    EXPECT_EQ(tally->separate, 0) << tally->separate << " gathers sent a buffer of their own";
+  }
 }
 
 TEST(AsyncStreams, NoSyncIsRefusedWhereItWouldUnshardTheGradient) {
