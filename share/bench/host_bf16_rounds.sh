@@ -46,7 +46,7 @@ for round in $(seq 1 "$rounds"); do
   for c in "${configs[@]}"; do
     read -r name a b <<<"$c"
     if [[ $name == ftrain_* ]]; then tps=$(ftrain_run "${name#ftrain_}" "$a" "$round"); else tps=$(pytorch_run "${name#pytorch_}" "$a" "$b"); fi
-    lines+=("$round $name $a $b $tps")
+    lines+=("$round $name $a ${b:--} $tps")  # ftrain has no BLAS thread count: "-"
     row+=" $name/$a${b:+/$b}=$tps"
   done
   echo "$row"
@@ -56,8 +56,8 @@ python3 - "${lines[@]}" <<'PY'
 import statistics, sys
 runs = [l.split() for l in sys.argv[1:]]
 by_config, by_round = {}, {}
-for rnd, name, a, b, tps in (r if len(r) == 5 else r[:3] + [""] + r[3:] for r in runs):
-    key = f"{name} {a}{'/' + b if b else ''}"
+for rnd, name, a, b, tps in runs:
+    key = f"{name} {a}{'' if b == '-' else '/' + b}"
     by_config.setdefault(key, []).append(int(tps))
     best = by_round.setdefault(rnd, {})
     best[name] = max(best.get(name, 0), int(tps))
