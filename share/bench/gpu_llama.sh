@@ -11,7 +11,8 @@
 #
 #   bash share/bench/gpu_llama.sh [steps]      (default 12; the first 3-4 are warm-up)
 #
-# Env: BENCH_MODELS ("1b 3b"), BENCH_PRECISIONS ("bf16 fp8"), BENCH_MICRO_1B /
+# Env: BENCH_MODELS ("1b 3b"), BENCH_PRECISIONS ("bf16 fp8"), BENCH_PYTORCH_MODES
+# ("eager compiled"; the lease's short check runs eager only), BENCH_MICRO_1B /
 # BENCH_MICRO_3B and BENCH_CKPT_1B / BENCH_CKPT_3B (on|off) to override the
 # settings below, FTRAIN_BENCH_PYTHON (python with CUDA torch), FTRAIN_PEAK_TFLOPS
 # (dense bf16 peak; default H100 SXM 989) and FTRAIN_PEAK_TFLOPS_FP8 (dense fp8
@@ -64,6 +65,10 @@ steps=${1:-12}
 (( steps >= 5 )) || { echo "gpu_llama.sh: steps $steps: at least 5 (4 warm-up steps are left out of the means)" >&2; exit 2; }
 models=${BENCH_MODELS:-1b 3b}
 precisions=${BENCH_PRECISIONS:-bf16 fp8}
+pytorch_modes=${BENCH_PYTORCH_MODES:-eager compiled}
+for mode in $pytorch_modes; do
+  [[ $mode == eager || $mode == compiled ]] || { echo "gpu_llama.sh: BENCH_PYTORCH_MODES: '$mode' is neither eager nor compiled" >&2; exit 2; }
+done
 PY="${FTRAIN_BENCH_PYTHON:-python3}"
 PLAN="$here/llama_bench_plan.py"
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -72,7 +77,7 @@ if [[ -n "${FTRAIN_PEAK_TFLOPS_FP8:-}" ]]; then fp8_peak=$FTRAIN_PEAK_TFLOPS_FP8
 elif [[ -z "${FTRAIN_PEAK_TFLOPS:-}" && "$gpu_name" == *H100* ]]; then fp8_peak=1979
 else fp8_peak=$(python3 -c "print(f'{2 * float(\"$bf16_peak\"):g}')"); fi
 echo "device:  $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
-echo "command: FTRAIN_PEAK_TFLOPS=$bf16_peak FTRAIN_PEAK_TFLOPS_FP8=$fp8_peak BENCH_MODELS='$models' BENCH_PRECISIONS='$precisions' bash share/bench/gpu_llama.sh $steps"
+echo "command: FTRAIN_PEAK_TFLOPS=$bf16_peak FTRAIN_PEAK_TFLOPS_FP8=$fp8_peak BENCH_MODELS='$models' BENCH_PRECISIONS='$precisions' BENCH_PYTORCH_MODES='$pytorch_modes' bash share/bench/gpu_llama.sh $steps"
 echo "peaks:   dense bf16 $bf16_peak, fp8 $fp8_peak TFLOP/s (H100 SXM datasheet unless overridden)"
 echo "torch:   $("$PY" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -1)"
 echo "PyTorch FP8 baseline: torch._scaled_mm, per-tensor current scaling (Transformer Engine $("$PY" -c 'import transformer_engine as te; print(te.__version__, "is installed but not used: one baseline for every machine")' 2>/dev/null || echo 'not installed'))"
@@ -99,8 +104,9 @@ for model in $models; do
       python3 "$PLAN" failed-row "$model" "$precision" ftrain \
         "FAILED: $(grep -m1 'error' "$run.log" | cut -c1-160 || true) (log: $run.log)" >> "$results"
     fi
-    for compile in "" "--compile"; do
-      framework="pytorch eager"; [[ -n $compile ]] && framework="pytorch compiled"
+    for mode in $pytorch_modes; do
+      compile=""; [[ $mode == compiled ]] && compile="--compile"
+      framework="pytorch $mode"
       out="$WORK/pytorch_${model}_${precision}${compile}"
       echo "-- $framework $model $precision"
       if "$PY" "$here/pytorch_llama_gpu.py" --model "$model" --precision "$precision" --checkpointing "$ckpt" \

@@ -2,6 +2,9 @@
 # Training on the GPU, the steps of share/scripts/gpu-check.sh that run the
 # ftrain executable with `device cuda` (one subcommand each):
 #
+#   gpu-train-check.sh loader          `device cuda` planned with --check (tiny ViT, synthetic
+#                                      images): the backend library loads, finds the GPU and
+#                                      the run header says the engine runs on cuda
 #   gpu-train-check.sh memcheck-step   compute-sanitizer memcheck on the first training
 #                                      steps of the regression deck (tests/regression/decks/tiny.in):
 #                                      4, its warmup length (fewer is refused by its schedule)
@@ -37,6 +40,14 @@ wrap() {
 }
 
 case "${1:-}" in
+  loader)
+    wrap "$FTRAIN_ROOT/inputs/tiny_vit.in" "$WORK/loader_device.in" variable
+    "$FTRAIN" -var run_dir "$WORK/loader_run" "$WORK/loader_device.in" --check > "$WORK/loader.out" 2>&1 ||
+      { cat "$WORK/loader.out"; exit 1; }
+    head -n 3 "$WORK/loader.out"
+    grep -q "device: $DEVICE \\[" "$WORK/loader.out" ||
+      { echo "gpu-train-check loader: the run header does not say 'device: $DEVICE ['"; exit 1; }
+    ;;
   memcheck-step)
     wrap "$FTRAIN_ROOT/tests/regression/decks/tiny.in" "$WORK/tiny_device.in"
     mkdir -p "$WORK/data"
@@ -69,7 +80,7 @@ PY
       --run "$DEVICE:1:device=$DEVICE,$common" --fields loss,grad_norm,eval_loss --tolerance "$TOLERANCE" --falls 0.7
     ;;
   *)
-    echo "usage: $0 memcheck-step|llama-golden|vit-golden" >&2
+    echo "usage: $0 loader|memcheck-step|llama-golden|vit-golden" >&2
     exit 2
     ;;
 esac
