@@ -268,8 +268,14 @@ TEST(CudaFp8, GemmsMatchTheDequantisedReference) {
   ops::fp8_linear_backward(host_context(), xh, wh, dyh, dy, &dxh, dwh, &dbh);
   ops::fp8_linear_backward(gpu_context(), xg, wg, dyg, to_device(dy, Device::cuda), &dxg, dwg, &dbg);
   gpu_context().synchronize();
-  EXPECT_LT(relative_difference(dxg, dxh), 1e-4) << "dgrad";
-  EXPECT_LT(relative_difference(dwg, dwh), 1e-4) << "wgrad";
+  // Hopper's FP8 tensor cores accumulate each MMA's products with a limited
+  // mantissa before cuBLASLt promotes the partial sums to f32 (fast
+  // accumulation off), so dgrad and wgrad are not f32-exact: the first H100
+  // run (share/doc/gpu-runs/2026-11-26T2304Z-lease.md) measured 1.5e-4
+  // (dgrad, K = 384) and 4.5e-4 (wgrad, K = 128) of the output's scale. A
+  // wrong scale, operand or transposed copy is off by O(1).
+  EXPECT_LT(relative_difference(dxg, dxh), 2e-3) << "dgrad";
+  EXPECT_LT(relative_difference(dwg, dwh), 2e-3) << "wgrad";
   EXPECT_LT(relative_difference(dbg, dbh), 1e-5) << "bias gradient";
 }
 

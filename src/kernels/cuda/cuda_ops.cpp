@@ -164,8 +164,13 @@ void linear_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, co
                      Tensor& dw, Tensor* db) {
   constexpr const char* op = "linear_backward";
   const LinearDims d = check_linear(op, x, w, dy, "dy");
-  float_span(op, dw, "dw");
-  FT_CHECK(dw.shape() == w.shape()) << op << ": dw " << dw.describe() << " must have the shape of w " << w.describe();
+  // An undefined dw (and db) is a frozen weight (LoRA's base layers, the op
+  // contract in op_list.hpp): only dx is computed, as on the host.
+  const bool want_dw = dw.defined();
+  if (want_dw) {
+    float_span(op, dw, "dw");
+    FT_CHECK(dw.shape() == w.shape()) << op << ": dw " << dw.describe() << " must have the shape of w " << w.describe();
+  }
   if (dx != nullptr) {
     float_span(op, *dx, "dx");
     require_same_shape(op, x, "x", *dx, "dx");
@@ -174,11 +179,13 @@ void linear_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, co
         plan_linear(LinearPass::dgrad, {d.rows, d.in, d.out, in.element, in.element, element_of(*dx), false});
     execute_gemm_plan(ctx, dgrad, {in.second, in.first, dx->data(), nullptr, GemmElement::f32});
   }
-  const GemmInputs in = same_dtype(ctx, op, x, dy);
-  const GemmPlan wgrad =
-      plan_linear(LinearPass::wgrad, {d.rows, d.in, d.out, in.element, in.element, element_of(dw), false});
-  execute_gemm_plan(ctx, wgrad, {in.first, in.second, dw.data(), nullptr, GemmElement::f32});
-  if (db != nullptr) {
+  if (want_dw) {
+    const GemmInputs in = same_dtype(ctx, op, x, dy);
+    const GemmPlan wgrad =
+        plan_linear(LinearPass::wgrad, {d.rows, d.in, d.out, in.element, in.element, element_of(dw), false});
+    execute_gemm_plan(ctx, wgrad, {in.first, in.second, dw.data(), nullptr, GemmElement::f32});
+  }
+  if (db != nullptr && db->defined()) {
     const FloatSpan dbs = float_span(op, *db, "db");
     require_numel(op, *db, "db", d.out, "one per output feature");
     launch_column_sum_accumulate(float_span(op, dy, "dy"), d.rows, d.out, dbs, stream_of(ctx));
