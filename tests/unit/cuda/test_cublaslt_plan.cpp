@@ -26,8 +26,10 @@
 
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "fsdp/flat_parameter.hpp"
 #include "kernels/cuda/cublaslt_plan.hpp"
 #include "kernels/ops.hpp"
+#include "plugin/loader.hpp"
 #include "runtime/execution_context.hpp"
 #include "unit/cuda/preset_shapes.hpp"
 
@@ -450,4 +452,35 @@ TEST(CublasLtPlan, FirstUsableHeuristicResultIsTaken) {
   EXPECT_EQ(first_usable_heuristic(results, 0, kSuccess), -1);
   const Result best_usable[] = {{kSuccess}, {kNotSupported}};
   EXPECT_EQ(first_usable_heuristic(best_usable, 2, kSuccess), 0);
+}
+
+// FSDP packs each unit's parameters back to back (fsdp/flat_parameter.cpp, no
+// alignment padding), and the linear ops read their weights as views of the
+// gathered buffer. With the MIN_ALIGNMENT preferences any view gets a valid
+// algorithm, but one below 16 bytes only a slower one. For the presets every
+// view starts at least 16-byte aligned in bf16 (the narrowest compute
+// dtype), so padding the views would change nothing for them: a preset that
+// breaks this fails here, the sign that padding is due.
+TEST(CublasLtPlan, PresetFlatParameterViewsAre16ByteAlignedInBf16) {
+  const std::pair<std::string, std::string> presets[] = {
+      {"llama", "tiny"}, {"llama", "llama3.2-1b"}, {"vit", "tiny"}};
+  for (const auto& [plugin, preset] : presets) {
+    const std::string dir = plugin == "llama" ? FTRAIN_TEST_LLAMA_PLUGIN_DIR : FTRAIN_TEST_VIT_PLUGIN_DIR;
+    ModelHandle model = PluginLoader({dir}).create_model(plugin, preset, {});
+    int views = 0;
+    for (int u = 0; u < model->num_units(); ++u) {
+      std::vector<ParamSpec> own;  // as FsdpEngine: tied slots live in their owner's flat
+      for (const auto& spec : model->unit(u).params())
+        if (spec.tied_to.empty()) own.push_back(spec);
+      const FlatParameter flat(u, model->unit(u).name(), own, /*shard_group_size=*/1, /*shard_rank=*/0);
+      for (const FlatEntry& e : flat.entries()) {
+        ++views;
+        // The gathered buffer itself is a fresh (256-byte aligned) block.
+        const std::uint32_t alignment = address_alignment(static_cast<std::uintptr_t>(e.offset) * 2 + 256 * 4096);
+        EXPECT_GE(alignment, 16u) << plugin << " " << preset << ": " << e.name << " at element " << e.offset
+                                  << " of unit " << flat.unit_name();
+      }
+    }
+    EXPECT_GT(views, 0) << plugin << " " << preset;
+  }
 }
