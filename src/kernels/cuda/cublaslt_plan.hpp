@@ -81,8 +81,9 @@ inline const char* bias_step_name(GemmBiasStep s) {
 //
 // cuBLASLt's heuristic assumes 256-byte aligned A, B, C and D unless the
 // MIN_ALIGNMENT_{A,B,C,D}_BYTES preferences say less; an algorithm it returns
-// may then use vector loads that fault or read wrong data on a view at a
-// smaller alignment (an FSDP flat-parameter view, a row slice).
+// may then need loads that a view at a smaller alignment (an FSDP
+// flat-parameter view, a row slice, a vocabulary chunk) cannot take, and
+// cublasLtMatmul refuses it or worse.
 inline constexpr std::uint32_t kMaxGemmAlignment = 256;
 // cuBLASLt has no alignment preference for the bias vector: ftrain gives the
 // epilogue only a bias aligned to 16 bytes (a full vector load) and copies
