@@ -142,6 +142,29 @@ std::vector<ParityCase> odd_size_cases() {
                  ops::linear_backward(ctx, x, w, dy, &dx, dw, &db);
                  return ParityOutputs{{y, dx, dw, db}, {}};
                }});
+  // cuBLASLt's bias epilogue reads D's dtype outside FP8: an f32 bias for a
+  // bf16 y is added after the GEMM (the case above converts a bf16 bias for f32 y).
+  c.push_back({"linear bf16 (5 x 33 -> 17), f32 bias into bf16 y", [](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor x = random(ctx, {5, 33}, s, DType::bf16), w = random(ctx, {17, 33}, s + 1, DType::bf16),
+                        b = random(ctx, {17}, s + 2), y = zeros(ctx, {5, 17}, DType::bf16);
+                 ops::linear_forward(ctx, x, w, &b, y);
+                 return ParityOutputs{{y}, {}};
+               }});
+  // Views at odd element offsets (as flat-parameter views and row slices
+  // can be): the heuristic must be told their alignment (2 bytes for bf16,
+  // 4 for f32), and the bias, below 16 bytes, goes through aligned scratch.
+  c.push_back({"linear on views at odd offsets (bf16 x, w, b; f32 y, dx, dw)", [](ExecutionContext& ctx,
+                                                                                 std::uint64_t s) {
+                 Tensor xs = random(ctx, {5 * 33 + 1}, s, DType::bf16), ws = random(ctx, {17 * 33 + 3}, s + 1, DType::bf16),
+                        bs = random(ctx, {17 + 1}, s + 2, DType::bf16), ys = zeros(ctx, {5 * 17 + 1});
+                 Tensor x = xs.view({5, 33}, 1), w = ws.view({17, 33}, 3), b = bs.view({17}, 1), y = ys.view({5, 17}, 1);
+                 ops::linear_forward(ctx, x, w, &b, y);
+                 Tensor dy = random(ctx, {5, 17}, s + 3, DType::bf16), dxs = zeros(ctx, {5 * 33 + 1}),
+                        dws = random(ctx, {17 * 33 + 1}, s + 4), db = zeros(ctx, {17});
+                 Tensor dx = dxs.view({5, 33}, 1), dw = dws.view({17, 33}, 1);
+                 ops::linear_backward(ctx, x, w, dy, &dx, dw, &db);
+                 return ParityOutputs{{ys, dxs, dws, db}, {}};
+               }});
   c.push_back({"sum_squares (n = 2^20 + 7)", [](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor x = random(ctx, {(1 << 20) + 7}, s);
                  return ParityOutputs{{}, {ops::sum_squares(ctx, x)}};

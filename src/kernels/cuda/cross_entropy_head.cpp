@@ -180,7 +180,7 @@ GemmOperands operands_of(const GemmPlan& plan, const ChunkPointers& c) {
   void* out = plan.c == LinearOperand::y ? c.y : plan.c == LinearOperand::dx ? c.dx
                                              : plan.c == LinearOperand::dw ? c.dw : nullptr;
   FT_CHECK(out != nullptr) << "cross-entropy " << pass_name(plan.pass) << " plan writes no output of its pass";
-  return {input(plan.a), input(plan.b), out, nullptr, GemmElement::f32};
+  return {input(plan.a), input(plan.b), out, nullptr};
 }
 
 FloatSpan bias_span(const Tensor* bias) {

@@ -1,6 +1,7 @@
 // Executes cuBLASLt FP8 plans (cublaslt_plan.hpp: plan_fp8_linear) on a
-// context's compute stream, with the context's handle and workspace
-// (cublaslt_linear.hpp) and the heuristic's algorithm cached per plan.
+// context's compute stream, with the context's handle, workspace and matmul
+// cache (cublaslt_linear.hpp): descriptors and the heuristic's algorithm kept
+// per algorithm key, operand alignments included.
 // Nothing here decides a layout, an operand or a scale: the plan does, and
 // the host test suite replays it (tests/unit/cuda/test_cublaslt_fp8_plan.cpp).
 #pragma once

@@ -2,10 +2,8 @@
 
 #include <cublasLt.h>
 
-#include <map>
 #include <memory>
 #include <mutex>
-#include <tuple>
 #include <utility>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -28,21 +26,18 @@ cudaDataType_t data_type(GemmElement e) {
 }
 cublasOperation_t operation(Transpose t) { return t == Transpose::none ? CUBLAS_OP_N : CUBLAS_OP_T; }
 
-using PlanKey = std::tuple<int, int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                           std::int64_t, int, int, int, int, float>;
-PlanKey key_of(const GemmPlan& p) {
-  return {static_cast<int>(p.transa), static_cast<int>(p.transb), static_cast<int>(p.epilogue), p.m, p.n, p.k,
-          p.lda, p.ldb, p.ldc, static_cast<int>(p.a_type), static_cast<int>(p.b_type), static_cast<int>(p.c_type),
-          static_cast<int>(p.batch_count), p.beta};
-}
+// Heuristic results asked for: the best one may be marked unusable
+// (its state), and the next ones are the fallbacks.
+constexpr int kHeuristicResults = 8;
 
 // What a context keeps for cuBLASLt (owned through LibraryHandles::owner).
 struct BlasState {
   cublasLtHandle_t handle = nullptr;
   std::shared_ptr<void> workspace;
   std::mutex mutex;
-  std::map<PlanKey, cublasLtMatmulAlgo_t> algorithms;
+  GemmPlanCache<CachedMatmul> matmuls;  // destroyed before the handle
   ~BlasState() {
+    matmuls = {};
     if (handle != nullptr) cublasLtDestroy(handle);
   }
 };
@@ -60,35 +55,34 @@ BlasState& blas_state(ExecutionContext& ctx) {
   return *static_cast<BlasState*>(libs.blas);
 }
 
+template <class T>
+void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  FTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attribute, &value, sizeof value));
+}
+
+// The descriptors of one non-FP8 plan, without its pointers (set per call).
+std::unique_ptr<CachedMatmul> make_matmul(const GemmPlan& plan) {
+  auto made = std::make_unique<CachedMatmul>();
+  LtDescriptors& d = made->descriptors;
+  FTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set(d.op, CUBLASLT_MATMUL_DESC_TRANSA, operation(plan.transa));
+  set(d.op, CUBLASLT_MATMUL_DESC_TRANSB, operation(plan.transb));
+  if (plan.epilogue == GemmEpilogue::bias) {
+    set(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, data_type(plan.bias_type));
+  }
+  create_layouts(d, plan);
+  return made;
+}
+
 }  // namespace
 
 BlasResources blas_resources(ExecutionContext& ctx) {
   BlasState& state = blas_state(ctx);
-  return {static_cast<void*>(state.handle), state.workspace.get(), kWorkspaceBytes};
+  return {static_cast<void*>(state.handle), state.workspace.get(), kWorkspaceBytes, &state.matmuls, &state.mutex};
 }
 
-void execute_gemm_plan(ExecutionContext& ctx, const GemmPlan& plan, const GemmOperands& operands) {
-  const std::string problem = gemm_plan_problem(plan);
-  FT_CHECK(problem.empty()) << "cuBLASLt " << pass_name(plan.pass) << " plan is inconsistent: " << problem;
-  if (plan.m == 0 || plan.n == 0) return;
-  BlasState& state = blas_state(ctx);
-  auto stream = static_cast<cudaStream_t>(ctx.compute().native_handle());
-
-  LtDescriptors d;
-  FTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = operation(plan.transa), tb = operation(plan.transb);
-  FTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  FTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (plan.epilogue == GemmEpilogue::bias) {
-    FT_CHECK(operands.bias != nullptr) << "cuBLASLt " << pass_name(plan.pass) << ": bias epilogue without a bias";
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    const cudaDataType_t bias_type = data_type(operands.bias_type);
-    FTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    FTRAIN_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &operands.bias, sizeof operands.bias));
-    FTRAIN_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
-  }
+void create_layouts(LtDescriptors& d, const GemmPlan& plan) {
   const std::int64_t a_rows = stored_rows(plan.transa, plan.m, plan.k), a_cols = plan.transa == Transpose::none ? plan.k : plan.m;
   const std::int64_t b_rows = stored_rows(plan.transb, plan.k, plan.n), b_cols = plan.transb == Transpose::none ? plan.n : plan.k;
   FTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, data_type(plan.a_type), static_cast<std::uint64_t>(a_rows),
@@ -108,32 +102,64 @@ void execute_gemm_plan(ExecutionContext& ctx, const GemmPlan& plan, const GemmOp
                                                            &stride, sizeof stride));
     }
   }
+}
 
-  cublasLtMatmulAlgo_t algorithm;
-  {
-    std::lock_guard<std::mutex> lock(state.mutex);
-    auto found = state.algorithms.find(key_of(plan));
-    if (found == state.algorithms.end()) {
-      cublasLtMatmulPreference_t preference = nullptr;
-      FTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-      std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, decltype(&cublasLtMatmulPreferenceDestroy)> owner(
-          preference, &cublasLtMatmulPreferenceDestroy);
-      const std::size_t workspace = kWorkspaceBytes;
-      FTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                               &workspace, sizeof workspace));
-      cublasLtMatmulHeuristicResult_t result{};
-      int returned = 0;
-      FTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(state.handle, d.op, d.a, d.b, d.c, d.c, preference, 1,
-                                                         &result, &returned));
-      FT_CHECK(returned > 0) << "cuBLASLt has no algorithm for the " << pass_name(plan.pass) << " GEMM m=" << plan.m
-                             << " n=" << plan.n << " k=" << plan.k;
-      found = state.algorithms.emplace(key_of(plan), result.algo).first;
-    }
-    algorithm = found->second;
+cublasLtMatmulAlgo_t choose_algorithm(const BlasResources& blas, const LtDescriptors& d, const GemmPlan& plan,
+                                      const char* what) {
+  cublasLtMatmulPreference_t preference = nullptr;
+  FTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, decltype(&cublasLtMatmulPreferenceDestroy)> owner(
+      preference, &cublasLtMatmulPreferenceDestroy);
+  auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, const auto& value) {
+    FTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value));
+  };
+  prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, blas.workspace_bytes);
+  // Without these the heuristic assumes 256-byte aligned operands.
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, plan.alignment.a);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, plan.alignment.b);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, plan.alignment.c);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, plan.alignment.d);
+  cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
+  int returned = 0;
+  FTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(blas.handle), d.op, d.a, d.b, d.c,
+                                                     d.c, preference, kHeuristicResults, results, &returned));
+  const int usable = first_usable_heuristic(results, returned, CUBLAS_STATUS_SUCCESS);
+  FT_CHECK(usable >= 0) << "cuBLASLt has no usable algorithm for the " << what << " GEMM " << pass_name(plan.pass)
+                        << " m=" << plan.m << " n=" << plan.n << " k=" << plan.k << " ("
+                        << element_name(plan.a_type) << " x " << element_name(plan.b_type) << " -> "
+                        << element_name(plan.c_type) << ", alignments A/B/C/D " << plan.alignment.a << "/"
+                        << plan.alignment.b << "/" << plan.alignment.c << "/" << plan.alignment.d << " bytes; "
+                        << returned << " results, none usable)";
+  return results[usable].algo;
+}
+
+void execute_gemm_plan(ExecutionContext& ctx, const GemmPlan& unplaced, const GemmOperands& operands) {
+  const bool has_bias = unplaced.epilogue == GemmEpilogue::bias;
+  FT_CHECK(!has_bias || operands.bias != nullptr)
+      << "cuBLASLt " << pass_name(unplaced.pass) << ": bias epilogue without a bias";
+  const GemmPlan plan = placed(unplaced, operand_alignment(operands.a, operands.b, operands.c, operands.c,
+                                                           has_bias ? operands.bias : nullptr));
+  const std::string problem = gemm_plan_problem(plan);
+  FT_CHECK(problem.empty()) << "cuBLASLt " << pass_name(plan.pass) << " plan m=" << plan.m << " n=" << plan.n
+                            << " k=" << plan.k << " (" << element_name(plan.a_type) << " -> "
+                            << element_name(plan.c_type) << ") is refused: " << problem;
+  if (plan.m == 0 || plan.n == 0) return;
+  const BlasResources blas = blas_resources(ctx);
+  auto stream = static_cast<cudaStream_t>(ctx.compute().native_handle());
+
+  std::lock_guard<std::mutex> lock(*blas.mutex);
+  const GemmAlgorithmKey key = gemm_algorithm_key(plan);
+  CachedMatmul* matmul = blas.matmuls->find(key, plan);
+  if (matmul == nullptr) {
+    std::unique_ptr<CachedMatmul> made = make_matmul(plan);
+    made->algorithm = choose_algorithm(blas, made->descriptors, plan, "linear");
+    matmul = &blas.matmuls->insert(key, plan, std::move(made));
   }
-  FTRAIN_CUBLAS_CHECK(cublasLtMatmul(state.handle, d.op, &plan.alpha, operands.a, d.a, operands.b, d.b, &plan.beta,
-                                     operands.c, d.c, operands.c, d.c, &algorithm, state.workspace.get(),
-                                     kWorkspaceBytes, stream));
+  const LtDescriptors& d = matmul->descriptors;
+  if (has_bias) set(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, operands.bias);
+  FTRAIN_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(blas.handle), d.op, &plan.alpha, operands.a, d.a,
+                                     operands.b, d.b, &plan.beta, operands.c, d.c, operands.c, d.c,
+                                     &matmul->algorithm, blas.workspace, blas.workspace_bytes, stream));
 }
 
 }  // namespace ftrain::cuda

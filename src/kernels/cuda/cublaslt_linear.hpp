@@ -1,13 +1,16 @@
 // Executes cuBLASLt plans (cublaslt_plan.hpp) on a context's compute stream:
-// one cuBLASLt handle and one 32 MiB workspace per execution context, the
-// heuristic's algorithm cached per plan. Nothing here decides a transpose or
-// a leading dimension.
+// one cuBLASLt handle and one 32 MiB workspace per execution context, and
+// per algorithm key (shape, layout, dtypes, epilogue, operand alignments)
+// one set of descriptors and the heuristic's algorithm, made on the first
+// GEMM of that key and reused after it. Nothing here decides a transpose or
+// a leading dimension; the operands' alignments come from their pointers.
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <mutex>
 
 #include "kernels/cuda/cublaslt_plan.hpp"
 
@@ -20,21 +23,13 @@ namespace ftrain::cuda {
 struct GemmOperands {
   const void* a = nullptr;
   const void* b = nullptr;
-  void* c = nullptr;
-  const void* bias = nullptr;   // epilogue bias
-  GemmElement bias_type = GemmElement::f32;
+  void* c = nullptr;            // C and D (one tensor)
+  const void* bias = nullptr;   // the epilogue's bias, of the plan's bias_type
 };
 
+// Runs `plan` (as plan_linear made it: its alignments are placed here from
+// the operands' pointers).
 void execute_gemm_plan(ExecutionContext& ctx, const GemmPlan& plan, const GemmOperands& operands);
-
-// The context's cuBLASLt handle (a cublasLtHandle_t) and 32 MiB workspace,
-// created at first use; shared with the FP8 executor (cublaslt_fp8.cpp).
-struct BlasResources {
-  void* handle = nullptr;
-  void* workspace = nullptr;
-  std::size_t workspace_bytes = 0;
-};
-BlasResources blas_resources(ExecutionContext& ctx);
 
 // One matmul's descriptors, destroyed with it (the BF16 and FP8 executors).
 struct LtDescriptors {
@@ -50,5 +45,35 @@ struct LtDescriptors {
     if (op != nullptr) cublasLtMatmulDescDestroy(op);
   }
 };
+
+// What the context keeps per algorithm key: the descriptors (pointer
+// attributes such as the bias or scale pointers are set again on each call)
+// and the algorithm chosen for them.
+struct CachedMatmul {
+  LtDescriptors descriptors;
+  cublasLtMatmulAlgo_t algorithm{};
+};
+
+// The context's cuBLASLt handle (a cublasLtHandle_t), 32 MiB workspace and
+// matmul cache, created at first use; shared with the FP8 executor
+// (cublaslt_fp8.cpp). `mutex` guards the cache and the cached descriptors
+// from the lookup until cublasLtMatmul has been enqueued.
+struct BlasResources {
+  void* handle = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  GemmPlanCache<CachedMatmul>* matmuls = nullptr;
+  std::mutex* mutex = nullptr;
+};
+BlasResources blas_resources(ExecutionContext& ctx);
+
+// The A, B and C/D layouts of a plan (both executors).
+void create_layouts(LtDescriptors& d, const GemmPlan& plan);
+
+// The heuristic's algorithm for the descriptors of `plan`: the workspace and
+// the plan's operand alignments as preferences, several results asked for
+// and the first cuBLASLt marks usable taken. `what` names the GEMM in errors.
+cublasLtMatmulAlgo_t choose_algorithm(const BlasResources& blas, const LtDescriptors& d, const GemmPlan& plan,
+                                      const char* what);
 
 }  // namespace ftrain::cuda

@@ -153,11 +153,38 @@ void linear_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, con
     require_numel(op, *b, "b", d.out, "one bias per output feature");
   }
   const GemmInputs in = same_dtype(ctx, op, x, w);
-  const GemmPlan plan =
-      plan_linear(LinearPass::forward, {d.rows, d.in, d.out, in.element, in.element, element_of(y), b != nullptr});
-  GemmOperands o{in.second, in.first, y.data(), b != nullptr ? b->data() : nullptr,
-                 b != nullptr ? element_of(*b) : GemmElement::f32};
+  LinearShape shape{d.rows, d.in, d.out, in.element, in.element, element_of(y), b != nullptr};
+  if (b != nullptr) {
+    shape.bias_type = element_of(*b);
+    shape.bias_alignment = address_alignment(b->data());
+  }
+  const GemmPlan plan = plan_linear(LinearPass::forward, shape);
+  GemmOperands o{in.second, in.first, y.data(), nullptr};
+  // The bias as the plan applies it (cublaslt_plan.hpp: GemmBiasStep); the
+  // scratch is released in stream order when it goes.
+  std::shared_ptr<void> bias_scratch, d_scratch;
+  const cudaStream_t stream = stream_of(ctx);
+  switch (plan.bias_step) {
+    case GemmBiasStep::none: break;
+    case GemmBiasStep::epilogue: o.bias = b->data(); break;
+    case GemmBiasStep::epilogue_of_converted: {
+      // Into a fresh (256-byte aligned) block of D's dtype: bf16 -> f32 is exact.
+      const Storage to = plan.bias_type == GemmElement::f32 ? Storage::f32 : Storage::bf16;
+      bias_scratch = ctx.allocator().allocate(static_cast<std::size_t>(d.out) * element_bytes(plan.bias_type));
+      launch_cast(float_span(op, *b, "b"), {bias_scratch.get(), to}, d.out, stream);
+      o.bias = bias_scratch.get();
+      break;
+    }
+    case GemmBiasStep::add_after:
+      d_scratch = ctx.allocator().allocate(static_cast<std::size_t>(d.rows * d.out) * sizeof(float));
+      o.c = d_scratch.get();
+      break;
+  }
   execute_gemm_plan(ctx, plan, o);
+  if (plan.bias_step == GemmBiasStep::add_after && d.rows > 0)
+    // y = D + b in f32, rounded once to y's dtype (as the host does).
+    launch_broadcast_add_forward({d_scratch.get(), Storage::f32}, float_span(op, *b, "b"), float_span(op, y, "y"),
+                                 d.rows, 1, d.out, stream);
 }
 
 void linear_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
@@ -177,13 +204,13 @@ void linear_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, co
     const GemmInputs in = same_dtype(ctx, op, dy, w);
     const GemmPlan dgrad =
         plan_linear(LinearPass::dgrad, {d.rows, d.in, d.out, in.element, in.element, element_of(*dx), false});
-    execute_gemm_plan(ctx, dgrad, {in.second, in.first, dx->data(), nullptr, GemmElement::f32});
+    execute_gemm_plan(ctx, dgrad, {in.second, in.first, dx->data(), nullptr});
   }
   if (want_dw) {
     const GemmInputs in = same_dtype(ctx, op, x, dy);
     const GemmPlan wgrad =
         plan_linear(LinearPass::wgrad, {d.rows, d.in, d.out, in.element, in.element, element_of(dw), false});
-    execute_gemm_plan(ctx, wgrad, {in.first, in.second, dw.data(), nullptr, GemmElement::f32});
+    execute_gemm_plan(ctx, wgrad, {in.first, in.second, dw.data(), nullptr});
   }
   if (db != nullptr && db->defined()) {
     const FloatSpan dbs = float_span(op, *db, "db");

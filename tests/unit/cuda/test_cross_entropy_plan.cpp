@@ -121,6 +121,10 @@ std::pair<float*, std::int64_t> output(const ChunkBuffers& c, LinearOperand o) {
   }
 }
 
+// The executor places each plan's operand alignments from its pointers
+// (cublaslt_plan.hpp); here every operand as if in a fresh 256-byte block.
+constexpr GemmOperandAlignment kAllocated{256, 256, 256, 256, 256};
+
 std::int64_t extent(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
   return rows == 0 || cols == 0 ? 0 : (cols - 1) * ld + rows;
 }
@@ -128,7 +132,7 @@ std::int64_t extent(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
 // cblas_sgemm with exactly the plan's parameters; false when the plan cannot
 // run as given (inconsistent, an output as an input, or past a buffer).
 bool run(const GemmPlan& p, const ChunkBuffers& c) {
-  if (!gemm_plan_problem(p).empty()) return false;
+  if (!gemm_plan_problem(placed(p, kAllocated)).empty()) return false;
   const Span a = input(c, p.a), b = input(c, p.b);
   const auto [out, out_size] = output(c, p.c);
   if (a.data == nullptr || b.data == nullptr || out == nullptr) return false;
@@ -301,7 +305,7 @@ TEST(CrossEntropyPlan, Llama3VocabularyAtTheDefaultChunk) {
   for (const auto& p : plans) {
     EXPECT_EQ(p.v0, next);
     next += p.width;
-    for (const GemmPlan* g : {&p.logits, &p.dh, &p.dw}) EXPECT_EQ(gemm_plan_problem(*g), "");
+    for (const GemmPlan* g : {&p.logits, &p.dh, &p.dw}) EXPECT_EQ(gemm_plan_problem(placed(*g, kAllocated)), "");
     EXPECT_EQ(p.logits.a_type, GemmElement::bf16);
   }
   EXPECT_EQ(next, s.vocab);

@@ -13,7 +13,10 @@
 // a few f32 ulps). Mutated plans (operands swapped or untransposed, a
 // leading dimension, m/n, beta, an FP8 format, a scale pointer aimed at
 // another operand or at the scale instead of scale_inv, a non-TN layout)
-// must fail the replay or be refused by fp8_gemm_plan_problem.
+// must fail the replay or be refused by fp8_gemm_plan_problem. The plan
+// check also refuses what cuBLASLt's FP8 rules refuse: a layout other than
+// TN, an operand below 16-byte alignment or with its alignment not placed, a
+// bias epilogue of another dtype than bf16.
 #include <cblas.h>
 #include <gtest/gtest.h>
 
@@ -40,6 +43,9 @@ namespace {
 // wrong operand, or at the scale instead of its inverse, changes the result.
 constexpr float kScales[kFp8NumOperands] = {2.5f, 40.0f, 700.0f};  // input, weight, grad_output
 constexpr double kTolerance = 2e-5;
+// Operands in fresh device blocks (256-byte aligned), as the executor would
+// place them from their pointers.
+constexpr GemmOperandAlignment kAllocated{256, 256, 256, 256, 256};
 
 Tensor random_tensor(const Shape& shape, std::mt19937& gen, float stddev) {
   std::normal_distribution<float> dist(0.0f, stddev);
@@ -225,6 +231,9 @@ std::vector<std::pair<std::string, Fp8GemmPlan>> mutations(const Fp8GemmPlan& f)
   add("ldb + 16", [](Fp8GemmPlan& q) { q.gemm.ldb += 16; });
   add("m <-> n", [](Fp8GemmPlan& q) { std::swap(q.gemm.m, q.gemm.n); });
   add("beta flipped", [](Fp8GemmPlan& q) { q.gemm.beta = q.gemm.beta == 0.0f ? 1.0f : 0.0f; });
+  add("alignments not placed", [](Fp8GemmPlan& q) { q.gemm.alignment = {}; });
+  add("A aligned to 8 bytes", [](Fp8GemmPlan& q) { q.gemm.alignment.a = 8; });
+  add("D aligned to 4 bytes", [](Fp8GemmPlan& q) { q.gemm.alignment.d = 4; });
   add("A format flipped", [&](Fp8GemmPlan& q) { q.gemm.a_type = other_format(q.gemm.a_type); });
   add("B format flipped", [&](Fp8GemmPlan& q) { q.gemm.b_type = other_format(q.gemm.b_type); });
   add("A scale is scale, not scale_inv", [](Fp8GemmPlan& q) { q.a_scale.inverse = false; });
@@ -269,7 +278,7 @@ void check_model(const ftrain::testing::PresetShapes& shapes, std::int64_t rows,
           {LinearPass::forward, &ref.y}, {LinearPass::dgrad, &ref.dx}, {LinearPass::wgrad, &ref.dw}};
       for (const auto& [pass, want] : passes) {
         if (bias != nullptr && pass != LinearPass::forward) continue;
-        const Fp8GemmPlan plan = plan_fp8_linear(pass, shape);
+        const Fp8GemmPlan plan = placed(plan_fp8_linear(pass, shape), kAllocated);
         std::string why;
         const std::vector<float> got = replay(plan, l, bias, why);
         ASSERT_TRUE(why.empty()) << pass_name(pass) << " FP8 plan not executable: " << why;
@@ -308,7 +317,7 @@ TEST(CublasLtFp8Plan, Llama32_1bPlansReplayLikeTheHostFp8Linear) {
 TEST(CublasLtFp8Plan, LayoutFormatsScalesAndFastAccumAreAsCublasLtWants) {
   const Fp8LinearShape s{32, 64, 48};
   for (LinearPass pass : {LinearPass::forward, LinearPass::dgrad, LinearPass::wgrad}) {
-    const Fp8GemmPlan f = plan_fp8_linear(pass, s);
+    const Fp8GemmPlan f = placed(plan_fp8_linear(pass, s), kAllocated);
     SCOPED_TRACE(pass_name(pass));
     EXPECT_EQ(f.gemm.transa, Transpose::transpose) << "TN";
     EXPECT_EQ(f.gemm.transb, Transpose::none) << "TN";
@@ -358,13 +367,40 @@ TEST(CublasLtFp8Plan, Bf16OutputRoundsOnceLikeTheHost) {
     Fp8LinearShape shape{32, 64, 48, GemmElement::fp8_e4m3, GemmElement::fp8_e5m2, GemmElement::bf16, bias != nullptr,
                          bias == &l.bias_f32 ? GemmElement::f32 : GemmElement::bf16};
     std::string why;
-    std::vector<float> got = replay(plan_fp8_linear(LinearPass::forward, shape), l, bias, why);
+    std::vector<float> got = replay(placed(plan_fp8_linear(LinearPass::forward, shape), kAllocated), l, bias, why);
     ASSERT_TRUE(why.empty()) << why;
     for (float& v : got) v = round_to_bf16(v);  // add_after: the f32 D stored into bf16 y
     // One bf16 rounding on both sides of f32 values a few ulps apart: at
     // most one bf16 ulp (2^-8 relative) where they straddle a rounding edge.
     EXPECT_LT(difference(got, ref.y), 8e-3);
-    std::vector<float> dx = replay(plan_fp8_linear(LinearPass::dgrad, shape), l, nullptr, why);
+    std::vector<float> dx = replay(placed(plan_fp8_linear(LinearPass::dgrad, shape), kAllocated), l, nullptr, why);
     EXPECT_LT(difference(dx, ref.dx), 8e-3);
   }
+}
+
+// cuBLASLt's FP8 rules as the plan check states them: each case a plan
+// that is right but for one thing cuBLASLt's documentation refuses.
+TEST(CublasLtFp8Plan, PlanCheckRefusesWhatCublasLtRefuses) {
+  Fp8LinearShape biased{32, 64, 48};
+  biased.bias = true;
+  biased.output = GemmElement::bf16;
+  const Fp8GemmPlan good = placed(plan_fp8_linear(LinearPass::forward, biased), kAllocated);
+  ASSERT_EQ(fp8_gemm_plan_problem(good), "");
+  EXPECT_EQ(good.gemm.bias_type, GemmElement::bf16) << "the plan carries the bias dtype";
+  EXPECT_EQ(good.gemm.output_type, GemmElement::bf16) << "the plan carries the output dtype";
+  auto refused = [&](auto change, const std::string& reason) -> ::testing::AssertionResult {
+    Fp8GemmPlan bad = good;
+    change(bad);
+    const std::string problem = fp8_gemm_plan_problem(bad);
+    if (problem.find(reason) != std::string::npos) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << (problem.empty() ? "accepted" : "refused as \"" + problem + "\"")
+                                         << ", expected a refusal naming \"" << reason << "\"";
+  };
+  EXPECT_TRUE(refused([](Fp8GemmPlan& q) { q.gemm.transa = Transpose::none; }, "FP8 GEMMs need the TN layout"));
+  EXPECT_TRUE(refused([](Fp8GemmPlan& q) { q.gemm.transb = Transpose::transpose; }, "FP8 GEMMs need the TN layout"));
+  EXPECT_TRUE(refused([](Fp8GemmPlan& q) { q.gemm.alignment = {}; }, "A alignment not set"));
+  EXPECT_TRUE(refused([](Fp8GemmPlan& q) { q.gemm.alignment.b = 8; }, "FP8 B aligned to 8 bytes, not 16"));
+  EXPECT_TRUE(refused([](Fp8GemmPlan& q) { q.gemm.alignment.c = 2; }, "FP8 C aligned to 2 bytes, not 16"));
+  EXPECT_TRUE(refused([](Fp8GemmPlan& q) { q.gemm.bias_type = GemmElement::f32; }, "bias epilogue without a bf16 bias"));
+  EXPECT_TRUE(refused([](Fp8GemmPlan& q) { q.gemm.alignment.bias = 4; }, "bias alignment 4 bytes"));
 }

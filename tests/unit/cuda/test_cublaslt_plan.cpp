@@ -5,10 +5,20 @@
 // m/n/k, leading dimensions, alpha/beta and operand assignment, and compared
 // with the host linear op. The same replay of a plan with one field swapped
 // (a transpose, a leading dimension, the operands) must fail: the test can.
+//
+// The library rules the plan carries as data (cublaslt_plan.hpp): the bias
+// and output dtypes (outside FP8 the bias epilogue reads D's dtype, so a
+// bias of another dtype is converted first or added after the GEMM, and the
+// replay with those dtypes must still equal the host linear on bf16/f32
+// tensors), the operand alignments (placed, or the plan is refused; part of
+// the algorithm key; a cached algorithm is never reused at a weaker one) and
+// the choice of the first usable heuristic result.
 #include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -16,8 +26,10 @@
 
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "fsdp/flat_parameter.hpp"
 #include "kernels/cuda/cublaslt_plan.hpp"
 #include "kernels/ops.hpp"
+#include "plugin/loader.hpp"
 #include "runtime/execution_context.hpp"
 #include "unit/cuda/preset_shapes.hpp"
 
@@ -27,6 +39,9 @@ using namespace ftrain::cuda;
 namespace {
 
 constexpr std::int64_t kRows = 3;  // odd on purpose: a swapped m/n or ld shows
+// Operands in fresh device blocks (256-byte aligned), as the executor would
+// place them from their pointers.
+constexpr GemmOperandAlignment kAllocated{256, 256, 256, 256, 256};
 
 struct LinearBuffers {
   std::int64_t rows, in, out;
@@ -132,8 +147,10 @@ Reference host_linear(const LinearBuffers& l, bool bias) {
 constexpr double kTolerance = 1e-4;
 
 bool same_plan(const GemmPlan& a, const GemmPlan& b) {
-  return std::tie(a.transa, a.transb, a.m, a.n, a.k, a.a, a.b, a.c, a.lda, a.ldb, a.ldc, a.alpha, a.beta, a.epilogue) ==
-         std::tie(b.transa, b.transb, b.m, b.n, b.k, b.a, b.b, b.c, b.lda, b.ldb, b.ldc, b.alpha, b.beta, b.epilogue);
+  return std::tie(a.transa, a.transb, a.m, a.n, a.k, a.a, a.b, a.c, a.lda, a.ldb, a.ldc, a.alpha, a.beta, a.epilogue,
+                  a.alignment) ==
+         std::tie(b.transa, b.transb, b.m, b.n, b.k, b.a, b.b, b.c, b.lda, b.ldb, b.ldc, b.alpha, b.beta, b.epilogue,
+                  b.alignment);
 }
 
 // The mutations a plan must not survive (those that change it: on a square
@@ -154,6 +171,8 @@ std::vector<std::pair<std::string, GemmPlan>> mutations(const GemmPlan& p) {
   add("m <-> n", [](GemmPlan& q) { std::swap(q.m, q.n); });
   add("A <-> B", [](GemmPlan& q) { std::swap(q.a, q.b); });
   add("beta flipped", [](GemmPlan& q) { q.beta = q.beta == 0.0f ? 1.0f : 0.0f; });
+  add("alignments not placed", [](GemmPlan& q) { q.alignment = {}; });
+  add("f32 A aligned to 2 bytes", [](GemmPlan& q) { q.alignment.a = 2; });
   return out;
 }
 
@@ -172,7 +191,7 @@ void check_model(const ftrain::testing::PresetShapes& shapes) {
           {LinearPass::forward, &ref.y}, {LinearPass::dgrad, &ref.dx}, {LinearPass::wgrad, &ref.dw}};
       for (const auto& [pass, want] : passes) {
         if (bias != s.bias && pass != LinearPass::forward) continue;
-        const GemmPlan plan = plan_linear(pass, shape);
+        const GemmPlan plan = placed(plan_linear(pass, shape), kAllocated);
         std::string why;
         const std::vector<float> got = replay(plan, l, why);
         ASSERT_TRUE(why.empty()) << pass_name(pass) << " plan not executable: " << why;
@@ -212,6 +231,7 @@ TEST(CublasLtPlan, ForwardIsTheTnFormAndMixedDtypesAreRefused) {
   EXPECT_EQ(f.a_type, GemmElement::bf16);
   EXPECT_EQ(f.c_type, GemmElement::f32);
   EXPECT_EQ(f.epilogue, GemmEpilogue::bias);
+  EXPECT_EQ(f.bias_step, GemmBiasStep::epilogue) << "an f32 bias for an f32 y: the epilogue reads it as stored";
   EXPECT_EQ(plan_linear(LinearPass::wgrad, {5, 7, 3}).beta, 1.0f) << "dw accumulates";
   EXPECT_EQ(plan_linear(LinearPass::dgrad, {5, 7, 3}).beta, 0.0f) << "dx is written";
   try {
@@ -219,5 +239,248 @@ TEST(CublasLtPlan, ForwardIsTheTnFormAndMixedDtypesAreRefused) {
     ADD_FAILURE() << "a bf16 activation with an f32 weight was planned";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("one dtype"), std::string::npos) << e.what();
+  }
+}
+
+namespace {
+
+// One forward with a bias, replayed with dtypes as cuBLASLt and the bias
+// step would run it: A and B as their stored values, f32 accumulation, the
+// bias as the epilogue reads it (its stored values converted to bias_type
+// first under epilogue_of_converted), D stored in c_type, and under
+// add_after an f32 D plus the bias rounded once to the output dtype.
+// Empty (with `why`) when the plan is refused.
+std::vector<float> replay_with_dtypes(const GemmPlan& p, const std::vector<float>& x, const std::vector<float>& w,
+                                      const std::vector<float>& bias_stored, std::string& why) {
+  why = gemm_plan_problem(p);
+  if (!why.empty()) return {};
+  if (p.pass != LinearPass::forward || p.a != LinearOperand::w || p.b != LinearOperand::x) {
+    why = "not the forward's operands";
+    return {};
+  }
+  std::vector<float> d(static_cast<std::size_t>(p.ldc * p.n), 7.0f);
+  cblas_sgemm(CblasColMajor, p.transa == Transpose::none ? CblasNoTrans : CblasTrans,
+              p.transb == Transpose::none ? CblasNoTrans : CblasTrans, static_cast<int>(p.m), static_cast<int>(p.n),
+              static_cast<int>(p.k), p.alpha, w.data(), static_cast<int>(p.lda), x.data(), static_cast<int>(p.ldb),
+              p.beta, d.data(), static_cast<int>(p.ldc));
+  auto as = [](GemmElement e, float v) { return e == GemmElement::bf16 ? round_to_bf16(v) : v; };
+  std::vector<float> bias(bias_stored.size());
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = as(p.bias_type, bias_stored[i]);  // exact or a copy
+  for (std::int64_t j = 0; j < p.n; ++j)
+    for (std::int64_t i = 0; i < p.m; ++i) {
+      float& v = d[static_cast<std::size_t>(j * p.ldc + i)];
+      if (p.epilogue == GemmEpilogue::bias) v += bias[static_cast<std::size_t>(i)];
+      v = as(p.c_type, v);
+      if (p.bias_step == GemmBiasStep::add_after) v = as(p.output_type, v + bias[static_cast<std::size_t>(i)]);
+    }
+  return d;
+}
+
+GemmElement element_of(DType d) { return d == DType::bf16 ? GemmElement::bf16 : GemmElement::f32; }
+
+}  // namespace
+
+namespace ftrain::cuda {
+// Keys in failure messages by their alignments (what these tests vary).
+void PrintTo(const GemmAlgorithmKey& k, std::ostream* os) {
+  *os << "key m=" << k.m << " n=" << k.n << " k=" << k.k << " alignments A/B/C/D/bias " << k.alignment.a << "/"
+      << k.alignment.b << "/" << k.alignment.c << "/" << k.alignment.d << "/" << k.alignment.bias;
+}
+}  // namespace ftrain::cuda
+
+// Fault 2 of issue 33: the ViT patch embedding (bf16 x and w, bf16 bias, f32
+// y) and the GPU parity case "linear bf16 (5 x 33 -> 17)" handed cuBLASLt a
+// bf16 bias epilogue into an f32 D, which it refuses outside FP8. Every
+// combination of bias and output dtype must plan into what cuBLASLt takes
+// and replay like the host linear on tensors of those dtypes.
+TEST(CublasLtPlan, BiasOfAnotherDtypeThanTheOutputIsConvertedOrAddedAfter) {
+  std::mt19937 gen(33);
+  const struct {
+    std::int64_t rows, in, out;
+  } shapes[] = {{5, 33, 17}, {3, 48, 32}};
+  for (const auto& s : shapes)
+    for (DType activation : {DType::bf16, DType::f32})
+      for (DType bias_dtype : {DType::bf16, DType::f32})
+        for (DType output : {DType::f32, DType::bf16}) {
+          SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.in) + " -> " + std::to_string(s.out) +
+                       ", x/w " + std::string(dtype_name(activation)) + ", bias " +
+                       std::string(dtype_name(bias_dtype)) + ", y " + std::string(dtype_name(output)));
+          Tensor x = from_floats({s.rows, s.in}, random_vector(s.rows * s.in, gen), activation);
+          Tensor w = from_floats({s.out, s.in}, random_vector(s.out * s.in, gen), activation);
+          Tensor b = from_floats({s.out}, random_vector(s.out, gen), bias_dtype);
+          Tensor y = Tensor::empty({s.rows, s.out}, output);
+          ops::linear_forward(host_context(), x, w, &b, y);
+          LinearShape shape{s.rows, s.in, s.out, element_of(activation), element_of(activation), element_of(output),
+                            true};
+          shape.bias_type = element_of(bias_dtype);
+          const GemmPlan plan = placed(plan_linear(LinearPass::forward, shape), kAllocated);
+          EXPECT_EQ(plan.bias_stored, element_of(bias_dtype)) << "the plan carries the bias tensor's dtype";
+          EXPECT_EQ(plan.output_type, element_of(output)) << "the plan carries the output dtype";
+          const GemmBiasStep expected = bias_dtype == output      ? GemmBiasStep::epilogue
+                                        : output == DType::f32 ? GemmBiasStep::epilogue_of_converted
+                                                               : GemmBiasStep::add_after;
+          EXPECT_EQ(bias_step_name(plan.bias_step), std::string(bias_step_name(expected)));
+          std::string why;
+          const std::vector<float> got = replay_with_dtypes(plan, to_float_vector(x), to_float_vector(w),
+                                                            to_float_vector(b), why);
+          ASSERT_EQ(why, "") << "the plan cuBLASLt would be given is refused";
+          // bf16 y: both sides round f32 sums a few ulps apart once, at most
+          // one bf16 ulp (2^-8 relative) apart where they straddle an edge.
+          EXPECT_LT(difference(got, to_float_vector(y)), output == DType::bf16 ? 8e-3 : kTolerance)
+              << "the plan's bias step disagrees with the host linear";
+        }
+}
+
+TEST(CublasLtPlan, MisalignedBiasIsCopiedToAlignedScratchBeforeTheEpilogue) {
+  LinearShape shape{5, 33, 17, GemmElement::bf16, GemmElement::bf16, GemmElement::bf16, true};
+  shape.bias_type = GemmElement::bf16;
+  shape.bias_alignment = 2;  // a bf16 view at an odd element offset
+  const GemmPlan plan = plan_linear(LinearPass::forward, shape);
+  EXPECT_EQ(plan.bias_step, GemmBiasStep::epilogue_of_converted);
+  EXPECT_EQ(plan.bias_type, GemmElement::bf16);
+  // The executor places the scratch's (256-byte) alignment: taken. The view's own: refused.
+  EXPECT_EQ(gemm_plan_problem(placed(plan, kAllocated)), "");
+  GemmOperandAlignment at_view = kAllocated;
+  at_view.bias = 2;
+  EXPECT_NE(gemm_plan_problem(placed(plan, at_view)).find("bias alignment 2 bytes"), std::string::npos);
+}
+
+// What cuBLASLt's documentation refuses, each on an otherwise right plan.
+TEST(CublasLtPlan, PlanCheckRefusesWhatCublasLtRefuses) {
+  LinearShape vit_patch_embed{6, 48, 32, GemmElement::bf16, GemmElement::bf16, GemmElement::f32, true};
+  vit_patch_embed.bias_type = GemmElement::bf16;
+  const GemmPlan good = placed(plan_linear(LinearPass::forward, vit_patch_embed), kAllocated);
+  ASSERT_EQ(gemm_plan_problem(good), "");
+  // Refused, and for the reason named (a refusal for another reason would
+  // hide the rule under test).
+  auto refused = [&](auto change, const std::string& reason) -> ::testing::AssertionResult {
+    GemmPlan bad = good;
+    change(bad);
+    const std::string problem = gemm_plan_problem(bad);
+    if (problem.find(reason) != std::string::npos) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << (problem.empty() ? "accepted" : "refused as \"" + problem + "\"")
+                                         << ", expected a refusal naming \"" << reason << "\"";
+  };
+  // The executor before issue 33: a bias epilogue reading the bf16 bias into the f32 D.
+  EXPECT_TRUE(refused(
+      [](GemmPlan& q) {
+        q.bias_type = GemmElement::bf16;
+        q.bias_step = GemmBiasStep::epilogue;
+      },
+      "bias bf16 with D f32: outside FP8 cuBLASLt's bias epilogue takes D's dtype"));
+  // No MIN_ALIGNMENT preference could be set for an operand whose alignment is unknown.
+  EXPECT_TRUE(refused([](GemmPlan& q) { q.alignment = {}; }, "A alignment not set"));
+  EXPECT_TRUE(refused([](GemmPlan& q) { q.alignment.d = 0; }, "D alignment not set"));
+  EXPECT_TRUE(refused([](GemmPlan& q) { q.alignment.bias = 0; }, "bias alignment not set"));
+  EXPECT_TRUE(refused([](GemmPlan& q) { q.alignment.b = 12; }, "B alignment 12 is not a power of two"));
+  EXPECT_TRUE(refused([](GemmPlan& q) { q.alignment.b = 512; }, "B alignment 512 is not a power of two <= 256"));
+  EXPECT_TRUE(refused([](GemmPlan& q) { q.alignment.c = 2; }, "C alignment 2 bytes is below its f32 element"));
+  EXPECT_TRUE(refused([](GemmPlan& q) { q.alignment.bias = 8; }, "bias alignment 8 bytes"));
+  EXPECT_TRUE(refused([](GemmPlan& q) { q.bias_step = GemmBiasStep::none; }, "does not match the epilogue"));
+  EXPECT_TRUE(refused([](GemmPlan& q) { q.output_type = GemmElement::bf16; }, "differs from D"));
+  // Without a bias epilogue the bias pointer is not an operand.
+  GemmPlan dgrad = placed(plan_linear(LinearPass::dgrad, {6, 48, 32}), kAllocated);
+  dgrad.alignment.bias = 0;
+  EXPECT_EQ(gemm_plan_problem(dgrad), "");
+}
+
+TEST(CublasLtPlan, AddressAlignmentIsTheLargestPowerOfTwoUpTo256) {
+  EXPECT_EQ(address_alignment(std::uintptr_t{0x7f0000001000}), 256u);
+  EXPECT_EQ(address_alignment(std::uintptr_t{0x7f0000001100}), 256u);
+  EXPECT_EQ(address_alignment(std::uintptr_t{0x7f0000001080}), 128u);
+  EXPECT_EQ(address_alignment(std::uintptr_t{0x7f0000001010}), 16u);
+  EXPECT_EQ(address_alignment(std::uintptr_t{0x7f0000001002}), 2u);
+  EXPECT_EQ(address_alignment(std::uintptr_t{0x7f0000001001}), 1u);
+  EXPECT_EQ(address_alignment(nullptr), 256u);
+  alignas(256) static const float block[8] = {};
+  const GemmOperandAlignment a = operand_alignment(block, block + 1, block + 2, block + 4, block + 3);
+  EXPECT_EQ(a, (GemmOperandAlignment{256, 4, 8, 16, 4}));
+}
+
+// Fault 9 of issue 33: the algorithm cache's key ignored alignment, so an
+// algorithm the heuristic chose for 256-byte aligned operands was reused for
+// a view at a 2-byte offset.
+TEST(CublasLtPlan, AlgorithmKeyCarriesAlignmentsAndNoAlgorithmIsReusedAtAWeakerOne) {
+  const GemmPlan plan = plan_linear(LinearPass::forward, {6, 48, 32, GemmElement::bf16, GemmElement::bf16,
+                                                          GemmElement::bf16, false});
+  const GemmPlan aligned = placed(plan, kAllocated);
+  GemmOperandAlignment view = kAllocated;
+  view.a = 2;  // the weight, a flat-parameter view at an odd bf16 offset
+  const GemmPlan misaligned = placed(plan, view);
+  ASSERT_EQ(gemm_plan_problem(misaligned), "") << "a 2-byte aligned bf16 operand is valid, with its preference";
+  EXPECT_NE(gemm_algorithm_key(aligned), gemm_algorithm_key(misaligned));
+  for (auto change : {+[](GemmOperandAlignment& a) { a.b = 4; }, +[](GemmOperandAlignment& a) { a.c = 8; },
+                      +[](GemmOperandAlignment& a) { a.d = 16; }}) {
+    GemmOperandAlignment other = kAllocated;
+    change(other);
+    EXPECT_NE(gemm_algorithm_key(aligned), gemm_algorithm_key(placed(plan, other)));
+  }
+  // Without a bias epilogue the (null) bias pointer does not split the cache.
+  GemmOperandAlignment no_bias = kAllocated;
+  no_bias.bias = 4;
+  EXPECT_EQ(gemm_algorithm_key(aligned), gemm_algorithm_key(placed(plan, no_bias)));
+
+  EXPECT_NE(algorithm_reuse_problem(aligned, misaligned).find("A aligned to 256 bytes reused at 2"),
+            std::string::npos);
+  EXPECT_EQ(algorithm_reuse_problem(misaligned, aligned), "") << "a stronger alignment may run it";
+
+  GemmPlanCache<int> cache;
+  cache.insert(gemm_algorithm_key(aligned), aligned, std::make_unique<int>(1));
+  ASSERT_NE(cache.find(gemm_algorithm_key(aligned), aligned), nullptr);
+  EXPECT_EQ(cache.find(gemm_algorithm_key(misaligned), misaligned), nullptr) << "the view needs its own algorithm";
+  cache.insert(gemm_algorithm_key(misaligned), misaligned, std::make_unique<int>(2));
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(*cache.find(gemm_algorithm_key(misaligned), misaligned), 2);
+  // A key that lost the alignment (the old key) finds the aligned entry for
+  // the view: the cache refuses to hand that algorithm out.
+  try {
+    cache.find(gemm_algorithm_key(aligned), misaligned);
+    ADD_FAILURE() << "an algorithm chosen at 256 bytes was handed out for a 2-byte aligned A";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("A aligned to 256 bytes reused at 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CublasLtPlan, FirstUsableHeuristicResultIsTaken) {
+  struct Result {
+    int state;
+  };
+  constexpr int kSuccess = 0, kNotSupported = 15;
+  const Result results[] = {{kNotSupported}, {kSuccess}, {kSuccess}};
+  EXPECT_EQ(first_usable_heuristic(results, 3, kSuccess), 1) << "the best result is not usable: the next one is";
+  EXPECT_EQ(first_usable_heuristic(results, 1, kSuccess), -1) << "only unusable results: none";
+  EXPECT_EQ(first_usable_heuristic(results, 0, kSuccess), -1);
+  const Result best_usable[] = {{kSuccess}, {kNotSupported}};
+  EXPECT_EQ(first_usable_heuristic(best_usable, 2, kSuccess), 0);
+}
+
+// FSDP packs each unit's parameters back to back (fsdp/flat_parameter.cpp, no
+// alignment padding), and the linear ops read their weights as views of the
+// gathered buffer. With the MIN_ALIGNMENT preferences any view gets a valid
+// algorithm, but one below 16 bytes only a slower one. For the presets every
+// view starts at least 16-byte aligned in bf16 (the narrowest compute
+// dtype), so padding the views would change nothing for them: a preset that
+// breaks this fails here, the sign that padding is due.
+TEST(CublasLtPlan, PresetFlatParameterViewsAre16ByteAlignedInBf16) {
+  const std::pair<std::string, std::string> presets[] = {
+      {"llama", "tiny"}, {"llama", "llama3.2-1b"}, {"vit", "tiny"}};
+  for (const auto& [plugin, preset] : presets) {
+    const std::string dir = plugin == "llama" ? FTRAIN_TEST_LLAMA_PLUGIN_DIR : FTRAIN_TEST_VIT_PLUGIN_DIR;
+    ModelHandle model = PluginLoader({dir}).create_model(plugin, preset, {});
+    int views = 0;
+    for (int u = 0; u < model->num_units(); ++u) {
+      std::vector<ParamSpec> own;  // as FsdpEngine: tied slots live in their owner's flat
+      for (const auto& spec : model->unit(u).params())
+        if (spec.tied_to.empty()) own.push_back(spec);
+      const FlatParameter flat(u, model->unit(u).name(), own, /*shard_group_size=*/1, /*shard_rank=*/0);
+      for (const FlatEntry& e : flat.entries()) {
+        ++views;
+        // The gathered buffer itself is a fresh (256-byte aligned) block.
+        const std::uint32_t alignment = address_alignment(static_cast<std::uintptr_t>(e.offset) * 2 + 256 * 4096);
+        EXPECT_GE(alignment, 16u) << plugin << " " << preset << ": " << e.name << " at element " << e.offset
+                                  << " of unit " << flat.unit_name();
+      }
+    }
+    EXPECT_GT(views, 0) << plugin << " " << preset;
   }
 }
