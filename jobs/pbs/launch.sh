@@ -9,6 +9,8 @@
 #   FTRAIN              the ftrain executable               (default: build/bin/ftrain)
 #   FTRAIN_RANKS        number of ranks                     (default: lines in PBS_NODEFILE)
 #   FTRAIN_MPIRUN_ARGS  extra mpirun arguments (word-split)
+#   FTRAIN_CORES_PER_RANK  cores each rank is bound to (default: the node's cores, capped by
+#                       NCPUS, / ranks per node; jobs/lib/binding.sh)
 #   FTRAIN_WALLTIME_S   the job's walltime in seconds; with it, SIGUSR1 is sent
 #                       FTRAIN_WARNING_S (default 120) before the end: PBS has
 #                       no --signal=USR1@120, so this is its equivalent
@@ -17,6 +19,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../lib/preemptible.sh"
+source "$here/../lib/binding.sh"
 
 [ $# -ge 1 ] || { echo "usage: $0 DECK [ftrain arguments...]" >&2; exit 2; }
 : "${PBS_JOBID:?not inside a PBS job (PBS_JOBID unset)}"
@@ -26,6 +29,9 @@ ranks=${FTRAIN_RANKS:-$(grep -c . "$PBS_NODEFILE")}
 nodes=$(sort -u "$PBS_NODEFILE" | grep -c .)
 log=${FTRAIN_JOB_LOG:-ftrain-$PBS_JOBID.log}
 requeue=${FTRAIN_REQUEUE_CMD-qrerun $PBS_JOBID}
+per_node=$(( (ranks + nodes - 1) / nodes ))
+ftrain_cores_per_rank "$per_node"
+cores=$FTRAIN_RANK_CORES
 
 # The walltime warning: a timer that signals this shell, which forwards the
 # signal to mpirun as SIGUSR1 (preemptible.sh). PBS's own SIGTERM at
@@ -40,12 +46,12 @@ if [ -n "${FTRAIN_WALLTIME_S:-}" ]; then
   timer=$!
 fi
 
-echo "ftrain job $PBS_JOBID: $ranks ranks on $nodes node(s) via mpirun" >&2
+echo "ftrain job $PBS_JOBID: $ranks ranks on $nodes node(s), $cores core(s) each, via mpirun" >&2
 status=0
 # shellcheck disable=SC2086
 ftrain_run_preemptible "$log" "$requeue" -- \
-  mpirun -np "$ranks" --hostfile "$PBS_NODEFILE" --bind-to core ${FTRAIN_MPIRUN_ARGS:-} \
-         "$ftrain" "$@" || status=$?
+  mpirun -np "$ranks" --hostfile "$PBS_NODEFILE" --map-by "ppr:$per_node:node:PE=$cores" --bind-to core \
+         -x OMP_NUM_THREADS ${FTRAIN_MPIRUN_ARGS:-} "$ftrain" "$@" || status=$?
 # Stop the timer: its sleep first (a killed sleep fails the && above), then
 # the subshell; by process id, nothing else.
 if [ -n "$timer" ]; then

@@ -12,9 +12,12 @@
 #   FTRAIN_SRUN_ARGS    extra srun arguments (word-split)
 #   FTRAIN_JOB_LOG      ftrain's output is appended here (default: ftrain-$SLURM_JOB_ID.log)
 #   FTRAIN_REQUEUE_CMD  run after a signal-stop         (default: scontrol requeue $SLURM_JOB_ID)
+#   FTRAIN_CORES_PER_RANK  cores each rank is bound to  (default: SLURM_CPUS_PER_TASK, else the
+#                       node's cores / ranks per node; jobs/lib/binding.sh)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../lib/preemptible.sh"
+source "$here/../lib/binding.sh"
 
 [ $# -ge 1 ] || { echo "usage: $0 DECK [ftrain arguments...]" >&2; exit 2; }
 : "${SLURM_JOB_ID:?not inside a SLURM job (SLURM_JOB_ID unset)}"
@@ -26,25 +29,29 @@ requeue=${FTRAIN_REQUEUE_CMD-scontrol requeue $SLURM_JOB_ID}
 # SLURM_NTASKS_PER_NODE can read "8(x2)"; the leading number is what we need.
 per_node=${SLURM_NTASKS_PER_NODE:-$SLURM_NTASKS}
 per_node=${per_node%%(*}
+ftrain_cores_per_rank "$per_node"
+cores=$FTRAIN_RANK_CORES
 
-echo "ftrain job $SLURM_JOB_ID: $SLURM_NTASKS ranks on ${SLURM_JOB_NUM_NODES:-1} node(s), $per_node per node, via $launcher" >&2
+echo "ftrain job $SLURM_JOB_ID: $SLURM_NTASKS ranks on ${SLURM_JOB_NUM_NODES:-1} node(s), $per_node per node, $cores core(s) each, via $launcher" >&2
 case "$launcher" in
   srun)
     # --mpi=pmix: Open MPI and MPICH wire up through SLURM's PMIx server.
     # --kill-on-bad-exit: one failed rank ends the step instead of a hang.
-    # srun forwards SIGUSR1 to every task.
+    # srun forwards SIGUSR1 to every task. --cpus-per-task: srun does not
+    # inherit sbatch's, and without it --cpu-bind=cores pins one core.
     # shellcheck disable=SC2086
     ftrain_run_preemptible "$log" "$requeue" -- \
       srun --mpi=pmix --kill-on-bad-exit=1 --ntasks="$SLURM_NTASKS" --ntasks-per-node="$per_node" \
-           --cpu-bind=cores ${FTRAIN_SRUN_ARGS:-} "$ftrain" "$@"
+           --cpus-per-task="$cores" --cpu-bind=cores ${FTRAIN_SRUN_ARGS:-} "$ftrain" "$@"
     ;;
   mpirun)
     # Open MPI reads the node list from SLURM itself; ppr places the same
-    # number of ranks on every node (ftrain's hybrid_shard groups = nodes).
+    # number of ranks on every node (ftrain's hybrid_shard groups = nodes),
+    # PE binds each to its cores; -x hands the ranks the thread count.
     # shellcheck disable=SC2086
     ftrain_run_preemptible "$log" "$requeue" -- \
-      mpirun -np "$SLURM_NTASKS" --map-by "ppr:$per_node:node" --bind-to core ${FTRAIN_MPIRUN_ARGS:-} \
-             "$ftrain" "$@"
+      mpirun -np "$SLURM_NTASKS" --map-by "ppr:$per_node:node:PE=$cores" --bind-to core -x OMP_NUM_THREADS \
+             ${FTRAIN_MPIRUN_ARGS:-} "$ftrain" "$@"
     ;;
   *)
     echo "FTRAIN_LAUNCHER must be srun or mpirun, not '$launcher'" >&2

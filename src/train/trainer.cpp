@@ -38,6 +38,7 @@
 #include "fsdp/engine.hpp"
 #include "kernels/backend_registry.hpp"
 #include "kernels/blas_threads.hpp"
+#include "train/cpu_binding.hpp"
 #include "kernels/host/gemm.hpp"
 #include "kernels/host_isa.hpp"
 #include "optim/lr_schedule.hpp"
@@ -197,6 +198,8 @@ struct Trainer::State {
   std::ofstream rank_log;
   int ranks_per_node = 1;
   int blas_threads = 1;
+  std::string cpu_binding_text;     // the run header's "host threads" line (cpu_binding.hpp)
+  std::string cpu_binding_warning;  // set when the launcher bound ranks to fewer CPUs than their share
   std::string resume_dir;        // the checkpoint loaded; empty = fresh start
   ckpt::ResumePlan resume_plan;  // rank 0's decision (prepare), every rank's after run() shares it
   std::string parent_checkpoint; // the lineage parent of the next save (lineage.hpp)
@@ -394,9 +397,24 @@ void Trainer::prepare() {
   problems.check([&] { s.progress_line = decide_progress(c.progress, process_environment, probe_terminal()); });
   if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
 
-  const double cores = std::max(1u, std::thread::hardware_concurrency());
-  const int cores_per_rank = std::max(1, static_cast<int>(cores) / std::max(1, ranks_here));
+  // A rank bound to n CPUs (mpirun PE=n, srun --cpus-per-task) runs n
+  // threads; an unbound one an even share of its node.
+  const CpuBinding binding = current_cpu_binding();
+  const int cores_per_rank = cores_for_rank(binding, ranks_here);
   s.blas_threads = configure_blas_threads(cores_per_rank);
+  {
+    const int fewest = static_cast<int>(-s.world.all_reduce_max(-static_cast<double>(binding.allowed)));
+    const int most = static_cast<int>(s.world.all_reduce_max(static_cast<double>(binding.allowed)));
+    const bool any_bound = s.world.all_reduce_max(binding.bound() ? 1.0 : 0.0) > 0;
+    s.cpu_binding_text = describe_cpu_binding(binding, fewest, most, any_bound);
+    const int node_share = std::max(1, binding.online / std::max(1, ranks_here));
+    if (any_bound && fewest < node_share)
+      s.cpu_binding_warning = "a rank is bound to " + std::to_string(fewest) + " CPU(s) while its node has " +
+                              std::to_string(node_share) + " per rank: the host backend runs that few threads. "
+                              "Bind each rank to its share (mpirun --map-by ppr:N:node:PE=" + std::to_string(node_share) +
+                              " --bind-to core, or srun --cpus-per-task=" + std::to_string(node_share) +
+                              " --cpu-bind=cores; jobs/*/launch.sh do this)";
+  }
   // Rank 0 states the peak (benchmarking at most once per machine, see
   // device_peak.hpp); run() hands its number to every rank.
   if (s.is_root()) {
@@ -566,6 +584,8 @@ int Trainer::run() {
       << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(s.device_choice, c.attention_backend, s.blas_threads) << " | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "host GEMM: " << host::gemm::describe() << "\n";
+    h << "host threads: " << s.blas_threads << " per rank, " << s.cpu_binding_text << "\n";
+    if (!s.cpu_binding_warning.empty()) h << "warning: " << s.cpu_binding_warning << "\n";
     h << "host kernels: built for " << host_isa::describe() << " (FTRAIN_HOST_ISA; results do not depend on it)\n";
     // Which communicator moves the buffers, never left implicit (device_comm).
     if (s.device_choice.device == Device::host)

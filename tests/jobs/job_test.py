@@ -32,6 +32,7 @@ place of `scontrol requeue` / `qrerun`. Scenarios:
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -221,9 +222,94 @@ def templates(a):
         fail("expected at least one SLURM and one PBS template")
 
 
+def physical_cores():
+    out = subprocess.run(["lscpu", "-b", "-p=Core,Socket"], capture_output=True, text=True).stdout
+    return len({l for l in out.splitlines() if l and not l.startswith("#")}) or os.cpu_count()
+
+
+def bound_cores(report, rank):
+    """Cores mpirun --report-bindings says RANK is bound to (all the node's when it says 'not bound')."""
+    for line in report.splitlines():
+        m = re.search(r"MCW rank (\d+) (bound to|is not bound)(.*)", line)
+        if m and int(m.group(1)) == rank:
+            if m.group(2) == "is not bound":
+                return physical_cores()
+            return m.group(3).split(":")[0].count("[core ")
+    fail(f"mpirun reported no binding for rank {rank}:\n{report}")
+
+
+def bindings(a):
+    """The launchers bind each rank to its share of cores (issue: one core per rank with 12 threads).
+
+    mpirun's own --report-bindings is read for 2 ranks x 1 core and 1 rank x
+    2 cores through the SLURM (mpirun) and PBS launchers; the srun launcher
+    is checked for --cpus-per-task; and ftrain's run header, started through
+    the launcher, says how many threads and CPUs a rank got."""
+    cores = physical_cores()
+    if cores < 2:
+        print("skipped: one core here, nothing to bind two ways")
+        sys.exit(77)
+    w = os.path.abspath(a.workdir)
+    shutil.rmtree(w, ignore_errors=True)
+    os.makedirs(w)
+    nodefile = os.path.join(w, "nodefile")
+    with open(nodefile, "w") as f:
+        f.write((socket.gethostname() + "\n") * 2)
+    base = dict(os.environ, FTRAIN="/bin/true", FTRAIN_REQUEUE_CMD="", FTRAIN_JOB_LOG=os.path.join(w, "job.log"),
+                FTRAIN_MPIRUN_ARGS=" ".join(a.mpi_flag + ["--report-bindings"]))
+    base.pop("OMP_NUM_THREADS", None)
+    launchers = {
+        "slurm mpirun": (os.path.join(a.repo, "jobs/slurm/launch.sh"),
+                         lambda ranks: dict(SLURM_JOB_ID="7", SLURM_NTASKS=str(ranks), SLURM_NTASKS_PER_NODE=str(ranks),
+                                            FTRAIN_LAUNCHER="mpirun")),
+        "pbs": (os.path.join(a.repo, "jobs/pbs/launch.sh"),
+                lambda ranks: dict(PBS_JOBID="8.server", PBS_NODEFILE=nodefile, FTRAIN_RANKS=str(ranks))),
+    }
+    for name, (script, env_for) in launchers.items():
+        for ranks, per_rank in ((2, 1), (1, 2)):
+            env = dict(base, FTRAIN_CORES_PER_RANK=str(per_rank), **env_for(ranks))
+            p = subprocess.run(["bash", script, "deck.in"], cwd=w, env=env, capture_output=True, text=True, timeout=60)
+            report = p.stdout + p.stderr
+            if p.returncode != 0:
+                fail(f"{name}, {ranks} rank(s) x {per_rank} core(s): exit {p.returncode}:\n{report}")
+            got = [bound_cores(report, r) for r in range(ranks)]
+            if got != [per_rank] * ranks:
+                fail(f"{name}, {ranks} rank(s) x {per_rank} core(s): mpirun bound them to {got} core(s):\n{report}")
+            print(f"ok: {name}: {ranks} rank(s) bound to {per_rank} core(s) each")
+    # srun: the stand-in records its arguments; srun's own binding is SLURM's.
+    bindir = os.path.join(w, "bin")
+    os.makedirs(bindir)
+    with open(os.path.join(bindir, "srun"), "w") as f:
+        f.write(f"#!/usr/bin/env bash\necho \"srun $*\" >> {w}/srun_calls\n")
+    os.chmod(os.path.join(bindir, "srun"), 0o755)
+    env = dict(base, PATH=bindir + os.pathsep + base["PATH"], SLURM_JOB_ID="9", SLURM_NTASKS="1",
+               SLURM_NTASKS_PER_NODE="1", SLURM_CPUS_PER_TASK="2", FTRAIN_LAUNCHER="srun")
+    subprocess.run(["bash", os.path.join(a.repo, "jobs/slurm/launch.sh"), "deck.in"], cwd=w, env=env, check=True,
+                   capture_output=True, timeout=60)
+    calls = open(os.path.join(w, "srun_calls")).read()
+    if "--cpus-per-task=2" not in calls or "--cpu-bind=cores" not in calls:
+        fail("srun was not given --cpus-per-task=2 --cpu-bind=cores: " + calls)
+    print("ok: srun gets --cpus-per-task from SLURM_CPUS_PER_TASK")
+    # The run header, one rank started through the launcher with 2 cores.
+    data = os.path.join(w, "data")
+    os.makedirs(data)
+    subprocess.run([a.prep, "synthetic", "--out", os.path.join(data, "train.tok"), "--tokens", "20000",
+                    "--vocab", "64", "--seed", "3"], check=True, stdout=subprocess.DEVNULL)
+    env = dict(base, FTRAIN=a.ftrain, FTRAIN_MPIRUN_ARGS=" ".join(a.mpi_flag), FTRAIN_CORES_PER_RANK="2",
+               **launchers["slurm mpirun"][1](1))
+    p = subprocess.run(["bash", launchers["slurm mpirun"][0], os.path.join(a.repo, "tests/jobs/tiny_job.in"),
+                        "-var", "data_dir", data, "-var", "run_dir", os.path.join(w, "run"), "--check"],
+                       cwd=w, env=env, capture_output=True, text=True, timeout=120)
+    header = [l for l in p.stdout.splitlines() if l.startswith("host threads:")]
+    want = "host threads: 2 per rank, " + ("ranks not bound" if cores == 2 else "bound to 2 CPU(s) per rank")
+    if p.returncode != 0 or not header or not header[0].startswith(want):
+        fail(f"the run header does not start its thread line with '{want}': exit {p.returncode}\n{p.stdout}{p.stderr}")
+    print(f"ok: the run header says: {header[0]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("scenario", choices=["slurm_srun", "slurm_mpirun", "pbs", "templates"])
+    ap.add_argument("scenario", choices=["slurm_srun", "slurm_mpirun", "pbs", "templates", "bindings"])
     ap.add_argument("--repo", required=True)
     ap.add_argument("--ftrain", required=True)
     ap.add_argument("--prep", required=True)
@@ -233,6 +319,8 @@ def main():
     a = ap.parse_args()
     if a.scenario == "templates":
         return templates(a)
+    if a.scenario == "bindings":
+        return bindings(a)
     job = Job(a, a.scenario)
     (pbs if a.scenario == "pbs" else slurm)(job)
 
