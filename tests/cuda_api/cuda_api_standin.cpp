@@ -34,9 +34,10 @@
 //  * kernels do not run: a launch (nvcc's stubs call __cudaPushCallConfig-
 //    uration / __cudaPopCallConfiguration / __cudaGetKernel / __cudaLaunchKernel)
 //    is recorded (as cudaLaunchKernel) and
-//    enqueued as an empty op. cuBLASLt and cuDNN: handles and streams are
-//    recorded; descriptors, heuristics, plans and execution answer
-//    NOT_SUPPORTED (no op that needs them is run here). NCCL: one rank per
+//    enqueued as an empty op. cuBLASLt: handles, descriptors and one
+//    heuristic result succeed, a matmul is an empty op on its stream. cuDNN:
+//    handles and streams are recorded; descriptors, plans and execution
+//    answer NOT_SUPPORTED (attention runs the reference kernel here). NCCL: one rank per
 //    communicator; collectives copy send to recv in stream order.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -826,35 +827,60 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t) {
 const char* cublasLtGetStatusName(cublasStatus_t status) {
   return status == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_NOT_SUPPORTED";
 }
-const char* cublasLtGetStatusString(cublasStatus_t) { return "not supported by the cuda-api stand-in"; }
-#define FTRAIN_STANDIN_UNSUPPORTED_LT(name, ...)  \
-  cublasStatus_t name(__VA_ARGS__) {              \
-    record(#name);                                \
-    return CUBLAS_STATUS_NOT_SUPPORTED;           \
+const char* cublasLtGetStatusString(cublasStatus_t) { return "cuBLASLt error (cuda-api stand-in)"; }
+// Descriptors and heuristics succeed (one algorithm, no workspace) and a
+// matmul is enqueued as an empty op: the linears' stream and handle use is
+// what is checked here, never their numbers.
+}  // extern "C"
+template <class T>
+static cublasStatus_t make_descriptor(const char* name, T* out) {
+  record(name, nullptr, false, Blocking::none, false, false);
+  *out = reinterpret_cast<T>(new std::uint64_t[32]());
+  return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" {
+#define FTRAIN_STANDIN_LT_OK(name, ...)                      \
+  cublasStatus_t name(__VA_ARGS__) {                         \
+    record(#name, nullptr, false, Blocking::none, false, false); \
+    return CUBLAS_STATUS_SUCCESS;                            \
   }
-FTRAIN_STANDIN_UNSUPPORTED_LT(cublasLtMatmulDescCreate, cublasLtMatmulDesc_t*, cublasComputeType_t, cudaDataType_t)
-FTRAIN_STANDIN_UNSUPPORTED_LT(cublasLtMatmulDescDestroy, cublasLtMatmulDesc_t)
-FTRAIN_STANDIN_UNSUPPORTED_LT(cublasLtMatmulDescSetAttribute, cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t,
-                              const void*, size_t)
-FTRAIN_STANDIN_UNSUPPORTED_LT(cublasLtMatrixLayoutCreate, cublasLtMatrixLayout_t*, cudaDataType, uint64_t, uint64_t,
-                              int64_t)
-FTRAIN_STANDIN_UNSUPPORTED_LT(cublasLtMatrixLayoutDestroy, cublasLtMatrixLayout_t)
-FTRAIN_STANDIN_UNSUPPORTED_LT(cublasLtMatrixLayoutSetAttribute, cublasLtMatrixLayout_t,
-                              cublasLtMatrixLayoutAttribute_t, const void*, size_t)
-FTRAIN_STANDIN_UNSUPPORTED_LT(cublasLtMatmulPreferenceCreate, cublasLtMatmulPreference_t*)
-FTRAIN_STANDIN_UNSUPPORTED_LT(cublasLtMatmulPreferenceDestroy, cublasLtMatmulPreference_t)
-FTRAIN_STANDIN_UNSUPPORTED_LT(cublasLtMatmulPreferenceSetAttribute, cublasLtMatmulPreference_t,
-                              cublasLtMatmulPreferenceAttributes_t, const void*, size_t)
-FTRAIN_STANDIN_UNSUPPORTED_LT(cublasLtMatmulAlgoGetHeuristic, cublasLtHandle_t, cublasLtMatmulDesc_t,
-                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                              cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,
-                              cublasLtMatmulHeuristicResult_t*, int*)
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t, cudaDataType_t) {
+  return make_descriptor("cublasLtMatmulDescCreate", d);
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* d, cudaDataType, uint64_t, uint64_t, int64_t) {
+  return make_descriptor("cublasLtMatrixLayoutCreate", d);
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* d) {
+  return make_descriptor("cublasLtMatmulPreferenceCreate", d);
+}
+FTRAIN_STANDIN_LT_OK(cublasLtMatmulDescDestroy, cublasLtMatmulDesc_t)
+FTRAIN_STANDIN_LT_OK(cublasLtMatmulDescSetAttribute, cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t, const void*,
+                     size_t)
+FTRAIN_STANDIN_LT_OK(cublasLtMatrixLayoutDestroy, cublasLtMatrixLayout_t)
+FTRAIN_STANDIN_LT_OK(cublasLtMatrixLayoutSetAttribute, cublasLtMatrixLayout_t, cublasLtMatrixLayoutAttribute_t,
+                     const void*, size_t)
+FTRAIN_STANDIN_LT_OK(cublasLtMatmulPreferenceDestroy, cublasLtMatmulPreference_t)
+FTRAIN_STANDIN_LT_OK(cublasLtMatmulPreferenceSetAttribute, cublasLtMatmulPreference_t,
+                     cublasLtMatmulPreferenceAttributes_t, const void*, size_t)
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t* results, int* returned) {
+  record("cublasLtMatmulAlgoGetHeuristic");
+  if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memset(&results[0], 0, sizeof results[0]);
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  results[0].wavesCount = 1.0f;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t, const void*, const void*, cublasLtMatrixLayout_t,
                               const void*, cublasLtMatrixLayout_t, const void*, const void*, cublasLtMatrixLayout_t,
                               void*, cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t*, void*, size_t,
                               cudaStream_t stream) {
   record("cublasLtMatmul", stream, true);
-  return CUBLAS_STATUS_NOT_SUPPORTED;
+  enqueue(resolve(stream), Op{[] {}, "a cuBLASLt matmul (not run by the stand-in)"});
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 // ---- cuDNN -------------------------------------------------------------------------
