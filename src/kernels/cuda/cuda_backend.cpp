@@ -389,8 +389,9 @@ class CudaAllocator final : public DeviceAllocator {
   }
 
   // Pinned host blocks for small uploads; one is reused once the copy out
-  // of it has run (its event). At most kBlocks: past that the oldest is
-  // waited for (the host is that many uploads ahead of the device).
+  // of it has run (its event). At most kBlocks (more only while every one
+  // is being filled by another thread): past that the least recently used
+  // is waited for (the host is that many uploads ahead of the device).
   class Bounce {
    public:
     void* take(std::size_t bytes, cudaStream_t stream) {
@@ -402,18 +403,23 @@ class CudaAllocator final : public DeviceAllocator {
         return b.data;
       }
       if (blocks_.size() >= kBlocks) {
-        Block& oldest = blocks_.front();  // reused in turn
-        FTRAIN_CUDA_CHECK_ON(cudaEventSynchronize(oldest.done), stream);
-        if (oldest.capacity < bytes) {
-          FTRAIN_CUDA_CHECK_ON(cudaFreeHost(oldest.data), stream);
-          oldest.data = nullptr;
-          oldest.capacity = 0;
-          FTRAIN_CUDA_CHECK_ON(cudaHostAlloc(&oldest.data, round(bytes), cudaHostAllocDefault), stream);
-          oldest.capacity = round(bytes);
+        // The least recently used block not being filled by another thread
+        // right now (blocks_ is in order of last use).
+        for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+          if (it->busy) continue;
+          Block b = *it;
+          blocks_.erase(it);
+          FTRAIN_CUDA_CHECK_ON(cudaEventSynchronize(b.done), stream);
+          if (b.capacity < bytes) {
+            FTRAIN_CUDA_CHECK_ON(cudaFreeHost(b.data), stream);
+            b.data = nullptr;
+            b.capacity = round(bytes);
+            FTRAIN_CUDA_CHECK_ON(cudaHostAlloc(&b.data, b.capacity, cudaHostAllocDefault), stream);
+          }
+          b.busy = true;
+          blocks_.push_back(b);
+          return blocks_.back().data;
         }
-        std::rotate(blocks_.begin(), blocks_.begin() + 1, blocks_.end());
-        blocks_.back().busy = true;
-        return blocks_.back().data;
       }
       Block b;
       b.capacity = round(bytes);
@@ -423,12 +429,17 @@ class CudaAllocator final : public DeviceAllocator {
       blocks_.push_back(b);
       return b.data;
     }
+    // After the copy out of `data` was enqueued on `stream`: reusable once
+    // it ran. Moves the block to the back (most recently used).
     void give_back(void* data, cudaStream_t stream) {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (Block& b : blocks_) {
-        if (b.data != data) continue;
-        FTRAIN_CUDA_CHECK_ON(cudaEventRecord(b.done, stream), stream);
+      for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+        if (it->data != data) continue;
+        FTRAIN_CUDA_CHECK_ON(cudaEventRecord(it->done, stream), stream);
+        Block b = *it;
         b.busy = false;
+        blocks_.erase(it);
+        blocks_.push_back(b);
         return;
       }
     }
