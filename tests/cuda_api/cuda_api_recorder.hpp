@@ -77,6 +77,11 @@ std::vector<std::string> host_function_violations(std::uint64_t since = 0, doubl
 // Host functions launched inside steps.
 std::vector<std::string> host_functions_in_steps(std::uint64_t since = 0);
 
+// The last cudaMemPoolAttrReleaseThreshold set on a pool (0: never set),
+// and the device memory the stand-in reports (cudaMemGetInfo's total).
+std::uint64_t pool_release_threshold();
+std::uint64_t device_memory_bytes();
+
 // "name thread device stream ..." of one call, for messages.
 std::string describe(const Call& call);
 

@@ -86,6 +86,8 @@ int g_step = -1;
 std::string g_step_thread;
 int g_expected_device = 0;
 std::atomic<int> g_device_count{2};
+std::atomic<std::uint64_t> g_release_threshold{0};
+constexpr std::uint64_t kDeviceMemoryBytes = std::uint64_t{80} << 30;
 
 std::map<int, std::pair<int, int>> g_capability;  // device -> (major, minor); absent: 9.0
 std::pair<int, int> capability(int device) {
@@ -363,6 +365,8 @@ void end_step() {
   g_step = -1;
 }
 void set_expected_device(int device) { g_expected_device = device; }
+std::uint64_t pool_release_threshold() { return g_release_threshold.load(); }
+std::uint64_t device_memory_bytes() { return kDeviceMemoryBytes; }
 void set_device_count(int count) { g_device_count = count; }
 void set_compute_capability(int device, int major, int minor) {
   std::lock_guard<std::mutex> lock(g_record_mutex);
@@ -469,7 +473,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   std::snprintf(prop->name, sizeof prop->name, "cuda-api stand-in device %d", device);
   prop->major = capability(device).first;
   prop->minor = capability(device).second;
-  prop->totalGlobalMem = std::size_t{80} << 30;
+  prop->totalGlobalMem = kDeviceMemoryBytes;
   prop->multiProcessorCount = 132;
   prop->warpSize = 32;
   prop->maxThreadsPerBlock = 1024;
@@ -527,8 +531,8 @@ cudaError_t cudaPeekAtLastError(void) { return g_last_error; }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   record("cudaMemGetInfo");
-  *total_bytes = std::size_t{80} << 30;
-  *free_bytes = std::size_t{79} << 30;
+  *total_bytes = kDeviceMemoryBytes;
+  *free_bytes = kDeviceMemoryBytes - (std::size_t{1} << 30);
   return cudaSuccess;
 }
 
@@ -700,8 +704,9 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props
   *pool = reinterpret_cast<cudaMemPool_t>(new int(props->location.id));
   return cudaSuccess;
 }
-cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) {
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr attribute, void* value) {
   record("cudaMemPoolSetAttribute");
+  if (attribute == cudaMemPoolAttrReleaseThreshold) g_release_threshold = *static_cast<std::uint64_t*>(value);
   return cudaSuccess;
 }
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t, cudaMemPoolAttr, void* value) {

@@ -137,6 +137,18 @@ TEST(Streams, NonBlockingAndNeverTheLegacyDefaultStream) {
   EXPECT_TRUE(blocking.empty()) << blocking.size() << " blocking streams:\n" << lines(blocking);
 }
 
+// Fault 10: the pool does not keep every freed byte (cuDNN and NCCL
+// cudaMalloc outside it and need room).
+TEST(Pool, ReleaseThresholdLeavesRoomForTheLibraries) {
+  ExecutionContext ctx(cuda_options());
+  Tensor t = Tensor::empty({16}, DType::f32, Device::cuda, "t");  // the pool exists from the first allocation
+  const std::uint64_t threshold = cuda_api::pool_release_threshold();
+  EXPECT_GT(threshold, 0u) << "no release threshold was set on the pool";
+  EXPECT_LE(threshold, cuda_api::device_memory_bytes() - (std::uint64_t{1} << 30))
+      << "the pool keeps up to " << threshold << " freed bytes of a " << cuda_api::device_memory_bytes()
+      << "-byte device: nothing is left to cuDNN's and NCCL's own allocations";
+}
+
 // Faults 6 and 7, and 1's host function: a step's worth of the engine's
 // patterns (engine.cpp: gathered buffers, full_grad zeros per unit and
 // micro-step, the tokens' upload, casts/copies, collectives after a compute
