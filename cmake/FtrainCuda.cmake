@@ -94,18 +94,27 @@ function(ftrain_add_cuda_backend)
   else()
     message(STATUS "ftrain: NCCL not found; libftrain_cuda is built without the NCCL communicator (device_comm mpi only)")
   endif()
-  add_library(ftrain_cuda SHARED ${_sources} $<TARGET_OBJECTS:ftrain_cuda_kernels>)
-  target_link_libraries(ftrain_cuda PRIVATE ftrain CUDA::cudart_static CUDA::cublasLt ${_cudnn} ${_nccl})
+  # The host-side sources (.cpp) are an object library too, so that the
+  # cuda-api test harness (tests/cuda_api/) links the very same objects
+  # against its recording stand-in of the CUDA libraries instead of the real
+  # ones: the production library carries no test hook, the seam is the link.
+  add_library(ftrain_cuda_sources OBJECT ${_sources})
+  target_link_libraries(ftrain_cuda_sources PRIVATE ftrain CUDA::cudart_static CUDA::cublasLt)
   if(_nccl)
-    target_compile_definitions(ftrain_cuda PRIVATE FTRAIN_HAVE_NCCL)
-    target_include_directories(ftrain_cuda PRIVATE ${FTRAIN_NCCL_INCLUDE_DIR})
+    target_compile_definitions(ftrain_cuda_sources PRIVATE FTRAIN_HAVE_NCCL)
+    target_include_directories(ftrain_cuda_sources PRIVATE ${FTRAIN_NCCL_INCLUDE_DIR})
   endif()
   if(_cudnn)
     # The op table asks cuDNN whether it takes an attention shape (attention_backend).
-    target_compile_definitions(ftrain_cuda PRIVATE FTRAIN_HAVE_CUDNN)
+    target_compile_definitions(ftrain_cuda_sources PRIVATE FTRAIN_HAVE_CUDNN)
+    target_include_directories(ftrain_cuda_sources PRIVATE ${FTRAIN_CUDNN_INCLUDE_DIR})
   endif()
-  target_include_directories(ftrain_cuda PRIVATE ${PROJECT_SOURCE_DIR}/src)
-  target_compile_options(ftrain_cuda PRIVATE -Wall -Wextra -Werror)
+  target_include_directories(ftrain_cuda_sources PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(ftrain_cuda_sources PRIVATE -Wall -Wextra -Werror)
+  set_target_properties(ftrain_cuda_sources PROPERTIES CXX_VISIBILITY_PRESET hidden POSITION_INDEPENDENT_CODE ON)
+
+  add_library(ftrain_cuda SHARED $<TARGET_OBJECTS:ftrain_cuda_sources> $<TARGET_OBJECTS:ftrain_cuda_kernels>)
+  target_link_libraries(ftrain_cuda PRIVATE ftrain CUDA::cudart_static CUDA::cublasLt ${_cudnn} ${_nccl})
   set_target_properties(ftrain_cuda PROPERTIES
     OUTPUT_NAME ftrain_cuda
     LINKER_LANGUAGE CXX

@@ -66,7 +66,7 @@ GpuAssignment bind_local_gpu(Communicator& world, DeviceComm kind, Device device
   const DeviceCommBackend* backend = find_device_comm_backend(device);
   const NodeVisibility v = gather_node_visibility(world);  // collective: before any rank can throw
   FT_CHECK(backend != nullptr) << "rank " << world.rank() << ": no device backend registered communicators for "
-                               << device_name(device) << " (libftrain_cuda.so not loaded, or built without NCCL)";
+                               << device_name(device) << " (libftrain_cuda.so not loaded)";
   const GpuAssignment a = assign_gpu({v.local_rank, v.visible_devices, backend->device_count(), kind});
   if (!a.error.empty()) FT_THROW() << "rank " << world.rank() << ": " << a.error;
   backend->set_device(a.ordinal);

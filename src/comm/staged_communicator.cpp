@@ -6,6 +6,7 @@
 #include "comm/mpi_progress.hpp"
 #include "core/error.hpp"
 #include "runtime/allocator.hpp"
+#include "runtime/execution_context.hpp"
 
 namespace ftrain {
 
@@ -52,23 +53,53 @@ void StagedCommunicator::reset_times() {
   clock_->times = CommTimes{};
 }
 
+std::shared_ptr<Stream> StagedCommunicator::copy_stream(Device device) {
+  std::lock_guard<std::mutex> lock(copies_mutex_);
+  if (!copies_) copies_ = make_device_stream(device, "staged.copies");
+  return copies_;
+}
+
 Request StagedCommunicator::issue(const char* collective, const std::string& what, const Event& after,
                                   std::vector<Tensor> inputs, std::vector<Tensor> host_inputs,
                                   std::vector<Tensor> outputs, std::vector<Tensor> host_outputs,
                                   std::function<void(MPI_Comm, MPI_Request*)> call) {
   std::string watched = std::string(collective) + " of " + what + " on " + describe();
+  Device device = Device::host;
+  for (const auto* list : {&inputs, &outputs})
+    for (const Tensor& t : *list)
+      if (t.device() != Device::host) device = t.device();
+  // Device buffers: the copies run on a stream of this communicator's own,
+  // on the progress thread, and the job returns only once the result is back
+  // in `outputs`; the Request's completion is then a plain host event, which
+  // a CUDA stream waits for without a host function (runtime/stream.hpp).
+  std::shared_ptr<Stream> copies = device != Device::host ? copy_stream(device) : nullptr;
   // The job holds every tensor (shared storage) until it has run.
   return progress_->submit(
       after,
       [inputs = std::move(inputs), host_inputs = std::move(host_inputs), outputs = std::move(outputs),
-       host_outputs = std::move(host_outputs), call = std::move(call), comm = mpi_->handle()] {
-        for (std::size_t i = 0; i < inputs.size(); ++i)
-          allocator_of(inputs[i]).copy_to_host(host_inputs[i].data(), inputs[i].data(), inputs[i].nbytes());
+       host_outputs = std::move(host_outputs), call = std::move(call), comm = mpi_->handle(), copies, after] {
+        if (copies) {
+          copies->wait(after);  // the inputs were written by compute before `after`
+          for (std::size_t i = 0; i < inputs.size(); ++i)
+            allocator_of(inputs[i]).copy_to_host_on(*copies, host_inputs[i].data(), inputs[i].data(),
+                                                     inputs[i].nbytes());
+          copies->synchronize();  // the host stages hold the inputs
+        } else {
+          for (std::size_t i = 0; i < inputs.size(); ++i)
+            allocator_of(inputs[i]).copy_to_host(host_inputs[i].data(), inputs[i].data(), inputs[i].nbytes());
+        }
         MPI_Request request = MPI_REQUEST_NULL;
         call(comm, &request);
         mc::drive(request);
-        for (std::size_t i = 0; i < outputs.size(); ++i)
-          allocator_of(outputs[i]).copy_from_host(outputs[i].data(), host_outputs[i].data(), outputs[i].nbytes());
+        if (copies) {
+          for (std::size_t i = 0; i < outputs.size(); ++i)
+            allocator_of(outputs[i]).copy_from_host_on(*copies, outputs[i].data(), host_outputs[i].data(),
+                                                        outputs[i].nbytes());
+          copies->synchronize();  // the result is in place when the Request completes
+        } else {
+          for (std::size_t i = 0; i < outputs.size(); ++i)
+            allocator_of(outputs[i]).copy_from_host(outputs[i].data(), host_outputs[i].data(), outputs[i].nbytes());
+        }
       },
       clock_, std::move(watched));
 }

@@ -1,7 +1,7 @@
 // The staged device communicator (deck `device_comm mpi`): collectives on
 // buffers of any device, moved over MPI through host memory. Each
 // collective copies its inputs to host staging buffers through the device's
-// allocator (runtime/allocator.hpp: cudaMemcpy on CUDA, memcpy on the host),
+// allocator (runtime/allocator.hpp: cudaMemcpyAsync on CUDA, memcpy on the host),
 // runs the same MPI call the MPI communicator runs (comm/mpi_collectives.hpp)
 // and copies the result back. On host buffers it runs exactly the same code
 // (the copies are memcpys), which is how it is tested without a GPU
@@ -16,7 +16,15 @@
 // process's MPI progress thread (comm/mpi_progress.hpp): it starts after
 // `after`, keeps issue order with every other collective of the process
 // (stream order, communicator.hpp), and the Request completes once the
-// result is back in the caller's buffer. The watchdog watches the job like
+// result is back in the caller's buffer. Device buffers are copied with
+// cudaMemcpyAsync on a non-blocking stream of the communicator's own
+// ("staged.copies", made through the backend's stream factory): it waits
+// for `after` on the device, the progress thread waits for that stream only
+// (never for the device or the compute stream), and a compute stream that
+// waits for the Request does so without a host function (runtime/stream.hpp):
+// the job's synchronous cudaMemcpy on the legacy default stream, waiting for
+// a compute stream that waited in a host function for the job, deadlocked
+// every multi-rank `device_comm mpi` run on CUDA. The watchdog watches the job like
 // any MPI collective. The blocking helpers (scalars, barrier, split) are the
 // wrapped MPI communicator's.
 #pragma once
@@ -24,6 +32,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -69,8 +78,13 @@ class StagedCommunicator final : public Communicator {
                 std::vector<Tensor> host_inputs, std::vector<Tensor> outputs, std::vector<Tensor> host_outputs,
                 std::function<void(MPI_Comm, MPI_Request*)> call);
 
+  // The copy stream for device buffers, made at the first device collective.
+  std::shared_ptr<Stream> copy_stream(Device device);
+
   std::unique_ptr<MpiCommunicator> mpi_;
   std::shared_ptr<MpiProgress> progress_;
+  std::mutex copies_mutex_;
+  std::shared_ptr<Stream> copies_;
   std::shared_ptr<CommClock> clock_;
 };
 

@@ -3,8 +3,9 @@
 // Rules (the same for every backend; share/doc/execution-model.md):
 //  * Tensor::empty asks the allocator registered for the tensor's device.
 //    The host allocator is always there; a CUDA backend library registers
-//    its own when it is loaded (a cudaMemPool of its own, cudaMallocFromPool-
-//    Async, freed memory kept in the pool: kernels/cuda/cuda_backend.cpp). No allocator for a
+//    its own when it is loaded (a cudaMemPool of its own on the rank's GPU,
+//    cudaMallocFromPoolAsync on the attached compute stream, cudaFreeAsync
+//    ordered after every live stream: kernels/cuda/cuda_backend.cpp). No allocator for a
 //    device = no backend for it: Tensor::empty says so, naming the tensor.
 //  * A block is released when the last Tensor owning it goes away. The
 //    release is ORDERED, not immediate: the allocator records an event on
@@ -36,6 +37,7 @@
 #include <memory>
 
 #include "runtime/device.hpp"
+#include "runtime/stream.hpp"
 
 namespace ftrain {
 
@@ -63,13 +65,37 @@ class DeviceAllocator {
   // At least `bytes` (0 allowed), aligned for every dtype. The block goes
   // back (stream-ordered, see above) when the last copy of the owner goes.
   virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;
-  // Synchronous helpers on this device's memory (Tensor::zeros / clone).
+  // Helpers on this device's memory (Tensor::zeros / clone). The host does
+  // them at once; a device allocator enqueues them on its attached stream
+  // (below), so they are done before any later work on that stream and the
+  // calling thread does not wait.
   virtual void zero(void* dst, std::size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
-  // Between this device's memory and host memory (synchronous).
+  // Between this device's memory and host memory. copy_from_host returns
+  // once host_src may be reused (the device copy is stream-ordered like
+  // zero); copy_to_host returns once host_dst holds the data.
   virtual void copy_from_host(void* dst, const void* host_src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
   virtual AllocatorStats stats() const = 0;
+
+  // Device allocators: the stream that allocation, zero, copy and the host
+  // copies are ordered on. An ExecutionContext attaches its compute stream
+  // when it is made and detaches it when it goes (the newest attached stream
+  // is used: a process has one context per rank). The host ignores it.
+  virtual void attach_stream(Stream* /*stream*/) {}
+  virtual void detach_stream(Stream* /*stream*/) {}
+  // Copies enqueued on `stream` (the staged communicator's own stream): the
+  // host buffer must stay untouched until the stream passed the copy (its
+  // synchronize() or an event recorded after it). The default (the host)
+  // waits for the stream, then copies at once.
+  virtual void copy_to_host_on(Stream& stream, void* host_dst, const void* src, std::size_t bytes) {
+    stream.synchronize();
+    copy_to_host(host_dst, src, bytes);
+  }
+  virtual void copy_from_host_on(Stream& stream, void* dst, const void* host_src, std::size_t bytes) {
+    stream.synchronize();
+    copy_from_host(dst, host_src, bytes);
+  }
 };
 
 // The allocator for `device`, or nullptr when no backend provides one. The

@@ -43,6 +43,18 @@ void register_stream_factory(Device device, StreamFactory factory) {
   cuda_factory() = factory;
 }
 
+std::unique_ptr<Stream> make_device_stream(Device device, const char* name) {
+  FT_CHECK(device != Device::host) << "make_device_stream('" << name << "'): host streams are made by make_host_stream";
+  StreamFactory factory = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(factory_mutex());
+    factory = cuda_factory();
+  }
+  FT_CHECK(factory != nullptr) << "stream '" << name << "' on " << device_name(device)
+                               << ": no CUDA backend is loaded (libftrain_cuda.so registers its streams)";
+  return factory(/*asynchronous=*/true, name);
+}
+
 ExecutionContext::ExecutionContext(const ExecutionOptions& options) : options_(options) {
   allocator_ = find_allocator(options_.device);
   if (options_.device == Device::host) {
@@ -59,6 +71,9 @@ ExecutionContext::ExecutionContext(const ExecutionOptions& options) : options_(o
         << ": no CUDA backend is loaded (libftrain_cuda.so registers its streams and allocator)";
     compute_ = factory(options_.asynchronous, "cuda.compute");
     communication_ = factory(options_.asynchronous, "cuda.communication");
+    // Tensor::empty / zeros / clone on this device are ordered on the
+    // compute stream (runtime/allocator.hpp).
+    allocator_->attach_stream(compute_.get());
   }
 }
 
@@ -69,6 +84,7 @@ ExecutionContext::~ExecutionContext() {
     synchronize();
   } catch (...) {
   }
+  if (allocator_ != nullptr && options_.device != Device::host) allocator_->detach_stream(compute_.get());
 }
 
 void ExecutionContext::synchronize() {

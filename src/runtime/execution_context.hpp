@@ -47,6 +47,10 @@ struct LibraryHandles {
 // Makes a stream of a non-host device; a backend library registers one.
 using StreamFactory = std::unique_ptr<Stream> (*)(bool asynchronous, const char* name);
 void register_stream_factory(Device device, StreamFactory factory);
+// An extra stream of a non-host device, from its backend's factory (the
+// staged communicator's copy stream); an error naming `name` when no
+// backend for `device` is loaded.
+std::unique_ptr<Stream> make_device_stream(Device device, const char* name);
 
 class ExecutionContext {
  public:

@@ -21,8 +21,13 @@
 // (native_handle(); its events are NativeEvents: cudaEventRecord,
 // cudaStreamWaitEvent, cudaEventQuery / cudaEventSynchronize); nothing above
 // kernels/ depends on which one it gets. A host stream waiting for a CUDA
-// event blocks its worker in cudaEventSynchronize; a CUDA stream waiting
-// for a host event runs a host function that waits for it.
+// event blocks its worker in cudaEventSynchronize. A CUDA stream waiting
+// for a host event (an MPI collective's completion, Event::pending()) makes
+// the CALLING thread wait for it, then returns: CUDA forbids a host function
+// in a stream to wait for work not already ordered before it (one that
+// waits for another thread, which waits for the device, deadlocks it), so
+// such a wait has no device form. Stream::enqueue's work (a host function
+// on CUDA) must therefore never wait for another thread either.
 #pragma once
 
 #include <functional>
@@ -84,7 +89,8 @@ class Stream {
   // An event that completes when the work enqueued so far has run.
   virtual Event record() = 0;
   // Later work on this stream runs only after `event` completed (the other
-  // stream's work is not waited for by the calling thread).
+  // stream's work is not waited for by the calling thread; a host event on
+  // a CUDA stream is, see above).
   virtual void wait(const Event& event) = 0;
   // Blocks until all enqueued work ran; rethrows the first error of that work.
   virtual void synchronize() = 0;

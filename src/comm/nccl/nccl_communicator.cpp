@@ -16,6 +16,7 @@
 #include "comm/nccl/nccl_check.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_device.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain::nccl {
@@ -50,6 +51,10 @@ struct Shared {
   // Aborts every live NCCL communicator, then the job (the watchdog's verdict).
   [[noreturn]] void abort_job(const std::string& message) {
     std::cerr << "ftrain: error: " << message << std::endl;
+    try {
+      cuda::use_rank_device();  // the watchdog's thread
+    } catch (...) {
+    }
     {
       std::lock_guard<std::mutex> lock(mutex);
       for (ncclComm_t c : live) ncclCommAbort(c);
@@ -100,12 +105,16 @@ class NcclDoneEvent final : public NativeEvent {
  public:
   explicit NcclDoneEvent(CudaEvent done) : done_(std::move(done)) {}
   bool query() override {
+    cuda::use_rank_device();  // also asked from the progress thread and host stream workers
     const cudaError_t e = cudaEventQuery(done_.get());
     if (e == cudaErrorNotReady) return false;
     FTRAIN_CUDA_CHECK(e);
     return true;
   }
-  void synchronize() override { FTRAIN_CUDA_CHECK(cudaEventSynchronize(done_.get())); }
+  void synchronize() override {
+    cuda::use_rank_device();
+    FTRAIN_CUDA_CHECK(cudaEventSynchronize(done_.get()));
+  }
   void* handle() const override { return done_.get(); }
 
  private:
@@ -118,12 +127,16 @@ class NcclRequest final : public Request::Impl {
       : done_(std::move(done)), comm_(comm), shared_(std::move(shared)) {}
   // The compute stream waits; the host does not (communicator.hpp).
   void wait() override {
+    cuda::use_rank_device();
     FTRAIN_CUDA_CHECK(cudaStreamWaitEvent(shared_->compute_stream, done_.get(), 0));
     ncclResult_t state = ncclSuccess;
     FTRAIN_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state), comm_);
     if (state != ncclInProgress) FTRAIN_NCCL_CHECK(state, comm_);
   }
-  bool test() override { return cudaEventQuery(done_.get()) != cudaErrorNotReady; }
+  bool test() override {
+    cuda::use_rank_device();
+    return cudaEventQuery(done_.get()) != cudaErrorNotReady;
+  }
   Event completion() const override { return Event::from_native(std::make_shared<NcclDoneEvent>(done_)); }
 
  private:
@@ -143,6 +156,10 @@ class NcclCommunicator final : public Communicator {
     {
       std::lock_guard<std::mutex> lock(shared_->mutex);
       shared_->live.erase(comm_);
+    }
+    try {
+      cuda::use_rank_device();
+    } catch (...) {
     }
     // Flush, then free; a destructor cannot report, so a communicator that
     // does not finalize within 30 s is aborted instead.
@@ -230,6 +247,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Communicator> split(int color, int key) const override {
+    cuda::use_rank_device();
     auto sub_mpi = mpi_->split(color, key);
     ncclComm_t sub = nullptr;
     ncclConfig_t config = nonblocking_config();
@@ -272,8 +290,12 @@ class NcclCommunicator final : public Communicator {
   Request issue(const char* collective, const std::string& what, const Event& after, std::vector<Tensor> tensors,
                 Call call) {
     const std::string name = std::string(collective) + " of " + what + " on " + describe();
-    // Stream order with compute: the collective reads what ops before `after` wrote.
-    if (!after.query()) after.synchronize();  // host events until CUDA events land (status.md)
+    cuda::use_rank_device();
+    // Stream order with compute: the collective reads what ops before `after`
+    // wrote. The communication stream waits on the device (cudaStreamWaitEvent);
+    // the host goes on (only a host event, which has no device form, is
+    // waited for here: cuda_device.hpp).
+    cuda::wait_on_stream(shared_->comm_stream, after);
     CudaEvent start = make_event(/*timing=*/true), done = make_event(/*timing=*/true);
     FTRAIN_CUDA_CHECK(cudaEventRecord(start.get(), shared_->comm_stream));
     FTRAIN_NCCL_CHECK(call(comm_, shared_->comm_stream), comm_);
@@ -283,6 +305,7 @@ class NcclCommunicator final : public Communicator {
     // the collective completed, then books its busy time.
     std::weak_ptr<Shared> weak = shared_;
     auto probe = [start, done, tensors = std::move(tensors), weak]() {
+      cuda::use_rank_device();  // the watchdog's thread: the rank's device, never device 0 by default
       if (cudaEventQuery(done.get()) == cudaErrorNotReady) return false;
       float ms = 0;
       if (auto s = weak.lock(); s && cudaEventElapsedTime(&ms, start.get(), done.get()) == cudaSuccess) {
@@ -304,6 +327,7 @@ class NcclCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm world, ExecutionContext& context) {
   FT_CHECK(context.device() == Device::cuda) << "the NCCL communicator needs a CUDA execution context";
+  cuda::use_rank_device();  // NCCL binds its communicator to the current device
   auto shared = std::make_shared<Shared>();
   shared->comm_stream = static_cast<cudaStream_t>(context.communication().native_handle());
   shared->compute_stream = static_cast<cudaStream_t>(context.compute().native_handle());

@@ -16,14 +16,21 @@
                  << cudaGetErrorString(ftrain_cuda_status_) << ")";                                          \
   } while (0)
 
-// After a kernel launch: the launch's own error (bad configuration), not the
-// kernel's (that one surfaces at the next synchronisation).
+// After a kernel launch. cudaGetLastError returns the launch's own error
+// (bad configuration) but also a sticky error of any kernel that faulted
+// earlier, asynchronously: the kernel named here is only the first to ask.
+// The message says so; CUDA_LAUNCH_BLOCKING=1 (every launch waits for its
+// kernel) or compute-sanitizer names the kernel that really faulted
+// (share/doc/execution-model.md, "Finding the kernel that faulted").
 #define FTRAIN_CUDA_CHECK_LAUNCH(what)                                                                        \
   do {                                                                                                        \
     const cudaError_t ftrain_cuda_status_ = cudaGetLastError();                                               \
     if (ftrain_cuda_status_ != cudaSuccess)                                                                   \
-      FT_THROW() << "CUDA kernel " << (what) << " did not launch: " << cudaGetErrorName(ftrain_cuda_status_) \
-                 << " (" << cudaGetErrorString(ftrain_cuda_status_) << ")";                                  \
+      FT_THROW() << "CUDA error at the launch of kernel " << (what) << ": "                                   \
+                 << cudaGetErrorName(ftrain_cuda_status_) << " (" << cudaGetErrorString(ftrain_cuda_status_)  \
+                 << "); either this launch was refused, or an earlier kernel faulted asynchronously and this "\
+                    "is the first check to see it: rerun with CUDA_LAUNCH_BLOCKING=1 (or under "              \
+                    "compute-sanitizer) to name the kernel that faulted";                                     \
   } while (0)
 
 #define FTRAIN_CUBLAS_CHECK(call)                                                                             \
