@@ -75,6 +75,11 @@ class DeviceComm_ : public ::testing::TestWithParam<DType> {
   GpuAssignment assignment_;
   std::unique_ptr<ExecutionContext> ctx_;
   std::unique_ptr<Communicator> comm_;
+  // Uploads are stream-ordered on the context's compute stream
+  // (allocator.hpp): a collective reading them takes an event recorded
+  // after them, as the engine's do (communicator.hpp, "Ordering with
+  // compute"). Without it the staged copies raced the uploads on the H100.
+  Event uploaded() { return ctx_->compute().record(); }
 };
 
 TEST_P(DeviceComm_, EveryCollectiveMatchesTheHostReference) {
@@ -87,11 +92,11 @@ TEST_P(DeviceComm_, EveryCollectiveMatchesTheHostReference) {
     for (std::int64_t j = 0; j < n * size; ++j) mine_block[static_cast<std::size_t>(j)] = value_of(rank, j);
 
     Tensor send = on_device(mine, dt), gathered = on_device(std::vector<float>(mine_block.size(), -1), dt);
-    comm_->all_gather(send, gathered).wait();
+    comm_->all_gather(send, gathered, uploaded()).wait();
     Tensor scatter_send = on_device(mine_block, dt), block = on_device(std::vector<float>(mine.size(), -1), dt);
-    comm_->reduce_scatter_sum(scatter_send, block).wait();
+    comm_->reduce_scatter_sum(scatter_send, block, uploaded()).wait();
     Tensor summed = on_device(mine, dt);
-    comm_->all_reduce_sum(summed).wait();
+    comm_->all_reduce_sum(summed, uploaded()).wait();
     ctx_->synchronize();
     const auto g = on_host(gathered), b = on_host(block), s = on_host(summed);
     for (int q = 0; q < size; ++q)
@@ -109,7 +114,7 @@ TEST_P(DeviceComm_, EveryCollectiveMatchesTheHostReference) {
       std::vector<float> m(static_cast<std::size_t>(n));
       for (std::int64_t j = 0; j < n; ++j) m[static_cast<std::size_t>(j)] = static_cast<float>((rank + j) % size);
       Tensor maxed = on_device(m, dt);
-      comm_->all_reduce_max(maxed).wait();
+      comm_->all_reduce_max(maxed, uploaded()).wait();
       ctx_->synchronize();
       const auto mx = on_host(maxed);
       // (q + j) % size takes every residue over the ranks: the max is size - 1.
@@ -129,7 +134,7 @@ TEST_P(DeviceComm_, AllGatherVConcatenatesVariableCountsInRankOrder) {
   std::vector<float> mine(static_cast<std::size_t>(counts[static_cast<std::size_t>(rank)]));
   for (std::size_t j = 0; j < mine.size(); ++j) mine[j] = value_of(rank, static_cast<std::int64_t>(j));
   Tensor send = on_device(mine, dt), recv = on_device(std::vector<float>(static_cast<std::size_t>(total), -1), dt);
-  comm_->all_gather_v(send, recv, counts).wait();
+  comm_->all_gather_v(send, recv, counts, uploaded()).wait();
   ctx_->synchronize();
   const auto g = on_host(recv);
   std::size_t at = 0;
@@ -142,7 +147,7 @@ TEST_P(DeviceComm_, SplitIntoEvenAndOddRanks) {
   const DType dt = GetParam();
   auto sub = comm_->split(comm_->rank() % 2, comm_->rank());
   Tensor mine = on_device({static_cast<float>(comm_->rank())}, dt);
-  sub->all_reduce_sum(mine).wait();
+  sub->all_reduce_sum(mine, uploaded()).wait();
   ctx_->synchronize();
   float expected = 0;
   for (int q = comm_->rank() % 2; q < comm_->size(); q += 2) expected += static_cast<float>(q);

@@ -350,13 +350,16 @@ class CudaAllocator final : public DeviceAllocator {
     FTRAIN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     std::uint64_t keep = total_bytes > kLibraryHeadroomBytes ? total_bytes - kLibraryHeadroomBytes : total_bytes / 2;
     FTRAIN_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
-    // A block freed on the release stream is reused once its free has run
-    // (opportunistic) or the allocating stream waited for it; never by a
-    // dependency the driver would add on its own, which would make the
-    // compute stream wait for the release stream and, through it, for the
-    // communication stream's queued collectives.
-    int no = 0;
-    FTRAIN_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolReuseAllowInternalDependencies, &no));
+    // A block freed on the release stream is reused by a later allocation
+    // on another stream through a dependency the driver adds (the
+    // allocating stream waits for the free, and so for the work the free
+    // waited for). Without it (ReuseAllowInternalDependencies 0) a block
+    // is reused only once the GPU has run its free, which a host thread
+    // running a step ahead of the GPU never sees: the first H100 run of
+    // Llama 3.2 1B grew the pool past 80 GB by step 3. The cost: an
+    // allocation may wait for collectives queued before the free.
+    int yes = 1;
+    FTRAIN_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolReuseAllowInternalDependencies, &yes));
     return pool_;
   }
 
