@@ -5,10 +5,10 @@ reproducibility.md says what ftrain promises and how the tolerances were set
 from this report).
 
 The host backend's f32 GEMMs run on OpenBLAS, which picks a kernel set for
-the CPU (OPENBLAS_CORETYPE forces one); its BF16 GEMMs (FP8's BF16 head and
-embedding, precision bf16) run on oneDNN where the CPU has AVX512-BF16 and
-are widened to f32 on OpenBLAS elsewhere (ONEDNN_MAX_CPU_ISA caps what
-oneDNN sees); ftrain's own element-wise kernels are compiled for
+the CPU (OPENBLAS_CORETYPE forces one); its BF16 GEMMs (precision bf16) run
+on oneDNN where the CPU has AVX512-BF16 and are widened to f32 on OpenBLAS
+elsewhere (ONEDNN_MAX_CPU_ISA caps what oneDNN sees; precision fp8 always
+widens them); ftrain's own element-wise kernels are compiled for
 FTRAIN_HOST_ISA (native or portable: a second build). Another CPU takes one
 of these paths, so their spread on one machine is what a golden curve must
 tolerate on any x86-64 CPU.
