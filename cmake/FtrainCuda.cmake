@@ -34,6 +34,15 @@ if(NOT FTRAIN_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES "${_ftrain_archs}")
     endif()
     enable_language(CUDA)
+    # Every target's CUDA dialect is C++17 unless it says otherwise. A target
+    # without CUDA_STANDARD takes its CXX_STANDARD (20 here) for CUDA, and
+    # CMake 3.25 knows no C++20 flag for nvcc. The Makefile generator writes
+    # flags for each language a target's objects come from, so
+    # libftrain_cuda (g++ sources plus the kernels' CUDA objects) failed to
+    # generate ("requires the language dialect CUDA20"); Ninja asks only per
+    # source and never noticed. share/scripts/build-routes-check.sh checks it.
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(FTRAIN_HAVE_CUDA ON)
     message(STATUS "ftrain: CUDA ${CUDAToolkit_VERSION}, libftrain_cuda for architectures ${CMAKE_CUDA_ARCHITECTURES}")
@@ -60,8 +69,8 @@ function(ftrain_add_cuda_backend)
   add_library(ftrain_cuda_kernels OBJECT ${_kernels})
   target_include_directories(ftrain_cuda_kernels PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(ftrain_cuda_kernels PRIVATE CUDA::cudart_static)
-  # C++17 for the device code: CMake 3.25 cannot pass C++20 to nvcc (and
-  # would take CXX_STANDARD 20 for CUDA otherwise); kernels/math/ and the
+  # C++17 for the device code: CMake 3.25 cannot pass C++20 to nvcc
+  # (CMAKE_CUDA_STANDARD above says so for every target); kernels/math/ and the
   # headers the kernels include are C++17. Warnings are errors, host and device. --fmad=false: kernels/math/ runs
   # the host's exact arithmetic (no contraction into fused multiply-adds).
   target_compile_options(ftrain_cuda_kernels PRIVATE

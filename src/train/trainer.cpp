@@ -415,6 +415,12 @@ void Trainer::prepare() {
                               " --bind-to core, or srun --cpus-per-task=" + std::to_string(node_share) +
                               " --cpu-bind=cores; jobs/*/launch.sh do this)";
   }
+  // precision fp8 on the host is an emulation kept for its numerics (the
+  // reference for the GPU's recipe), and its grid turns last-bit differences
+  // into visible ones: its BF16 GEMMs (embedding, head) take the route every
+  // x86-64 CPU has, so an fp8 curve is the same on CPUs with and without
+  // AVX512-BF16/AMX (share/doc/reproducibility.md).
+  if (c.precision == "fp8") host::gemm::use_widened_bf16("precision fp8: the same curve on every x86-64 CPU");
   // Rank 0 states the peak (benchmarking at most once per machine, see
   // device_peak.hpp); run() hands its number to every rank.
   if (s.is_root()) {
@@ -586,7 +592,11 @@ int Trainer::run() {
     h << "host GEMM: " << host::gemm::describe() << "\n";
     h << "host threads: " << s.blas_threads << " per rank, " << s.cpu_binding_text << "\n";
     if (!s.cpu_binding_warning.empty()) h << "warning: " << s.cpu_binding_warning << "\n";
-    h << "host kernels: built for " << host_isa::describe() << " (FTRAIN_HOST_ISA; results do not depend on it)\n";
+    h << "host kernels: built for " << host_isa::describe() << " (FTRAIN_HOST_ISA: every choice computes the same bits)\n";
+    // What the results depend on (share/doc/reproducibility.md): the GEMM
+    // libraries pick their kernels for the CPU, and those round differently.
+    h << "reproducibility: bit for bit when rerun with this build and these GEMM kernels; another CPU's kernels "
+         "differ in the last bits (share/doc/reproducibility.md)\n";
     // Which communicator moves the buffers, never left implicit (device_comm).
     if (s.device_choice.device == Device::host)
       h << "comm: MPI on host buffers [device_comm " << c.device_comm << ": no effect on the host backend]";

@@ -28,6 +28,8 @@ Kinds (the "kind" key):
            "tolerance": {"relative": R, "per_field": {"FIELD": R2}} gives
            FIELD its own bound (and names why in the case's description);
            a per_field entry for a field not compared fails the case.
+           "tolerance": "reference" takes the "reference" case's bounds
+           (the must-fail self-tests of a golden: selftest/golden_*.json).
            "must_differ": {"relative": X} requires the run to differ from
            its reference by more than X (relative) in some compared value:
            with X = 0 the curves may not be bit-identical (e.g.
@@ -345,6 +347,13 @@ def case_train(args, case, case_path, workdir):
         return problems
     if "tolerance" not in case and "must_differ" not in case:
         raise CaseFailure('a train case needs "tolerance" (and/or "must_differ")')
+    if case.get("tolerance") == "reference":
+        # A golden's must-fail self-test: held to the golden's own bounds,
+        # so widening them past what the self-test's break moves fails it.
+        if "reference" not in case:
+            raise CaseFailure('"tolerance": "reference" needs a "reference" case')
+        case["tolerance"] = load_case(os.path.join(HERE, case["reference"]))["tolerance"]
+        print(f"tolerance of {case['reference']}: {json.dumps(case['tolerance'])}")
     tolerance = float(case["tolerance"]["relative"]) if "tolerance" in case else None
     per_field = {f: float(v) for f, v in case.get("tolerance", {}).get("per_field", {}).items()}
     problems, largest = compare_with_golden(metrics, golden, tolerance, source, per_field)

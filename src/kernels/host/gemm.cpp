@@ -122,9 +122,13 @@ std::string onednn_version() {
 std::atomic<std::uint64_t> bf16_call_count{0};
 std::atomic<std::uint64_t> bf16_rounded_call_count{0};
 
-enum class Bf16Route : std::uint8_t { onednn, no_onednn_in_build, cpu_lacks_bf16, user_chose_openblas };
+enum class Bf16Route : std::uint8_t { onednn, no_onednn_in_build, cpu_lacks_bf16, user_chose_openblas, run_chose_widened };
+
+// Why the run asked for the widened route (use_widened_bf16), or null.
+std::atomic<const char*> widened_by_run{nullptr};
 
 Bf16Route bf16_route() {
+  if (widened_by_run.load(std::memory_order_acquire) != nullptr) return Bf16Route::run_chose_widened;
   static const Bf16Route route = [] {
     if (onednn_disabled_by_user()) return Bf16Route::user_chose_openblas;
 #if defined(FTRAIN_HAVE_ONEDNN)
@@ -148,6 +152,14 @@ std::uint64_t bf16_calls() { return bf16_call_count.load(std::memory_order_relax
 std::uint64_t bf16_rounded_calls() { return bf16_rounded_call_count.load(std::memory_order_relaxed); }
 
 bool bf16_native() { return bf16_route() == Bf16Route::onednn; }
+
+void use_widened_bf16(const char* why) {
+  FT_CHECK(why != nullptr && *why != '\0') << "gemm::use_widened_bf16 needs the reason the run header gives";
+  // Switching after a bf16 GEMM ran would mix two roundings in one run.
+  FT_CHECK(bf16_calls() == 0) << "gemm::use_widened_bf16(\"" << why << "\") after " << bf16_calls()
+                              << " bf16 GEMMs already ran on oneDNN: call it before the first one";
+  widened_by_run.store(why, std::memory_order_release);
+}
 
 #if defined(FTRAIN_HAVE_ONEDNN)
 namespace {
@@ -221,6 +233,8 @@ std::string describe() {
 #endif
     case Bf16Route::no_onednn_in_build: return s + "widened to f32 on OpenBLAS (built without oneDNN)";
     case Bf16Route::user_chose_openblas: return s + "widened to f32 on OpenBLAS (FTRAIN_HOST_GEMM=openblas)";
+    case Bf16Route::run_chose_widened:
+      return s + "widened to f32 on OpenBLAS (" + widened_by_run.load(std::memory_order_acquire) + ")";
   }
   return s;
 }

@@ -36,8 +36,17 @@ struct Dims {
 void f32(const Dims& d, const float* a, const float* b, float beta, float* c);
 
 // True when bf16() runs on BF16 hardware through oneDNN. Decided once per
-// process (CPU ISA, build, FTRAIN_HOST_GEMM) and stable afterwards.
+// process (CPU ISA, build, FTRAIN_HOST_GEMM, use_widened_bf16) and stable
+// afterwards.
 bool bf16_native();
+// From now on bf16_native() is false: callers widen to f32 and use sgemm, on
+// every CPU. `why` (a string literal: it is kept) ends up in describe(). For
+// a run whose results must not depend on whether the CPU multiplies BF16
+// natively: oneDNN's BF16 kernels (AVX512-BF16, AMX) sum in another order
+// than sgemm does, and precision fp8 turns that last-bit difference into a
+// visible one (share/doc/reproducibility.md). Must come before the first
+// bf16 GEMM of the process (checked).
+void use_widened_bf16(const char* why);
 // Requires bf16_native().
 void bf16(const Dims& d, const ftrain::bf16* a, const ftrain::bf16* b, float beta, float* c);
 

@@ -278,3 +278,23 @@ TEST(HostGemm, CrossEntropyHeadOnBf16OperandsUsesOneDnn) {
   host::cross_entropy_backward(h, w, nullptr, targets, lse, loss_scale, chunk, dh, dw, nullptr);
   EXPECT_EQ(host::gemm::bf16_calls() - before_backward, 9u) << "logits, dh and dw for each of 3 chunks";
 }
+
+// Last in this file: where it is allowed, use_widened_bf16 switches the whole
+// process. precision fp8 asks for the widened route before its first GEMM;
+// asked after oneDNN has served one, the run would mix two roundings, so it
+// is refused with the reason and the route stays as it was.
+TEST(HostGemm, WidenedRouteIsRefusedOnceOneDnnServedAGemm) {
+  SKIP_UNLESS_NATIVE_BF16();
+  const Tensor a = random_tensor({2, 2}, 7, DType::bf16, "a");
+  Tensor c = named_zeros({2, 2}, DType::f32, "c");
+  host::gemm::bf16({host::gemm::Op::none, host::gemm::Op::none, 2, 2, 2, 2, 2, 2}, a.data_as<bf16>(),
+                   a.data_as<bf16>(), 0.0f, c.data_as<float>());
+  try {
+    host::gemm::use_widened_bf16("the test's reason");
+    FAIL() << "use_widened_bf16 after a oneDNN GEMM was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("the test's reason"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("before the first one"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(host::gemm::bf16_native()) << host::gemm::describe();
+}
