@@ -37,11 +37,15 @@ enum class CastElement : std::uint8_t { f32, bf16, f16, fp8_e4m3, fp8_e5m2 };
 void launch_cast_elements(const void* src, CastElement src_type, void* dst, CastElement dst_type, std::int64_t n,
                           cudaStream_t stream);
 // sum into f32[1] in double; sum of squares (math::square_in_double) into a
-// device double. One block, fixed order: the same bits every run.
-void launch_sum(FloatSpan x, std::int64_t n, float* out, cudaStream_t stream);
-void launch_sum_squares(FloatSpan x, std::int64_t n, double* out, cudaStream_t stream);
+// device double. Two passes in kernels/math/reduction.hpp's order (the
+// host's): the same bits every run, on any device, as the host. `partials`:
+// device scratch of reduction_partials(n) doubles (at least one), free
+// for reuse once the launch's work has run (stream order).
+std::int64_t reduction_partials(std::int64_t n);
+void launch_sum(FloatSpan x, std::int64_t n, double* partials, float* out, cudaStream_t stream);
+void launch_sum_squares(FloatSpan x, std::int64_t n, double* partials, double* out, cudaStream_t stream);
 // *acc += the same f64 sum of squares (sum_squares_accumulate).
-void launch_sum_squares_accumulate(FloatSpan x, std::int64_t n, double* acc, cudaStream_t stream);
+void launch_sum_squares_accumulate(FloatSpan x, std::int64_t n, double* partials, double* acc, cudaStream_t stream);
 
 // clipping.cu: math::norm_from_sum_squares, math::clip_scale,
 // math::diverged_step_after, on one thread (scalars that stay on the device).
@@ -62,14 +66,19 @@ void launch_swiglu_backward(FloatSpan gate, FloatSpan up, FloatSpan dout, FloatS
 // norms.cu: math::rmsnorm_* / layernorm_*; dw/db by column sums in row order.
 void launch_rmsnorm_forward(FloatSpan x, FloatSpan w, float eps, FloatSpan y, float* rstd, std::int64_t rows,
                             std::int64_t width, cudaStream_t stream);
+// The backward's dw (and LayerNorm's db) in kernels/math/column_sums.hpp's
+// order, the host's: `partials` is device scratch of
+// norm_backward_partials(rows, width, count) floats, count 1 (dw) or 2
+// (dw and db), free for reuse once the launch's work has run.
+std::int64_t norm_backward_partials(std::int64_t rows, std::int64_t width, int count);
 void launch_rmsnorm_backward(FloatSpan x, FloatSpan w, const float* rstd, FloatSpan dy, FloatSpan dx, FloatSpan dw,
-                             std::int64_t rows, std::int64_t width, cudaStream_t stream);
+                             float* partials, std::int64_t rows, std::int64_t width, cudaStream_t stream);
 void launch_layernorm_forward(FloatSpan x, FloatSpan w, FloatSpan b, float eps, FloatSpan y, float* mean,
                               float* rstd, std::int64_t rows, std::int64_t width, cudaStream_t stream);
 // db.data may be null.
 void launch_layernorm_backward(FloatSpan x, FloatSpan w, const float* mean, const float* rstd, FloatSpan dy,
-                               FloatSpan dx, FloatSpan dw, FloatSpan db, std::int64_t rows, std::int64_t width,
-                               cudaStream_t stream);
+                               FloatSpan dx, FloatSpan dw, FloatSpan db, float* partials, std::int64_t rows,
+                               std::int64_t width, cudaStream_t stream);
 
 // rope.cu: math::rope_angle, math::rope_rotate
 void launch_rope(FloatSpan in, const float* inv_freq, std::int64_t position_offset, FloatSpan out,
