@@ -381,6 +381,67 @@ TEST(CudaOps, ReductionsEqualTheHostBitForBit) {
   }
 }
 
+// The embedding backward groups rows by token with a stable device radix
+// sort (no O(N^2) scan): a long batch with hot tokens (repeated thousands of
+// times), rare ones and Llama 3's vocabulary gives the host's dtable bit for
+// bit (per token an f32 sum in row order, one add), twice the same.
+TEST(CudaOps, EmbeddingBackwardOfALongBatchEqualsTheHostBitForBit) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  ExecutionOptions o;
+  o.device = Device::cuda;
+  ExecutionContext gpu(o);
+  const std::int64_t n = 1 << 17, vocab = 128256, width = 96;
+  Tensor tokens = Tensor::empty({n}, DType::i32, Device::host, "tokens");
+  for (std::int64_t i = 0; i < n; ++i)
+    tokens.data_as<std::int32_t>()[i] = static_cast<std::int32_t>(i % 3 == 0 ? (i * i) % 17 : (i * 7919) % vocab);
+  Tensor dout = Tensor::empty({n, width}, DType::f32, Device::host, "dout");
+  for (std::int64_t i = 0; i < n * width; ++i) dout.data_as<float>()[i] = static_cast<float>(std::sin(0.001 * i));
+  Tensor host_table = Tensor::zeros({vocab, width}, DType::f32, Device::host, "dtable");
+  ops::embedding_backward(host_context(), tokens, dout, host_table);
+  const Tensor d_tokens = to_device(tokens, Device::cuda), d_dout = to_device(dout, Device::cuda);
+  for (int run = 0; run < 2; ++run) {
+    Tensor d_table = Tensor::zeros({vocab, width}, DType::f32, Device::cuda, "dtable");
+    ops::embedding_backward(gpu, d_tokens, d_dout, d_table);
+    gpu.synchronize();
+    const Tensor back = to_device(d_table, Device::host);
+    EXPECT_EQ(std::memcmp(back.data(), host_table.data(), host_table.nbytes()), 0) << "run " << run;
+  }
+}
+
+// Token ids and targets are range-checked on the device without a host
+// round trip per op: the op returns at once, the bad id is recorded, and the
+// next synchronisation (the step's loss, a log line) throws the host's
+// error naming the op, the value and its row; the record is cleared then.
+TEST(CudaOps, BadIdsAreReportedAtTheNextSynchronisation) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  ExecutionOptions o;
+  o.device = Device::cuda;
+  ExecutionContext gpu(o);
+  const std::int64_t n = 16, vocab = 64, width = 32;
+  Tensor tokens = Tensor::zeros({n}, DType::i32, Device::host, "tokens");
+  tokens.data_as<std::int32_t>()[5] = 70000;
+  tokens.data_as<std::int32_t>()[9] = -1;
+  const Tensor d_tokens = to_device(tokens, Device::cuda);
+  const Tensor table = to_device(Tensor::zeros({vocab, width}, DType::f32), Device::cuda);
+  Tensor out = Tensor::zeros({n, width}, DType::f32, Device::cuda, "out");
+  EXPECT_NO_THROW(ops::embedding_forward(gpu, d_tokens, table, out)) << "the op itself must not wait for the stream";
+  std::string message;
+  try {
+    gpu.synchronize();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  for (const char* part : {"embedding_forward", "token 70000", "row 5"})
+    EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  EXPECT_NO_THROW(gpu.synchronize()) << "reported once, then cleared";
+  // Valid ids leave nothing behind.
+  const Tensor good = to_device(Tensor::zeros({n}, DType::i32), Device::cuda);
+  ops::embedding_forward(gpu, good, table, out);
+  EXPECT_NO_THROW(gpu.synchronize());
+}
+
 // The norms' weight and bias gradients sum over rows in
 // kernels/math/column_sums.hpp's order on both backends (32-row block
 // partials, then the partials in order): dw and db equal the host bit for

@@ -29,6 +29,7 @@
 #include "kernels/backend_registry.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/kernels.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/execution_context.hpp"
 #include "runtime/ftrain_backend.h"
@@ -193,6 +194,10 @@ class CudaStream final : public Stream {
   }
   void synchronize() override {
     FTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // A bad token id or target an op's device range check recorded since the
+    // last look (input_check_record.hpp): thrown here, where the host waits
+    // anyway, instead of a round trip in every op.
+    raise_input_check_errors(stream_);
     std::exception_ptr error;
     {
       std::lock_guard<std::mutex> lock(mutex_);

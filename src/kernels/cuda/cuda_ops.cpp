@@ -200,38 +200,24 @@ void check_embedding(const char* op, const Tensor& tokens, const Tensor& table, 
       << " per token of tokens " << tokens.describe();
 }
 
-// Reads the kernel's first bad row back (waits for the stream) and throws
-// naming it, as the host does.
-void report_bad_token(ExecutionContext& ctx, const char* op, const Tensor& tokens, const Tensor& table,
-                      const long long* first_bad_row_device) {
-  long long first_bad = 0;
-  FTRAIN_CUDA_CHECK(cudaMemcpyAsync(&first_bad, first_bad_row_device, sizeof first_bad, cudaMemcpyDeviceToHost,
-                                    stream_of(ctx)));
-  ctx.compute().synchronize();
-  if (first_bad >= tokens.numel()) return;
-  std::int32_t token = 0;
-  FTRAIN_CUDA_CHECK(cudaMemcpy(&token, tokens.data_as<std::int32_t>() + first_bad, sizeof token,
-                               cudaMemcpyDeviceToHost));
-  FT_THROW() << op << ": token " << token << " at row " << first_bad << " of " << tokens.describe()
-             << " is outside the table " << table.describe();
-}
-
 void embedding_forward(ExecutionContext& ctx, const Tensor& tokens, const Tensor& table, Tensor& out) {
   constexpr const char* op = "embedding_forward";
   check_embedding(op, tokens, table, "table", out, "out");
-  auto* bad = static_cast<long long*>(ctx.workspace(sizeof(long long)));
+  // A bad token is recorded on the device and thrown at the next
+  // synchronisation (input_check_record.hpp): no wait here.
   launch_embedding_forward(tokens.data_as<std::int32_t>(), tokens.numel(), float_span(op, table, "table"),
-                           table.dim(0), table.dim(1), float_span(op, out, "out"), bad, stream_of(ctx));
-  if (tokens.numel() > 0) report_bad_token(ctx, op, tokens, table, bad);
+                           table.dim(0), table.dim(1), float_span(op, out, "out"), stream_of(ctx));
 }
 
 void embedding_backward(ExecutionContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
   constexpr const char* op = "embedding_backward";
   check_embedding(op, tokens, dtable, "dtable", dout, "dout");
-  auto* bad = static_cast<long long*>(ctx.workspace(sizeof(long long)));
+  // The sort's keys, rows and CUB storage, released in stream order.
+  const std::shared_ptr<void> scratch =
+      ctx.allocator().allocate(std::max<std::size_t>(embedding_backward_scratch_bytes(tokens.numel(), dtable.dim(0)), 1));
   launch_embedding_backward(tokens.data_as<std::int32_t>(), tokens.numel(), float_span(op, dout, "dout"),
-                            dtable.dim(0), dtable.dim(1), float_span(op, dtable, "dtable"), bad, stream_of(ctx));
-  if (tokens.numel() > 0) report_bad_token(ctx, op, tokens, dtable, bad);
+                            dtable.dim(0), dtable.dim(1), float_span(op, dtable, "dtable"), scratch.get(),
+                            stream_of(ctx));
 }
 
 // ---- norms -----------------------------------------------------------------------

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/input_check_record.hpp"
 #include "kernels/math/adamw.hpp"
 #include "kernels/math/token_rows.hpp"
 
@@ -149,19 +150,31 @@ void launch_cross_entropy_backward_chunk(float* logits, FloatSpan bias, const st
                                          const float* lse, const float* loss_scale, std::int64_t rows,
                                          std::int64_t v0, std::int64_t cs, std::uint16_t* dlogit_bf16,
                                          cudaStream_t stream);
-// The smallest row whose target is not valid into *first_bad_row (rows if none).
-void launch_find_bad_targets(const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                             long long* first_bad_row, cudaStream_t stream);
 
-// embedding.cu: math::embedding_token_valid. `first_bad_row` (device int64)
-// receives the smallest row with an invalid token, or n_tokens if none.
-void launch_embedding_forward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan table,
-                              std::int64_t vocab, std::int64_t width, FloatSpan out, long long* first_bad_row,
+// input_checks.cu (input_check_record.hpp): enqueues the range check of
+// values[0 .. n) against [0, bound) (the cross entropy's: the ignore index
+// -100 is valid too) on `stream`, recording the first bad row in the
+// device record; nothing is read back here.
+void launch_input_range_check(InputCheck check, const std::int32_t* values, std::int64_t n, std::int64_t bound,
                               cudaStream_t stream);
-// Deterministic: the first row of each token sums that token's rows in row
-// order (f32) and adds the sum once, as the host does.
+// After `stream` was synchronized: reads the record (a copy in the order of
+// `stream`), clears the slots it found set and throws the first one's error
+// (describe_bad_input). Nothing when no check ever ran.
+void raise_input_check_errors(cudaStream_t stream);
+
+// embedding.cu: math::embedding_token_valid. An invalid token leaves its
+// output alone and is recorded by the device range check
+// (launch_input_range_check), thrown at the next synchronisation.
+void launch_embedding_forward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan table,
+                              std::int64_t vocab, std::int64_t width, FloatSpan out, cudaStream_t stream);
+// Deterministic: the rows grouped by token with a stable device radix sort,
+// each token's rows summed in row order (f32) and the sum added once, as
+// the host does. `scratch`: device memory of
+// embedding_backward_scratch_bytes(n_tokens, vocab) bytes, free for reuse
+// once the launch's work has run (stream order).
+std::size_t embedding_backward_scratch_bytes(std::int64_t n_tokens, std::int64_t vocab);
 void launch_embedding_backward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan dout,
-                               std::int64_t vocab, std::int64_t width, FloatSpan dtable, long long* first_bad_row,
+                               std::int64_t vocab, std::int64_t width, FloatSpan dtable, void* scratch,
                                cudaStream_t stream);
 
 // token_rows.cu: the ViT row ops (kernels/math/token_rows.hpp's index
