@@ -58,7 +58,8 @@ std::vector<std::pair<std::string, Tensor>> LinearState::named_tensors(const std
 
 void update_scales(ExecutionContext& ctx, const Recipe& recipe, LinearState& state) {
   FT_CHECK(state.defined()) << "fp8::update_scales of a linear layer without state";
-  ops::fp8_update_scales(ctx, state.amax_history, state.scale, recipe.forward_dtype(), recipe.backward_dtype(),
+  ops::fp8_update_scales(ctx, state.amax_history, state.scale, state.scale_inv, recipe.forward_dtype(),
+                         recipe.backward_dtype(),
                          recipe.margin, recipe.amax_algo);
 }
 

@@ -27,8 +27,10 @@
 //   amax_history  f32 [L, 3]  columns: input, weight, grad_output (Fp8Operand);
 //                             row 0 = the iteration in progress
 //   scale         f32 [3]     the scales in use (start at 1, as TE)
-//   scale_inv     f32 [3]     1 / scale, written by every cast (derived, not
-//                             checkpointed)
+//   scale_inv     f32 [3]     1 / scale, the GEMMs' dequantisation factor;
+//                             derived, not checkpointed: written by every
+//                             cast, every scale update (all three, on every
+//                             rank) and a checkpoint load
 // One iteration = one forward + backward of the layer: the forward's casts
 // max-accumulate the input and weight amaxes into row 0 (ops::cast_to_fp8,
 // on the device), the backward's cast the output gradient's; after the step

@@ -7,8 +7,9 @@
 //   scale      f32[1] on the data's device: the quantisation factor the
 //              cast READS (a view of the layer's scale, fp8/recipe.hpp)
 //   scale_inv  f32[1]: the dequantisation factor 1 / scale, WRITTEN by the
-//              cast together with the data (what cuBLASLt's
-//              A/B_SCALE_POINTER take on a GPU)
+//              cast together with the data, and by fp8_update_scales for
+//              the whole layer; the only factor the FP8 GEMMs read (what
+//              cuBLASLt's A/B_SCALE_POINTER take on a GPU)
 //   amax       f32[1] or undefined: the slot of the amax history that the
 //              cast max-accumulates max |x| into (row 0 of the layer's
 //              history, the iteration in progress); undefined = record

@@ -186,12 +186,13 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
     Fp8Casts& casts), (x, w, eps, y, rstd, casts), x)                                                             \
   X(void, swiglu_forward_fp8, (const Tensor& gate, const Tensor& up, Tensor& out, Fp8Tensor& cast),               \
     (gate, up, out, cast), gate)                                                                                  \
-  /* y[N,out] = (x.data . w.data^T) / (scale_x scale_w) (+ b[out]): the FP8 values multiplied exactly, f32       \
-     accumulation, the factor applied to the f32 result (Hopper's FP8 GEMM); b and y any float dtype. */         \
+  /* y[N,out] = (x.data . w.data^T) * (scale_inv_x scale_inv_w) (+ b[out]): the FP8 values multiplied exactly,   \
+     f32 accumulation, the factor (math::fp8_dequantisation_factor of the descriptors' scale_inv, never their     \
+     scale: cuBLASLt's scale pointers) applied to the f32 result (Hopper's FP8 GEMM); b and y any float dtype. */\
   X(void, fp8_linear_forward, (const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b, Tensor& y), (x, w, b, y),  \
     x.data)                                                                                                       \
-  /* dx = (dy.data . w.data) / (scale_dy scale_w) (=, any float dtype); dw f32 += (dy.data^T . x.data) /          \
-     (scale_dy scale_x); db f32 += colsum(dy_source), the unquantised gradient dy was cast from (TE's bias        \
+  /* dx = (dy.data . w.data) * (scale_inv_dy scale_inv_w) (=, any float dtype); dw f32 += (dy.data^T . x.data)  \
+     * (scale_inv_dy scale_inv_x); db f32 += colsum(dy_source), the unquantised gradient dy was cast from (TE's  \
      gradient). dx and db may be null. */                                                                         \
   X(void, fp8_linear_backward,                                                                                    \
     (const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor& dy, const Tensor& dy_source, Tensor* dx, Tensor& dw, \
@@ -201,11 +202,13 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
      Fp8Operand; row 0 the iteration just finished), scale f32[3]. Per column: amax = max over the history       \
      (algo max, NaN-propagating) or row 0 (most_recent); scale = fp8_max / amax / 2^margin (fp8_max of           \
      forward_format for input and weight, of backward_format for grad_output), kept when that is not finite      \
-     and positive; then the history rolls (row 0 moves to row L-1, row 0 = 0: TE's roll). */                    \
+     and positive; scale_inv f32[3] = 1 / scale for EVERY column (changed or kept: an FP8 weight gathered as     \
+     FP8 is never cast on a rank that owns none of it, and the GEMMs dequantise with scale_inv); then the         \
+     history rolls (row 0 moves to row L-1, row 0 = 0: TE's roll). */                                            \
   X(void, fp8_update_scales,                                                                                      \
-    (Tensor& amax_history, Tensor& scale, DType forward_format, DType backward_format, std::int64_t margin,        \
-     Fp8AmaxAlgo algo),                                                                                           \
-    (amax_history, scale, forward_format, backward_format, margin, algo), amax_history)                         \
+    (Tensor& amax_history, Tensor& scale, Tensor& scale_inv, DType forward_format, DType backward_format,         \
+     std::int64_t margin, Fp8AmaxAlgo algo),                                                                      \
+    (amax_history, scale, scale_inv, forward_format, backward_format, margin, algo), amax_history)              \
   /* Multi-tensor AdamW: one launch over a whole flat shard (param, grad, m, v f32 of one size) covering the      \
      ranges of a chunk table, chunks i64[n, 3] (kernels/adamw_chunks.hpp: rows {offset, count, decay},             \
      count <= kAdamwChunkElements, in bounds, decay 0 or 1), each element updated exactly as adamw_update with     \

@@ -223,12 +223,17 @@ TEST(CudaFp8, ScaleUpdateMatchesTheHostBitForBit) {
     for (std::int64_t i = 0; i < history.numel(); ++i) history.data_as<float>()[i] = std::fabs(history.data_as<float>()[i]);
     history.data_as<float>()[7] = NAN;  // column 1: the scale stays
     Tensor scale = from_floats({3}, {1.0f, 2.0f, 0.5f});
+    Tensor scale_inv = from_floats({3}, {1.0f, 1.0f, 1.0f});  // stale: the update must rewrite it
     Tensor h_gpu = to_device(history, Device::cuda), s_gpu = to_device(scale, Device::cuda);
-    ops::fp8_update_scales(host_context(), history, scale, DType::fp8_e4m3, DType::fp8_e5m2, 1, algo);
-    ops::fp8_update_scales(gpu_context(), h_gpu, s_gpu, DType::fp8_e4m3, DType::fp8_e5m2, 1, algo);
+    Tensor si_gpu = to_device(scale_inv, Device::cuda);
+    ops::fp8_update_scales(host_context(), history, scale, scale_inv, DType::fp8_e4m3, DType::fp8_e5m2, 1, algo);
+    ops::fp8_update_scales(gpu_context(), h_gpu, s_gpu, si_gpu, DType::fp8_e4m3, DType::fp8_e5m2, 1, algo);
     gpu_context().synchronize();
     EXPECT_EQ(bytes_of(h_gpu), bytes_of(history));
     EXPECT_EQ(bytes_of(s_gpu), bytes_of(scale));
+    EXPECT_EQ(bytes_of(si_gpu), bytes_of(scale_inv));
+    for (int c = 0; c < 3; ++c)
+      EXPECT_EQ(scale_inv.data_as<float>()[c], 1.0f / scale.data_as<float>()[c]) << "scale_inv of column " << c;
   }
 }
 

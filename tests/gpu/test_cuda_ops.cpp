@@ -368,6 +368,144 @@ TEST(CudaOps, RepeatedRunsAreBitIdentical) {
   }
 }
 
+// sum, sum_squares and sum_squares_accumulate add in kernels/math/
+// reduction.hpp's order on both backends (two passes on the GPU: a partial
+// per 4096-element chunk over the whole grid, then the partials in order),
+// so they equal the host BIT FOR BIT, also past the size where the first
+// pass's blocks stride over the chunks (132 SMs x 16 blocks x 32 chunks x
+// 4096 = 277M elements).
+TEST(CudaOps, ReductionsEqualTheHostBitForBit) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  ExecutionOptions o;
+  o.device = Device::cuda;
+  ExecutionContext gpu(o);
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{4097}, std::int64_t{(1 << 20) + 7},
+                               std::int64_t{300'000'007}}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    Tensor host = Tensor::empty({n}, DType::f32, Device::host, "x");
+    float* v = host.data_as<float>();
+    for (std::int64_t i = 0; i < n; ++i)  // 16 decades: the order of the f64 additions shows
+      v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * std::pow(10.0, static_cast<double>(i % 17) - 8.0));
+    const Tensor device = to_device(host, Device::cuda);
+    const double want = ops::sum_squares(host_context(), host), got = ops::sum_squares(gpu, device);
+    EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0) << got << " vs the host's " << want;
+    Tensor host_acc = Tensor::zeros({1}, DType::f64);
+    host_acc.data_as<double>()[0] = 0.25;  // accumulates onto a value
+    Tensor device_acc = to_device(host_acc, Device::cuda);
+    ops::sum_squares_accumulate(host_context(), host, host_acc);
+    ops::sum_squares_accumulate(gpu, device, device_acc);
+    Tensor host_sum = Tensor::zeros({1}, DType::f32), device_sum = Tensor::zeros({1}, DType::f32, Device::cuda);
+    ops::sum(host_context(), host, host_sum);
+    ops::sum(gpu, device, device_sum);
+    gpu.synchronize();
+    EXPECT_EQ(to_device(device_acc, Device::host).data_as<double>()[0], host_acc.data_as<double>()[0]);
+    EXPECT_EQ(to_device(device_sum, Device::host).data_as<float>()[0], host_sum.data_as<float>()[0]);
+  }
+}
+
+// The embedding backward groups rows by token with a stable device radix
+// sort (no O(N^2) scan): a long batch with hot tokens (repeated thousands of
+// times), rare ones and Llama 3's vocabulary gives the host's dtable bit for
+// bit (per token an f32 sum in row order, one add), twice the same.
+TEST(CudaOps, EmbeddingBackwardOfALongBatchEqualsTheHostBitForBit) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  ExecutionOptions o;
+  o.device = Device::cuda;
+  ExecutionContext gpu(o);
+  const std::int64_t n = 1 << 17, vocab = 128256, width = 96;
+  Tensor tokens = Tensor::empty({n}, DType::i32, Device::host, "tokens");
+  for (std::int64_t i = 0; i < n; ++i)
+    tokens.data_as<std::int32_t>()[i] = static_cast<std::int32_t>(i % 3 == 0 ? (i * i) % 17 : (i * 7919) % vocab);
+  Tensor dout = Tensor::empty({n, width}, DType::f32, Device::host, "dout");
+  for (std::int64_t i = 0; i < n * width; ++i) dout.data_as<float>()[i] = static_cast<float>(std::sin(0.001 * i));
+  Tensor host_table = Tensor::zeros({vocab, width}, DType::f32, Device::host, "dtable");
+  ops::embedding_backward(host_context(), tokens, dout, host_table);
+  const Tensor d_tokens = to_device(tokens, Device::cuda), d_dout = to_device(dout, Device::cuda);
+  for (int run = 0; run < 2; ++run) {
+    Tensor d_table = Tensor::zeros({vocab, width}, DType::f32, Device::cuda, "dtable");
+    ops::embedding_backward(gpu, d_tokens, d_dout, d_table);
+    gpu.synchronize();
+    const Tensor back = to_device(d_table, Device::host);
+    EXPECT_EQ(std::memcmp(back.data(), host_table.data(), host_table.nbytes()), 0) << "run " << run;
+  }
+}
+
+// Token ids and targets are range-checked on the device without a host
+// round trip per op: the op returns at once, the bad id is recorded, and the
+// next synchronisation (the step's loss, a log line) throws the host's
+// error naming the op, the value and its row; the record is cleared then.
+TEST(CudaOps, BadIdsAreReportedAtTheNextSynchronisation) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  ExecutionOptions o;
+  o.device = Device::cuda;
+  ExecutionContext gpu(o);
+  const std::int64_t n = 16, vocab = 64, width = 32;
+  Tensor tokens = Tensor::zeros({n}, DType::i32, Device::host, "tokens");
+  tokens.data_as<std::int32_t>()[5] = 70000;
+  tokens.data_as<std::int32_t>()[9] = -1;
+  const Tensor d_tokens = to_device(tokens, Device::cuda);
+  const Tensor table = to_device(Tensor::zeros({vocab, width}, DType::f32), Device::cuda);
+  Tensor out = Tensor::zeros({n, width}, DType::f32, Device::cuda, "out");
+  EXPECT_NO_THROW(ops::embedding_forward(gpu, d_tokens, table, out)) << "the op itself must not wait for the stream";
+  std::string message;
+  try {
+    gpu.synchronize();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  for (const char* part : {"embedding_forward", "token 70000", "row 5"})
+    EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  EXPECT_NO_THROW(gpu.synchronize()) << "reported once, then cleared";
+  // Valid ids leave nothing behind.
+  const Tensor good = to_device(Tensor::zeros({n}, DType::i32), Device::cuda);
+  ops::embedding_forward(gpu, good, table, out);
+  EXPECT_NO_THROW(gpu.synchronize());
+}
+
+// The norms' weight and bias gradients sum over rows in
+// kernels/math/column_sums.hpp's order on both backends (32-row block
+// partials, then the partials in order): dw and db equal the host bit for
+// bit (dx, whose row sums are a block tree here, within the usual tolerance
+// in OddSizesMatchTheHost). An odd row count leaves a short last block.
+TEST(CudaOps, NormWeightGradientsEqualTheHostBitForBit) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  ExecutionOptions o;
+  o.device = Device::cuda;
+  ExecutionContext gpu(o);
+  const std::int64_t rows = 4097, width = 2048;
+  const auto filled = [](const Shape& shape, double phase, float offset) {
+    Tensor t = Tensor::empty(shape, DType::f32, Device::host);
+    for (std::int64_t i = 0; i < t.numel(); ++i)
+      t.data_as<float>()[i] = offset + static_cast<float>(std::sin(phase * static_cast<double>(i + 1)));
+    return t;
+  };
+  const Tensor x = filled({rows, width}, 0.013, 0.0f), dy = filled({rows, width}, 0.007, 0.0f);
+  const Tensor w = filled({width}, 0.3, 1.0f);
+  Tensor rstd = Tensor::empty({rows}, DType::f32), mean = Tensor::empty({rows}, DType::f32);
+  Tensor y = Tensor::empty({rows, width}, DType::f32);
+  ops::rmsnorm_forward(host_context(), x, w, 1e-5f, y, rstd);
+  Tensor dx = Tensor::empty({rows, width}, DType::f32), dw = filled({width}, 0.5, 0.0f);
+  Tensor d_dw = to_device(dw, Device::cuda), d_dx = to_device(dx, Device::cuda);
+  ops::rmsnorm_backward(host_context(), x, w, rstd, dy, dx, dw);
+  ops::rmsnorm_backward(gpu, to_device(x, Device::cuda), to_device(w, Device::cuda), to_device(rstd, Device::cuda),
+                        to_device(dy, Device::cuda), d_dx, d_dw);
+  gpu.synchronize();
+  EXPECT_EQ(std::memcmp(to_device(d_dw, Device::host).data(), dw.data(), dw.nbytes()), 0) << "rmsnorm dw";
+  ops::layernorm_forward(host_context(), x, w, nullptr, 1e-5f, y, mean, rstd);
+  Tensor lw = filled({width}, 0.5, 0.0f), lb = filled({width}, 0.25, 0.0f);
+  Tensor d_lw = to_device(lw, Device::cuda), d_lb = to_device(lb, Device::cuda);
+  ops::layernorm_backward(host_context(), x, w, mean, rstd, dy, dx, lw, &lb);
+  ops::layernorm_backward(gpu, to_device(x, Device::cuda), to_device(w, Device::cuda), to_device(mean, Device::cuda),
+                          to_device(rstd, Device::cuda), to_device(dy, Device::cuda), d_dx, d_lw, &d_lb);
+  gpu.synchronize();
+  EXPECT_EQ(std::memcmp(to_device(d_lw, Device::host).data(), lw.data(), lw.nbytes()), 0) << "layernorm dw";
+  EXPECT_EQ(std::memcmp(to_device(d_lb, Device::host).data(), lb.data(), lb.nbytes()), 0) << "layernorm db";
+}
+
 TEST(CudaOps, OpsWithoutACudaKernelSayWhich) {
   std::string why;
   if (!cuda_usable(why)) GTEST_SKIP() << why;

@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "comm/mpi_communicator.hpp"
@@ -46,7 +47,8 @@ struct TrainedRun {
   std::vector<double> losses, eval_losses;
   std::vector<std::int64_t> gather_bytes, fp8_weight_bytes;  // per step
   std::vector<std::vector<float>> masters;                   // per unit, gathered
-  std::vector<std::vector<float>> fp8_state;                 // per FP8 layer: scale, then amax history
+  std::vector<std::vector<float>> fp8_state;                 // per FP8 layer: scale, scale_inv, amax history
+  std::vector<std::string> stale_scale_inv;                  // layers whose scale_inv is not 1 / scale, and why
   bool fp8_all_gather = false;
   std::int64_t fp8_weight_numel = 0;  // elements of the block linears' weights
 };
@@ -94,7 +96,18 @@ TrainedRun train(Communicator& world, ShardingStrategy strategy, bool fp8_all_ga
   for (auto& unit_states : engine.fp8_states())
     for (auto& ref : unit_states) {
       std::vector<float> v = to_float_vector(ref.state->scale);
+      const std::vector<float> inv = to_float_vector(ref.state->scale_inv);
       const std::vector<float> h = to_float_vector(ref.state->amax_history);
+      // The GEMMs dequantise with scale_inv (cuBLASLt's scale pointers): after
+      // the step's scale update it must be 1 / scale on EVERY rank, also for a
+      // weight this rank owns no piece of (it never casts it under the FP8
+      // all-gather).
+      for (std::size_t c = 0; c < v.size(); ++c)
+        if (inv[c] != 1.0f / v[c])
+          run.stale_scale_inv.push_back(ref.name + " operand " + std::to_string(c) + " on rank " +
+                                        std::to_string(world.rank()) + ": scale_inv " + std::to_string(inv[c]) +
+                                        ", scale " + std::to_string(v[c]));
+      v.insert(v.end(), inv.begin(), inv.end());
       v.insert(v.end(), h.begin(), h.end());
       run.fp8_state.push_back(v);
     }
@@ -130,7 +143,11 @@ TEST_P(Fp8AllGather, EqualsLocalCastAndHalvesTheWeightBytes) {
   ASSERT_EQ(local.fp8_state.size(), gathered.fp8_state.size());
   ASSERT_EQ(local.fp8_state.size(), 14u);  // 7 linears in each of 2 blocks
   for (std::size_t l = 0; l < local.fp8_state.size(); ++l)
-    EXPECT_TRUE(same_bits(local.fp8_state[l], gathered.fp8_state[l])) << "FP8 scale / amax history of layer " << l;
+    EXPECT_TRUE(same_bits(local.fp8_state[l], gathered.fp8_state[l]))
+        << "FP8 scale / scale_inv / amax history of layer " << l;
+  for (const TrainedRun* run : {&local, &gathered})
+    for (const std::string& why : run->stale_scale_inv)
+      ADD_FAILURE() << "fp8 all_gather " << (run->fp8_all_gather ? "on" : "off") << ": stale " << why;
 
   // The bytes. Every block is gathered twice per micro-step (forward, then
   // again for backward: full_shard and hybrid_shard reshard after forward;

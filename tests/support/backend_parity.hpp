@@ -448,9 +448,12 @@ inline std::vector<ParityCase> parity_cases() {
                }});
   c.push_back({"fp8_update_scales", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor h = positive(ctx, {4, 3}, s), scale = positive(ctx, {3}, s + 1);
-                 ops::fp8_update_scales(ctx, h, scale, DType::fp8_e4m3, DType::fp8_e5m2, 1, Fp8AmaxAlgo::max);
-                 ops::fp8_update_scales(ctx, h, scale, DType::fp8_e4m3, DType::fp8_e4m3, 0, Fp8AmaxAlgo::most_recent);
-                 return ParityOutputs{{h, scale}, {}};
+                 Tensor scale_inv = positive(ctx, {3}, s + 2);  // stale: the update rewrites it
+                 ops::fp8_update_scales(ctx, h, scale, scale_inv, DType::fp8_e4m3, DType::fp8_e5m2, 1,
+                                        Fp8AmaxAlgo::max);
+                 ops::fp8_update_scales(ctx, h, scale, scale_inv, DType::fp8_e4m3, DType::fp8_e4m3, 0,
+                                        Fp8AmaxAlgo::most_recent);
+                 return ParityOutputs{{h, scale, scale_inv}, {}};
                }});
   return c;
 }

@@ -43,13 +43,6 @@ __global__ void cross_entropy_forward_chunk_kernel(float* logits, FloatSpan bias
   }
 }
 
-__global__ void find_bad_target_kernel(const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                       long long* first_bad_row) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < rows; i += stride)
-    if (!math::cross_entropy_target_valid(targets[i], vocab)) atomicMin(first_bad_row, static_cast<long long>(i));
-}
-
 }  // namespace
 
 void launch_cross_entropy_init(float* row_max, float* row_sum, float* target_logit, std::int64_t rows,
@@ -101,18 +94,6 @@ void launch_cross_entropy_backward_chunk(float* logits, FloatSpan bias, const st
     logits[e] = d;
     if (dlogit_bf16 != nullptr) dlogit_bf16[e] = math::float_to_bf16_bits(d);
   });
-}
-
-void launch_find_bad_targets(const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                             long long* first_bad_row, cudaStream_t stream) {
-  const long long none = rows;
-  FTRAIN_CUDA_CHECK(cudaMemcpyAsync(first_bad_row, &none, sizeof none, cudaMemcpyHostToDevice, stream));
-  FTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));  // `none` lives on this stack frame
-  if (rows <= 0) return;
-  const LaunchConfig c = elementwise_launch(rows);
-  find_bad_target_kernel<<<static_cast<unsigned>(c.grid_x), static_cast<unsigned>(c.block), 0, stream>>>(
-      targets, rows, vocab, first_bad_row);
-  FTRAIN_CUDA_CHECK_LAUNCH("ftrain::cross_entropy::check_targets");
 }
 
 }  // namespace ftrain::cuda

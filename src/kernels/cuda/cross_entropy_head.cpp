@@ -76,8 +76,8 @@ struct HeadShape {
   std::int64_t rows = 0, channels = 0, vocab = 0, chunk = 0;
 };
 
-HeadShape check_head(ExecutionContext& ctx, const char* op, const Tensor& h, const Tensor& w, const Tensor* bias,
-                     const Tensor& targets, std::int64_t vocab_chunk) {
+HeadShape check_head(ExecutionContext& ctx, const char* op, InputCheck target_check, const Tensor& h, const Tensor& w,
+                     const Tensor* bias, const Tensor& targets, std::int64_t vocab_chunk) {
   check_float(op, "h", h);
   check_float(op, "w", w);
   FT_CHECK(h.ndim() == 2) << op << ": h " << h.describe() << " must be [N, C]";
@@ -95,19 +95,10 @@ HeadShape check_head(ExecutionContext& ctx, const char* op, const Tensor& h, con
   FT_CHECK(vocab_chunk > 0) << op << ": vocab_chunk must be positive, got " << vocab_chunk;
   s.chunk = cross_entropy_chunk_width(s.vocab, vocab_chunk);
 
-  // The targets on the device; the first bad row is read back and named.
-  auto* bad = static_cast<long long*>(ctx.workspace(sizeof(long long)));
-  launch_find_bad_targets(targets.data_as<std::int32_t>(), s.rows, s.vocab, bad, stream_of(ctx));
-  long long first_bad = s.rows;
-  FTRAIN_CUDA_CHECK(cudaMemcpyAsync(&first_bad, bad, sizeof first_bad, cudaMemcpyDeviceToHost, stream_of(ctx)));
-  ctx.compute().synchronize();
-  if (first_bad < s.rows) {
-    std::int32_t target = 0;
-    FTRAIN_CUDA_CHECK(cudaMemcpy(&target, targets.data_as<std::int32_t>() + first_bad, sizeof target,
-                                 cudaMemcpyDeviceToHost));
-    FT_THROW() << op << ": target " << target << " at row " << first_bad << " of " << targets.describe()
-               << " is outside [0, " << s.vocab << ") and is not the ignore index " << kIgnoreIndex;
-  }
+  // The targets are checked on the device; a bad one is recorded there and
+  // thrown at the next synchronisation (input_check_record.hpp), so the head
+  // never waits for the stream. Its kernels never index with a bad target.
+  launch_input_range_check(target_check, targets.data_as<std::int32_t>(), s.rows, s.vocab, stream_of(ctx));
   return s;
 }
 
@@ -192,7 +183,7 @@ FloatSpan bias_span(const Tensor* bias) {
 void cross_entropy_head_forward(ExecutionContext& ctx, const Tensor& h, const Tensor& w, const Tensor* bias,
                                 const Tensor& targets, std::int64_t vocab_chunk, Tensor& losses, Tensor& lse) {
   constexpr const char* op = "cross_entropy_forward";
-  const HeadShape s = check_head(ctx, op, h, w, bias, targets, vocab_chunk);
+  const HeadShape s = check_head(ctx, op, InputCheck::cross_entropy_forward, h, w, bias, targets, vocab_chunk);
   check_f32_rows(op, "losses", losses, s.rows);
   check_f32_rows(op, "lse", lse, s.rows);
   if (s.rows == 0) return;
@@ -221,7 +212,7 @@ void cross_entropy_head_backward(ExecutionContext& ctx, const Tensor& h, const T
                                  const Tensor& targets, const Tensor& lse, const Tensor& loss_scale,
                                  std::int64_t vocab_chunk, Tensor& dh, Tensor& dw, Tensor* dbias) {
   constexpr const char* op = "cross_entropy_backward";
-  const HeadShape s = check_head(ctx, op, h, w, bias, targets, vocab_chunk);
+  const HeadShape s = check_head(ctx, op, InputCheck::cross_entropy_backward, h, w, bias, targets, vocab_chunk);
   FT_CHECK(loss_scale.defined() && loss_scale.dtype() == DType::f32 && loss_scale.numel() == 1 &&
            loss_scale.device() == Device::cuda)
       << op << ": loss_scale " << loss_scale.describe() << " must be a CUDA f32[1]";

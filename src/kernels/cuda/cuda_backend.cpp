@@ -44,6 +44,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_device.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/kernels.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/execution_context.hpp"
 #include "runtime/ftrain_backend.h"
@@ -186,6 +187,10 @@ class CudaStream final : public Stream {
   void synchronize() override {
     use_rank_device();
     FTRAIN_CUDA_CHECK_ON(cudaStreamSynchronize(stream_), stream_);
+    // A bad token id or target an op's device range check recorded since the
+    // last look (input_check_record.hpp): thrown here, where the host waits
+    // anyway, instead of a round trip in every op.
+    raise_input_check_errors(stream_);
     std::exception_ptr error;
     {
       std::lock_guard<std::mutex> lock(mutex_);

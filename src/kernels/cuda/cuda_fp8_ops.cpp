@@ -295,16 +295,20 @@ void fp8_linear_backward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Ten
   }
 }
 
-void fp8_update_scales(ExecutionContext& ctx, Tensor& amax_history, Tensor& scale, DType forward_format,
-                       DType backward_format, std::int64_t margin, Fp8AmaxAlgo algo) {
+void fp8_update_scales(ExecutionContext& ctx, Tensor& amax_history, Tensor& scale, Tensor& scale_inv,
+                       DType forward_format, DType backward_format, std::int64_t margin, Fp8AmaxAlgo algo) {
   constexpr const char* op = "fp8_update_scales";
   require_cuda(op, amax_history, "amax_history");
   require_cuda(op, scale, "scale");
+  require_cuda(op, scale_inv, "scale_inv");
   FT_CHECK(amax_history.dtype() == DType::f32 && amax_history.ndim() == 2 &&
            amax_history.dim(1) == kFp8NumOperands && amax_history.dim(0) >= 1)
       << op << ": amax_history " << amax_history.describe() << " must be f32 [L >= 1, " << kFp8NumOperands << "]";
   FT_CHECK(scale.dtype() == DType::f32 && scale.numel() == kFp8NumOperands)
       << op << ": scale " << scale.describe() << " must be f32[" << kFp8NumOperands
+      << "] (input, weight, grad_output)";
+  FT_CHECK(scale_inv.dtype() == DType::f32 && scale_inv.numel() == kFp8NumOperands)
+      << op << ": scale_inv " << scale_inv.describe() << " must be f32[" << kFp8NumOperands
       << "] (input, weight, grad_output)";
   FT_CHECK(is_fp8(forward_format) && is_fp8(backward_format))
       << op << ": formats " << dtype_name(forward_format) << ", " << dtype_name(backward_format)
@@ -312,7 +316,7 @@ void fp8_update_scales(ExecutionContext& ctx, Tensor& amax_history, Tensor& scal
   FT_CHECK(margin >= 0 && margin <= 64) << op << ": margin " << margin << " must be in [0, 64]";
   auto max_of = [](DType t) { return t == DType::fp8_e4m3 ? math::kFp8E4m3MaxValue : math::kFp8E5m2MaxValue; };
   launch_fp8_update_scales(amax_history.data_as<float>(), amax_history.dim(0), scale.data_as<float>(),
-                           max_of(forward_format), max_of(backward_format), static_cast<int>(margin),
+                           scale_inv.data_as<float>(), max_of(forward_format), max_of(backward_format), static_cast<int>(margin),
                            algo == Fp8AmaxAlgo::most_recent, stream_of(ctx));
 }
 

@@ -22,7 +22,7 @@ void fp8_linear_backward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Ten
 void rmsnorm_forward_fp8(ExecutionContext& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd,
                          Fp8Casts& casts);
 void swiglu_forward_fp8(ExecutionContext& ctx, const Tensor& gate, const Tensor& up, Tensor& out, Fp8Tensor& cast);
-void fp8_update_scales(ExecutionContext& ctx, Tensor& amax_history, Tensor& scale, DType forward_format,
+void fp8_update_scales(ExecutionContext& ctx, Tensor& amax_history, Tensor& scale, Tensor& scale_inv, DType forward_format,
                        DType backward_format, std::int64_t margin, Fp8AmaxAlgo algo);
 
 }  // namespace ftrain::cuda::fp8_ops

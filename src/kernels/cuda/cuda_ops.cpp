@@ -5,6 +5,7 @@
 // one now (the FP8 ops are cuda_fp8_ops.cpp's).
 #include "kernels/cuda/cuda_ops.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -233,38 +234,24 @@ void check_embedding(const char* op, const Tensor& tokens, const Tensor& table, 
       << " per token of tokens " << tokens.describe();
 }
 
-// Reads the kernel's first bad row back (waits for the stream) and throws
-// naming it, as the host does.
-void report_bad_token(ExecutionContext& ctx, const char* op, const Tensor& tokens, const Tensor& table,
-                      const long long* first_bad_row_device) {
-  long long first_bad = 0;
-  FTRAIN_CUDA_CHECK(cudaMemcpyAsync(&first_bad, first_bad_row_device, sizeof first_bad, cudaMemcpyDeviceToHost,
-                                    stream_of(ctx)));
-  ctx.compute().synchronize();
-  if (first_bad >= tokens.numel()) return;
-  std::int32_t token = 0;
-  FTRAIN_CUDA_CHECK(cudaMemcpy(&token, tokens.data_as<std::int32_t>() + first_bad, sizeof token,
-                               cudaMemcpyDeviceToHost));
-  FT_THROW() << op << ": token " << token << " at row " << first_bad << " of " << tokens.describe()
-             << " is outside the table " << table.describe();
-}
-
 void embedding_forward(ExecutionContext& ctx, const Tensor& tokens, const Tensor& table, Tensor& out) {
   constexpr const char* op = "embedding_forward";
   check_embedding(op, tokens, table, "table", out, "out");
-  auto* bad = static_cast<long long*>(ctx.workspace(sizeof(long long)));
+  // A bad token is recorded on the device and thrown at the next
+  // synchronisation (input_check_record.hpp): no wait here.
   launch_embedding_forward(tokens.data_as<std::int32_t>(), tokens.numel(), float_span(op, table, "table"),
-                           table.dim(0), table.dim(1), float_span(op, out, "out"), bad, stream_of(ctx));
-  if (tokens.numel() > 0) report_bad_token(ctx, op, tokens, table, bad);
+                           table.dim(0), table.dim(1), float_span(op, out, "out"), stream_of(ctx));
 }
 
 void embedding_backward(ExecutionContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
   constexpr const char* op = "embedding_backward";
   check_embedding(op, tokens, dtable, "dtable", dout, "dout");
-  auto* bad = static_cast<long long*>(ctx.workspace(sizeof(long long)));
+  // The sort's keys, rows and CUB storage, released in stream order.
+  const std::shared_ptr<void> scratch =
+      ctx.allocator().allocate(std::max<std::size_t>(embedding_backward_scratch_bytes(tokens.numel(), dtable.dim(0)), 1));
   launch_embedding_backward(tokens.data_as<std::int32_t>(), tokens.numel(), float_span(op, dout, "dout"),
-                            dtable.dim(0), dtable.dim(1), float_span(op, dtable, "dtable"), bad, stream_of(ctx));
-  if (tokens.numel() > 0) report_bad_token(ctx, op, tokens, dtable, bad);
+                            dtable.dim(0), dtable.dim(1), float_span(op, dtable, "dtable"), scratch.get(),
+                            stream_of(ctx));
 }
 
 // ---- norms -----------------------------------------------------------------------
@@ -288,6 +275,13 @@ void rmsnorm_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, fl
                          rstd.data_as<float>(), x.numel() / width, width, stream_of(ctx));
 }
 
+// The norms' f32 dw / db partials (kernels/math/column_sums.hpp), released
+// in stream order after the backward ran.
+std::shared_ptr<void> norm_partials_scratch(ExecutionContext& ctx, std::int64_t rows, std::int64_t width, int count) {
+  return ctx.allocator().allocate(
+      static_cast<std::size_t>(std::max<std::int64_t>(norm_backward_partials(rows, width, count), 1)) * sizeof(float));
+}
+
 void rmsnorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
                       Tensor& dx, Tensor& dw) {
   constexpr const char* op = "rmsnorm_backward";
@@ -296,9 +290,11 @@ void rmsnorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, c
   require_same_shape(op, x, "x", dx, "dx");
   float_span(op, dw, "dw");
   require_numel(op, dw, "dw", width, "one per feature of x");
+  const std::int64_t rows = x.numel() / width;
+  const std::shared_ptr<void> partials = norm_partials_scratch(ctx, rows, width, 1);
   launch_rmsnorm_backward(float_span(op, x, "x"), float_span(op, w, "w"), rstd.data_as<float>(),
                           float_span(op, dy, "dy"), float_span(op, dx, "dx"), float_span(op, dw, "dw"),
-                          x.numel() / width, width, stream_of(ctx));
+                          static_cast<float*>(partials.get()), rows, width, stream_of(ctx));
 }
 
 void layernorm_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor* b, float eps, Tensor& y,
@@ -323,10 +319,12 @@ void layernorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w,
   float_span(op, dw, "dw");
   require_numel(op, dw, "dw", width, "one per feature of x");
   if (db != nullptr) require_numel(op, *db, "db", width, "one per feature of x");
+  const std::int64_t rows = x.numel() / width;
+  const std::shared_ptr<void> partials = norm_partials_scratch(ctx, rows, width, db != nullptr ? 2 : 1);
   launch_layernorm_backward(float_span(op, x, "x"), float_span(op, w, "w"), mean.data_as<float>(),
                             rstd.data_as<float>(), float_span(op, dy, "dy"), float_span(op, dx, "dx"),
-                            float_span(op, dw, "dw"), optional_span(op, db, "db"), x.numel() / width, width,
-                            stream_of(ctx));
+                            float_span(op, dw, "dw"), optional_span(op, db, "db"), static_cast<float*>(partials.get()),
+                            rows, width, stream_of(ctx));
 }
 
 // ---- rope ------------------------------------------------------------------------
@@ -608,16 +606,27 @@ void cast(ExecutionContext& ctx, const Tensor& src, Tensor& dst) {
   launch_cast_elements(src.data(), from, dst.data(), to, src.numel(), stream_of(ctx));
 }
 
+// The f64 partials of a two-pass reduction (kernels/math/reduction.hpp),
+// released in stream order after the reduction ran.
+std::shared_ptr<void> reduction_scratch(ExecutionContext& ctx, std::int64_t n) {
+  return ctx.allocator().allocate(static_cast<std::size_t>(std::max<std::int64_t>(reduction_partials(n), 1)) *
+                                  sizeof(double));
+}
+
 void sum(ExecutionContext& ctx, const Tensor& x, Tensor& out) {
   constexpr const char* op = "sum";
   require_dtype(op, out, "out", DType::f32);
   require_numel(op, out, "out", 1, "one f32");
-  launch_sum(float_span(op, x, "x"), x.numel(), out.data_as<float>(), stream_of(ctx));
+  const std::shared_ptr<void> partials = reduction_scratch(ctx, x.numel());
+  launch_sum(float_span(op, x, "x"), x.numel(), static_cast<double*>(partials.get()), out.data_as<float>(),
+             stream_of(ctx));
 }
 
 double sum_squares(ExecutionContext& ctx, const Tensor& x) {
   auto* device_total = static_cast<double*>(ctx.workspace(sizeof(double)));
-  launch_sum_squares(float_span("sum_squares", x, "x"), x.numel(), device_total, stream_of(ctx));
+  const std::shared_ptr<void> partials = reduction_scratch(ctx, x.numel());
+  launch_sum_squares(float_span("sum_squares", x, "x"), x.numel(), static_cast<double*>(partials.get()),
+                     device_total, stream_of(ctx));
   double total = 0.0;
   FTRAIN_CUDA_CHECK(cudaMemcpyAsync(&total, device_total, sizeof total, cudaMemcpyDeviceToHost, stream_of(ctx)));
   ctx.compute().synchronize();
@@ -656,7 +665,9 @@ void require_scalar(const char* op, const Tensor& t, const char* role, DType dty
 void sum_squares_accumulate(ExecutionContext& ctx, const Tensor& x, Tensor& acc) {
   constexpr const char* op = "sum_squares_accumulate";
   require_scalar(op, acc, "acc", DType::f64);
-  launch_sum_squares_accumulate(float_span(op, x, "x"), x.numel(), acc.data_as<double>(), stream_of(ctx));
+  const std::shared_ptr<void> partials = reduction_scratch(ctx, x.numel());
+  launch_sum_squares_accumulate(float_span(op, x, "x"), x.numel(), static_cast<double*>(partials.get()),
+                                acc.data_as<double>(), stream_of(ctx));
 }
 
 void clip_coefficient(ExecutionContext& ctx, const Tensor& sum_sq, double max_norm, std::int64_t step, Tensor& norm,

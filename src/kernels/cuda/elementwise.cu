@@ -1,11 +1,13 @@
 // CUDA element-wise ops and reductions: add, add_inplace, scale_inplace,
 // fill, cast, sum, sum_squares(_accumulate), column sums (kernels.hpp). The
 // arithmetic is kernels/math/pointwise.hpp's (and f16.hpp's for casts), as
-// on the host.
+// on the host; the whole-tensor sums follow kernels/math/reduction.hpp's
+// order in two passes, so they equal the host's bit for bit.
 #include "kernels/cuda/launch.cuh"
 #include "kernels/math/f16.hpp"
 #include "kernels/math/fp8.hpp"
 #include "kernels/math/pointwise.hpp"
+#include "kernels/math/reduction.hpp"
 
 namespace ftrain::cuda {
 
@@ -92,34 +94,51 @@ void launch_cast_elements(const void* src, CastElement src_type, void* dst, Cast
 
 namespace {
 
-constexpr int kReduceThreads = 1024;
-
-__device__ double block_sum_double(double value, double* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  if (lane == 0) scratch[warp] = value;
-  __syncthreads();
-  double total = lane < warps ? scratch[lane] : 0.0;
-  for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
-  return total;
+// Pass 1 of a whole-tensor reduction (kernels/math/reduction.hpp): thread
+// group g of kReduceLanes consecutive threads owns chunk g, thread l of it
+// computes lane l; the group's first thread gathers the lanes by shuffles
+// and stores the chunk's partial. The loop over chunk groups is uniform over
+// the block (every thread of a warp reaches the shuffles).
+__global__ void reduce_partials_kernel(FloatSpan x, std::int64_t n, math::ReduceTerm term, std::int64_t chunks,
+                                       double* partials) {
+  const int lane = static_cast<int>(threadIdx.x) % math::kReduceLanes;
+  const std::int64_t chunks_per_block = blockDim.x / math::kReduceLanes;
+  const unsigned group_base = (threadIdx.x & 31u) & ~static_cast<unsigned>(math::kReduceLanes - 1);
+  for (std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * chunks_per_block; first < chunks;
+       first += static_cast<std::int64_t>(gridDim.x) * chunks_per_block) {
+    const std::int64_t chunk = first + threadIdx.x / math::kReduceLanes;
+    double acc = 0.0;
+    if (chunk < chunks) {
+      const std::int64_t begin = chunk * math::kReduceChunk;
+      acc = math::reduce_lane([=](std::int64_t i) { return load_f32(x, begin + i); },
+                              math::reduce_chunk_length(n, chunk), lane, term);
+    }
+    double lanes[math::kReduceLanes];
+    for (int l = 0; l < math::kReduceLanes; ++l) lanes[l] = __shfl_sync(0xffffffffu, acc, group_base + l);
+    if (lane == 0 && chunk < chunks) partials[chunk] = math::reduce_combine_lanes(lanes);
+  }
 }
 
-// One block: thread t sums elements t, t + 1024, ... in order, then a fixed
-// tree: deterministic. Squares when `squares`.
-// `accumulate`: *out_f64 += total (sum_squares_accumulate) instead of =.
-__global__ void sum_kernel(FloatSpan x, std::int64_t n, bool squares, float* out_f32, double* out_f64,
-                           bool accumulate) {
-  __shared__ double scratch[32];
-  double acc = 0.0;
-  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = load_f32(x, i);
-    acc += squares ? math::square_in_double(v) : static_cast<double>(v);
+// Pass 2: the partials in chunk order, on one thread (exactly the host's
+// order; n / 4096 doubles). `accumulate`: *out_f64 += total
+// (sum_squares_accumulate) instead of =.
+__global__ void reduce_total_kernel(const double* partials, std::int64_t chunks, float* out_f32, double* out_f64,
+                                    bool accumulate) {
+  const double total = math::reduce_combine_partials(partials, chunks);
+  if (out_f32 != nullptr) *out_f32 = static_cast<float>(total);
+  if (out_f64 != nullptr) *out_f64 = accumulate ? *out_f64 + total : total;
+}
+
+void launch_reduction(const char* what, FloatSpan x, std::int64_t n, math::ReduceTerm term, double* partials,
+                      float* out_f32, double* out_f64, bool accumulate, cudaStream_t stream) {
+  const ReductionLaunch r = reduction_launch(n);
+  if (r.chunks > 0) {
+    reduce_partials_kernel<<<static_cast<unsigned>(r.partials.grid_x), static_cast<unsigned>(r.partials.block), 0,
+                             stream>>>(x, n, term, r.chunks, partials);
+    FTRAIN_CUDA_CHECK_LAUNCH(what);
   }
-  const double total = block_sum_double(acc, scratch);
-  if (threadIdx.x == 0) {
-    if (out_f32 != nullptr) *out_f32 = static_cast<float>(total);
-    if (out_f64 != nullptr) *out_f64 = accumulate ? *out_f64 + total : total;
-  }
+  reduce_total_kernel<<<1, 1, 0, stream>>>(partials, r.chunks, out_f32, out_f64, accumulate);
+  FTRAIN_CUDA_CHECK_LAUNCH(what);
 }
 
 // acc[c] += sum over rows r (in order) of data[r, c].
@@ -134,19 +153,19 @@ __global__ void column_sum_kernel(FloatSpan data, std::int64_t rows, std::int64_
 
 }  // namespace
 
-void launch_sum(FloatSpan x, std::int64_t n, float* out, cudaStream_t stream) {
-  sum_kernel<<<1, kReduceThreads, 0, stream>>>(x, n, false, out, nullptr, false);
-  FTRAIN_CUDA_CHECK_LAUNCH("ftrain::sum");
+std::int64_t reduction_partials(std::int64_t n) { return reduction_launch(n).chunks; }
+
+void launch_sum(FloatSpan x, std::int64_t n, double* partials, float* out, cudaStream_t stream) {
+  launch_reduction("ftrain::sum", x, n, math::ReduceTerm::value, partials, out, nullptr, false, stream);
 }
 
-void launch_sum_squares(FloatSpan x, std::int64_t n, double* out, cudaStream_t stream) {
-  sum_kernel<<<1, kReduceThreads, 0, stream>>>(x, n, true, nullptr, out, false);
-  FTRAIN_CUDA_CHECK_LAUNCH("ftrain::sum_squares");
+void launch_sum_squares(FloatSpan x, std::int64_t n, double* partials, double* out, cudaStream_t stream) {
+  launch_reduction("ftrain::sum_squares", x, n, math::ReduceTerm::square, partials, nullptr, out, false, stream);
 }
 
-void launch_sum_squares_accumulate(FloatSpan x, std::int64_t n, double* acc, cudaStream_t stream) {
-  sum_kernel<<<1, kReduceThreads, 0, stream>>>(x, n, true, nullptr, acc, true);
-  FTRAIN_CUDA_CHECK_LAUNCH("ftrain::sum_squares_accumulate");
+void launch_sum_squares_accumulate(FloatSpan x, std::int64_t n, double* partials, double* acc, cudaStream_t stream) {
+  launch_reduction("ftrain::sum_squares_accumulate", x, n, math::ReduceTerm::square, partials, nullptr, acc, true,
+                   stream);
 }
 
 void launch_column_sum_accumulate(FloatSpan data, std::int64_t rows, std::int64_t cols, FloatSpan acc,

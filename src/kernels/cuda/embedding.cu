@@ -1,12 +1,21 @@
 // CUDA token embedding (kernels.hpp). Forward: one grid-stride loop over the
-// N x C outputs. Backward, deterministic and with the host's rounding: block
-// n works only if row n is the first row of its token; it then sums that
-// token's rows in row order in f32 (threads over columns) and adds the sum to
-// dtable once. Finding "first" and the rows is a scan over the tokens per
-// block (O(N^2) comparisons, cheap next to the N x C data for N in the
-// thousands; a sort would replace it for very long batches). Invalid tokens
-// (math::embedding_token_valid) leave their output alone and report the
-// smallest bad row through first_bad_row, which the op reads back.
+// N x C outputs. Backward, deterministic and with the host's rounding:
+//  1. the rows are grouped by token with a STABLE radix sort of the pairs
+//     (token, row) (CUB's LSD radix sort keeps equal keys in input order; the
+//     keys unsigned, only the bits that 0 .. vocab needs),
+//     an invalid token keyed as `vocab` so that it sorts last and is skipped:
+//     O(N) passes, no O(N^2) scan;
+//  2. block k works only if sorted position k starts a run of one token; it
+//     then sums the run's rows, which are in row order, in f32 (threads over
+//     columns) and adds the sum to dtable once.
+// The host does the same (kernels/host/embedding.cpp: std::stable_sort, per
+// token an f32 sum in row order, one add): the same bits. No atomics on
+// floats. Invalid tokens (math::embedding_token_valid) leave their output
+// alone (the backward sorts them last and skips them); the device range
+// check (input_checks.cu) records the first one, reported at the next
+// synchronisation: the op itself never waits for the stream.
+#include <cub/device/device_radix_sort.cuh>
+
 #include "kernels/cuda/launch.cuh"
 #include "kernels/math/embedding.hpp"
 
@@ -14,48 +23,76 @@ namespace ftrain::cuda {
 
 namespace {
 
-__global__ void find_bad_token_kernel(const std::int32_t* tokens, std::int64_t n, std::int64_t vocab,
-                                      long long* first_bad_row) {
+// Step 1's input: keys (invalid tokens as `vocab`, after every valid one)
+// and row numbers.
+__global__ void embedding_sort_input_kernel(const std::int32_t* tokens, std::int64_t n, std::int64_t vocab,
+                                            std::uint32_t* keys, std::int32_t* rows) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    if (!math::embedding_token_valid(tokens[i], vocab)) atomicMin(first_bad_row, static_cast<long long>(i));
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::int32_t token = tokens[i];
+    keys[i] = static_cast<std::uint32_t>(math::embedding_token_valid(token, vocab) ? token : vocab);
+    rows[i] = static_cast<std::int32_t>(i);
+  }
 }
 
-__global__ void embedding_backward_kernel(const std::int32_t* tokens, std::int64_t n, FloatSpan dout,
-                                          std::int64_t vocab, std::int64_t width, FloatSpan dtable) {
-  for (std::int64_t row = blockIdx.x; row < n; row += gridDim.x) {
-    const std::int32_t token = tokens[row];
-    if (!math::embedding_token_valid(token, vocab)) continue;
-    bool first = true;
-    for (std::int64_t m = 0; m < row && first; ++m) first = tokens[m] != token;
-    if (!first) continue;
+// Step 2: one block per sorted position; only a run's first position works.
+__global__ void embedding_backward_runs_kernel(const std::uint32_t* keys, const std::int32_t* rows, std::int64_t n,
+                                               FloatSpan dout, std::int64_t vocab, std::int64_t width,
+                                               FloatSpan dtable) {
+  for (std::int64_t k = blockIdx.x; k < n; k += gridDim.x) {
+    const std::uint32_t token = keys[k];
+    if (token >= vocab || (k > 0 && keys[k - 1] == token)) continue;  // invalid, or not the run's start
     for (std::int64_t c = threadIdx.x; c < width; c += blockDim.x) {
       float sum = 0.0f;
-      for (std::int64_t m = row; m < n; ++m)
-        if (tokens[m] == token) sum += load_f32(dout, m * width + c);
+      for (std::int64_t m = k; m < n && keys[m] == token; ++m)
+        sum += load_f32(dout, static_cast<std::int64_t>(rows[m]) * width + c);
       const std::int64_t at = static_cast<std::int64_t>(token) * width + c;
       store_f32(dtable, at, load_f32(dtable, at) + sum);
     }
   }
 }
 
-void find_bad_tokens(const std::int32_t* tokens, std::int64_t n, std::int64_t vocab, long long* first_bad_row,
-                     cudaStream_t stream) {
-  const long long none = n;
-  FTRAIN_CUDA_CHECK(cudaMemcpyAsync(first_bad_row, &none, sizeof none, cudaMemcpyHostToDevice, stream));
-  FTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));  // `none` lives on this stack frame
-  const LaunchConfig c = elementwise_launch(n);
-  find_bad_token_kernel<<<static_cast<unsigned>(c.grid_x), static_cast<unsigned>(c.block), 0, stream>>>(
-      tokens, n, vocab, first_bad_row);
-  FTRAIN_CUDA_CHECK_LAUNCH("ftrain::embedding::check_tokens");
+// Bits of the sort keys: 0 .. vocab (the invalid key) fit.
+int embedding_key_bits(std::int64_t vocab) {
+  int bits = 1;
+  while ((std::int64_t{1} << bits) <= vocab) ++bits;
+  return bits;
+}
+
+// The scratch of one backward, carved in order: keys and rows in and out,
+// then CUB's temporary storage (256-byte aligned, as CUB asks).
+struct EmbeddingSortScratch {
+  std::uint32_t *keys_in, *keys_out;
+  std::int32_t *rows_in, *rows_out;
+  void* cub_storage;
+  std::size_t cub_bytes;
+};
+
+std::size_t align_up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+std::size_t cub_sort_bytes(std::int64_t n_tokens, int key_bits) {
+  std::size_t bytes = 0;
+  FTRAIN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const std::uint32_t*>(nullptr),
+                                                    static_cast<std::uint32_t*>(nullptr),
+                                                    static_cast<const std::int32_t*>(nullptr),
+                                                    static_cast<std::int32_t*>(nullptr), n_tokens, 0, key_bits));
+  return bytes;
+}
+
+EmbeddingSortScratch carve(void* scratch, std::int64_t n_tokens, std::size_t cub_bytes) {
+  const std::size_t array = align_up(static_cast<std::size_t>(n_tokens) * sizeof(std::uint32_t));
+  auto* base = static_cast<char*>(scratch);
+  return {reinterpret_cast<std::uint32_t*>(base), reinterpret_cast<std::uint32_t*>(base + array),
+          reinterpret_cast<std::int32_t*>(base + 2 * array), reinterpret_cast<std::int32_t*>(base + 3 * array),
+          base + 4 * array, cub_bytes};
 }
 
 }  // namespace
 
 void launch_embedding_forward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan table, std::int64_t vocab,
-                              std::int64_t width, FloatSpan out, long long* first_bad_row, cudaStream_t stream) {
+                              std::int64_t width, FloatSpan out, cudaStream_t stream) {
   if (n_tokens <= 0) return;
-  find_bad_tokens(tokens, n_tokens, vocab, first_bad_row, stream);
+  launch_input_range_check(InputCheck::embedding_forward, tokens, n_tokens, vocab, stream);
   launch_elementwise("ftrain::embedding::forward", n_tokens * width, stream, [=] __device__(std::int64_t e) {
     const std::int64_t row = e / width, c = e % width;
     const std::int32_t token = tokens[row];
@@ -64,13 +101,31 @@ void launch_embedding_forward(const std::int32_t* tokens, std::int64_t n_tokens,
   });
 }
 
+std::size_t embedding_backward_scratch_bytes(std::int64_t n_tokens, std::int64_t vocab) {
+  if (n_tokens <= 0) return 0;
+  const std::size_t array = align_up(static_cast<std::size_t>(n_tokens) * sizeof(std::int32_t));
+  return 4 * array + cub_sort_bytes(n_tokens, embedding_key_bits(vocab));
+}
+
 void launch_embedding_backward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan dout, std::int64_t vocab,
-                               std::int64_t width, FloatSpan dtable, long long* first_bad_row, cudaStream_t stream) {
+                               std::int64_t width, FloatSpan dtable, void* scratch, cudaStream_t stream) {
   if (n_tokens <= 0) return;
-  find_bad_tokens(tokens, n_tokens, vocab, first_bad_row, stream);
+  FT_CHECK(n_tokens <= INT32_MAX && vocab < INT32_MAX)
+      << "ftrain::embedding::backward: " << n_tokens << " tokens, vocabulary " << vocab
+      << ": rows and token ids are sorted as 32-bit integers";
+  launch_input_range_check(InputCheck::embedding_backward, tokens, n_tokens, vocab, stream);
+  const int key_bits = embedding_key_bits(vocab);
+  const EmbeddingSortScratch t = carve(scratch, n_tokens, cub_sort_bytes(n_tokens, key_bits));
+  const LaunchConfig in = elementwise_launch(n_tokens);
+  embedding_sort_input_kernel<<<static_cast<unsigned>(in.grid_x), static_cast<unsigned>(in.block), 0, stream>>>(
+      tokens, n_tokens, vocab, t.keys_in, t.rows_in);
+  FTRAIN_CUDA_CHECK_LAUNCH("ftrain::embedding::backward::sort_input");
+  std::size_t cub_bytes = t.cub_bytes;
+  FTRAIN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(t.cub_storage, cub_bytes, t.keys_in, t.keys_out, t.rows_in,
+                                                    t.rows_out, n_tokens, 0, key_bits, stream));
   const LaunchConfig c = embedding_backward_launch(n_tokens, width);
-  embedding_backward_kernel<<<static_cast<unsigned>(c.grid_x), static_cast<unsigned>(c.block), 0, stream>>>(
-      tokens, n_tokens, dout, vocab, width, dtable);
+  embedding_backward_runs_kernel<<<static_cast<unsigned>(c.grid_x), static_cast<unsigned>(c.block), 0, stream>>>(
+      t.keys_out, t.rows_out, n_tokens, dout, vocab, width, dtable);
   FTRAIN_CUDA_CHECK_LAUNCH("ftrain::embedding::backward");
 }
 

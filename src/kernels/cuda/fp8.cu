@@ -20,7 +20,7 @@ __global__ void cast_transpose_kernel(FloatSpan x, std::int64_t rows, std::int64
                                       std::uint8_t* out, std::uint8_t* out_t, std::uint32_t* amax_key) {
   __shared__ std::uint8_t tile[kFp8Tile][kFp8Tile + 1];
   const float scale = *scale_ptr;
-  if (blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) *scale_inv = 1.0f / scale;
+  if (blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) *scale_inv = math::fp8_scale_inv(scale);
   std::uint32_t key = 0;
   for (std::int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const std::int64_t r0 = (t / tile_cols) * kFp8Tile, c0 = (t % tile_cols) * kFp8Tile;
@@ -74,12 +74,12 @@ __global__ void amax_finalize_kernel(float* amax, const std::uint32_t* key) {
   *amax = math::amax_combine(*amax, math::amax_of_key(*key));
 }
 
-__global__ void update_scales_kernel(float* history, std::int64_t len, float* scale, float forward_max,
-                                     float backward_max, int margin, bool most_recent) {
+__global__ void update_scales_kernel(float* history, std::int64_t len, float* scale, float* scale_inv,
+                                     float forward_max, float backward_max, int margin, bool most_recent) {
   const int column = static_cast<int>(threadIdx.x);
   if (column >= 3) return;
-  math::fp8_update_history_column(history, len, 3, column, scale, column == 2 ? backward_max : forward_max, margin,
-                                  most_recent);
+  math::fp8_update_history_column(history, len, 3, column, scale, scale_inv,
+                                  column == 2 ? backward_max : forward_max, margin, most_recent);
 }
 
 }  // namespace
@@ -111,11 +111,11 @@ void launch_fp8_cast_transpose(FloatSpan x, std::int64_t rows, std::int64_t cols
   }
 }
 
-void launch_fp8_update_scales(float* history, std::int64_t len, float* scale, float forward_max, float backward_max,
-                              int margin, bool most_recent, cudaStream_t stream) {
+void launch_fp8_update_scales(float* history, std::int64_t len, float* scale, float* scale_inv, float forward_max,
+                              float backward_max, int margin, bool most_recent, cudaStream_t stream) {
   const LaunchConfig c = fp8_update_scales_launch();
   update_scales_kernel<<<static_cast<unsigned>(c.grid_x), static_cast<unsigned>(c.block), 0, stream>>>(
-      history, len, scale, forward_max, backward_max, margin, most_recent);
+      history, len, scale, scale_inv, forward_max, backward_max, margin, most_recent);
   FTRAIN_CUDA_CHECK_LAUNCH("ftrain::fp8_update_scales");
 }
 

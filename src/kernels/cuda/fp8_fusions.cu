@@ -19,7 +19,7 @@ namespace {
 // Block 0 writes every target's scale_inv (cast_to_fp8's contract).
 __device__ __forceinline__ void write_scale_inv(const Fp8CastTargets& t) {
   if (blockIdx.x == 0 && threadIdx.x == 0)
-    for (int c = 0; c < t.count; ++c) *t.scale_inv[c] = 1.0f / *t.scale[c];
+    for (int c = 0; c < t.count; ++c) *t.scale_inv[c] = math::fp8_scale_inv(*t.scale[c]);
 }
 
 // A warp's max key, one atomicMax per warp (blocks are whole warps).

@@ -49,9 +49,10 @@ void launch_rmsnorm_forward_fp8(FloatSpan x, FloatSpan w, float eps, FloatSpan y
 void launch_swiglu_forward_fp8(FloatSpan gate, FloatSpan up, FloatSpan out, std::int64_t n,
                                const Fp8CastTargets& targets, std::uint32_t* amax_scratch, cudaStream_t stream);
 
-// math::fp8_update_history_column for the three columns of history [len, 3].
-void launch_fp8_update_scales(float* history, std::int64_t len, float* scale, float forward_max, float backward_max,
-                              int margin, bool most_recent, cudaStream_t stream);
+// math::fp8_update_history_column for the three columns of history [len, 3]:
+// the new scale and its scale_inv.
+void launch_fp8_update_scales(float* history, std::int64_t len, float* scale, float* scale_inv, float forward_max,
+                              float backward_max, int margin, bool most_recent, cudaStream_t stream);
 
 // y[r, c] = store(d[r, c] + bias[c]) for d f32 [rows, cols]: an f32 bias
 // added after an FP8 GEMM (cuBLASLt's FP8 bias epilogue takes bf16 only),

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/input_check_record.hpp"
 #include "kernels/math/adamw.hpp"
 #include "kernels/math/token_rows.hpp"
 
@@ -37,11 +38,15 @@ enum class CastElement : std::uint8_t { f32, bf16, f16, fp8_e4m3, fp8_e5m2 };
 void launch_cast_elements(const void* src, CastElement src_type, void* dst, CastElement dst_type, std::int64_t n,
                           cudaStream_t stream);
 // sum into f32[1] in double; sum of squares (math::square_in_double) into a
-// device double. One block, fixed order: the same bits every run.
-void launch_sum(FloatSpan x, std::int64_t n, float* out, cudaStream_t stream);
-void launch_sum_squares(FloatSpan x, std::int64_t n, double* out, cudaStream_t stream);
+// device double. Two passes in kernels/math/reduction.hpp's order (the
+// host's): the same bits every run, on any device, as the host. `partials`:
+// device scratch of reduction_partials(n) doubles (at least one), free
+// for reuse once the launch's work has run (stream order).
+std::int64_t reduction_partials(std::int64_t n);
+void launch_sum(FloatSpan x, std::int64_t n, double* partials, float* out, cudaStream_t stream);
+void launch_sum_squares(FloatSpan x, std::int64_t n, double* partials, double* out, cudaStream_t stream);
 // *acc += the same f64 sum of squares (sum_squares_accumulate).
-void launch_sum_squares_accumulate(FloatSpan x, std::int64_t n, double* acc, cudaStream_t stream);
+void launch_sum_squares_accumulate(FloatSpan x, std::int64_t n, double* partials, double* acc, cudaStream_t stream);
 
 // clipping.cu: math::norm_from_sum_squares, math::clip_scale,
 // math::diverged_step_after, on one thread (scalars that stay on the device).
@@ -62,14 +67,19 @@ void launch_swiglu_backward(FloatSpan gate, FloatSpan up, FloatSpan dout, FloatS
 // norms.cu: math::rmsnorm_* / layernorm_*; dw/db by column sums in row order.
 void launch_rmsnorm_forward(FloatSpan x, FloatSpan w, float eps, FloatSpan y, float* rstd, std::int64_t rows,
                             std::int64_t width, cudaStream_t stream);
+// The backward's dw (and LayerNorm's db) in kernels/math/column_sums.hpp's
+// order, the host's: `partials` is device scratch of
+// norm_backward_partials(rows, width, count) floats, count 1 (dw) or 2
+// (dw and db), free for reuse once the launch's work has run.
+std::int64_t norm_backward_partials(std::int64_t rows, std::int64_t width, int count);
 void launch_rmsnorm_backward(FloatSpan x, FloatSpan w, const float* rstd, FloatSpan dy, FloatSpan dx, FloatSpan dw,
-                             std::int64_t rows, std::int64_t width, cudaStream_t stream);
+                             float* partials, std::int64_t rows, std::int64_t width, cudaStream_t stream);
 void launch_layernorm_forward(FloatSpan x, FloatSpan w, FloatSpan b, float eps, FloatSpan y, float* mean,
                               float* rstd, std::int64_t rows, std::int64_t width, cudaStream_t stream);
 // db.data may be null.
 void launch_layernorm_backward(FloatSpan x, FloatSpan w, const float* mean, const float* rstd, FloatSpan dy,
-                               FloatSpan dx, FloatSpan dw, FloatSpan db, std::int64_t rows, std::int64_t width,
-                               cudaStream_t stream);
+                               FloatSpan dx, FloatSpan dw, FloatSpan db, float* partials, std::int64_t rows,
+                               std::int64_t width, cudaStream_t stream);
 
 // rope.cu: math::rope_angle, math::rope_rotate
 void launch_rope(FloatSpan in, const float* inv_freq, std::int64_t position_offset, FloatSpan out,
@@ -140,19 +150,31 @@ void launch_cross_entropy_backward_chunk(float* logits, FloatSpan bias, const st
                                          const float* lse, const float* loss_scale, std::int64_t rows,
                                          std::int64_t v0, std::int64_t cs, std::uint16_t* dlogit_bf16,
                                          cudaStream_t stream);
-// The smallest row whose target is not valid into *first_bad_row (rows if none).
-void launch_find_bad_targets(const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                             long long* first_bad_row, cudaStream_t stream);
 
-// embedding.cu: math::embedding_token_valid. `first_bad_row` (device int64)
-// receives the smallest row with an invalid token, or n_tokens if none.
-void launch_embedding_forward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan table,
-                              std::int64_t vocab, std::int64_t width, FloatSpan out, long long* first_bad_row,
+// input_checks.cu (input_check_record.hpp): enqueues the range check of
+// values[0 .. n) against [0, bound) (the cross entropy's: the ignore index
+// -100 is valid too) on `stream`, recording the first bad row in the
+// device record; nothing is read back here.
+void launch_input_range_check(InputCheck check, const std::int32_t* values, std::int64_t n, std::int64_t bound,
                               cudaStream_t stream);
-// Deterministic: the first row of each token sums that token's rows in row
-// order (f32) and adds the sum once, as the host does.
+// After `stream` was synchronized: reads the record (a copy in the order of
+// `stream`), clears the slots it found set and throws the first one's error
+// (describe_bad_input). Nothing when no check ever ran.
+void raise_input_check_errors(cudaStream_t stream);
+
+// embedding.cu: math::embedding_token_valid. An invalid token leaves its
+// output alone and is recorded by the device range check
+// (launch_input_range_check), thrown at the next synchronisation.
+void launch_embedding_forward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan table,
+                              std::int64_t vocab, std::int64_t width, FloatSpan out, cudaStream_t stream);
+// Deterministic: the rows grouped by token with a stable device radix sort,
+// each token's rows summed in row order (f32) and the sum added once, as
+// the host does. `scratch`: device memory of
+// embedding_backward_scratch_bytes(n_tokens, vocab) bytes, free for reuse
+// once the launch's work has run (stream order).
+std::size_t embedding_backward_scratch_bytes(std::int64_t n_tokens, std::int64_t vocab);
 void launch_embedding_backward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan dout,
-                               std::int64_t vocab, std::int64_t width, FloatSpan dtable, long long* first_bad_row,
+                               std::int64_t vocab, std::int64_t width, FloatSpan dtable, void* scratch,
                                cudaStream_t stream);
 
 // token_rows.cu: the ViT row ops (kernels/math/token_rows.hpp's index

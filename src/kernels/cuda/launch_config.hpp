@@ -19,13 +19,23 @@
 //    batch sums of their backward passes run one thread per output column,
 //    each adding the batch items in order (batch_sum_launch: no atomics,
 //    the same bits every run);
-//  * adamw_chunks: one block per chunk of the multi-tensor AdamW's table.
+//  * adamw_chunks: one block per chunk of the multi-tensor AdamW's table;
+//  * column_partials: the norms' dw / db column sums over rows
+//    (kernels/math/column_sums.hpp), pass 1 a thread per (32-row block,
+//    column), pass 2 a thread per column;
+//  * reduction: the whole-tensor f64 sums (sum, sum_squares: the loss and
+//    the gradient norm) in two passes, kernels/math/reduction.hpp's order:
+//    kReduceLanes threads per chunk of kReduceChunk elements, one f64
+//    partial each, then one thread adds the partials in chunk order.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "kernels/math/column_sums.hpp"
+#include "kernels/math/reduction.hpp"
 
 namespace ftrain::cuda {
 
@@ -136,6 +146,49 @@ inline LaunchConfig adamw_chunks_launch(std::int64_t chunks, const DeviceLimits&
   c.block = std::min(kAdamwChunksBlock, limits.max_threads_per_block);
   c.grid_x = std::clamp<std::int64_t>(chunks, 1, limits.max_grid_x);
   return c;
+}
+
+// Pass 1 of the norms' dw / db column sums: x over the columns (blocks of up
+// to 256 threads, whole warps), y over the 32-row blocks (past the grid's y
+// limit the blocks stride), a thread per (row block, column). One thread per
+// column over every row (the old launch: 8 blocks for a 2048-wide norm) left
+// the GPU idle behind a row-long dependent chain.
+inline constexpr std::int64_t kColumnPartialsBlock = 256;
+
+inline LaunchConfig column_partials_launch(std::int64_t rows, std::int64_t width,
+                                           const DeviceLimits& limits = kSm90Limits) {
+  LaunchConfig c;
+  const std::int64_t warps = (std::max<std::int64_t>(width, 1) + limits.warp_size - 1) / limits.warp_size;
+  c.block = std::min(warps * limits.warp_size, std::min(kColumnPartialsBlock, limits.max_threads_per_block));
+  c.grid_x = std::clamp<std::int64_t>((std::max<std::int64_t>(width, 1) + c.block - 1) / c.block, 1, limits.max_grid_x);
+  c.grid_y = std::clamp<std::int64_t>(math::column_sum_blocks(rows), 1, limits.max_grid_yz);
+  return c;
+}
+
+// The first pass of a whole-tensor reduction (kernels/math/reduction.hpp):
+// kReduceBlock threads = 32 chunks per block; as many blocks as the chunks
+// need, up to kReduceBlocksPerSm per multiprocessor (the blocks stride over
+// the rest). Each chunk's partial is the same whatever the grid, so the
+// result does not depend on the device. A large tensor gets at least one
+// block per multiprocessor: the gradient norm of a 10^9-element shard reads
+// its 4 GB with the whole GPU, not one SM.
+inline constexpr std::int64_t kReduceBlock = 256;
+inline constexpr std::int64_t kReduceBlocksPerSm = 16;
+
+struct ReductionLaunch {
+  LaunchConfig partials;          // pass 1: one f64 partial per chunk
+  std::int64_t chunks = 0;        // = the partials buffer's length in doubles
+  std::int64_t chunks_per_block = 0;
+};
+
+inline ReductionLaunch reduction_launch(std::int64_t n, const DeviceLimits& limits = kSm90Limits) {
+  ReductionLaunch r;
+  r.chunks = math::reduce_chunks(n);
+  r.partials.block = std::min(kReduceBlock, limits.max_threads_per_block);
+  r.chunks_per_block = r.partials.block / math::kReduceLanes;
+  const std::int64_t wanted = (std::max<std::int64_t>(r.chunks, 1) + r.chunks_per_block - 1) / r.chunks_per_block;
+  r.partials.grid_x = std::clamp<std::int64_t>(wanted, 1, std::min(limits.max_grid_x, limits.multiprocessors * kReduceBlocksPerSm));
+  return r;
 }
 
 }  // namespace ftrain::cuda

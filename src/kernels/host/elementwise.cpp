@@ -7,15 +7,18 @@
 // dtype, fp8 included, converting to the destination with dtype.hpp's
 // saturating round-to-nearest-even encoders; its dtype switch runs once per
 // chunk. f16 goes through kernels/math/f16.hpp, the CUDA cast's functions.
-// sum_squares accumulates in double.
+// sum and sum_squares accumulate in double in kernels/math/reduction.hpp's
+// order, the CUDA kernels' (bit for bit the same totals).
 #include <Kokkos_Core.hpp>
 #include <cstring>
+#include <vector>
 
 #include "core/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
 #include "kernels/math/f16.hpp"
 #include "kernels/math/pointwise.hpp"
+#include "kernels/math/reduction.hpp"
 
 namespace ftrain::host {
 
@@ -186,43 +189,43 @@ void cast(const Tensor& src, Tensor& dst) {
   });
 }
 
+namespace {
+
+// A whole-tensor f64 reduction in kernels/math/reduction.hpp's order (the
+// CUDA kernels' order): chunk partials spread over the host threads, each
+// into its own slot, then added in chunk order. The result does not depend
+// on the thread count or the Kokkos backend.
+double reduce(const char* kernel_name, const Tensor& x, math::ReduceTerm term) {
+  const Tensor tx = x;
+  const std::int64_t n = x.numel();
+  const std::int64_t chunks = math::reduce_chunks(n);
+  std::vector<double> partial_store(static_cast<std::size_t>(chunks));
+  double* partials = partial_store.data();
+  Kokkos::parallel_for(kernel_name, HostPolicy(0, chunks), [=](std::int64_t c) {
+    const std::int64_t len = math::reduce_chunk_length(n, c);
+    const float* v = spans::read_f32(tx, c * math::kReduceChunk, len, spans::thread_scratch(0, len));
+    double lanes[math::kReduceLanes];
+    for (int l = 0; l < math::kReduceLanes; ++l)
+      lanes[l] = math::reduce_lane([v](std::int64_t i) { return v[i]; }, len, l, term);
+    partials[c] = math::reduce_combine_lanes(lanes);
+  });
+  return math::reduce_combine_partials(partials, chunks);
+}
+
+}  // namespace
+
 void sum(const Tensor& x, Tensor& out) {
   constexpr const char* op = "sum";
   spans::require_float_storage(op, x, "x");
   FT_CHECK(out.dtype() == DType::f32 && out.numel() == 1 && out.device() == Device::host)
       << op << ": out " << out.describe() << " must be a host f32[1]";
-  // One pass in index order, in double: the loss sum every curve shows is
-  // the same number whatever the thread count.
-  double total = 0.0;
-  for (std::int64_t i = 0; i < x.numel(); ++i) total += static_cast<double>(load_as_float(x.data(), x.dtype(), i));
-  out.data_as<float>()[0] = static_cast<float>(total);
+  out.data_as<float>()[0] = static_cast<float>(reduce("ftrain::sum", x, math::ReduceTerm::value));
 }
 
 double sum_squares(const Tensor& x) {
   constexpr const char* op = "sum_squares";
   spans::require_float_storage(op, x, "x");
-  const Tensor tx = x;
-  const std::int64_t n = x.numel();
-  const std::int64_t chunks = (n + spans::kChunk - 1) / spans::kChunk;
-  double total = 0.0;
-  Kokkos::parallel_reduce(
-      "ftrain::sum_squares", HostPolicy(0, chunks),
-      [=](std::int64_t c, double& sum) {
-        const std::int64_t begin = c * spans::kChunk;
-        const std::int64_t len = std::min(spans::kChunk, n - begin);
-        const float* v = spans::read_f32(tx, begin, len, spans::thread_scratch(0, len));
-        // Lanes of doubles: exact products of floats, vectorisable sum.
-        double acc[8] = {};
-        std::int64_t i = 0;
-        for (; i + 8 <= len; i += 8)
-          for (int l = 0; l < 8; ++l) acc[l] += math::square_in_double(v[i + l]);
-        for (; i < len; ++i) acc[0] += math::square_in_double(v[i]);
-        double s = 0.0;
-        for (int l = 0; l < 8; ++l) s += acc[l];
-        sum += s;
-      },
-      total);
-  return total;
+  return reduce("ftrain::sum_squares", x, math::ReduceTerm::square);
 }
 
 }  // namespace ftrain::host

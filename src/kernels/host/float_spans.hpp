@@ -26,6 +26,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "kernels/math/column_sums.hpp"
 
 namespace ftrain::host::spans {
 
@@ -33,8 +34,9 @@ using HostPolicy = Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>;
 
 // Elements per chunk of element-wise kernels: a few chunk buffers fit in L1/L2.
 inline constexpr std::int64_t kChunk = 4096;
-// Rows per private partial in row reductions over parameter gradients.
-inline constexpr std::int64_t kRowsPerBlock = 32;
+// Rows per private partial in row reductions over parameter gradients: the
+// norms' dw / db order the CUDA kernels follow too (kernels/math/column_sums.hpp).
+inline constexpr std::int64_t kRowsPerBlock = math::kColumnSumRows;
 
 // ---- argument checks ---------------------------------------------------------
 

@@ -3,12 +3,14 @@
 //
 // The FP8 values are decoded to f32 (exact: every E4M3/E5M2 value is an
 // f32) and multiplied by the f32 GEMM (gemm::f32, f32 accumulation); the
-// dequantisation factor 1 / (scale_a scale_b) is applied to the f32 result,
-// which is the arithmetic of Hopper's FP8 tensor cores, so the emulation
-// differs from a GPU only by summation order. The factor is computed from the
-// two scales in f32 exactly as the emulation before these ops did (the FP8
-// golden curves stay bit-identical); scale_inv is written for the GPU GEMM,
-// whose cuBLASLt scale pointers take it.
+// f32 result is multiplied by the dequantisation factor
+// math::fp8_dequantisation_factor(a.scale_inv, b.scale_inv), which is the
+// arithmetic of Hopper's FP8 tensor cores under cuBLASLt (its scale pointers
+// take the operands' scale_inv), so the emulation differs from a GPU only by
+// summation order. The GEMMs read scale_inv, never scale: the scale_inv the
+// GPU would dequantise with is the one the host does, so a scale_inv left
+// behind its scale (fsdp/fp8_all_gather.hpp: a rank that casts no piece of a
+// gathered weight) changes the host's numbers as it would the GPU's.
 //
 // Scales and amaxes are f32[1] tensors on the host here; the kernels read and
 // write them as the CUDA kernels do on the device: no value leaves the op.
@@ -42,13 +44,16 @@ void require_f32_scalar(const char* op, const Tensor& t, const char* role) {
   FT_CHECK(t.numel() == 1) << op << ": " << role << " " << t.describe() << " must be f32[1]";
 }
 
-// The parts of a descriptor every FP8 op reads: fp8 data and its scale.
+// The parts of a descriptor every FP8 GEMM reads: fp8 data and its
+// dequantisation factor scale_inv.
 void require_fp8_operand(const char* op, const Fp8Tensor& t, const char* role) {
   spans::require_defined_host(op, t.data, role);
   FT_CHECK(is_fp8(t.data.dtype())) << op << ": " << role << ".data " << t.data.describe()
                                    << " must be fp8_e4m3 or fp8_e5m2";
-  require_f32_scalar(op, t.scale, (std::string(role) + ".scale").c_str());
+  require_f32_scalar(op, t.scale_inv, (std::string(role) + ".scale_inv").c_str());
 }
+
+float scale_inv_of(const Fp8Tensor& t) { return *t.scale_inv.data_as<float>(); }
 
 // The f32 values an FP8 tensor encodes (exact), decoded into `store`.
 const float* decode_fp8(const char* kernel_name, const Tensor& data, std::vector<float>& store) {
@@ -146,7 +151,7 @@ void cast_to_fp8(const Tensor& x, Fp8Tensor& out) {
     for (std::int64_t i = 0; i < len; ++i) p[i] = math::fp8_cast(v[i], scale, e4m3);
   });
   if (out.data_t.defined()) write_transposed(out.data, out.data_t);
-  *out.scale_inv.data_as<float>() = 1.0f / scale;
+  *out.scale_inv.data_as<float>() = math::fp8_scale_inv(scale);
   if (out.amax.defined()) {
     float* slot = out.amax.data_as<float>();
     *slot = fp8_scaling::amax_combine(*slot, amax_of(x));
@@ -177,7 +182,7 @@ void fp8_linear_forward(const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b,
   const float* wf = decode_fp8("ftrain::fp8_linear::forward::decode_w", w.data, ws);
   float* acc = acc_store.data();
   if (in > 0) gemm::f32({gemm::Op::none, gemm::Op::transpose, rows, out, in, in, in, out}, xf, wf, 0.0f, acc);
-  const float unscale = 1.0f / (*x.scale.data_as<float>() * *w.scale.data_as<float>());
+  const float unscale = math::fp8_dequantisation_factor(scale_inv_of(x), scale_inv_of(w));
   if (b == nullptr) {
     store_scaled("ftrain::fp8_linear::forward::unscale", acc, unscale, y);
     return;
@@ -216,7 +221,7 @@ void fp8_linear_backward(const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor
     spans::require_dtype(op, *db, "db", DType::f32);
     spans::require_numel(op, *db, "db", out, "one per output feature of w");
   }
-  const float sx = *x.scale.data_as<float>(), sw = *w.scale.data_as<float>(), sdy = *dy.scale.data_as<float>();
+  const float sx_inv = scale_inv_of(x), sw_inv = scale_inv_of(w), sdy_inv = scale_inv_of(dy);
 
   std::vector<float> xs, ws, dys;
   const float* xf = decode_fp8("ftrain::fp8_linear::backward::decode_x", x.data, xs);
@@ -228,14 +233,15 @@ void fp8_linear_backward(const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor
     std::vector<float> dx_acc(static_cast<std::size_t>(dx->numel()), 0.0f);
     if (rows > 0 && in > 0 && out > 0)
       gemm::f32({gemm::Op::none, gemm::Op::none, rows, in, out, out, in, in}, dyf, wf, 0.0f, dx_acc.data());
-    store_scaled("ftrain::fp8_linear::backward::unscale_dx", dx_acc.data(), 1.0f / (sdy * sw), *dx);
+    store_scaled("ftrain::fp8_linear::backward::unscale_dx", dx_acc.data(),
+                 math::fp8_dequantisation_factor(sdy_inv, sw_inv), *dx);
   }
   if (rows > 0 && in > 0 && out > 0) {
-    // dw[out,in] += (dyq^T[out,N] . xq[N,in]) / (s_dy s_x): the GEMM into a
-    // zeroed f32 buffer, then one scaled add into the gradient.
+    // dw[out,in] += (dyq^T[out,N] . xq[N,in]) * (s_dy^-1 s_x^-1): the GEMM
+    // into a zeroed f32 buffer, then one scaled add into the gradient.
     std::vector<float> dw_acc(static_cast<std::size_t>(dw.numel()), 0.0f);
     gemm::f32({gemm::Op::transpose, gemm::Op::none, out, in, rows, out, in, in}, dyf, xf, 1.0f, dw_acc.data());
-    const float unscale = 1.0f / (sdy * sx);
+    const float unscale = math::fp8_dequantisation_factor(sdy_inv, sx_inv);
     const float* a = dw_acc.data();
     float* g = dw.data_as<float>();
     Kokkos::parallel_for("ftrain::fp8_linear::backward::accumulate_dw", HostPolicy(0, dw.numel()),
@@ -255,14 +261,17 @@ void fp8_linear_backward(const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor
   }
 }
 
-void fp8_update_scales(Tensor& amax_history, Tensor& scale, DType forward_format, DType backward_format,
-                       std::int64_t margin, Fp8AmaxAlgo algo) {
+void fp8_update_scales(Tensor& amax_history, Tensor& scale, Tensor& scale_inv, DType forward_format,
+                       DType backward_format, std::int64_t margin, Fp8AmaxAlgo algo) {
   constexpr const char* op = "fp8_update_scales";
   spans::require_dtype(op, amax_history, "amax_history", DType::f32);
   spans::require_dtype(op, scale, "scale", DType::f32);
   FT_CHECK(amax_history.ndim() == 2 && amax_history.dim(1) == kFp8NumOperands && amax_history.dim(0) >= 1)
       << op << ": amax_history " << amax_history.describe() << " must be [L >= 1, " << kFp8NumOperands << "]";
   spans::require_numel(op, scale, "scale", kFp8NumOperands, "one per FP8 operand: input, weight, grad_output");
+  spans::require_dtype(op, scale_inv, "scale_inv", DType::f32);
+  spans::require_numel(op, scale_inv, "scale_inv", kFp8NumOperands,
+                       "one per FP8 operand: input, weight, grad_output");
   FT_CHECK(is_fp8(forward_format) && is_fp8(backward_format))
       << op << ": formats " << dtype_name(forward_format) << ", " << dtype_name(backward_format)
       << " must be fp8_e4m3 or fp8_e5m2";
@@ -270,10 +279,11 @@ void fp8_update_scales(Tensor& amax_history, Tensor& scale, DType forward_format
   const std::int64_t len = amax_history.dim(0);
   float* h = amax_history.data_as<float>();
   float* s = scale.data_as<float>();
+  float* s_inv = scale_inv.data_as<float>();
   for (int column = 0; column < kFp8NumOperands; ++column) {
     const DType format = column == kFp8GradOutput ? backward_format : forward_format;
-    math::fp8_update_history_column(h, len, kFp8NumOperands, column, s, fp8_max_of(format), static_cast<int>(margin),
-                                    algo == Fp8AmaxAlgo::most_recent);
+    math::fp8_update_history_column(h, len, kFp8NumOperands, column, s, s_inv, fp8_max_of(format),
+                                    static_cast<int>(margin), algo == Fp8AmaxAlgo::most_recent);
   }
 }
 

@@ -58,7 +58,7 @@ CastTarget target_of(const Fp8Tensor& t) {
 // After the pass: scale_inv = 1 / scale, and the amax slot max-combined with
 // the amax of the stored values (cast_to_fp8's epilogue).
 void finish_cast(const Fp8Tensor& t, std::uint32_t amax_key) {
-  *t.scale_inv.data_as<float>() = 1.0f / *t.scale.data_as<float>();
+  *t.scale_inv.data_as<float>() = math::fp8_scale_inv(*t.scale.data_as<float>());
   if (t.amax.defined()) {
     float* slot = t.amax.data_as<float>();
     *slot = math::amax_combine(*slot, math::amax_of_key(amax_key));

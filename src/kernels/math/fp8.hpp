@@ -105,6 +105,23 @@ FTRAIN_HD float fp8_decode(std::uint8_t code, Fp8Format fmt) {
                   (mantissa << (23 - fmt.mantissa_bits)));
 }
 
+// ---- dequantisation ----------------------------------------------------------
+//
+// An FP8 GEMM multiplies the codes exactly, accumulates in f32 and then
+// multiplies the f32 result by its operands' DEquantisation factors
+// scale_inv = 1 / scale: cuBLASLt's D = (scale_A scale_B) (A . B) with its
+// A/B_SCALE_POINTERs at the operands' scale_inv (kernels/cuda/cublaslt_plan.hpp).
+// The host GEMMs apply the same factor from the same scale_inv tensors, so a
+// scale_inv that does not match its scale shows on the host too.
+
+// The dequantisation factor every cast and every scale update writes beside
+// a scale (one f32 division).
+FTRAIN_HD float fp8_scale_inv(float scale) { return 1.0f / scale; }
+
+// The factor an FP8 GEMM's f32 accumulator is multiplied by: the product of
+// its two operands' scale_inv, rounded to f32 once.
+FTRAIN_HD float fp8_dequantisation_factor(float a_scale_inv, float b_scale_inv) { return a_scale_inv * b_scale_inv; }
+
 // ---- amax ----------------------------------------------------------------------
 
 // The key whose integer max over a tensor is its amax (see the header).
@@ -143,16 +160,19 @@ FTRAIN_HD float fp8_next_scale(float amax, float previous, float max_value, int 
 
 // One column of a layer's amax history [len, columns] (row 0 = the iteration
 // just finished): the amax (the max over the history, NaN-propagating, or row
-// 0 alone when most_recent), the column's new scale, then TE's roll
+// 0 alone when most_recent), the column's new scale and its scale_inv (written
+// whether the scale changed or not: on a rank of the FP8 all-gather that
+// casts no piece of a weight nothing else writes it), then TE's roll
 // (torch.roll(h, -1, 0); h[0] = 0): row 0 moves to row len-1, rows 2.. move
 // up one, the oldest (row 1) is dropped, row 0 becomes 0. Columns are
 // independent: the host loops over them, the GPU gives each a thread.
 FTRAIN_HD void fp8_update_history_column(float* history, std::int64_t len, int columns, int column, float* scale,
-                                         float max_value, int margin, bool most_recent) {
+                                         float* scale_inv, float max_value, int margin, bool most_recent) {
   float amax = history[column];
   if (!most_recent)
     for (std::int64_t i = 0; i < len; ++i) amax = amax_combine(amax, history[i * columns + column]);
   scale[column] = fp8_next_scale(amax, scale[column], max_value, margin);
+  scale_inv[column] = fp8_scale_inv(scale[column]);
   const float first = history[column];
   for (std::int64_t i = 0; i + 1 < len; ++i) history[i * columns + column] = history[(i + 1) * columns + column];
   history[(len - 1) * columns + column] = first;

@@ -1,8 +1,9 @@
 // RMSNorm and LayerNorm, the arithmetic around the row reductions: shared by
-// kernels/host/{rmsnorm,layernorm}.cpp and kernels/cuda/norms.cu. The
-// reductions themselves (sums over a row, dw over rows) are the backend's:
-// lanes of 16 on the host, a warp/block tree on the GPU, so their rounding
-// order differs and the CUDA tests compare with a tolerance there.
+// kernels/host/{rmsnorm,layernorm}.cpp and kernels/cuda/norms.cu. The sums
+// over a row are the backend's (lanes of 16 on the host, a warp/block tree
+// on the GPU: their rounding order differs and the CUDA tests compare dx
+// with a tolerance); dw and db over rows follow kernels/math/column_sums.hpp
+// on both, bit for bit.
 //
 // RMSNorm:   s = 1 / sqrt(sum(x^2) / C + eps);  y = w (x s)
 //            dxhat = dy w;  c = sum(dxhat x) s / C;  dx = s (dxhat - x s c);  dw += dy x s

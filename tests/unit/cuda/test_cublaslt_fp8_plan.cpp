@@ -8,9 +8,8 @@
 // the plan's A and B scale pointers (the operands' scale_inv), plus beta C
 // and the bias step, and stored in the plan's D dtype. That must equal the
 // host ops fp8_linear_forward / fp8_linear_backward on the same FP8 tensors
-// (within the tolerance of a different summation order and of the factor
-// computed as scale_inv_a * scale_inv_b instead of 1 / (scale_a scale_b):
-// a few f32 ulps). Mutated plans (operands swapped or untransposed, a
+// (within the tolerance of a different summation order: a few f32 ulps; the
+// host ops take the same factor, scale_inv_a * scale_inv_b). Mutated plans (operands swapped or untransposed, a
 // leading dimension, m/n, beta, an FP8 format, a scale pointer aimed at
 // another operand or at the scale instead of scale_inv, a non-TN layout)
 // must fail the replay or be refused by fp8_gemm_plan_problem. The plan

@@ -201,3 +201,65 @@ TEST(CudaLaunchConfig, AdamwChunksOneBlockPerChunk) {
   EXPECT_EQ(adamw_chunks_launch(0).grid_x, 1) << "never an empty grid (the launcher skips an empty table)";
   EXPECT_EQ(adamw_chunks_launch(std::int64_t{1} << 40).grid_x, kSm90Limits.max_grid_x) << "blocks stride beyond";
 }
+
+// The whole-tensor reductions (sum, sum_squares: the gradient norm every step
+// and the loss sums) ran as ONE block of 1024 threads: one SM read a whole
+// gradient shard. reduction_launch spreads the first pass over the GPU and
+// keeps the partials a function of n alone (kernels/math/reduction.hpp), so
+// the grid never changes the bits.
+TEST(CudaLaunchConfig, ReductionsUseTheWholeGpu) {
+  // 10^9 elements (a 1B-parameter shard on one GPU): at least a block per SM.
+  const ReductionLaunch big = reduction_launch(1'000'000'000);
+  EXPECT_GE(big.partials.grid_x, kSm90Limits.multiprocessors) << "a 10^9-element reduction must use every SM";
+  EXPECT_EQ(launch_config_problem(big.partials, kSm90Limits), "");
+  EXPECT_EQ(big.chunks, (1'000'000'000 + math::kReduceChunk - 1) / math::kReduceChunk) << "one partial per chunk";
+  EXPECT_EQ(big.chunks_per_block * math::kReduceLanes, big.partials.block) << "kReduceLanes threads per chunk";
+  EXPECT_EQ(big.partials.block % kSm90Limits.warp_size, 0) << "a chunk's lanes never straddle a warp";
+  EXPECT_EQ(kSm90Limits.warp_size % math::kReduceLanes, 0);
+  // Every preset-sized shard: launchable, and a block per SM once there are
+  // enough chunks for it (132 x 32 chunks = 17.3M elements).
+  for (std::int64_t n : {std::int64_t{1}, std::int64_t{4096}, std::int64_t{4097}, std::int64_t{1} << 24,
+                         std::int64_t{17'301'504}, std::int64_t{202'383'360}, std::int64_t{1} << 40}) {
+    const ReductionLaunch r = reduction_launch(n);
+    EXPECT_EQ(launch_config_problem(r.partials, kSm90Limits), "") << "n " << n;
+    EXPECT_EQ(r.chunks, math::reduce_chunks(n)) << "n " << n;
+    // The grid covers the chunks directly or strides over them.
+    EXPECT_GE(r.partials.grid_x * r.chunks_per_block, std::min<std::int64_t>(
+                                                          r.chunks, kSm90Limits.multiprocessors * kReduceBlocksPerSm *
+                                                                        r.chunks_per_block))
+        << "n " << n;
+    if (r.chunks >= kSm90Limits.multiprocessors * r.chunks_per_block)
+      EXPECT_GE(r.partials.grid_x, kSm90Limits.multiprocessors) << "n " << n;
+  }
+  // Small tensors: one block, and an empty one still launches the total pass (it writes 0).
+  EXPECT_EQ(reduction_launch(1).partials.grid_x, 1);
+  EXPECT_EQ(reduction_launch(0).chunks, 0);
+  EXPECT_EQ(reduction_launch(0).partials.grid_x, 1);
+}
+
+// The norms' dw / db column sums: a thread per (32-row block, column), the
+// row blocks on the grid's y (kernels/math/column_sums.hpp: the host's
+// order). They ran one thread per column over every row: 8 blocks for a
+// 2048-wide norm whatever the batch.
+TEST(CudaLaunchConfig, NormColumnSumsSpreadTheRowsOverTheGpu) {
+  // Llama 3.2 1B: width 2048, one 4096-token sequence: 128 row blocks x 8.
+  const LaunchConfig c = column_partials_launch(4096, 2048);
+  EXPECT_EQ(c.block, 256);
+  EXPECT_EQ(c.grid_x, 8);
+  EXPECT_EQ(c.grid_y, 4096 / math::kColumnSumRows);
+  EXPECT_GE(c.grid_x * c.grid_y, kSm90Limits.multiprocessors) << "at least a block per SM";
+  EXPECT_EQ(launch_config_problem(c, kSm90Limits), "");
+  // Past the grid's y limit the row blocks stride; narrow norms get whole warps.
+  const LaunchConfig tall = column_partials_launch(std::int64_t{1} << 32, 64);
+  EXPECT_EQ(tall.grid_y, kSm90Limits.max_grid_yz);
+  EXPECT_EQ(tall.block, 64);
+  EXPECT_EQ(launch_config_problem(tall, kSm90Limits), "");
+  EXPECT_EQ(column_partials_launch(1, 1).block, 32);
+  EXPECT_EQ(column_partials_launch(0, 1).grid_y, 1);
+  for (std::int64_t rows : {std::int64_t{1}, std::int64_t{33}, std::int64_t{65536}, std::int64_t{1} << 22})
+    for (std::int64_t width : {std::int64_t{1}, std::int64_t{192}, std::int64_t{768}, std::int64_t{8192}}) {
+      const LaunchConfig w = column_partials_launch(rows, width);
+      EXPECT_EQ(launch_config_problem(w, kSm90Limits), "") << rows << " x " << width;
+      EXPECT_GE(w.grid_x * w.block, width) << "every column has a thread";
+    }
+}

@@ -1,9 +1,14 @@
-// host add, add_inplace, scale_inplace, fill, cast, sum_squares: values,
-// aliasing, bf16 rounding, fp8 saturation, double accumulation, errors.
+// host add, add_inplace, scale_inplace, fill, cast, sum, sum_squares: values,
+// aliasing, bf16 rounding, fp8 saturation, double accumulation, the shared
+// blocked summation order (kernels/math/reduction.hpp), errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "host_op_checks.hpp"
 #include "kernels/ops.hpp"
@@ -156,15 +161,75 @@ TEST_P(Elementwise, SumSquaresInDouble) {
   expect_error_mentioning([&] { ops::sum_squares(backend_ctx(), ids); }, {"sum_squares", "ids"});
 }
 
-TEST_P(Elementwise, SumIsTheDoubleSumInIndexOrder) {
-  const auto values = random_vector(1001, 7, 3.0);
-  Tensor x = tensor_from({1001}, values, DType::bf16);
-  x.set_name("losses");
+namespace {
+
+// kernels/math/reduction.hpp's order, written out again with plain loops:
+// chunks of 4096, 8 lanes per chunk (lane l: elements l, l + 8, ... below
+// the last whole group of 8; lane 0 then the tail), lanes then chunks added
+// in order from 0.0. The CUDA kernels add in this order too (two passes), so
+// this is the number every backend must return, bit for bit.
+double blocked_order_sum(const std::vector<double>& terms) {
+  const std::size_t n = terms.size(), chunk = 4096;
+  double total = 0.0;
+  for (std::size_t begin = 0; begin < n; begin += chunk) {
+    const std::size_t len = std::min(chunk, n - begin), whole = len - len % 8;
+    double lanes[8] = {};
+    for (std::size_t i = 0; i < whole; ++i) lanes[i % 8] += terms[begin + i];
+    for (std::size_t i = whole; i < len; ++i) lanes[0] += terms[begin + i];
+    double partial = 0.0;
+    for (double l : lanes) partial += l;
+    total += partial;
+  }
+  return total;
+}
+
+double index_order_sum(const std::vector<double>& terms) {
+  double total = 0.0;
+  for (double t : terms) total += t;
+  return total;
+}
+
+// f32 values over 16 decades: the order of the f64 additions shows in the result.
+std::vector<double> wide_range_values(std::size_t n, std::uint64_t seed) {
+  std::vector<double> v = random_vector(n, seed, 1.0);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(v[i] * std::pow(10.0, static_cast<double>(i % 17) - 8.0));
+  return v;
+}
+
+}  // namespace
+
+TEST_P(Elementwise, SumAndSumSquaresAddInTheSharedBlockedOrder) {
+  for (const std::size_t n : {0, 1, 7, 8, 9, 4095, 4096, 4097, 3 * 4096 + 13, 20000}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const std::vector<double> values = wide_range_values(n, 11 + n);
+    std::vector<double> squares(n);
+    for (std::size_t i = 0; i < n; ++i) squares[i] = values[i] * values[i];  // exact: f32 times f32
+    Tensor x = tensor_from({static_cast<std::int64_t>(n)}, values);
+    const double want_squares = blocked_order_sum(squares);
+    const double got_squares = ops::sum_squares(backend_ctx(), x);
+    EXPECT_EQ(std::memcmp(&got_squares, &want_squares, sizeof got_squares), 0)
+        << got_squares << " vs " << want_squares;
+    if (n == 20000) ASSERT_NE(want_squares, index_order_sum(squares)) << "the data must tell the orders apart";
+    Tensor out = named_zeros({1}, DType::f32, "sum");
+    ops::sum(backend_ctx(), x, out);
+    EXPECT_EQ(read_floats(out)[0], static_cast<float>(blocked_order_sum(values)));
+  }
+  // Where the order decides the f32 result: 2^54, seven 1s, -2^54, seven 1s.
+  // In index order each 1 after 2^54 is lost (half an ulp, ties to even): 7;
+  // lane 0 cancels +-2^54 and lanes 1..7 keep two 1s each: 14.
+  std::vector<double> cancelling(16, 1.0);
+  cancelling[0] = std::ldexp(1.0, 54);
+  cancelling[8] = -std::ldexp(1.0, 54);
+  ASSERT_EQ(index_order_sum(cancelling), 7.0);
+  ASSERT_EQ(blocked_order_sum(cancelling), 14.0);
+  Tensor c = tensor_from({16}, cancelling);
   Tensor out = named_zeros({1}, DType::f32, "loss");
-  ops::sum(backend_ctx(), x, out);
-  double expect = 0.0;
-  for (double v : to_doubles(x)) expect += static_cast<float>(v);  // what the heads summed on the host before
-  EXPECT_EQ(read_floats(out)[0], static_cast<float>(expect));
+  ops::sum(backend_ctx(), c, out);
+  EXPECT_EQ(read_floats(out)[0], 14.0f);
+}
+
+TEST_P(Elementwise, SumIsInDouble) {
+  Tensor out = named_zeros({1}, DType::f32, "loss");
   // A large first value then many small ones: an f32 accumulator would stay
   // at 1e8, the f64 one reaches 1e8 + 1000 (exact in f32: a multiple of 8).
   std::vector<double> skewed(1001, 1.0);
@@ -172,6 +237,7 @@ TEST_P(Elementwise, SumIsTheDoubleSumInIndexOrder) {
   Tensor big = tensor_from({1001}, skewed);
   ops::sum(backend_ctx(), big, out);
   EXPECT_EQ(read_floats(out)[0], 100001000.0f);
+  Tensor x = named_zeros({3}, DType::bf16, "losses");
   Tensor wrong = named_zeros({2}, DType::f32, "two");
   expect_error_mentioning([&] { ops::sum(backend_ctx(), x, wrong); }, {"sum", "two"});
 }

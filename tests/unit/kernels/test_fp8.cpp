@@ -210,6 +210,60 @@ TEST_P(Fp8Ops, LinearMatchesFloat64OnTheQuantisedOperands) {
   }
 }
 
+// cuBLASLt dequantises with the operands' scale_inv (its A/B scale pointers),
+// never with scale: the host GEMMs must too, or a scale_inv left behind its
+// scale (a rank of the FP8 all-gather that casts no piece of a weight) would
+// train on the GPU with numbers no host test ever saw. Halving one operand's
+// scale_inv (exact: a power of two) must halve every output it scales, and
+// changing the scales alone must change nothing.
+TEST_P(Fp8Ops, LinearDequantisesWithTheScaleInvItIsGiven) {
+  const std::int64_t N = 16, in = 32, out = 16;
+  Tensor x = random_tensor({N, in}, 15, DType::f32, "x"), w = random_tensor({out, in}, 16, DType::f32, "w", 0.2);
+  Tensor dy = random_tensor({N, out}, 17, DType::f32, "dy", 0.01);
+  Fp8Tensor xq = descriptor({N, in}, DType::fp8_e4m3, 30.0f, false);
+  Fp8Tensor wq = descriptor({out, in}, DType::fp8_e4m3, 900.0f, false);
+  Fp8Tensor dyq = descriptor({N, out}, DType::fp8_e5m2, 5000.0f, false);
+  ops::cast_to_fp8(backend_ctx(), x, xq);
+  ops::cast_to_fp8(backend_ctx(), w, wq);
+  ops::cast_to_fp8(backend_ctx(), dy, dyq);
+  struct Outputs {
+    std::vector<float> y, dx, dw;
+  };
+  const auto run = [&]() {
+    Tensor y = named_zeros({N, out}, DType::f32, "y"), dx = named_zeros({N, in}, DType::f32, "dx");
+    Tensor dw = named_zeros({out, in}, DType::f32, "dw");
+    ops::fp8_linear_forward(backend_ctx(), xq, wq, nullptr, y);
+    ops::fp8_linear_backward(backend_ctx(), xq, wq, dyq, dy, &dx, dw, nullptr);
+    return Outputs{read_floats(y), read_floats(dx), read_floats(dw)};
+  };
+  const Outputs fresh = run();
+  const auto scaled = [](const std::vector<float>& v, float f) {
+    std::vector<float> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = v[i] * f;
+    return out;
+  };
+  const auto set_scalar = [](Tensor& t, float v) { copy_tensor(scalar(v, "value"), t); };
+  // w's scale_inv halved, its scale kept: y and dx halve, dw does not move.
+  set_scalar(wq.scale_inv, 0.5f * (1.0f / 900.0f));
+  const Outputs stale_w = run();
+  EXPECT_EQ(stale_w.y, scaled(fresh.y, 0.5f)) << "y must be dequantised with w.scale_inv";
+  EXPECT_EQ(stale_w.dx, scaled(fresh.dx, 0.5f)) << "dx must be dequantised with w.scale_inv";
+  EXPECT_EQ(stale_w.dw, fresh.dw) << "dw does not read w";
+  set_scalar(wq.scale_inv, 1.0f / 900.0f);
+  // x's scale_inv halved: y and dw halve.
+  set_scalar(xq.scale_inv, 0.5f * (1.0f / 30.0f));
+  const Outputs stale_x = run();
+  EXPECT_EQ(stale_x.y, scaled(fresh.y, 0.5f)) << "y must be dequantised with x.scale_inv";
+  EXPECT_EQ(stale_x.dw, scaled(fresh.dw, 0.5f)) << "dw must be dequantised with x.scale_inv";
+  set_scalar(xq.scale_inv, 1.0f / 30.0f);
+  // The scales alone (what the casts read) do not reach the GEMMs.
+  for (Fp8Tensor* t : {&xq, &wq, &dyq}) set_scalar(t->scale, 1.0f);
+  const Outputs scales_moved = run();
+  EXPECT_EQ(scales_moved.y, fresh.y);
+  EXPECT_EQ(scales_moved.dx, fresh.dx);
+  EXPECT_EQ(scales_moved.dw, fresh.dw);
+}
+
 TEST_P(Fp8Ops, LinearRejectsWrongOperandsNamingThem) {
   Fp8Tensor xq = descriptor({4, 3}, DType::fp8_e4m3, 1.0f, false), wq = descriptor({2, 3}, DType::fp8_e4m3, 1.0f, false);
   Tensor y = named_zeros({4, 5}, DType::f32, "y_wrong");
@@ -270,17 +324,23 @@ TEST_P(Fp8Ops, UpdateScalesFollowsTransformerEnginesRule) {
             if (seed >= 2) h[(seed * 7) % h.size()] = static_cast<float>(specials[seed - 2]);
             std::vector<double> s{1.0, 7.5, 0.25};
             Tensor th = tensor_from({len, 3}, h), ts = tensor_from({3}, s);
+            Tensor tsi = tensor_from({3}, {1.0, 1.0, 1.0});  // stale until the update writes it
             // Two iterations: the second starts from the rolled history.
             for (int iteration = 0; iteration < 2; ++iteration) {
               SCOPED_TRACE("L " + std::to_string(len) + " algo " + std::to_string(static_cast<int>(algo)) +
                            " margin " + std::to_string(margin) + " seed " + std::to_string(seed) + " iteration " +
                            std::to_string(iteration));
-              ops::fp8_update_scales(backend_ctx(), th, ts, DType::fp8_e4m3, bwd, margin, algo);
+              ops::fp8_update_scales(backend_ctx(), th, ts, tsi, DType::fp8_e4m3, bwd, margin, algo);
               reference_update(h, s, len, DType::fp8_e4m3, bwd, margin, algo);
-              const auto got_s = read_floats(ts), got_h = read_floats(th);
-              for (int c = 0; c < 3; ++c)
+              const auto got_s = read_floats(ts), got_h = read_floats(th), got_si = read_floats(tsi);
+              for (int c = 0; c < 3; ++c) {
                 ASSERT_TRUE(same_bits(got_s[c], static_cast<float>(s[c]))) << "scale " << c << ": " << got_s[c]
                                                                            << " vs " << s[c];
+                // Every column's scale_inv, changed or kept: a rank of the FP8
+                // all-gather that casts no piece of a weight has no other writer.
+                ASSERT_TRUE(same_bits(got_si[c], 1.0f / static_cast<float>(s[c])))
+                    << "scale_inv " << c << ": " << got_si[c] << " vs 1 / " << s[c];
+              }
               for (std::size_t i = 0; i < h.size(); ++i)
                 ASSERT_TRUE(same_bits(got_h[i], static_cast<float>(h[i])) ||
                             (std::isnan(got_h[i]) && std::isnan(h[i])))
@@ -301,13 +361,18 @@ TEST_P(Fp8Ops, UpdateScalesFollowsTransformerEnginesRule) {
 
 TEST_P(Fp8Ops, UpdateScalesRejectsAWrongStateNamingIt) {
   Tensor h = named_zeros({4, 2}, DType::f32, "history_4x2"), s = named_zeros({3}, DType::f32, "scale");
+  Tensor si = named_zeros({3}, DType::f32, "scale_inv");
   expect_error_mentioning(
-      [&] { ops::fp8_update_scales(backend_ctx(), h, s, DType::fp8_e4m3, DType::fp8_e5m2, 0, Fp8AmaxAlgo::max); },
+      [&] { ops::fp8_update_scales(backend_ctx(), h, s, si, DType::fp8_e4m3, DType::fp8_e5m2, 0, Fp8AmaxAlgo::max); },
       {"fp8_update_scales", "history_4x2"});
   Tensor h3 = named_zeros({4, 3}, DType::f32, "history");
   expect_error_mentioning(
-      [&] { ops::fp8_update_scales(backend_ctx(), h3, s, DType::bf16, DType::fp8_e5m2, 0, Fp8AmaxAlgo::max); },
+      [&] { ops::fp8_update_scales(backend_ctx(), h3, s, si, DType::bf16, DType::fp8_e5m2, 0, Fp8AmaxAlgo::max); },
       {"fp8_update_scales", "bf16"});
+  Tensor si2 = named_zeros({2}, DType::f32, "scale_inv_of_2");
+  expect_error_mentioning(
+      [&] { ops::fp8_update_scales(backend_ctx(), h3, s, si2, DType::fp8_e4m3, DType::fp8_e5m2, 0, Fp8AmaxAlgo::max); },
+      {"fp8_update_scales", "scale_inv_of_2"});
 }
 
 TEST_P(Fp8Ops, TransposeMovesTheCodesUnchanged) {

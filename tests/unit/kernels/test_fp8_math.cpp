@@ -279,7 +279,7 @@ TEST(Fp8Math, ScaleRuleMatchesItsLdexpFormAndTheHistoryRollsLikeTransformerEngin
   // History [4, 3]: TE's roll, restated with std::rotate.
   for (bool most_recent : {false, true}) {
     std::vector<float> h{2, 3, 100, 9, 1, 1, 4, 7, 1, 1, 1, 1};  // row-major [4, 3]
-    std::vector<float> scale{1, 1, 1};
+    std::vector<float> scale{1, 1, 1}, scale_inv{1, 1, 1};
     std::vector<float> want = h;
     for (int c = 0; c < 3; ++c) {
       float amax = h[c];
@@ -290,8 +290,9 @@ TEST(Fp8Math, ScaleRuleMatchesItsLdexpFormAndTheHistoryRollsLikeTransformerEngin
       std::rotate(col.begin(), col.begin() + 1, col.end());  // torch.roll(h, -1, 0)
       col[0] = 0.0f;
       for (int r = 0; r < 4; ++r) want[r * 3 + c] = col[r];
-      math::fp8_update_history_column(h.data(), 4, 3, c, scale.data(), 448.0f, 0, most_recent);
+      math::fp8_update_history_column(h.data(), 4, 3, c, scale.data(), scale_inv.data(), 448.0f, 0, most_recent);
       EXPECT_EQ(scale[c], s) << "column " << c;
+      EXPECT_EQ(scale_inv[c], 1.0f / s) << "column " << c << ": scale_inv follows the new scale";
     }
     EXPECT_EQ(h, want) << (most_recent ? "most_recent" : "max");
   }
