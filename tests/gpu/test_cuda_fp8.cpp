@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -282,6 +283,47 @@ TEST(CudaFp8, GemmsMatchTheDequantisedReference) {
   EXPECT_LT(relative_difference(dxg, dxh), 2e-3) << "dgrad";
   EXPECT_LT(relative_difference(dwg, dwh), 2e-3) << "wgrad";
   EXPECT_LT(relative_difference(dbg, dbh), 1e-5) << "bias gradient";
+}
+
+// The H100 refused every heuristic candidate for the tiny Llama's first FP8
+// GEMM (forward, m 64 n 128 k 64, E4M3 x E4M3 -> bf16, TN; its scale_inv
+// pointers sit 4 bytes apart inside the per-layer scale tensors) while
+// GemmsMatchTheDequantisedReference (m 384 n 128 k 256, each scale_inv its
+// own allocation) ran. This runs the forward over both shapes and both
+// scale layouts, reports which ran, and fails naming every combination
+// cuBLASLt refused: one GPU run tells shape from scale-pointer alignment.
+TEST(CudaFp8, ForwardRunsForSmallShapesAndPackedScales) {
+  REQUIRE_GPU();
+  struct Shape3 {
+    std::int64_t rows, in, out;
+  };
+  const Shape3 shapes[] = {{128, 64, 64}, {128, 256, 384}, {128, 64, 384}, {128, 256, 64}};
+  std::string refused;
+  for (const Shape3& sh : shapes)
+    for (bool packed : {false, true}) {
+      const Tensor x = random_host({sh.rows, sh.in}, 11, 1.0f, DType::bf16), w = random_host({sh.out, sh.in}, 12, 0.05f, DType::bf16);
+      Fp8Tensor xg = descriptor(Device::cuda, x.shape(), DType::fp8_e4m3, 2.0f, false, false);
+      Fp8Tensor wg = descriptor(Device::cuda, w.shape(), DType::fp8_e4m3, 8.0f, false, false);
+      ops::cast_to_fp8(gpu_context(), to_device(x, Device::cuda), xg);
+      ops::cast_to_fp8(gpu_context(), to_device(w, Device::cuda), wg);
+      if (packed) {  // scale_inv at element 1 and 2 of one tensor, as the recipe's per-layer state holds them
+        Tensor shared = to_device(from_floats({4}, {0.0f, 0.5f, 0.125f, 0.0f}), Device::cuda);
+        xg.scale_inv = shared.view({1}, 1);
+        wg.scale_inv = shared.view({1}, 2);
+      }
+      Tensor y = Tensor::empty({sh.rows, sh.out}, DType::bf16, Device::cuda);
+      const std::string what = "m " + std::to_string(sh.out) + " n " + std::to_string(sh.rows) + " k " +
+                               std::to_string(sh.in) + (packed ? ", packed scale_inv" : ", own scale_inv");
+      try {
+        ops::fp8_linear_forward(gpu_context(), xg, wg, nullptr, y);
+        gpu_context().synchronize();
+        std::printf("fp8 forward ran:     %s\n", what.c_str());
+      } catch (const std::exception& e) {
+        std::printf("fp8 forward REFUSED: %s: %s\n", what.c_str(), e.what());
+        refused += "\n  " + what;
+      }
+    }
+  EXPECT_TRUE(refused.empty()) << "cuBLASLt refused:" << refused;
 }
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "kernels/cuda/cublaslt_linear.hpp"
 #include "kernels/cuda/cuda_check.hpp"
@@ -76,7 +77,7 @@ void execute_fp8_gemm_plan(ExecutionContext& ctx, const Fp8GemmPlan& unplaced, c
     set(made->descriptors.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, operands.a_scale);
     set(made->descriptors.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, operands.b_scale);
     if (operands.d_amax != nullptr) set(made->descriptors.op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, operands.d_amax);
-    made->algorithm = choose_algorithm(blas, made->descriptors, p, "FP8");
+    made->candidates = choose_algorithms(blas, made->descriptors, p, "FP8");
     matmul = &blas.matmuls->insert(key, p, std::move(made));
   }
   const LtDescriptors& d = matmul->descriptors;
@@ -85,9 +86,13 @@ void execute_fp8_gemm_plan(ExecutionContext& ctx, const Fp8GemmPlan& unplaced, c
   set(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, operands.b_scale);
   if (operands.d_amax != nullptr) set(d.op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, operands.d_amax);
   if (has_bias) set(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, operands.bias);
-  FTRAIN_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(blas.handle), d.op, &p.alpha, operands.a, d.a,
-                                     operands.b, d.b, &p.beta, operands.d, d.c, operands.d, d.c, &matmul->algorithm,
-                                     blas.workspace, blas.workspace_bytes, stream));
+  const std::string what = std::string("FP8 GEMM ") + pass_name(p.pass) + " m=" + std::to_string(p.m) +
+                           " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k);
+  FTRAIN_CUBLAS_CHECK(matmul_with_fallback(*matmul, what, [&](const cublasLtMatmulAlgo_t& algorithm) {
+    return cublasLtMatmul(static_cast<cublasLtHandle_t>(blas.handle), d.op, &p.alpha, operands.a, d.a, operands.b, d.b,
+                          &p.beta, operands.d, d.c, operands.d, d.c, &algorithm, blas.workspace,
+                          blas.workspace_bytes, stream);
+  }));
 }
 
 }  // namespace ftrain::cuda

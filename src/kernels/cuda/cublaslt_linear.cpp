@@ -2,8 +2,10 @@
 
 #include <cublasLt.h>
 
+#include <cstdio>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -104,8 +106,8 @@ void create_layouts(LtDescriptors& d, const GemmPlan& plan) {
   }
 }
 
-cublasLtMatmulAlgo_t choose_algorithm(const BlasResources& blas, const LtDescriptors& d, const GemmPlan& plan,
-                                      const char* what) {
+std::vector<cublasLtMatmulAlgo_t> choose_algorithms(const BlasResources& blas, const LtDescriptors& d,
+                                                   const GemmPlan& plan, const char* what) {
   cublasLtMatmulPreference_t preference = nullptr;
   FTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, decltype(&cublasLtMatmulPreferenceDestroy)> owner(
@@ -123,14 +125,31 @@ cublasLtMatmulAlgo_t choose_algorithm(const BlasResources& blas, const LtDescrip
   int returned = 0;
   FTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(blas.handle), d.op, d.a, d.b, d.c,
                                                      d.c, preference, kHeuristicResults, results, &returned));
-  const int usable = first_usable_heuristic(results, returned, CUBLAS_STATUS_SUCCESS);
-  FT_CHECK(usable >= 0) << "cuBLASLt has no usable algorithm for the " << what << " GEMM " << pass_name(plan.pass)
+  const std::vector<int> usable = usable_heuristics(results, returned, CUBLAS_STATUS_SUCCESS);
+  FT_CHECK(!usable.empty()) << "cuBLASLt has no usable algorithm for the " << what << " GEMM " << pass_name(plan.pass)
                         << " m=" << plan.m << " n=" << plan.n << " k=" << plan.k << " ("
                         << element_name(plan.a_type) << " x " << element_name(plan.b_type) << " -> "
                         << element_name(plan.c_type) << ", alignments A/B/C/D " << plan.alignment.a << "/"
                         << plan.alignment.b << "/" << plan.alignment.c << "/" << plan.alignment.d << " bytes; "
                         << returned << " results, none usable)";
-  return results[usable].algo;
+  std::vector<cublasLtMatmulAlgo_t> algorithms;
+  for (int i : usable) algorithms.push_back(results[i].algo);
+  return algorithms;
+}
+
+cublasStatus_t matmul_with_fallback(CachedMatmul& matmul, const std::string& what,
+                                    const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& run) {
+  const std::size_t first = matmul.chosen;
+  const cublasStatus_t status = run_first_supported(matmul.candidates.size(), matmul.chosen,
+                                                    CUBLAS_STATUS_NOT_SUPPORTED,
+                                                    [&](std::size_t i) { return run(matmul.candidates[i]); });
+  FT_CHECK(status != CUBLAS_STATUS_NOT_SUPPORTED || matmul.chosen < matmul.candidates.size())
+      << "cuBLASLt refused every algorithm its heuristic offered for the " << what << " ("
+      << matmul.candidates.size() << " candidates, each NOT_SUPPORTED at cublasLtMatmul)";
+  if (matmul.chosen != first)  // once per GEMM shape: the cache keeps the candidate that ran
+    std::fprintf(stderr, "ftrain: cuBLASLt refused heuristic algorithm %zu of %zu for the %s at execution; using %zu\n",
+                 first + 1, matmul.candidates.size(), what.c_str(), matmul.chosen + 1);
+  return status;
 }
 
 void execute_gemm_plan(ExecutionContext& ctx, const GemmPlan& unplaced, const GemmOperands& operands) {
@@ -152,14 +171,18 @@ void execute_gemm_plan(ExecutionContext& ctx, const GemmPlan& unplaced, const Ge
   CachedMatmul* matmul = blas.matmuls->find(key, plan);
   if (matmul == nullptr) {
     std::unique_ptr<CachedMatmul> made = make_matmul(plan);
-    made->algorithm = choose_algorithm(blas, made->descriptors, plan, "linear");
+    made->candidates = choose_algorithms(blas, made->descriptors, plan, "linear");
     matmul = &blas.matmuls->insert(key, plan, std::move(made));
   }
   const LtDescriptors& d = matmul->descriptors;
   if (has_bias) set(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, operands.bias);
-  FTRAIN_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(blas.handle), d.op, &plan.alpha, operands.a, d.a,
-                                     operands.b, d.b, &plan.beta, operands.c, d.c, operands.c, d.c,
-                                     &matmul->algorithm, blas.workspace, blas.workspace_bytes, stream));
+  const std::string what = std::string("linear GEMM ") + pass_name(plan.pass) + " m=" + std::to_string(plan.m) +
+                           " n=" + std::to_string(plan.n) + " k=" + std::to_string(plan.k);
+  FTRAIN_CUBLAS_CHECK(matmul_with_fallback(*matmul, what, [&](const cublasLtMatmulAlgo_t& algorithm) {
+    return cublasLtMatmul(static_cast<cublasLtHandle_t>(blas.handle), d.op, &plan.alpha, operands.a, d.a, operands.b,
+                          d.b, &plan.beta, operands.c, d.c, operands.c, d.c, &algorithm, blas.workspace,
+                          blas.workspace_bytes, stream);
+  }));
 }
 
 }  // namespace ftrain::cuda

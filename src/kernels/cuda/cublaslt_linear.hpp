@@ -10,7 +10,10 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <functional>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "kernels/cuda/cublaslt_plan.hpp"
 
@@ -51,8 +54,18 @@ struct LtDescriptors {
 // and the algorithm chosen for them.
 struct CachedMatmul {
   LtDescriptors descriptors;
-  cublasLtMatmulAlgo_t algorithm{};
+  // The heuristic's usable algorithms, best first, and the one in use: a
+  // candidate cublasLtMatmul refuses is passed over (run_first_supported).
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  std::size_t chosen = 0;
 };
+
+// cublasLtMatmul with the cached matmul's algorithm, falling back through its
+// other candidates when cuBLASLt refuses one (NOT_SUPPORTED, checked before
+// anything is launched); throws naming the GEMM when every one is refused.
+// `what` names the GEMM for messages and the one-time fallback note.
+cublasStatus_t matmul_with_fallback(CachedMatmul& matmul, const std::string& what,
+                                    const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& run);
 
 // The context's cuBLASLt handle (a cublasLtHandle_t), 32 MiB workspace and
 // matmul cache, created at first use; shared with the FP8 executor
@@ -70,10 +83,11 @@ BlasResources blas_resources(ExecutionContext& ctx);
 // The A, B and C/D layouts of a plan (both executors).
 void create_layouts(LtDescriptors& d, const GemmPlan& plan);
 
-// The heuristic's algorithm for the descriptors of `plan`: the workspace and
-// the plan's operand alignments as preferences, several results asked for
-// and the first cuBLASLt marks usable taken. `what` names the GEMM in errors.
-cublasLtMatmulAlgo_t choose_algorithm(const BlasResources& blas, const LtDescriptors& d, const GemmPlan& plan,
-                                      const char* what);
+// The heuristic's algorithms for the descriptors of `plan`: the workspace
+// and the plan's operand alignments as preferences, several results asked
+// for, those cuBLASLt marks usable kept best first (at least one, or it
+// throws). `what` names the GEMM in errors.
+std::vector<cublasLtMatmulAlgo_t> choose_algorithms(const BlasResources& blas, const LtDescriptors& d,
+                                                   const GemmPlan& plan, const char* what);
 
 }  // namespace ftrain::cuda

@@ -20,6 +20,8 @@
 // (cuBLASLt's BGRAD epilogues overwrite).
 #pragma once
 
+#include <vector>
+
 #include <algorithm>
 #include <compare>
 #include <cstdint>
@@ -377,6 +379,33 @@ int first_usable_heuristic(const Result* results, int returned, Status success) 
   for (int i = 0; i < returned; ++i)
     if (results[i].state == success) return i;
   return -1;
+}
+
+// Every usable result's index, best first: the candidates a cached matmul
+// falls back through (run_first_supported).
+template <class Result, class Status>
+std::vector<int> usable_heuristics(const Result* results, int returned, Status success) {
+  std::vector<int> usable;
+  for (int i = 0; i < returned; ++i)
+    if (results[i].state == success) usable.push_back(i);
+  return usable;
+}
+
+// Runs attempt(candidate) from `chosen` on. cuBLASLt checks a call against
+// its algorithm before launching anything and answers NOT_SUPPORTED when
+// the heuristic's pick cannot run it after all (the first H100 run met this
+// with a small FP8 GEMM, m 64 n 128 k 64): that candidate is skipped for
+// good (`chosen` moves past it) and the next is tried. Returns the first
+// other status, or `not_supported` when every candidate refused.
+template <class Status, class Attempt>
+Status run_first_supported(std::size_t count, std::size_t& chosen, Status not_supported, Attempt attempt) {
+  Status status = not_supported;
+  while (chosen < count) {
+    status = attempt(chosen);
+    if (status != not_supported) return status;
+    ++chosen;
+  }
+  return status;
 }
 
 // ---- FP8 plans ----------------------------------------------------------------------

@@ -454,6 +454,45 @@ TEST(CublasLtPlan, FirstUsableHeuristicResultIsTaken) {
   EXPECT_EQ(first_usable_heuristic(best_usable, 2, kSuccess), 0);
 }
 
+TEST(CublasLtPlan, EveryUsableHeuristicResultIsACandidateBestFirst) {
+  struct Result {
+    int state;
+  };
+  constexpr int kSuccess = 0, kNotSupported = 15;
+  const Result results[] = {{kNotSupported}, {kSuccess}, {kNotSupported}, {kSuccess}};
+  EXPECT_EQ(usable_heuristics(results, 4, kSuccess), (std::vector<int>{1, 3}));
+  EXPECT_TRUE(usable_heuristics(results, 1, kSuccess).empty());
+}
+
+// The H100 refused the heuristic's first FP8 algorithm for m 64 n 128 k 64 at
+// cublasLtMatmul (NOT_SUPPORTED): the executor goes on to the next candidate
+// and keeps it, and reports a refusal of all of them.
+TEST(CublasLtPlan, ARefusedCandidateIsPassedOverAndTheWorkingOneKept) {
+  constexpr int kOk = 0, kNotSupported = 15, kInvalid = 7;
+  std::vector<int> tried;
+  std::size_t chosen = 0;
+  auto refuse_first_two = [&](std::size_t i) {
+    tried.push_back(static_cast<int>(i));
+    return i < 2 ? kNotSupported : kOk;
+  };
+  EXPECT_EQ(run_first_supported(std::size_t{4}, chosen, kNotSupported, refuse_first_two), kOk);
+  EXPECT_EQ(chosen, 2u);
+  EXPECT_EQ(tried, (std::vector<int>{0, 1, 2}));
+  tried.clear();
+  EXPECT_EQ(run_first_supported(std::size_t{4}, chosen, kNotSupported, refuse_first_two), kOk);
+  EXPECT_EQ(tried, (std::vector<int>{2})) << "the next call starts at the candidate that ran";
+
+  std::size_t none = 0;
+  EXPECT_EQ(run_first_supported(std::size_t{3}, none, kNotSupported, [](std::size_t) { return kNotSupported; }),
+            kNotSupported);
+  EXPECT_EQ(none, 3u) << "every candidate refused: none left";
+
+  std::size_t other = 0;
+  EXPECT_EQ(run_first_supported(std::size_t{3}, other, kNotSupported, [](std::size_t) { return kInvalid; }), kInvalid)
+      << "another error is the caller's, not a reason to try the next algorithm";
+  EXPECT_EQ(other, 0u);
+}
+
 // FSDP packs each unit's parameters back to back (fsdp/flat_parameter.cpp, no
 // alignment padding), and the linear ops read their weights as views of the
 // gathered buffer. With the MIN_ALIGNMENT preferences any view gets a valid
