@@ -448,7 +448,7 @@ def scenario_damaged_manifest(r):
     r.run(2, part, run="base")
     ck = os.path.join(r.dir, "ck")
     manifest = json.load(open(os.path.join(ck, "step_15", "manifest.json")))
-    random_bytes = bytes((i * 167 + 89) % 256 for i in range(200))  # fixed, and not valid UTF-8
+    random_bytes = bytes((i * 167 + 0xff) % 256 for i in range(200))  # fixed; starts with 0xff, not UTF-8
     non_utf8 = json.dumps(dict(manifest, checkpoint_id="ID")).encode().replace(b'"ID"', b'"\xff\xfe\xc3("')
     wrong_type = json.dumps(dict(manifest, checkpoint_id=5, complete="yes")).encode()
     no_name = json.dumps(dict(manifest, files=[{"bytes": f["bytes"]} for f in manifest["files"]])).encode()
@@ -704,8 +704,11 @@ def scenario_preempt_save(r):
                 fail(f"{mode}: the save of step 5 never started:\n" + proc.communicate()[0][-3000:])
             time.sleep(0.02)
         ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], stdout=subprocess.PIPE, text=True).stdout.split()
+        if len(ranks) != 2:
+            proc.kill()
+            fail(f"{mode}: expected 2 rank processes under mpirun, found {ranks}")
         started = time.time()
-        for pid in [proc.pid] + [int(p) for p in ranks]:  # SLURM: SIGTERM to every process of the job
+        for pid in [int(p) for p in ranks] + [proc.pid]:  # SLURM: SIGTERM to every process of the job
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
