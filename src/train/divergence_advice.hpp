@@ -3,13 +3,16 @@
 // run with lr 0 and clipping on sends the user after causes that cannot be.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "deck/config.hpp"
 
 namespace ftrain {
 
-// One or two sentences, starting with a capital letter and ending with '.'.
-std::string divergence_advice(const RunConfig& config);
+// One or two sentences, starting with a capital letter and ending with '.',
+// for the 1-based `step` that diverged: its learning rate is the schedule's
+// (warm-up starts at 0, so step 1 of a warm-up trains with lr 0).
+std::string divergence_advice(const RunConfig& config, std::int64_t step);
 
 }  // namespace ftrain

@@ -881,13 +881,13 @@ int Trainer::run() {
     if (!poisoned.empty()) {
       const std::string pending = report(checkpoints->finish());  // an earlier, finite save in flight
       return "step " + std::to_string(done) + ": a master weight is not finite (first: " + poisoned +
-             "); no checkpoint was written or pruned. " + divergence_advice(c) +
+             "); no checkpoint was written or pruned. " + divergence_advice(c, done) +
              (pending.empty() ? "" : " Also: " + pending);
     }
     if (!std::isfinite(loss)) {  // finite gradients, yet the loss sum overflowed (divergence is the norm's flag)
       const std::string pending = report(checkpoints->finish());
       return "step " + std::to_string(done) + ": the loss is " + std::to_string(loss) +
-             "; no checkpoint was written or pruned. " + divergence_advice(c) +
+             "; no checkpoint was written or pruned. " + divergence_advice(c, done) +
              (pending.empty() ? "" : " Also: " + pending);
     }
     const auto t0 = Clock::now();
@@ -1032,7 +1032,7 @@ int Trainer::run() {
       m << "; first non-finite gradient (backward order): " << (where.empty() ? "none (the loss itself)" : where)
         << ". The update was not applied and no checkpoint was written or pruned";
       if (!c.checkpoint.dir.empty()) m << " (`resume auto` continues from the newest one in " << c.checkpoint.dir << ")";
-      m << ". " << divergence_advice(c);
+      m << ". " << divergence_advice(c, h.first_diverged_step);
       if (checkpoints) {  // an earlier, finite save in flight is finished first
         const std::string pending = report(checkpoints->finish());
         if (!pending.empty()) m << " Also: " << pending;
@@ -1053,7 +1053,7 @@ int Trainer::run() {
       if (!std::isfinite(loss))
         return s.stop_with_error("step " + std::to_string(done) + ": the loss is " + std::to_string(loss) +
                                  " with a finite gradient norm " + std::to_string(norm) +
-                                 "; no checkpoint was written. " + divergence_advice(c));
+                                 "; no checkpoint was written. " + divergence_advice(c, done));
       const double step_time = window_seconds / static_cast<double>(window_steps);
       const double tokens_per_s = static_cast<double>(s.plan.tokens_per_step) / step_time;
       const double achieved_per_rank = s.plan.flops_per_step / step_time / world;
