@@ -52,7 +52,9 @@ Scenarios:
                 lowering the learning rate; `init hdf5` of a NaN file too.
   image_check   (issue 35) `--check` opens image HDF5 files as the run does:
                 random bytes, and images of the wrong shape, fail naming the
-                deck line and the file; a good file passes.
+                deck line and the file; a good file passes. A token file of
+                random bytes names the deck line and the file too, at
+                `--check` and at the start of a run.
   startup_error a deck missing on one rank, and a ${VAR} set in the
                 environment of one rank only, at np 2 and np 3: the user's
                 message appears (once), exit non-zero, within seconds (no
@@ -571,6 +573,16 @@ def scenario_image_check(r):
                    "--check with random bytes as the image file")
     expect_failure(check(small), rf"vit\.in:2: {re.escape(small)}: dataset 'images' has shape \[16, 16, 16, 3\], "
                                  rf"the model expects \[N, 32, 32, 3\]", "--check with images of the wrong shape")
+
+    # Token files (issue 35, item 7): deck.md promises the file and the deck line, at --check and at the start.
+    tokens = os.path.join(r.dir, "garbage.tok")
+    with open(tokens, "wb") as f:
+        f.write(bytes((i * 61 + 0xff) % 256 for i in range(512)))
+    for checking in (True, False):
+        p = r.run(np=2, check=checking, data=tokens)
+        expect_failure(p, rf"deck\.in:3: token file {re.escape(tokens)} has the wrong magic", f"random bytes as the token file"
+                                                                 f"{' (--check)' if checking else ''}",
+                       mpi_errors_allowed=True)
 
 
 def scenario_startup_error(r):
