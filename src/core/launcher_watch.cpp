@@ -24,7 +24,9 @@ bool under_a_launcher() {
 }
 
 [[noreturn]] void end_now(const char* what) {
-  // Async-signal-safe calls only from here on: the process may be anywhere.
+  // Called from the watch thread or the commit, never from a signal handler;
+  // one write(2), then _exit: no destructor or atexit handler may flush or
+  // commit anything for a job that no longer exists.
   std::string line = "ftrain: rank process " + std::to_string(::getpid()) + ": its launcher (parent pid " +
                      std::to_string(g_launcher.load()) + ") is gone; stopping now" +
                      (what != nullptr ? std::string(" instead of ") + what : std::string()) +
