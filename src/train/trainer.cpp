@@ -1187,26 +1187,36 @@ int Trainer::run() {
             " (the steps after it are trained again); resume with `resume auto`\n");
       return s.finish(0);
     }
+    // A stop signal that arrives while a save is being written (SIGTERM at
+    // preemption, seconds before SIGKILL; issue 35) stops the run at the
+    // newest committed state: nothing more is trained or written, so the
+    // stop takes no longer than the save in flight. Asynchronous: the
+    // previous save, still in flight at this save's step, is finished first
+    // and the signal looked at again before a new write is started.
+    auto stop_after_save = [&](int signo, const std::string& committed) {
+      s.say("stop signal received (" + signal_name(signo) + ") while " + committed +
+            " was being written: committed it and stopped after step " + std::to_string(done) +
+            (committed == ckpt::step_directory(c.checkpoint.dir, done) ? "" : " (the steps after it are trained again)") +
+            "; resume with `resume auto`\n");
+      return s.finish(0);
+    };
+    if (saving && !stopping && done < c.max_steps && checkpoints->in_flight()) {
+      const std::string pending = report(checkpoints->finish());
+      if (!pending.empty()) return s.stop_with_error(pending);
+      const int late = static_cast<int>(s.world.all_reduce_max(static_cast<double>(g_stop_signal)));
+      if (late > 0) return stop_after_save(late, checkpoints->last_committed());
+    }
     if (saving) {
       const std::string refused =
           save_checkpoint(done, step_loss(), lr, read_health().grad_norm, stopping || done == c.max_steps);
       if (!refused.empty()) return s.stop_with_error(refused);
     }
-    // A stop signal that arrived during this save (SIGTERM at preemption,
-    // with a grace period of seconds before SIGKILL; issue 35): the state
-    // just saved is where the run stops. The save is completed (a
-    // background one is waited for and committed) and nothing more is
-    // trained or saved, so the stop takes no longer than the save in flight.
-    if (saving && !stopping && done < c.max_steps) {
+    // A blocking save just committed this step: a signal that arrived during
+    // it stops here. (A background write just started is finished and
+    // committed at the next step boundary, by the rule above the save.)
+    if (saving && !stopping && done < c.max_steps && !checkpoints->in_flight()) {
       const int late = static_cast<int>(s.world.all_reduce_max(static_cast<double>(g_stop_signal)));
-      if (late > 0) {
-        const std::string pending = report(checkpoints->finish());
-        if (!pending.empty()) return s.stop_with_error(pending);
-        s.say("stop signal received (" + signal_name(late) + ") during the checkpoint of step " +
-              std::to_string(done) + ": stopped after step " + std::to_string(done) +
-              " once it was committed; resume with `resume auto`\n");
-        return s.finish(0);
-      }
+      if (late > 0) return stop_after_save(late, checkpoints->last_committed());
     }
     if (stopping && done < c.max_steps) {
       std::string why =
