@@ -11,6 +11,7 @@
 
 #include "ckpt/collective_errors.hpp"
 #include "ckpt/hdf5_util.hpp"
+#include "ckpt/safetensors.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -231,6 +232,9 @@ void load_consolidated(FsdpEngine& engine, const std::string& path) {
     h5::Handle set(H5Dopen2(file.id(), entry.name.c_str(), H5P_DEFAULT), H5Dclose);
     if (set.id() < 0) FT_USER_ERROR() << path << ": dataset '" << entry.name << "' is missing";
     read_consolidated_range(set.id(), path, entry.name, dims_of(entry), first, count, dst);
+    // As safetensors: non-finite initial weights stop here, named (issue 35).
+    check_finite_weights(dst, static_cast<std::size_t>(count), "HDF5 file " + path + ": dataset '" + entry.name + "'",
+                         first);
   });
 }
 

@@ -567,6 +567,8 @@ ConvertSummary safetensors_to_h5(const std::string& in, const std::string& out_h
     if (out == DType::bf16 && info.dtype == StDType::BF16) {
       bits.resize(n);
       std::memcpy(bits.data(), source.file_for(name).raw_data(name), 2 * n);
+      check_finite_weights(bits.data(), n, "safetensors file " + source.file_for(name).path() + ": tensor '" + name + "'",
+                           0);
       data = bits.data();
     } else {
       values.resize(n);

@@ -16,6 +16,22 @@ namespace ftrain::ckpt {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+std::string printable(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const unsigned char ch : text) {
+    if ((ch >= 0x20 && ch < 0x7f) || ch == '\n' || ch == '\t') {
+      out += static_cast<char>(ch);
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[ch >> 4];
+      out += kHex[ch & 15];
+    }
+  }
+  return out;
+}
+
 namespace {
 
 CheckpointRecord read_record(std::int64_t step, const std::string& directory) {
@@ -32,25 +48,33 @@ CheckpointRecord read_record(std::int64_t step, const std::string& directory) {
   try {
     in >> m;
   } catch (const std::exception& e) {
-    r.manifest_problem = "checkpoint manifest " + path + " is not valid JSON: " + e.what();
+    r.manifest_problem = "checkpoint manifest " + path + " is not valid JSON: " + printable(e.what());
     return r;
   }
-  if (!m.is_object() || !m.value("complete", false)) {
-    r.manifest_problem = "checkpoint manifest " + path + " is not marked complete";
-    return r;
-  }
-  r.has_manifest = true;
-  r.format_version = m.value("format_version", 0);
-  r.id = m.value("checkpoint_id", "");
-  if (m.contains("parent")) {
-    r.has_parent_field = true;
-    const json& p = m["parent"];
-    if (p.is_object() && p.contains("step") && p["step"].is_number_integer()) {
-      r.parent_step = p["step"].get<std::int64_t>();
-      r.parent_id = p.value("checkpoint_id", "");
+  // Valid JSON of the wrong shape (a field of another type) is damage too:
+  // nlohmann's value() throws type_error for it, which must not escape.
+  try {
+    if (!m.is_object() || !m.value("complete", false)) {
+      r.manifest_problem = "checkpoint manifest " + path + " is not marked complete";
+      return r;
     }
+    CheckpointRecord parsed = r;
+    parsed.format_version = m.value("format_version", 0);
+    parsed.id = m.value("checkpoint_id", "");
+    if (m.contains("parent")) {
+      parsed.has_parent_field = true;
+      const json& p = m["parent"];
+      if (p.is_object() && p.contains("step") && p["step"].is_number_integer()) {
+        parsed.parent_step = p["step"].get<std::int64_t>();
+        parsed.parent_id = p.value("checkpoint_id", "");
+      }
+    }
+    parsed.has_manifest = true;
+    return parsed;
+  } catch (const std::exception& e) {
+    r.manifest_problem = "checkpoint manifest " + path + " has a field of the wrong type: " + printable(e.what());
+    return r;
   }
-  return r;
 }
 
 // Index of the record of `step`, if any.
@@ -85,8 +109,8 @@ bool intact(const std::string& step_dir, std::string* why) {
   try {
     verify_step_directory(step_dir);
     return true;
-  } catch (const UserError& e) {
-    if (why != nullptr) *why = e.what();
+  } catch (const std::exception& e) {  // a damaged file may fail in any way: each is a reason to skip it
+    if (why != nullptr) *why = printable(e.what());
     return false;
   }
 }
@@ -146,13 +170,15 @@ std::vector<std::size_t> branch_points(const std::vector<CheckpointRecord>& reco
 
 void ResumePlan::skip_first(const std::string& why) {
   FT_CHECK(!candidates.empty());
-  notes.push_back("skipping " + candidates.front() + ": " + why);
+  notes.push_back("skipping " + candidates.front() + ": " + printable(why));
   candidates.erase(candidates.begin());
 }
 
 std::string ResumePlan::to_json() const {
+  // The notes are printable already; `replace` keeps a stray byte in a path
+  // from ever turning the broadcast of the plan into an exception.
   return json{{"candidates", candidates}, {"notes", notes}, {"fall_back", fall_back}, {"found_any", found_any}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 ResumePlan ResumePlan::from_json(const std::string& text) {
@@ -188,14 +214,14 @@ ResumePlan plan_resume_auto(const std::string& dir) {
       // Nothing to follow: without its manifest the named checkpoint's
       // parent is unknown. The newest checkpoint below it is the best guess
       // (a save of the same step that was killed while replacing it).
-      const std::string why = i ? records[*i].manifest_problem : "the directory is missing";
+      const std::string why = i ? records[*i].manifest_problem : std::string("the directory is missing");
       for (std::size_t j = records.size(); j-- > 0;) {
         if (records[j].has_manifest && records[j].step < *latest_step) {
           head = j;
           break;
         }
       }
-      plan.notes.push_back("skipping " + dir + "/" + latest_name + " (named by `latest`): " + why +
+      plan.notes.push_back("skipping " + dir + "/" + printable(latest_name) + " (named by `latest`): " + why +
                            (head ? "; its parent is unknown, taking the newest checkpoint below it, " +
                                        records[*head].directory
                                  : std::string()));

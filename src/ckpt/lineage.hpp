@@ -24,6 +24,12 @@
 
 namespace ftrain::ckpt {
 
+// `text` with every byte outside printable ASCII written as \xNN: messages
+// quote file contents (a parser's error names the bytes it choked on), and a
+// damaged file may hold anything; the notes travel as JSON and end up in the
+// log, where raw bytes are neither valid UTF-8 nor readable.
+std::string printable(const std::string& text);
+
 // One DIR/step_<N> directory, as its manifest describes it.
 struct CheckpointRecord {
   std::int64_t step = 0;

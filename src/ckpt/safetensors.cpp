@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -298,6 +299,35 @@ const unsigned char* SafetensorsFile::raw_data(const std::string& name) const {
   return map_ + header_.data_start + tensor(name).begin;
 }
 
+namespace {
+[[noreturn]] void non_finite(float value, std::size_t at, const std::string& what, std::int64_t first_element) {
+  FT_USER_ERROR() << what << " holds a non-finite value (" << (std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf")
+                  << ") at element " << first_element + static_cast<std::int64_t>(at)
+                  << "; the weights are damaged or were saved from a diverged run, and training from them cannot "
+                     "work (check the file's source, or convert it again)";
+}
+}  // namespace
+
+void check_finite_weights(const float* values, std::size_t count, const std::string& what,
+                          std::int64_t first_element) {
+  // Branch-free accumulation first (vectorises); the slow search only when something is wrong.
+  bool all_finite = true;
+  for (std::size_t i = 0; i < count; ++i) all_finite &= std::isfinite(values[i]);
+  if (all_finite) return;
+  for (std::size_t i = 0; i < count; ++i)
+    if (!std::isfinite(values[i])) non_finite(values[i], i, what, first_element);
+}
+
+void check_finite_weights(const std::uint16_t* bf16_bits, std::size_t count, const std::string& what,
+                          std::int64_t first_element) {
+  // bf16 is non-finite exactly when its 8 exponent bits are all ones.
+  bool all_finite = true;
+  for (std::size_t i = 0; i < count; ++i) all_finite &= (bf16_bits[i] & 0x7f80u) != 0x7f80u;
+  if (all_finite) return;
+  for (std::size_t i = 0; i < count; ++i)
+    if ((bf16_bits[i] & 0x7f80u) == 0x7f80u) non_finite(to_float(bf16{bf16_bits[i]}), i, what, first_element);
+}
+
 void SafetensorsFile::read_into(const std::string& name, std::int64_t element_offset, std::int64_t count,
                                 float* dst) const {
   const SafetensorsTensorInfo& info = tensor(name);
@@ -307,6 +337,12 @@ void SafetensorsFile::read_into(const std::string& name, std::int64_t element_of
   const std::size_t size = st_dtype_size(info.dtype);
   const unsigned char* src = map_ + header_.data_start + info.begin + static_cast<std::size_t>(element_offset) * size;
   const auto n = static_cast<std::size_t>(count);
+  convert_slice(info, name, src, n, dst);
+  check_finite_weights(dst, n, "safetensors file " + path_ + ": tensor '" + name + "'", element_offset);
+}
+
+void SafetensorsFile::convert_slice(const SafetensorsTensorInfo& info, const std::string& name,
+                                    const unsigned char* src, std::size_t n, float* dst) const {
   switch (info.dtype) {
     case StDType::F32: std::memcpy(dst, src, n * 4); return;
     case StDType::F64:

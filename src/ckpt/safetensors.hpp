@@ -86,14 +86,30 @@ class SafetensorsFile {
   // Elements [element_offset, element_offset + count) of the flattened
   // tensor, converted to f32. F32, BF16, F16, F64 and the FP8 types convert;
   // integer tensors are a UserError. Only the pages of that slice are read.
+  // A non-finite value (NaN, Inf) is a UserError naming the file, the tensor
+  // and the element: damaged or diverged weights must not start a run that
+  // then "diverges" at step 1 for no reason the deck can fix.
   void read_into(const std::string& name, std::int64_t element_offset, std::int64_t count, float* dst) const;
 
  private:
+  void convert_slice(const SafetensorsTensorInfo& info, const std::string& name, const unsigned char* src,
+                     std::size_t n, float* dst) const;
+
   std::string path_;
   const unsigned char* map_ = nullptr;
   std::size_t map_bytes_ = 0;
   SafetensorsHeader header_;
 };
+
+// UserError unless values[0, count) are all finite: `what` names the file and
+// tensor ("safetensors file F: tensor 'T'"), `first_element` is the slice's
+// offset in the tensor, for the element index in the message. One pass over
+// data just read, so its cost hides behind the read.
+void check_finite_weights(const float* values, std::size_t count, const std::string& what,
+                          std::int64_t first_element);
+// The same for raw bf16 bits (kept as bf16, never widened).
+void check_finite_weights(const std::uint16_t* bf16_bits, std::size_t count, const std::string& what,
+                          std::int64_t first_element);
 
 struct SafetensorsWriteEntry {
   std::string name;

@@ -26,6 +26,7 @@
 #include "ckpt/lineage.hpp"
 #include "ckpt/shard_snapshot.hpp"
 #include "core/error.hpp"
+#include "core/launcher_watch.hpp"
 
 namespace ftrain::ckpt {
 
@@ -78,7 +79,8 @@ json read_manifest(const std::string& step_dir) {
   try {
     in >> m;
   } catch (const std::exception& e) {
-    FT_USER_ERROR() << "checkpoint manifest " << path << " is not valid JSON: " << e.what();
+    // The parser's message quotes the bytes it read: printable, whatever they are.
+    FT_USER_ERROR() << "checkpoint manifest " << path << " is not valid JSON: " << printable(e.what());
   }
   return m;
 }
@@ -171,7 +173,8 @@ std::string step_directory(const std::string& dir, std::int64_t step) {
   return dir + "/step_" + std::to_string(step);
 }
 
-void verify_step_directory(const std::string& step_dir) {
+namespace {
+void verify_step_directory_fields(const std::string& step_dir) {
   const json m = read_manifest(step_dir);
   const std::string path = step_dir + "/" + kManifest;
   if (!m.is_object() || !m.value("complete", false))
@@ -193,6 +196,20 @@ void verify_step_directory(const std::string& step_dir) {
     if (size != expected)
       FT_USER_ERROR() << "checkpoint file " << file << " is " << size << " bytes, the manifest says " << expected
                       << " (truncated or overwritten); use an older checkpoint";
+  }
+}
+}  // namespace
+
+void verify_step_directory(const std::string& step_dir) {
+  // Valid JSON of the wrong shape (a field missing or of another type) makes
+  // nlohmann throw its own exceptions: damage like any other, named as such.
+  try {
+    verify_step_directory_fields(step_dir);
+  } catch (const UserError&) {
+    throw;
+  } catch (const std::exception& e) {
+    FT_USER_ERROR() << "checkpoint manifest " << step_dir << "/" << kManifest
+                    << " is damaged (a field is missing or of the wrong type): " << printable(e.what());
   }
 }
 
@@ -293,6 +310,9 @@ std::string commit_sharded_save(Communicator& world, int shard_group_size, const
     // If the job dies between the removal and the rename, `latest` names the
     // previous checkpoint (or, if it named this step, a missing directory:
     // `resume auto` then takes the newest one below it).
+    // A job whose launcher died (kill -9 of mpirun) commits nothing: a
+    // restart may already be running (core/launcher_watch.hpp).
+    stop_if_launcher_gone("committing a checkpoint");
     if (fs::exists(final_dir)) prune_checkpoint(final_dir);
     fs::rename(tmp_dir, final_dir, ec);
     if (ec) FT_USER_ERROR() << "checkpoint: cannot rename " << tmp_dir << " to " << final_dir << ": " << ec.message();
@@ -326,14 +346,32 @@ LoadedInfo read_checkpoint_info(const std::string& step_dir) {
   const json manifest = read_manifest(step_dir);
   LoadedInfo info;
   info.directory = step_dir;
-  info.world_size = manifest.at("world_size").get<int>();
-  info.shard_group_size = manifest.at("shard_group_size").get<int>();
-  info.strategy = manifest.value("strategy", "");
+  try {
+    info.world_size = manifest.at("world_size").get<int>();
+    info.shard_group_size = manifest.at("shard_group_size").get<int>();
+    info.strategy = manifest.value("strategy", "");
+  } catch (const std::exception& e) {
+    FT_USER_ERROR() << "checkpoint manifest " << step_dir << "/" << kManifest
+                    << " is damaged (a field is missing or of the wrong type): " << printable(e.what());
+  }
   const std::string path = step_dir + "/" + rank_file_name(0);
   h5::File file = h5::File::open_read(path);
   check_file_version(h5::read_attr_i64(file.id(), "format_version", path), path);
   info.step = h5::read_attr_i64(file.id(), "step", path);
   info.seed = h5::read_attr_u64(file.id(), "seed", path);
+  // The writing deck's precision, for the resume note when it changes.
+  if (H5Lexists(file.id(), "deck", H5P_DEFAULT) > 0) {
+    std::istringstream deck(h5::read_string(file.id(), "deck", path));
+    info.precision = "fp32";
+    for (std::string line; std::getline(deck, line);) {
+      // Resolved lines read "FILE:LINE: command words..." (deck/parser.cpp).
+      std::istringstream words(line);
+      std::string command, value;
+      if (!(words >> command)) continue;
+      if (command.back() == ':' && !(words >> command)) continue;
+      if (command == "precision" && words >> value) info.precision = value;
+    }
+  }
   // Scalars are optional and extensible (older checkpoints lack the newer ones).
   if (H5Lexists(file.id(), "scalars", H5P_DEFAULT) > 0) {
     h5::Group scalars = h5::Group::open(file.id(), "scalars", path);

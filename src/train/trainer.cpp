@@ -51,6 +51,9 @@
 #include "runtime/execution_context.hpp"
 #include "train/device_peak.hpp"
 #include "train/output_locations.hpp"
+#include "train/run_dir_lock.hpp"
+#include "core/launcher_watch.hpp"
+#include "train/divergence_advice.hpp"
 #include "train/host_backend.hpp"
 #include "train/plan.hpp"
 #include "train/plan_fit.hpp"
@@ -185,6 +188,7 @@ struct Trainer::State {
   RunConfig config;
   Communicator& world;
   TrainerOptions options;
+  std::vector<DirectoryLock> directory_locks;  // rank 0 only; released last, after every write
   ModelHandle model;
   DeviceChoice device_choice;  // deck `device`, decided first in prepare()
   FsdpOptions fsdp;
@@ -260,10 +264,18 @@ struct Trainer::State {
   std::vector<std::string> failed_writes;  // "FILE: reason", first failure of each file
   void write(std::ostream& out, const std::string& file, const std::string& text) {
     if (!out) return;  // already reported: the stream stays failed
+    // metrics.jsonl is read line by line (plot_metrics.py, resume keeps its
+    // rows): a line a full disk cut short is cut off again, whole lines or none.
+    const bool whole_lines = &out == &metrics;
+    std::error_code size_error;
+    const auto size_before = whole_lines ? std::filesystem::file_size(file, size_error) : 0;
     errno = 0;
     out << text << std::flush;
     if (out) return;
     const std::string why = errno != 0 ? std::strerror(errno) : "write failed";
+    if (whole_lines && !size_error && ::truncate(file.c_str(), static_cast<off_t>(size_before)) != 0) {
+      // /dev/full or a file we may not shorten: the warning below still names the loss
+    }
     failed_writes.push_back(file + ": " + why);
     // One write per message: std::cerr is unbuffered, and piecewise writes
     // interleave with standard output in a launcher's merged log.
@@ -317,7 +329,11 @@ std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRol
     d.packing = c.data.packing;
     d.shuffle = shuffle;
     d.seed = c.seed;
-    return std::make_unique<data::TokenBatchSource>(path, d);
+    try {
+      return std::make_unique<data::TokenBatchSource>(path, d);
+    } catch (const UserError& e) {  // deck.md: data errors name the file and the deck line
+      FT_USER_ERROR() << where.str() << ": " << e.what();
+    }
   }
   if (kind == "images") {
     if (model.data_kind() != DataKind::images)
@@ -502,15 +518,35 @@ void Trainer::prepare() {
     for (const DataRole role : {DataRole::training, DataRole::evaluation}) {
       const bool eval = role == DataRole::evaluation;
       const std::string& path = eval ? c.eval.path : c.data.path;
-      if ((eval ? c.eval.kind : c.data.kind) != "tokens" || path.empty()) continue;
-      problems.check([&] {
-        const data::TokenFile file(path);
-        check_label_space(c, role, static_cast<std::int64_t>(file.header().vocab_size), *s.model);
-      });
+      const std::string& kind = eval ? c.eval.kind : c.data.kind;
+      if (kind == "tokens" && !path.empty()) {
+        problems.check([&] {
+          std::optional<data::TokenFile> file;
+          try {
+            file.emplace(path);
+          } catch (const UserError& e) {  // deck.md: data errors name the file and the deck line
+            FT_USER_ERROR() << (eval ? c.eval.where : c.data.where).str() << ": " << e.what();
+          }
+          check_label_space(c, role, static_cast<std::int64_t>(file->header().vocab_size), *s.model);
+        });
+      }
+      // An image file is opened as the run would open it: its datasets, their
+      // shapes against the model's and every label are checked (issue 35).
+      const ImageDataSection& images = eval ? c.eval.images : c.data.images;
+      if (kind == "images" && images.source != "synthetic" && !path.empty()) {
+        problems.check([&] {
+          const auto source = make_batch_source(c, role, std::max<std::int64_t>(1, s.plan.global_batch), *s.model);
+          check_label_space(c, role, source->label_space(), *s.model);
+        });
+      }
     }
   }
   problems.throw_if_any(c.warnings);
   if (s.options.check_only) return;
+  // One owner per run_dir and checkpoint dir (train/run_dir_lock.hpp): rank 0
+  // holds the locks for the run's lifetime; a refusal fails start-up on every
+  // rank through the start-up agreement, before anything is written.
+  if (s.is_root()) s.directory_locks = lock_run_directories(output_locations(c), &s.config.warnings);
 
   const std::int64_t outputs = s.model->output_size();
   s.train_data = make_batch_source(c, DataRole::training, s.plan.global_batch, *s.model);
@@ -665,6 +701,8 @@ int Trainer::run() {
   // the model loads (a scheduler's early warning, a walltime timer) stops the
   // run cleanly at the end of the first step.
   install_stop_handlers();
+  // kill -9 of mpirun: the ranks stop within 50 ms, before committing anything.
+  start_launcher_watch();
 
   std::error_code ec;  // run_dir exists: prepare() created it and wrote in it
   if (c.per_rank_logs) {
@@ -774,8 +812,10 @@ int Trainer::run() {
       // Training time and global batch of the run that wrote it (rank 0 reads
       // its manifest; every rank saves elapsed_s in its next checkpoint).
       double prior[3] = {0, 0, 0};
+      std::string written_precision;  // rank 0's to say
       if (s.is_root()) {
         const auto info = ckpt::read_checkpoint_info(loaded.directory);
+        written_precision = info.precision;
         if (const auto it = info.scalars.find("elapsed_s"); it != info.scalars.end()) prior[0] = it->second;
         if (const auto it = info.scalars.find("global_batch"); it != info.scalars.end()) prior[1] = it->second;
         prior[2] = info.world_size;
@@ -790,6 +830,11 @@ int Trainer::run() {
         << (loaded.resharded ? "; resharded to shard group " + std::to_string(s.engine->shard_comm().size()) : "")
         << "\n";
       if (!loaded.fp8_note.empty()) m << "resume: " << loaded.fp8_note << "\n";
+      if (!written_precision.empty() && written_precision != c.precision)
+        m << "resume: the checkpoint was written under precision " << written_precision << ", this run uses "
+          << c.precision << ": the master weights and the optimizer state stay f32 and are loaded unchanged; from step "
+          << s.start_step + 1 << " the forward and backward passes compute in " << c.precision
+          << ", so the loss curve may shift slightly at the resume\n";
       if (s.prior_global_batch > 0 && s.prior_global_batch != s.plan.global_batch)
         m << "resume: the global batch changes from " << s.prior_global_batch << " samples per step (" << s.prior_world
           << " rank(s)) to " << s.plan.global_batch << " (" << world << " rank(s) x micro " << c.batch.micro_batch
@@ -866,13 +911,13 @@ int Trainer::run() {
     if (!poisoned.empty()) {
       const std::string pending = report(checkpoints->finish());  // an earlier, finite save in flight
       return "step " + std::to_string(done) + ": a master weight is not finite (first: " + poisoned +
-             "); no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm." +
+             "); no checkpoint was written or pruned. " + divergence_advice(c, done) +
              (pending.empty() ? "" : " Also: " + pending);
     }
     if (!std::isfinite(loss)) {  // finite gradients, yet the loss sum overflowed (divergence is the norm's flag)
       const std::string pending = report(checkpoints->finish());
       return "step " + std::to_string(done) + ": the loss is " + std::to_string(loss) +
-             "; no checkpoint was written or pruned. Lower the learning rate or set clip_grad_norm." +
+             "; no checkpoint was written or pruned. " + divergence_advice(c, done) +
              (pending.empty() ? "" : " Also: " + pending);
     }
     const auto t0 = Clock::now();
@@ -1017,7 +1062,7 @@ int Trainer::run() {
       m << "; first non-finite gradient (backward order): " << (where.empty() ? "none (the loss itself)" : where)
         << ". The update was not applied and no checkpoint was written or pruned";
       if (!c.checkpoint.dir.empty()) m << " (`resume auto` continues from the newest one in " << c.checkpoint.dir << ")";
-      m << ". Lower the learning rate or set clip_grad_norm.";
+      m << ". " << divergence_advice(c, h.first_diverged_step);
       if (checkpoints) {  // an earlier, finite save in flight is finished first
         const std::string pending = report(checkpoints->finish());
         if (!pending.empty()) m << " Also: " << pending;
@@ -1038,7 +1083,7 @@ int Trainer::run() {
       if (!std::isfinite(loss))
         return s.stop_with_error("step " + std::to_string(done) + ": the loss is " + std::to_string(loss) +
                                  " with a finite gradient norm " + std::to_string(norm) +
-                                 "; no checkpoint was written. Lower the learning rate or set clip_grad_norm.");
+                                 "; no checkpoint was written. " + divergence_advice(c, done));
       const double step_time = window_seconds / static_cast<double>(window_steps);
       const double tokens_per_s = static_cast<double>(s.plan.tokens_per_step) / step_time;
       const double achieved_per_rank = s.plan.flops_per_step / step_time / world;
@@ -1160,10 +1205,48 @@ int Trainer::run() {
     if (saving || stopping) {  // a checkpoint is never committed, nor a run stopped quietly, after a diverged step
       if (const std::string diverged = divergence(); !diverged.empty()) return s.stop_with_error(diverged);
     }
+    // A stop signal while a background save is in flight: commit that one and
+    // stop. Writing another checkpoint after it would double the time the
+    // stop takes, and a launcher's grace before SIGKILL is seconds (issue
+    // 35); the steps since are trained again after `resume auto`.
+    if (signalled > 0 && checkpoints && checkpoints->in_flight() && done < c.max_steps) {
+      const std::string pending = report(checkpoints->finish());
+      if (!pending.empty()) return s.stop_with_error(pending);
+      s.say("stop signal received (" + signal_name(signalled) + ") while " + checkpoints->last_committed() +
+            " was being written: committed it and stopped after step " + std::to_string(done) +
+            " (the steps after it are trained again); resume with `resume auto`\n");
+      return s.finish(0);
+    }
+    // A stop signal that arrives while a save is being written (SIGTERM at
+    // preemption, seconds before SIGKILL; issue 35) stops the run at the
+    // newest committed state: nothing more is trained or written, so the
+    // stop takes no longer than the save in flight. Asynchronous: the
+    // previous save, still in flight at this save's step, is finished first
+    // and the signal looked at again before a new write is started.
+    auto stop_after_save = [&](int signo, const std::string& committed) {
+      s.say("stop signal received (" + signal_name(signo) + ") while " + committed +
+            " was being written: committed it and stopped after step " + std::to_string(done) +
+            (committed == ckpt::step_directory(c.checkpoint.dir, done) ? "" : " (the steps after it are trained again)") +
+            "; resume with `resume auto`\n");
+      return s.finish(0);
+    };
+    if (saving && !stopping && done < c.max_steps && checkpoints->in_flight()) {
+      const std::string pending = report(checkpoints->finish());
+      if (!pending.empty()) return s.stop_with_error(pending);
+      const int late = static_cast<int>(s.world.all_reduce_max(static_cast<double>(g_stop_signal)));
+      if (late > 0) return stop_after_save(late, checkpoints->last_committed());
+    }
     if (saving) {
       const std::string refused =
           save_checkpoint(done, step_loss(), lr, read_health().grad_norm, stopping || done == c.max_steps);
       if (!refused.empty()) return s.stop_with_error(refused);
+    }
+    // A blocking save just committed this step: a signal that arrived during
+    // it stops here. (A background write just started is finished and
+    // committed at the next step boundary, by the rule above the save.)
+    if (saving && !stopping && done < c.max_steps && !checkpoints->in_flight()) {
+      const int late = static_cast<int>(s.world.all_reduce_max(static_cast<double>(g_stop_signal)));
+      if (late > 0) return stop_after_save(late, checkpoints->last_committed());
     }
     if (stopping && done < c.max_steps) {
       std::string why =

@@ -32,6 +32,15 @@ Scenarios:
                missing shard of the newest checkpoint: `resume auto` falls
                back to the newest intact one on every rank and says why;
                an explicit resume stops with the error. Needs h5dump/h5ls.
+  damaged_manifest
+               the newest checkpoint's manifest.json as 200 random bytes, as
+               valid JSON holding non-UTF-8 bytes, as JSON with fields of the
+               wrong type or missing, and `latest` as random bytes: `resume
+               auto` falls back to step_10 (exit 0), naming the file and the
+               reason in printable text; an explicit resume of the damaged
+               step stops with that error (no internal error, no MPI_ABORT).
+               Resuming an fp32 checkpoint under precision bf16 says that the
+               f32 masters load unchanged.
   lineage      resume ck/step_3 with keep 2 re-saves step_4: resume auto
                continues from it (not from step_6 of the abandoned branch),
                keep kept the branch point, empty or partial step dirs are
@@ -43,6 +52,17 @@ Scenarios:
                a checkpoint is written, exit status 0, `resume auto` goes on;
                SIGKILL while checkpointing every step: `resume auto` takes the
                newest complete checkpoint.
+  preempt_save SLURM's preemption sequence with a 4 s save in flight (test
+               write delay): SIGTERM to mpirun and to every rank as step_5
+               is being written, SIGKILL to all 7 s later; mpirun runs with
+               `--mca odls_base_sigkill_timeout 3` (share/doc/
+               running-on-clusters.md), so it kills the ranks 6 s after its
+               SIGTERM. The ranks finish the save in flight, commit step_5
+               and stop before either kill: `stop signal received`, `latest`
+               names step_5, no .tmp is left, `resume auto` continues (they
+               may then wait in MPI_Finalize until mpirun's kill: nothing is
+               left to lose).
+               Blocking and `async on` saves.
   async_resume `checkpoint ... async on` with a 1.5 s test delay on every
                rank file write: the step_5 and step_10 saves commit only
                after later steps trained (the commit line says how many);
@@ -152,6 +172,11 @@ def fail(message):
     sys.exit(1)
 
 
+def entries(directory):
+    """The directory's names, without the run's lock file (.ftrain.lock: one owner per directory)."""
+    return sorted(n for n in os.listdir(directory) if n != ".ftrain.lock")
+
+
 def metrics(path):
     rows = [json.loads(line) for line in open(path)]
     train = [(r["step"], r["loss"], r["lr"], r["grad_norm"]) for r in rows if "loss" in r]
@@ -197,8 +222,8 @@ def scenario_same_world(r):
         fail("resume auto did not take step_10:\n" + out)
     compare(os.path.join(r.dir, "full/metrics.jsonl"), os.path.join(r.dir, "res/metrics.jsonl"), 0.0)
     ck = os.path.join(r.dir, "ck")
-    if sorted(os.listdir(ck)) != ["latest", "step_15", "step_20"]:
-        fail(f"keep 2: expected latest, step_15, step_20, found {sorted(os.listdir(ck))}")
+    if entries(ck) != ["latest", "step_15", "step_20"]:
+        fail(f"keep 2: expected latest, step_15, step_20, found {entries(ck)}")
     if open(os.path.join(ck, "latest")).read().strip() != "step_20":
         fail("latest does not name step_20")
     manifest = json.load(open(os.path.join(ck, "step_20/manifest.json")))
@@ -415,6 +440,70 @@ def scenario_damaged_fallback(r, h5dump):
     print("ok: an explicit resume of the damaged checkpoint stops with the error")
 
 
+def scenario_damaged_manifest(r):
+    # Any damage to the newest checkpoint's manifest falls back (issue 35):
+    # the parser's own message quotes the bytes it read, which must reach the
+    # log (and the broadcast of the resume plan, as JSON) as printable text.
+    part = r.deck("part.in", "checkpoint every 5 dir ck stop_after 15\n")
+    r.run(2, part, run="base")
+    ck = os.path.join(r.dir, "ck")
+    manifest = json.load(open(os.path.join(ck, "step_15", "manifest.json")))
+    random_bytes = bytes((i * 167 + 0xff) % 256 for i in range(200))  # fixed; starts with 0xff, not UTF-8
+    non_utf8 = json.dumps(dict(manifest, checkpoint_id="ID")).encode().replace(b'"ID"', b'"\xff\xfe\xc3("')
+    wrong_type = json.dumps(dict(manifest, checkpoint_id=5, complete="yes")).encode()
+    no_name = json.dumps(dict(manifest, files=[{"bytes": f["bytes"]} for f in manifest["files"]])).encode()
+    cases = [("200 random bytes as manifest.json", "step_15/manifest.json", random_bytes, "not valid JSON"),
+             ("valid JSON holding non-UTF-8 bytes", "step_15/manifest.json", non_utf8, "not valid JSON"),
+             ("manifest fields of the wrong type", "step_15/manifest.json", wrong_type, "manifest.json"),
+             ("a file entry without its name", "step_15/manifest.json", no_name, "manifest.json"),
+             ("random bytes as latest", "latest", random_bytes, "latest")]
+    cont = r.deck("cont.in", "checkpoint every 5 dir ${ck}\nresume auto\n")
+    for i, (what, file, content, reason) in enumerate(cases):
+        name = f"ckm_{i}"
+        shutil.copytree(ck, os.path.join(r.dir, name))
+        with open(os.path.join(r.dir, name, file), "wb") as f:
+            f.write(content)
+        cmd = r.command(2, cont, {"run": f"run_{i}", "ck": name, "max_steps": 16})
+        p = subprocess.run(cmd, cwd=r.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        out = p.stdout.decode("utf-8", errors="replace")
+        unprintable = sorted({b for b in p.stdout if b >= 0x7f or (b < 0x20 and b not in (9, 10, 13))})
+        if p.returncode != 0:
+            fail(f"{what}: exit {p.returncode}, expected a fall-back to step_10:\n{out[-3000:]}")
+        if unprintable:
+            fail(f"{what}: the output holds unprintable bytes {unprintable[:8]}:\n{out[-3000:]}")
+        if file == "latest":
+            # `latest` unreadable: the newest intact checkpoint, step_15, is taken.
+            if f"resumed from {name}/step_15 at step 15" not in out or "latest" not in out:
+                fail(f"{what}: expected step_15 taken with a note on latest:\n{out[-3000:]}")
+        else:
+            if f"resumed from {name}/step_10 at step 10" not in out:
+                fail(f"{what}: resume auto did not fall back to step_10:\n{out[-3000:]}")
+            notes = [l for l in out.splitlines() if f"{name}/step_15" in l and "manifest.json" in l]
+            if not notes or not any(reason in l for l in notes):
+                fail(f"{what}: no note naming {name}/step_15/manifest.json and '{reason}':\n{out[-3000:]}")
+        print(f"ok: {what}: resume auto fell back and said why in printable text")
+    # An explicit resume of the damaged step stops with the reason, cleanly.
+    # (A fresh copy: the runs above re-saved step_15 over the damage.)
+    shutil.copytree(ck, os.path.join(r.dir, "ckm_x"))
+    with open(os.path.join(r.dir, "ckm_x", "step_15", "manifest.json"), "wb") as f:
+        f.write(random_bytes)
+    explicit = r.deck("explicit.in", "resume ckm_x/step_15\n")
+    p = subprocess.run(r.command(2, explicit, {"run": "x"}), cwd=r.dir, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=120)
+    out = p.stdout.decode("utf-8", errors="replace")
+    if p.returncode == 0 or "step_15/manifest.json is not valid JSON" not in out or "internal error" in out \
+            or "MPI_ABORT" in out:
+        fail(f"explicit resume of a garbage manifest: exit {p.returncode}:\n{out[-3000:]}")
+    print("ok: an explicit resume of the damaged manifest stops with the error")
+    # Resuming an fp32 checkpoint under precision bf16 says what happens to the masters.
+    bf16 = r.deck("bf16.in", "precision bf16\nresume ck/step_10\n")
+    out = r.run(2, bf16, run="bf16", max_steps=11).stdout
+    if "written under precision fp32, this run uses bf16: the master weights and the optimizer state stay f32" \
+            not in out:
+        fail("resuming an fp32 checkpoint under precision bf16 did not say so:\n" + out[-3000:])
+    print("ok: the precision change at the resume is stated")
+
+
 def scenario_noncoherent(r):
     # Ranks that see the file system differently (a stale cache on another
     # node) must still resume the same checkpoint. Each rank runs in its own
@@ -477,7 +566,7 @@ def scenario_lineage(r):
     out = r.run(2, branch, run="b").stdout
     if "resumed from ck/step_3 at step 3" not in out:
         fail("resume ck/step_3:\n" + out)
-    left = sorted(os.listdir(ck))
+    left = entries(ck)
     if left != ["latest", "step_3", "step_4", "step_5", "step_6"]:
         fail(f"after the branch with keep 2: expected step_3 (branch point), step_4 and the abandoned step_5, "
              f"step_6, found {left}")
@@ -494,7 +583,7 @@ def scenario_lineage(r):
         fail("resume auto did not continue the lineage of latest (step_4):\n" + out)
     if "not resuming step_5, step_6" not in out:
         fail("resume auto did not report the abandoned branch:\n" + out)
-    left = sorted(os.listdir(ck))
+    left = entries(ck)
     if left != ["latest", "step_7", "step_8"]:
         fail(f"after resume auto to step 8 with keep 2: expected latest, step_7, step_8, found {left}")
     train, _ = metrics(os.path.join(r.dir, "b/metrics.jsonl"))
@@ -578,6 +667,85 @@ def scenario_preempt(r):
             fail(f"SIGKILL #{attempt + 1}: left {left}; resume auto did not take step_{max(complete)}:\n" + out)
         print(f"  after SIGKILL #{attempt + 1}: {left}; resumed from step_{max(complete)}")
     print("ok: SIGKILL during checkpointing")
+
+
+def rank_alive(pid):
+    """True while `pid` runs (not a zombie waiting for mpirun to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def scenario_preempt_save(r):
+    # SIGTERM is what SLURM (and PBS) send at preemption and time limits, to
+    # every process of the job, then SIGKILL after a grace time. Open MPI's
+    # mpirun, on SIGTERM, sends the ranks SIGCONT, then SIGTERM after
+    # odls_base_sigkill_timeout seconds, then SIGKILL after as many again.
+    # The stop path must fit: finish the save in flight, commit, stop; not
+    # train another step and write another checkpoint (twice the time).
+    delay_s, kill_timeout_s, grace_s = 4, 3, 7
+    for mode in ("blocking", "async"):
+        ck = f"ck_{mode}"
+        deck = r.deck(f"preempt_{mode}.in", f"checkpoint every 5 dir {ck}" + (" async on" if mode == "async" else "") +
+                      "\nresume auto\n")
+        cmd = r.command(2, deck, {"run": f"pre_{mode}", "max_steps": 100000})
+        cmd = cmd[:len(r.mpirun)] + ["--mca", "odls_base_sigkill_timeout", str(kill_timeout_s), "-x",
+                                     "FTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS"] + cmd[len(r.mpirun):]
+        env = dict(os.environ, FTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS=str(delay_s * 1000))
+        proc = subprocess.Popen(cmd, cwd=r.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
+        tmp = os.path.join(r.dir, ck, "step_5.tmp")
+        deadline = time.time() + 60
+        while not os.path.isdir(tmp):
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                fail(f"{mode}: the save of step 5 never started:\n" + proc.communicate()[0][-3000:])
+            time.sleep(0.02)
+        ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], stdout=subprocess.PIPE, text=True).stdout.split()
+        if len(ranks) != 2:
+            proc.kill()
+            fail(f"{mode}: expected 2 rank processes under mpirun, found {ranks}")
+        started = time.time()
+        for pid in [int(p) for p in ranks] + [proc.pid]:  # SLURM: SIGTERM to every process of the job
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        # When the ranks end (mpirun itself may linger until its own kill
+        # sequence is over), and whether the job outlived the grace time.
+        ranks_ended = None
+        while proc.poll() is None and time.time() - started < grace_s:
+            if ranks_ended is None and not any(rank_alive(p) for p in ranks):
+                ranks_ended = time.time() - started
+            time.sleep(0.02)
+        if ranks_ended is None and not any(rank_alive(p) for p in ranks):
+            ranks_ended = time.time() - started
+        ended = time.time() - started if proc.poll() is not None else None
+        if ended is None:  # the grace time is over: SIGKILL to all
+            for pid in ranks:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            os.killpg(proc.pid, signal.SIGKILL)
+        out = proc.communicate()[0]
+        left = sorted(os.listdir(os.path.join(r.dir, ck)))
+        latest = open(os.path.join(r.dir, ck, "latest")).read().strip() if "latest" in left else None
+        if "stop signal received (SIGTERM)" not in out:
+            fail(f"{mode}: the ranks did not stop on SIGTERM before they were killed (ended after {ended} s; "
+                 f"left {left}):\n{out[-3000:]}")
+        if latest != "step_5" or any(n.endswith(".tmp") for n in left):
+            fail(f"{mode}: expected latest = step_5 and no .tmp left, found latest {latest}, {left}:\n{out[-3000:]}")
+        # The ranks may sit in MPI_Finalize until mpirun's own kill: what
+        # counts is that everything was committed and said before it.
+        print(f"ok: {mode}: SIGTERM during the save of step 5: the ranks committed it and stopped; rank processes "
+              f"gone after {ranks_ended if ranks_ended is None else round(ranks_ended, 1)} s, mpirun after "
+              f"{ended if ended is None else round(ended, 1)} s (mpirun kills at {2 * kill_timeout_s} s, SIGKILL at {grace_s} s)")
+        out = r.run(2, deck, run=f"pre_{mode}_next", max_steps=6).stdout
+        if f"resumed from {ck}/step_5 at step 5" not in out:
+            fail(f"{mode}: resume auto after the preemption:\n{out[-3000:]}")
 
 
 def scenario_consolidated_fault(r):
@@ -786,10 +954,14 @@ def main():
             scenario_fp8_same_world(r)
         elif args.scenario == "damaged":
             scenario_damaged(r)
+        elif args.scenario == "preempt_save":
+            scenario_preempt_save(r)
         elif args.scenario == "preempt":
             scenario_preempt(r)
         elif args.scenario == "damaged_fallback":
             scenario_damaged_fallback(r, args.h5dump)
+        elif args.scenario == "damaged_manifest":
+            scenario_damaged_manifest(r)
         elif args.scenario == "noncoherent":
             scenario_noncoherent(r)
         elif args.scenario == "lineage":

@@ -35,6 +35,26 @@ Scenarios:
                 checkpoint disk that fills during training (tmpfs; part
                 skipped without mount) fails on every rank and is reported by
                 one rank only.
+  run_dir_lock  (issue 35) a second run on the run_dir of a running one, and a
+                run with another run_dir but the same checkpoint dir, stop
+                before step 1 naming the deck line, the directory and the
+                first run's host and pid; the first run trains on with whole
+                metrics lines. After kill -9 of the first job, a restart
+                takes the lock over and says the holder crashed; after a
+                clean end, the next run says nothing about the lock.
+  launcher_gone (issue 35) kill -9 of mpirun while checkpointing every step:
+                the ranks end within 0.5 s and commit no checkpoint after
+                the kill; a restart then finds the directory free.
+  nan_weights   (issue 35) a safetensors file with a NaN weight: ftrain-convert
+                safetensors-to-h5 fails naming the file, the tensor and the
+                element; `init safetensors` at lr 1e-12 with clipping stops at
+                load with the same names, not as a divergence that suggests
+                lowering the learning rate; `init hdf5` of a NaN file too.
+  image_check   (issue 35) `--check` opens image HDF5 files as the run does:
+                random bytes, and images of the wrong shape, fail naming the
+                deck line and the file; a good file passes. A token file of
+                random bytes names the deck line and the file too, at
+                `--check` and at the start of a run.
   startup_error a deck missing on one rank, and a ${VAR} set in the
                 environment of one rank only, at np 2 and np 3: the user's
                 message appears (once), exit non-zero, within seconds (no
@@ -45,6 +65,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -74,6 +95,7 @@ def fail(message):
 class Runner:
     def __init__(self, a):
         self.ftrain, self.prep = a.ftrain, a.prep
+        self.convert, self.vit_plugin_dir, self.make_images = a.convert, a.vit_plugin_dir, a.make_images
         self.mpirun = shlex.split(a.mpirun)
         self.dir = os.path.abspath(a.workdir)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -273,6 +295,28 @@ def scenario_full_disk(r):
             if re.search(r"^step \d", p.stdout, re.M):
                 fail(f"{what} on a full tmpfs: training started")
 
+    # metrics.jsonl on a disk that fills during training (issue 35): whole
+    # lines or none, never a torn last line. Two pages stay free (the lock
+    # file takes one): the disk fills after a dozen rows.
+    filling = os.path.join(r.dir, "filling")
+    if not mount_tmpfs(filling, "size=128k"):
+        return
+    fill(filling)
+    filler = os.path.join(filling, "filler")
+    os.truncate(filler, max(0, os.path.getsize(filler) - 8192))
+    p = r.run(np=2, max_steps=80, run=os.path.join(filling, "run"), ckpt=os.path.join(r.dir, "ckpt_filling"))
+    metrics = os.path.join(filling, "run", "metrics.jsonl")
+    if p.returncode == 0 or not re.search(r"cannot write .*metrics\.jsonl: No space left on device", p.stdout):
+        fail(f"metrics on a disk that fills: expected the ENOSPC warning and exit 1 (exit {p.returncode}):\n"
+             f"{p.stdout[-3000:]}")
+    import json
+    with open(metrics, "rb") as f:
+        data = f.read()
+    if data and not data.endswith(b"\n"):
+        fail(f"metrics.jsonl ends in a torn line: {data[-120:]!r}")
+    rows = [json.loads(l) for l in data.decode().splitlines()]
+    print(f"ok: the disk filled after {len(rows)} metrics lines; every line is whole")
+
 
 def scenario_readonly(r):
     ro = os.path.join(r.dir, "ro")
@@ -323,6 +367,224 @@ def scenario_errors_once(r):
                    "a checkpoint disk full on all 3 ranks", mpi_errors_allowed=True)
 
 
+def scenario_run_dir_lock(r):
+    run, ckpt = os.path.join(r.dir, "run"), os.path.join(r.dir, "ckpt")
+    cmd = r.mpirun + ["-np", "2"] + r.ftrain_args(r.variables(max_steps=100000))
+    first = subprocess.Popen(cmd, cwd=r.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (os.path.exists(os.path.join(run, "metrics.jsonl")) and len(train_rows(run)) >= 2):
+            if first.poll() is not None or time.monotonic() > deadline:
+                fail("the first run did not reach step 2:\n" + first.communicate()[0][-3000:])
+            time.sleep(0.05)
+        ranks = subprocess.run(["pgrep", "-P", str(first.pid)], stdout=subprocess.PIPE, text=True).stdout.split()
+        # The same deck again: run_dir is taken.
+        p = r.run(np=2)
+        expect_failure(p, rf"deck\.in:{LINE['run_dir']}: run_dir '{re.escape(run)}' is in use by another ftrain run: "
+                          rf"host \S+ pid ({'|'.join(ranks)}),", "a second run on a running run's run_dir")
+        if re.search(r"^step \d", p.stdout, re.M):
+            fail("the second run trained")
+        # Another run_dir, the same checkpoint dir (two decks sharing one).
+        p = r.run(np=2, run=os.path.join(r.dir, "run_other"))
+        expect_failure(p, rf"deck\.in:{LINE['checkpoint']}: checkpoint dir '{re.escape(ckpt)}' is in use by another "
+                          rf"ftrain run: host \S+ pid ({'|'.join(ranks)}),", "a second deck on the same checkpoint dir")
+        if first.poll() is not None:
+            fail("the first run ended while the others were refused:\n" + first.communicate()[0][-3000:])
+        # Its metrics are its own: whole lines, steps 1, 2, 3... once each.
+        with open(os.path.join(run, "metrics.jsonl")) as f:
+            lines = f.read().splitlines()
+        import json
+        steps = [json.loads(l)["step"] for l in lines[:-1] if '"loss"' in l]  # the last line may be in flight
+        if steps != list(range(1, len(steps) + 1)):
+            fail(f"metrics.jsonl of the first run is not its own: steps {steps}")
+    finally:
+        # kill -9 of the whole job (mpirun and its ranks): the lock must go with them.
+        for pid in subprocess.run(["pgrep", "-P", str(first.pid)], stdout=subprocess.PIPE, text=True).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.communicate()
+    print(f"ok: the first run held run_dir and checkpoint dir; {len(steps)} whole metrics lines of its own")
+    # A restart after the crash: the lock is free, its file names the dead run.
+    p = r.run(np=2, ckpt=os.path.join(r.dir, "ckpt_after"))
+    if p.returncode != 0:
+        fail(f"a restart after kill -9 failed (exit {p.returncode}):\n{p.stdout[-3000:]}")
+    if not re.search(r"taking over .*\.ftrain\.lock from an earlier run that no longer holds it \(host \S+ pid "
+                     rf"({'|'.join(ranks)}),.*crashed or was killed", p.stdout):
+        fail(f"the restart did not report the crashed holder:\n{p.stdout[-3000:]}")
+    # A clean end leaves nothing to report.
+    p = r.run(np=2, ckpt=os.path.join(r.dir, "ckpt_after2"))
+    if p.returncode != 0 or "taking over" in p.stdout:
+        fail(f"after a clean end (exit {p.returncode}) the lock should be free and quiet:\n{p.stdout[-3000:]}")
+    print("ok: after kill -9 a restart took the lock over and said so; after a clean end nothing was said")
+
+
+def alive(pid):
+    """True while `pid` runs (a zombie, reaped by nobody once mpirun is gone, does not run)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def committed_steps(ckpt):
+    return {int(d[5:]) for d in os.listdir(ckpt) if re.fullmatch(r"step_\d+", d)} if os.path.isdir(ckpt) else set()
+
+
+def scenario_launcher_gone(r):
+    run, ckpt = os.path.join(r.dir, "run"), os.path.join(r.dir, "ckpt")
+    cmd = r.mpirun + ["-np", "2"] + r.ftrain_args(r.variables(max_steps=100000))
+    job = subprocess.Popen(cmd, cwd=r.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (os.path.exists(os.path.join(run, "metrics.jsonl")) and len(train_rows(run)) >= 3):
+        if job.poll() is not None or time.monotonic() > deadline:
+            fail("the run did not reach step 3:\n" + job.communicate()[0][-3000:])
+        time.sleep(0.05)
+    ranks = [int(p) for p in subprocess.run(["pgrep", "-P", str(job.pid)], stdout=subprocess.PIPE,
+                                            text=True).stdout.split()]
+    if len(ranks) != 2:
+        fail(f"expected 2 rank processes under mpirun, found {ranks}")
+    os.kill(job.pid, signal.SIGKILL)  # mpirun only: the ranks are on their own now
+    killed = time.monotonic()
+    newest_at_kill = max(committed_steps(ckpt), default=0)
+    while any(alive(p) for p in ranks) and time.monotonic() - killed < 0.5:
+        time.sleep(0.01)
+    left = [p for p in ranks if alive(p)]
+    ran_on = time.monotonic() - killed
+    time.sleep(1.5)  # what orphans would still commit
+    newest_after = max(committed_steps(ckpt), default=0)
+    for p in ranks:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    job.communicate()
+    if left:
+        fail(f"ranks {left} still ran {ran_on:.2f} s after mpirun was killed (newest checkpoint step_{newest_at_kill} "
+             f"at the kill, step_{newest_after} 1.5 s later)")
+    if newest_after > newest_at_kill:
+        fail(f"step_{newest_after} was committed after mpirun was killed (step_{newest_at_kill} at the kill)")
+    print(f"ok: the ranks ended {ran_on:.2f} s after kill -9 of mpirun; newest checkpoint step_{newest_after}, "
+          f"as at the kill")
+    p = r.run(np=2, ckpt=os.path.join(r.dir, "ckpt_after"))
+    if p.returncode != 0:
+        fail(f"a restart after the orphaned ranks ended failed (exit {p.returncode}):\n{p.stdout[-3000:]}")
+    print("ok: the restart found the run directory free")
+
+
+def safetensors_poison(path, element):
+    """Writes a NaN into `element` of the first f32 tensor of a safetensors file; returns its name."""
+    import json
+    import struct
+    with open(path, "r+b") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        name = sorted(k for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32")[0]
+        f.seek(8 + size + header[name]["data_offsets"][0] + 4 * element)
+        f.write(struct.pack("<f", float("nan")))
+    return name
+
+
+def scenario_nan_weights(r):
+    if not r.convert:
+        fail("nan_weights needs --convert")
+    p = r.run(np=2, max_steps=2)
+    if p.returncode != 0:
+        fail(f"the run that writes the weights failed:\n{p.stdout[-3000:]}")
+    good = os.path.join(r.dir, "final", "model.h5")
+    st = os.path.join(r.dir, "st")
+    q = subprocess.run([r.convert, "h5-to-safetensors", good, st], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    if q.returncode != 0:
+        fail(f"h5-to-safetensors: {q.stdout}")
+    shard = sorted(f for f in os.listdir(st) if f.endswith(".safetensors"))[0]
+    tensor = safetensors_poison(os.path.join(st, shard), 3)
+    named = rf"{re.escape(shard)}: tensor '{re.escape(tensor)}' holds a non-finite value \(NaN\) at element 3"
+    q = subprocess.run([r.convert, "safetensors-to-h5", st, os.path.join(r.dir, "back.h5")], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    if q.returncode == 0 or not re.search(named, q.stdout):
+        fail(f"ftrain-convert safetensors-to-h5 of a NaN weight: exit {q.returncode}, expected {named!r}:\n{q.stdout}")
+    print(f"ok: ftrain-convert refused the NaN weight: {q.stdout.strip()[:200]}")
+    # init safetensors at a tiny lr with clipping on (the probe's lr 0 is a deck error): stopped at load,
+    # named, and not reported as a divergence with advice that cannot apply.
+    deck = r.write("init_st.in", DECK + "init safetensors ${st}\nclip_grad_norm 1.0\n")
+    variables = dict(r.variables(lr="1e-12", max_steps=2), st=st)
+    q = r.launch(r.mpirun + ["-np", "2"] + r.ftrain_args(variables, deck=deck))
+    if q.returncode == 0 or not re.search(named, q.stdout):
+        fail(f"init safetensors with a NaN weight: exit {q.returncode}, expected {named!r}:\n{q.stdout[-3000:]}")
+    if "Lower the learning rate" in q.stdout or re.search(r"step \d+ diverged", q.stdout):
+        fail(f"a NaN initial weight was reported as a divergence:\n{q.stdout[-3000:]}")
+    print("ok: init safetensors stopped at load naming the file, tensor and element")
+    # init hdf5 of a consolidated file with a NaN weight, poisoned with h5py
+    # (Debian's interpreter has it where this one may not).
+    bad_h5 = os.path.join(r.dir, "bad.h5")
+    shutil.copy(good, bad_h5)
+    poison = ("import h5py, sys\nwith h5py.File(sys.argv[1], 'r+') as f:\n    d = f[sys.argv[2]]\n"
+              "    v = d[()]\n    v.flat[3] = float('nan')\n    d[...] = v\n")
+    for python in (sys.executable, "/usr/bin/python3"):
+        if subprocess.run([python, "-c", poison, bad_h5, tensor], capture_output=True).returncode == 0:
+            break
+    else:
+        print("SKIP (part): no h5py here; init hdf5 of a NaN file was not tried")
+        return
+    deck = r.write("init_h5.in", DECK + "init hdf5 ${h5}\nclip_grad_norm 1.0\n")
+    variables = dict(r.variables(lr="1e-12", max_steps=2), h5=bad_h5)
+    q = r.launch(r.mpirun + ["-np", "2"] + r.ftrain_args(variables, deck=deck))
+    if q.returncode == 0 or f"dataset '{tensor}' holds a non-finite value (NaN) at element 3" not in q.stdout:
+        fail(f"init hdf5 with a NaN weight: exit {q.returncode}:\n{q.stdout[-3000:]}")
+    print("ok: init hdf5 stopped at load naming the file, dataset and element")
+
+
+VIT_DECK = """\
+model vit preset tiny
+data images hdf5 ${images} shuffle on
+batch micro 4
+optimizer adamw lr 1e-3
+max_steps 2
+run_dir ${run}
+"""
+
+
+def scenario_image_check(r):
+    if not (r.vit_plugin_dir and r.make_images):
+        fail("image_check needs --vit-plugin-dir and --make-images")
+    env = dict(os.environ, FTRAIN_PLUGIN_PATH=r.vit_plugin_dir)
+    deck = r.write("vit.in", VIT_DECK)
+    good, small, garbage = (os.path.join(r.dir, n) for n in ("good.h5", "small.h5", "garbage.h5"))
+    subprocess.run([r.make_images, good, "16", "32", "10"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([r.make_images, small, "16", "16", "10"], check=True, stdout=subprocess.DEVNULL)
+    with open(garbage, "wb") as f:
+        f.write(bytes((i * 131 + 7) % 256 for i in range(4096)))
+
+    def check(images):
+        cmd = r.mpirun + ["-np", "2", r.ftrain, "--check", "-var", "images", images, "-var", "run",
+                          os.path.join(r.dir, "run"), deck]
+        p = subprocess.run(cmd, cwd=r.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                           timeout=120)
+        p.seconds = 0.0
+        return p
+
+    p = check(good)
+    if p.returncode != 0:
+        fail(f"--check with a good image file failed:\n{p.stdout[-3000:]}")
+    expect_failure(check(garbage), rf"vit\.in:2: {re.escape(garbage)}: cannot open as an HDF5 file",
+                   "--check with random bytes as the image file")
+    expect_failure(check(small), rf"vit\.in:2: {re.escape(small)}: dataset 'images' has shape \[16, 16, 16, 3\], "
+                                 rf"the model expects \[N, 32, 32, 3\]", "--check with images of the wrong shape")
+
+    # Token files (issue 35, item 7): deck.md promises the file and the deck line, at --check and at the start.
+    tokens = os.path.join(r.dir, "garbage.tok")
+    with open(tokens, "wb") as f:
+        f.write(bytes((i * 61 + 0xff) % 256 for i in range(512)))
+    for checking in (True, False):
+        p = r.run(np=2, check=checking, data=tokens)
+        expect_failure(p, rf"deck\.in:3: token file {re.escape(tokens)} has the wrong magic", f"random bytes as the token file"
+                                                                 f"{' (--check)' if checking else ''}",
+                       mpi_errors_allowed=True)
+
+
 def scenario_startup_error(r):
     # MPMD: the last rank reads another deck (missing) or has a variable only in its environment.
     env_deck = r.write("env.in", DECK.replace("${data}", "${FTRAIN_TEST_ONLY_HERE}"))
@@ -353,6 +615,9 @@ def main():
     ap.add_argument("--prep", required=True)
     ap.add_argument("--mpirun", required=True)
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--convert", help="ftrain-convert (nan_weights)")
+    ap.add_argument("--vit-plugin-dir", help="the directory of the vit plugin (image_check)")
+    ap.add_argument("--make-images", help="vit_make_image_h5 (image_check)")
     a = ap.parse_args()
     scenario = globals().get("scenario_" + a.scenario)
     if scenario is None:

@@ -197,4 +197,49 @@ TEST_F(LineageTest, PlanSurvivesTheBroadcastEncoding) {
   EXPECT_EQ(back.found_any, plan.found_any);
 }
 
+// Issue 35: damage of any shape in the newest manifest falls back, and the
+// notes (which quote the parser's view of the bytes) stay printable and
+// survive the broadcast encoding. On main, a non-UTF-8 byte made to_json()
+// throw (json type_error 316) and a field of another type escaped as a json
+// exception instead of a note.
+TEST_F(LineageTest, AnyDamagedManifestFallsBackWithPrintableNotes) {
+  const std::string manifest = step_dir(2) + "/manifest.json";
+  const std::vector<std::pair<std::string, std::string>> damages = {
+      {"random bytes", std::string("\xff\xfe\x80garbage\x01\x02", 12)},
+      {"non-UTF-8 inside a string", "{\"complete\": true, \"checkpoint_id\": \"\xff\xc3(\"}"},
+      {"a field of another type", "{\"complete\": \"yes\"}"},
+      {"an id of another type", "{\"complete\": true, \"format_version\": 3, \"checkpoint_id\": 5}"},
+  };
+  for (const auto& [what, bytes] : damages) {
+    save(1, "a1", -1, "");
+    save(2, "a2", 1, "a1");
+    set_latest(2);
+    std::ofstream(manifest, std::ios::binary | std::ios::trunc) << bytes;
+    ResumePlan plan;
+    ASSERT_NO_THROW(plan = plan_resume_auto(dir_)) << what;
+    ASSERT_FALSE(plan.candidates.empty()) << what;
+    EXPECT_EQ(plan.candidates.front(), step_dir(1)) << what << "\n" << notes(plan);
+    EXPECT_NE(notes(plan).find(manifest), std::string::npos) << what << "\n" << notes(plan);
+    for (const unsigned char ch : notes(plan))
+      EXPECT_TRUE((ch >= 0x20 && ch < 0x7f) || ch == '\n') << what << ": byte " << int(ch) << " in\n" << notes(plan);
+    std::string encoded;
+    ASSERT_NO_THROW(encoded = plan.to_json()) << what;
+    EXPECT_EQ(ResumePlan::from_json(encoded).notes, plan.notes) << what;
+  }
+  // A file entry without its name: verify_step_directory says so as a UserError.
+  save(2, "a2", 1, "a1");
+  nlohmann::json m = nlohmann::json::parse(std::ifstream(manifest));
+  for (auto& f : m["files"]) f.erase("name");
+  std::ofstream(manifest, std::ios::trunc) << m.dump();
+  EXPECT_THROW(verify_step_directory(step_dir(2)), UserError);
+  const ResumePlan plan = plan_resume_auto(dir_);
+  ASSERT_FALSE(plan.candidates.empty());
+  EXPECT_EQ(plan.candidates.front(), step_dir(1)) << notes(plan);
+}
+
+TEST(Printable, EscapesEveryByteOutsidePrintableAscii) {
+  EXPECT_EQ(printable("ok: a-Z ~"), "ok: a-Z ~");
+  EXPECT_EQ(printable(std::string("\xff\x00\x7f\n", 4)), "\\xff\\x00\\x7f\n");
+}
+
 }  // namespace
