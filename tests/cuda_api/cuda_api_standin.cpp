@@ -490,6 +490,17 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
     case cudaDevAttrWarpSize: *value = 32; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 232448; break;
+    // What CUB's dispatch (the embedding backward's sort) sizes its kernels by.
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = 49152; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = 233472; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = 2048; break;
+    case cudaDevAttrMaxRegistersPerBlock: *value = 65536; break;
+    case cudaDevAttrMaxRegistersPerMultiprocessor: *value = 65536; break;
+    case cudaDevAttrL2CacheSize: *value = 50 << 20; break;
+    case cudaDevAttrMaxGridDimX: *value = 2147483647; break;
+    case cudaDevAttrMaxGridDimY: case cudaDevAttrMaxGridDimZ: *value = 65535; break;
+    case cudaDevAttrMaxBlockDimX: case cudaDevAttrMaxBlockDimY: *value = 1024; break;
+    case cudaDevAttrMaxBlockDimZ: *value = 64; break;
     default: *value = 0; break;
   }
   return cudaSuccess;
@@ -516,7 +527,11 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    default: return "cudaError (cuda-api stand-in)";
+    default: {
+      static thread_local char name[64];
+      std::snprintf(name, sizeof name, "cudaError %d (cuda-api stand-in)", static_cast<int>(error));
+      return name;
+    }
   }
 }
 const char* cudaGetErrorString(cudaError_t error) { return cudaGetErrorName(error); }
@@ -768,10 +783,18 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void*) {
   record("cudaFuncGetAttributes");
   std::memset(attributes, 0, sizeof *attributes);
   attributes->maxThreadsPerBlock = 1024;
+  attributes->ptxVersion = 90;  // CUB picks its tuning policy by these
+  attributes->binaryVersion = 90;
   return cudaSuccess;
 }
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void*, int, size_t) {
   record("cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  *blocks = 2;
+  return cudaSuccess;
+}
+// CUB's device-wide sorts (the embedding backward) size their grids with it.
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, const void*, int, size_t, unsigned int) {
+  record("cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags");
   *blocks = 2;
   return cudaSuccess;
 }

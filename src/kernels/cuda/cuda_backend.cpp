@@ -302,8 +302,13 @@ class CudaAllocator final : public DeviceAllocator {
   void attach_stream(Stream* stream) override {
     FT_CHECK(stream != nullptr && stream->native_handle() != nullptr)
         << "CUDA allocator: attach_stream needs a CUDA stream";
+    use_rank_device();
     std::lock_guard<std::mutex> lock(mutex_);
     attached_.push_back(static_cast<cudaStream_t>(stream->native_handle()));
+    // The pinned upload blocks now, while a context is made, not at the
+    // first upload inside a training step: cudaHostAlloc is device-wide
+    // synchronous (the cuda-api engine test counts it).
+    bounce_.reserve(kBounceMaxBytes);
   }
   void detach_stream(Stream* stream) override {
     if (stream == nullptr) return;
@@ -449,6 +454,19 @@ class CudaAllocator final : public DeviceAllocator {
         blocks_.erase(it);
         blocks_.push_back(b);
         return;
+      }
+    }
+
+    // kBlocks blocks of `capacity` bytes each, once: take() then never
+    // allocates while at most kBlocks uploads are in flight.
+    void reserve(std::size_t capacity) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      while (blocks_.size() < kBlocks) {
+        Block b;
+        b.capacity = capacity;
+        FTRAIN_CUDA_CHECK(cudaHostAlloc(&b.data, b.capacity, cudaHostAllocDefault));
+        FTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
+        blocks_.push_back(b);
       }
     }
 

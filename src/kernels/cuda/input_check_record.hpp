@@ -37,12 +37,17 @@ FTRAIN_HD bool input_check_allows_ignore_index(InputCheck c) {
 }
 inline constexpr int kInputChecks = static_cast<int>(InputCheck::count);
 
-// A slot with no bad input.
-inline constexpr long long kNoBadInput = 0x7fffffffffffffffLL;
+// A slot with no bad input: every byte kNoBadInputByte, so that a slot is
+// emptied by cudaMemsetAsync on the stream (no host buffer, no synchronous
+// copy inside a training step).
+inline constexpr unsigned char kNoBadInputByte = 0x7f;
+inline constexpr long long kNoBadInput = 0x7f7f7f7f7f7f7f7fLL;
+// Rows a check may key: below this, every key stays below kNoBadInput.
+inline constexpr std::int64_t kMaxCheckedRows = 0x7f7f7f7fLL;
 
-// The key of a bad value at `row` (0 <= row < 2^31 - 1, so that no key
-// reaches kNoBadInput): keys order by row first, so the smallest key is the
-// first bad row, and it carries the value.
+// The key of a bad value at `row` (0 <= row < kMaxCheckedRows, so that no
+// key reaches kNoBadInput): keys order by row first, so the smallest key is
+// the first bad row, and it carries the value.
 FTRAIN_HD long long bad_input_key(std::int64_t row, std::int32_t value) {
   return static_cast<long long>((static_cast<std::uint64_t>(row) << 32) |
                                 static_cast<std::uint64_t>(static_cast<std::uint32_t>(value)));

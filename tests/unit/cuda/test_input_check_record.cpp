@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -18,13 +19,18 @@ using namespace ftrain::cuda;
 TEST(InputCheckRecord, TheSmallestKeyIsTheFirstBadRowWithItsValue) {
   // Bad values at rows 9, 4 (negative), 7, 4 is the first; values of any sign.
   const std::vector<long long> keys{bad_input_key(9, 70000), bad_input_key(4, -3), bad_input_key(7, 64),
-                                    bad_input_key(2147483646, 2147483647)};
+                                    bad_input_key(kMaxCheckedRows - 1, 2147483647)};
   const long long first = *std::min_element(keys.begin(), keys.end());
   EXPECT_EQ(bad_input_row(first), 4);
   EXPECT_EQ(bad_input_value(first), -3);
-  // Rows below 2^31 - 1 (launch_input_range_check refuses more ids): the
-  // largest key, row 2^31 - 2 with value -1, stays below the empty slot's.
-  for (const std::int64_t row : {std::int64_t{0}, std::int64_t{1}, std::int64_t{123456}, std::int64_t{2147483646}})
+  // Rows below kMaxCheckedRows (launch_input_range_check refuses more ids):
+  // the largest key, the last row with value -1, stays below the empty
+  // slot's, whose bytes are all kNoBadInputByte (a memset empties a slot).
+  long long memset_slot = 0;
+  std::memset(&memset_slot, kNoBadInputByte, sizeof memset_slot);
+  EXPECT_EQ(memset_slot, kNoBadInput);
+  EXPECT_LT(bad_input_key(kMaxCheckedRows - 1, -1), kNoBadInput);
+  for (const std::int64_t row : {std::int64_t{0}, std::int64_t{1}, std::int64_t{123456}, kMaxCheckedRows - 1})
     for (const std::int32_t value : {0, -1, -100, 64, 2147483647, -2147483647 - 1}) {
       const long long key = bad_input_key(row, value);
       EXPECT_EQ(bad_input_row(key), row);
