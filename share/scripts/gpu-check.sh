@@ -21,7 +21,8 @@
 # backend did not load or found no device. The report is markdown, written
 # to FTRAIN_GPU_REPORT, else (in a checkout) share/doc/gpu-runs/<UTC stamp>.md.
 # FTRAIN_BUILD_DIR is the build tree or an unpacked gpu-pack.sh archive
-# (default: build). Without a GPU, a run (not a dry run) says why and exits 2.
+# (default: build); FTRAIN_GPU_COMMIT names the commit built when the
+# checkout on the GPU machine cannot tell. Without a GPU, a run (not a dry run) says why and exits 2.
 set -euo pipefail
 FTRAIN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 B="${FTRAIN_BUILD_DIR:-$FTRAIN_ROOT/build}"
@@ -159,8 +160,11 @@ fi
 if [[ -n "${FTRAIN_GPU_REPORT:-}" ]]; then REPORT=$FTRAIN_GPU_REPORT
 else REPORT="$FTRAIN_ROOT/share/doc/gpu-runs/$STAMP-${mode}${part}.md"; fi
 mkdir -p "$(dirname "$REPORT")"
+# A checkout copied to a GPU machine may carry stale git metadata: the
+# builder can say which commit it built (FTRAIN_GPU_COMMIT).
 commit=$(git -C "$FTRAIN_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ -n "$(git -C "$FTRAIN_ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]]; then commit="$commit (with uncommitted changes)"; fi
+if [[ -n "${FTRAIN_GPU_COMMIT:-}" ]]; then commit="$FTRAIN_GPU_COMMIT (as the builder says; the checkout's git: $commit)"; fi
 {
   echo "# GPU check $title, $STAMP"
   echo

@@ -35,7 +35,7 @@ rc=$?
 fail() { echo "$out"; echo "FAIL: $1"; exit 1; }
 [[ $rc -eq 1 ]] || fail "exit $rc, want 1 (every row crashed)"
 for want in "machine:" "commit:" "device:  stand-in (glue test)" \
-    "command: FTRAIN_PEAK_TFLOPS=989 FTRAIN_PEAK_TFLOPS_FP8=1978 BENCH_MODELS='1b' BENCH_PRECISIONS='fp8' bash share/bench/gpu_llama.sh 5" \
+    "command: FTRAIN_PEAK_TFLOPS=989 FTRAIN_PEAK_TFLOPS_FP8=1978 BENCH_MODELS='1b' BENCH_PRECISIONS='fp8' BENCH_PYTORCH_MODES='eager compiled' bash share/bench/gpu_llama.sh 5" \
     "total (paper estimate)" "== Summary ==" \
     "llama3.2-1b  fp8       ftrain" "llama3.2-1b  fp8       pytorch eager" "llama3.2-1b  fp8       pytorch compiled" \
     "fp8 ftrain/PyTorch-compiled tokens/s: not measured (FAILED: " "NOT JUDGED" "3 row(s) FAILED to run: exit 1"; do
