@@ -21,6 +21,26 @@ std::vector<std::int64_t> shuffle_permutation(std::int64_t n, std::uint64_t seed
   return perm;
 }
 
+ExampleTruncation count_example_truncation(const TokenFile& file, std::int64_t seq_len) {
+  FT_CHECK(file.has_document_index() && seq_len >= 1) << file.path() << " seq_len " << seq_len;
+  ExampleTruncation count;
+  const auto documents = static_cast<std::int64_t>(file.header().n_documents);
+  for (std::int64_t d = 0; d < documents; ++d) {
+    const std::int64_t begin = file.document_begin(d), end = file.document_begin(d + 1);
+    const std::int64_t length = end - begin;
+    if (length < 2) continue;  // skipped by packing off: nothing to predict
+    ++count.examples;
+    count.longest_tokens = std::max(count.longest_tokens, length);
+    if (length > seq_len + 1) ++count.truncated;
+    // Targets are tokens begin+1 .. begin+used of the window (fill_window).
+    const std::int64_t used = std::min(length, seq_len + 1) - 1;
+    bool any_trained = false;
+    for (std::int64_t i = begin + 1; i <= begin + used && !any_trained; ++i) any_trained = file.trained(i);
+    if (!any_trained) ++count.untrained;
+  }
+  return count;
+}
+
 TokenDataset::TokenDataset(std::shared_ptr<const TokenFile> file, const TokenDatasetOptions& options)
     : file_(std::move(file)), options_(options) {
   init();

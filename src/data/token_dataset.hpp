@@ -119,6 +119,19 @@ class TokenDataset {
   int cache_next_ = 0;
 };
 
+// What packing off does to a version 2 file's examples (its document index)
+// at seq_len T: a window holds an example's first T+1 tokens, so a longer
+// one is truncated, and one whose trained (response) tokens all lie past
+// them trains on nothing. `ftrain --check` and the run header report it.
+struct ExampleTruncation {
+  std::int64_t examples = 0;        // documents of 2 or more tokens (the windows)
+  std::int64_t truncated = 0;       // longer than T+1 tokens
+  std::int64_t untrained = 0;       // no trained target left within the window
+  std::int64_t longest_tokens = 0;  // the longest example
+};
+// Requires file.has_document_index().
+ExampleTruncation count_example_truncation(const TokenFile& file, std::int64_t seq_len);
+
 // The Fisher-Yates permutation of 0..n-1 documented above.
 std::vector<std::int64_t> shuffle_permutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch);
 

@@ -369,7 +369,13 @@ std::vector<Command> build_table() {
                              .maps_to = "TRL `SFTConfig.packing`",
                              .set = [](RunConfig& c, const Value& v) { c.data.packing = v.flag; },
                              .default_of = [](const RunConfig& c) { return on_off(c.data.packing); }},
-                       data_shuffle_param()},
+                       data_shuffle_param(),
+                       Param{.name = "allow_untrained_steps", .kind = ValueKind::on_off,
+                             .help = "off: a step with no trained target token (instruction data whose "
+                                     "responses seq_len cuts off entirely) stops the run naming the step; on: "
+                                     "such a step runs with zero loss and only weight decay changes the weights",
+                             .set = [](RunConfig& c, const Value& v) { c.data.allow_untrained_steps = v.flag; },
+                             .default_of = [](const RunConfig& c) { return on_off(c.data.allow_untrained_steps); }}},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
             c.data.kind = "tokens";
             c.data.where = p.where;

@@ -44,6 +44,9 @@ struct DataSection {  // data tokens PATH [packing on|off] [shuffle on|off] | da
   ImageDataSection images;
   bool packing = true;
   bool shuffle = false;
+  // A step whose targets are all masked (every response cut off by seq_len)
+  // trains nothing; it stops the run unless the deck says it may happen.
+  bool allow_untrained_steps = false;
   DeckLocation where;
 };
 

@@ -176,6 +176,25 @@ std::string device_header(const DeviceChoice& choice, const std::string& attenti
   return h.str();
 }
 
+// Packing off on instruction data (a document index): how many examples
+// seq_len cuts, and how many it leaves without a trained token. A warning
+// when any is cut; an error when no example trains at all, since every step
+// would then be an untrained one (unless the deck allows those).
+void report_example_truncation(const RunConfig& c, const data::TokenFile& file, std::vector<std::string>& warnings) {
+  if (c.data.packing || !file.has_document_index()) return;
+  const data::ExampleTruncation n = data::count_example_truncation(file, c.batch.seq_len);
+  if (n.truncated == 0) return;
+  std::ostringstream m;
+  m << c.data.where.str() << ": " << n.truncated << " of " << n.examples << " examples in " << file.path()
+    << " are longer than seq_len+1 = " << c.batch.seq_len + 1 << " tokens (the longest has " << n.longest_tokens
+    << ") and packing off cuts them; " << n.untrained << " of them " << (n.untrained == 1 ? "loses" : "lose")
+    << " every response token and train" << (n.untrained == 1 ? "s" : "") << " nothing (seq_len " << n.longest_tokens - 1
+    << " keeps every example whole; packing on trains every response token)";
+  if (n.untrained == n.examples && !c.data.allow_untrained_steps)
+    FT_USER_ERROR() << m.str() << ". No step would train; `allow_untrained_steps on` on the data line runs it anyway";
+  warnings.push_back(m.str());
+}
+
 std::int64_t count_targets(const Tensor& targets) {
   const auto* t = targets.data_as<std::int32_t>();
   std::int64_t n = 0;
@@ -528,6 +547,7 @@ void Trainer::prepare() {
             FT_USER_ERROR() << (eval ? c.eval.where : c.data.where).str() << ": " << e.what();
           }
           check_label_space(c, role, static_cast<std::int64_t>(file->header().vocab_size), *s.model);
+          if (!eval) report_example_truncation(c, *file, s.config.warnings);
         });
       }
       // An image file is opened as the run would open it: its datasets, their
@@ -551,6 +571,8 @@ void Trainer::prepare() {
   const std::int64_t outputs = s.model->output_size();
   s.train_data = make_batch_source(c, DataRole::training, s.plan.global_batch, *s.model);
   if (!c.eval.path.empty()) s.eval_data = make_batch_source(c, DataRole::evaluation, s.plan.global_batch, *s.model);
+  if (const auto* tokens = dynamic_cast<const data::TokenBatchSource*>(s.train_data.get()))
+    report_example_truncation(c, tokens->dataset().file(), s.config.warnings);
   for (auto* source : {s.train_data.get(), s.eval_data.get()}) {
     if (source != nullptr && source->label_space() > outputs)
       check_label_space(c, source == s.train_data.get() ? DataRole::training : DataRole::evaluation,
@@ -1007,6 +1029,22 @@ int Trainer::run() {
     const auto t0 = Clock::now();
     const double lr = optim::learning_rate(c.schedule, c.optimizer.lr, step, c.max_steps);
     const std::int64_t global_targets = run_micro_steps(step);
+    // Masked instruction data can leave a step with nothing to learn (every
+    // response past seq_len): it would log loss 0 and look like training.
+    // The count is all-reduced, so every rank stops together, before the update.
+    if (global_targets == 0 && s.model->data_kind() == DataKind::tokens && !c.data.allow_untrained_steps) {
+      std::string message =
+          "step " + std::to_string(step + 1) + " has no trained target token: every target of its " +
+          std::to_string(s.plan.global_batch) + " samples is masked (prompt or padding) in " + c.data.path +
+          " (" + c.data.where.str() + "). Responses cut off by seq_len " + std::to_string(c.batch.seq_len) +
+          " train nothing: `ftrain --check` counts them; raise seq_len, use packing on, or add "
+          "`allow_untrained_steps on` to the data line to run such steps";
+      if (checkpoints) {  // an earlier save in flight is finished first, as for a diverged step
+        const std::string pending = report(checkpoints->finish());
+        if (!pending.empty()) message += " Also: " + pending;
+      }
+      return s.stop_with_error(message);
+    }
     // The loss stays on the device (share/doc/execution-model.md, "What the
     // host reads"): it is read and all-reduced only when something needs it
     // (the log line, a checkpoint, a diverged step), once per step at most;
@@ -1140,11 +1178,16 @@ int Trainer::run() {
       const auto in_flight_high_water = static_cast<std::int64_t>(
           s.world.all_reduce_max(static_cast<double>(counted.gathered_in_flight_high_water)));
       s.engine->reset_counters();
-      char buf[320];
+      // The loss is a mean over trained targets only: the count says what it
+      // averaged (a masked prompt is not trained).
+      char trained_text[48] = "";
+      if (!images)
+        std::snprintf(trained_text, sizeof trained_text, " (%lld trained tok)", static_cast<long long>(global_targets));
+      char buf[360];
       std::snprintf(buf, sizeof buf,
-                    "step %lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f %s | MFU %s | mem %.0f MiB | "
+                    "step %lld/%lld | loss %.6f%s | lr %.3e | grad_norm %.4f | %.0f %s | MFU %s | mem %.0f MiB | "
                     "ETA %s\n",
-                    static_cast<long long>(done), static_cast<long long>(c.max_steps), loss, lr, norm,
+                    static_cast<long long>(done), static_cast<long long>(c.max_steps), loss, trained_text, lr, norm,
                     images ? samples_per_s : tokens_per_s, images ? "img/s" : "tok/s", mfu_text, peak_mib,
                     format_duration(eta).c_str());
       s.say(buf);
@@ -1160,6 +1203,7 @@ int Trainer::run() {
         if (!images) {
           j["tokens"] = s.plan.tokens_per_step * done;
           j["tokens_per_s"] = tokens_per_s;
+          j["trained_tokens"] = global_targets;  // this step's unmasked targets, all ranks
         }
         j["step_time_s"] = step_time;
         j["mfu"] = mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr);  // null: the stated peak is wrong

@@ -26,8 +26,10 @@ place of `scontrol requeue` / `qrerun`. Scenarios:
   templates     the whole batch scripts (jobs/slurm/*.sbatch, jobs/pbs/*.pbs)
                 run as a scheduler would run them, from a submit directory
                 that links jobs/ and inputs/, with FTRAIN=/bin/echo: each of
-                the 2 ranks must print the deck and the -var paths, so the
-                header-to-launch wiring is exercised without training.
+                the 2 ranks must print the deck, the -var paths and
+                `-var device cuda` (a GPU job must not fall back to the
+                CPUs), so the header-to-launch wiring is exercised without
+                training.
 """
 import argparse
 import json
@@ -214,7 +216,10 @@ def templates(a):
             lines = [l for l in p.stdout.splitlines() if l.startswith("inputs/")]
             if p.returncode != 0 or len(lines) != 2:
                 fail(f"{kind}/{name}: exit {p.returncode}, {len(lines)} rank line(s):\n{p.stdout}{p.stderr}")
-            for want in ("-var hf_weights /models/x", "-var train_tokens /tok/train.tok", "-var run_dir "):
+            # A job that holds GPUs asks for them: with `device auto` a node
+            # whose GPU backend does not load would train on its CPUs.
+            for want in ("-var hf_weights /models/x", "-var train_tokens /tok/train.tok", "-var run_dir ",
+                         "-var device cuda"):
                 if want not in lines[0]:
                     fail(f"{kind}/{name}: the ranks were not given '{want}': {lines[0]}")
             print(f"ok: {kind}/{name} launches 2 ranks with: {lines[0]}")

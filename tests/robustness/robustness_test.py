@@ -55,6 +55,13 @@ Scenarios:
                 deck line and the file; a good file passes. A token file of
                 random bytes names the deck line and the file too, at
                 `--check` and at the start of a run.
+  untrained_steps (issue 36) instruction data (`ftrain-prep instruct`) whose
+                responses lie past seq_len with packing off: --check and the
+                run stop naming the data line and how many examples are cut
+                and lose every response token; `allow_untrained_steps on`
+                runs with trained_tokens 0 in metrics.jsonl and the log; a
+                half-cut file warns at --check, and the run stops at the
+                first step whose samples are all cut.
   startup_error a deck missing on one rank, and a ${VAR} set in the
                 environment of one rank only, at np 2 and np 3: the user's
                 message appears (once), exit non-zero, within seconds (no
@@ -583,6 +590,66 @@ def scenario_image_check(r):
         expect_failure(p, rf"deck\.in:3: token file {re.escape(tokens)} has the wrong magic", f"random bytes as the token file"
                                                                  f"{' (--check)' if checking else ''}",
                        mpi_errors_allowed=True)
+
+
+def scenario_untrained_steps(r):
+    # Issue 36: instruction data whose responses lie past seq_len trained on
+    # nothing while logging loss 0. Prompts of 40 bytes, seq_len 16, packing
+    # off: the window holds the prompt only, every target is masked.
+    def prepare(name, examples):
+        jsonl = r.write(name + ".jsonl", "".join(f'{{"prompt": "{p}", "response": "{a}"}}\n' for p, a in examples))
+        out = os.path.join(r.dir, name + ".tok")
+        subprocess.run([r.prep, "instruct", "--tokenizer", "bytes", "--template", "fields", "--out", out, jsonl],
+                       check=True, stdout=subprocess.DEVNULL)
+        return out
+
+    long_prompt = "x" * 40
+    cut = prepare("all_cut", [(long_prompt, "yes"), (long_prompt, "no")])
+    mixed = prepare("mixed", [("q", "ok"), (long_prompt, "lost")])  # example 2 loses its response
+    strict = DECK.replace("vocab_size 64", "vocab_size 320").replace("data tokens ${data}",
+                                                                     "data tokens ${data} packing off")
+    strict_deck = r.write("strict.in", strict)
+    allow_deck = r.write("allow.in", strict.replace("packing off", "packing off allow_untrained_steps on"))
+
+    def run(deck, data, check=False, np=1, **overrides):
+        overrides.setdefault("run", os.path.join(r.dir, "run_" + os.path.basename(deck)))
+        overrides.setdefault("micro", 1)
+        overrides.setdefault("max_steps", 2)
+        v = r.variables(data=data, **overrides)
+        return r.launch(r.mpirun + ["-np", str(np)] + r.ftrain_args(v, check=check, deck=deck))
+
+    lost_all = rf"strict\.in:3: 2 of 2 examples in {re.escape(cut)} are longer than seq_len\+1 = 17 tokens " \
+               rf"\(the longest has \d+\) and packing off cuts them; 2 of them lose every response token"
+    expect_failure(run(strict_deck, cut, check=True), lost_all, "--check, every response past seq_len")
+    expect_failure(run(strict_deck, cut, np=2), lost_all, "a run, every response past seq_len", mpi_errors_allowed=True)
+
+    # Allowed: it runs, and metrics.jsonl and the log say that nothing trained.
+    p = run(allow_deck, cut)
+    if p.returncode != 0:
+        fail(f"allow_untrained_steps on: exit {p.returncode}:\n{p.stdout[-3000:]}")
+    rows = train_rows(os.path.join(r.dir, "run_allow.in"))
+    if [row.get("trained_tokens") for row in rows] != [0, 0]:
+        fail(f"allow_untrained_steps on: trained_tokens per step should be [0, 0]: {rows}")
+    if "(0 trained tok)" not in p.stdout or not re.search(r"warning: \S*allow\.in:3: 2 of 2 examples", p.stdout):
+        fail(f"allow_untrained_steps on: the log does not say that no token trained:\n{p.stdout[-3000:]}")
+    print("ok: allow_untrained_steps on: the steps run with trained_tokens 0 in metrics.jsonl and the log")
+
+    # Mixed: --check warns with the counts; step 1 trains, step 2 (the cut example) stops the run.
+    p = run(strict_deck, mixed, check=True)
+    if p.returncode != 0 or not re.search(r"warning: \S*strict\.in:3: 1 of 2 examples .* 1 of them loses every "
+                                          r"response token", p.stdout):
+        fail(f"--check on a half-cut file: exit {p.returncode}, no warning with the counts:\n{p.stdout[-3000:]}")
+    # 2 ranks x micro 1: every step holds both examples, one of them trains.
+    p = run(strict_deck, mixed, np=2, max_steps=4, run=os.path.join(r.dir, "run_mixed_np2"))
+    if p.returncode != 0:
+        fail(f"a step holding one trained example stopped:\n{p.stdout[-3000:]}")
+    p = run(strict_deck, mixed, np=1, max_steps=4)
+    expect_failure(p, r"step 2 has no trained target token: every target of its 1 samples is masked", "step 2: "
+                   "only the cut example", mpi_errors_allowed=True)
+    rows = train_rows(os.path.join(r.dir, "run_strict.in"))
+    if not rows or rows[0]["step"] != 1 or rows[0].get("trained_tokens", 0) <= 0 or len(rows) != 1:
+        fail(f"step 1 (trained) should be logged with its trained_tokens, step 2 not: {rows}")
+    print(f"ok: step 1 trained {rows[0]['trained_tokens']} token(s); step 2 with none stopped the run")
 
 
 def scenario_startup_error(r):

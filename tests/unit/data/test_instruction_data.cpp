@@ -240,6 +240,38 @@ TEST_F(InstructionDataTest, FieldsTemplate) {
   EXPECT_EQ(got.documents, (std::vector<std::int64_t>{0, 6, 12}));
 }
 
+// Issue 36: packing off keeps an example's first seq_len+1 tokens; the
+// count of cut examples and of those left without a trained target is what
+// `ftrain --check` reports. Example 2 is a 40-token prompt, a 4-token
+// response (tokens 40..43) and eos (44): targets are tokens 1..seq_len.
+TEST_F(InstructionDataTest, CountsExamplesThatSeqLenCutsAndThoseLeftUntrained) {
+  const std::string long_prompt(40, 'x');
+  prepare(dir_.string(),
+          "{\"prompt\": \"q\", \"response\": \"ok\"}\n{\"prompt\": \"" + long_prompt +
+              "\", \"response\": \"lost\"}\n",
+          {"--template", "fields"});
+  const TokenFile file(dir_.string() + "/out.tok");
+  struct Want {
+    std::int64_t seq_len, truncated, untrained;
+  };
+  for (const Want w : {Want{16, 1, 1}, Want{39, 1, 1}, Want{40, 1, 0}, Want{43, 1, 0}, Want{44, 0, 0}}) {
+    const ExampleTruncation n = count_example_truncation(file, w.seq_len);
+    EXPECT_EQ(n.examples, 2) << "seq_len " << w.seq_len;
+    EXPECT_EQ(n.longest_tokens, 45) << "seq_len " << w.seq_len;
+    EXPECT_EQ(n.truncated, w.truncated) << "seq_len " << w.seq_len;
+    EXPECT_EQ(n.untrained, w.untrained) << "seq_len " << w.seq_len;
+  }
+  // The dataset agrees: at seq_len 39 every target of example 2 is ignored.
+  TokenDatasetOptions options;
+  options.seq_len = 39;
+  options.global_batch = 2;
+  options.packing = false;
+  TokenDataset dataset(std::make_shared<const TokenFile>(dir_.string() + "/out.tok"), options);
+  Tensor inputs = Tensor::zeros({1, 39}, DType::i32), targets = Tensor::zeros({1, 39}, DType::i32);
+  dataset.fill_windows(1, 1, inputs, targets);
+  for (std::int64_t t = 0; t < 39; ++t) EXPECT_EQ(targets.data_as<std::int32_t>()[t], kIgnoreTarget) << t;
+}
+
 TEST_F(InstructionDataTest, AlpacaTemplateWithAndWithoutInput) {
   const Prepared got = prepare(dir_.string(),
                                "{\"instruction\": \"Add.\", \"input\": \"1 2\", \"output\": \"3\"}\n"
