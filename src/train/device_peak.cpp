@@ -18,6 +18,7 @@
 
 #include "core/error.hpp"
 #include "kernels/blas_threads.hpp"
+#include "train/host_identity.hpp"
 
 namespace ftrain {
 
@@ -51,15 +52,6 @@ std::string cpu_model() {
     }
   }
   return "unknown CPU";
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 std::string rate_text(double flops) {
@@ -145,7 +137,7 @@ DevicePeak resolve_host_peak(std::optional<double> deck_peak_tflops, const Envir
   if (path.empty()) {
     d << " (not recorded: neither FTRAIN_PEAK_FILE, XDG_CACHE_HOME nor HOME is set)";
   } else {
-    record[key] = {{"gflops_per_core", per_core / 1e9}, {"recorded", utc_now()}, {"cpu", cpu_model()},
+    record[key] = {{"gflops_per_core", per_core / 1e9}, {"recorded", utc_timestamp()}, {"cpu", cpu_model()},
                    {"blas", blas_kernel_description()}};
     const std::string failure = write_record(path, record);
     if (failure.empty()) d << " and recorded in " << path << " for later runs";

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.hpp"
+#include "train/host_identity.hpp"
 
 namespace ftrain {
 
@@ -27,9 +28,7 @@ std::string named(const OutputLocation& o) {
 // otherwise the reason. The name is unique per process, so ranks sharing a
 // directory never collide.
 std::string try_write_in(const fs::path& dir) {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  const fs::path probe = dir / (".ftrain_write_test." + std::string(host) + "." + std::to_string(getpid()));
+  const fs::path probe = dir / (".ftrain_write_test." + host_name() + "." + std::to_string(getpid()));
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return std::strerror(errno);
   // One block's worth: a full filesystem refuses data even where it still

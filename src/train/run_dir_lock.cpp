@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "train/host_identity.hpp"
 
 namespace ftrain {
 
@@ -27,21 +28,6 @@ namespace {
 std::string named(const OutputLocation& o) {
   std::string s = o.where.file.empty() ? "" : o.where.str() + ": ";
   return s + o.what + " '" + o.dir + "'";
-}
-
-std::string this_host() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return host;
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // The whole lock file (small): the owner record of the run that wrote it last.
@@ -147,9 +133,9 @@ DirectoryLock DirectoryLock::acquire(const OutputLocation& location, std::string
   if (!previous.empty() && notice != nullptr)
     *notice = named(location) + ": taking over " + lock.path_ + " from an earlier run that no longer holds it (" +
               describe_owner(previous) + "; it crashed or was killed)";
-  const json record{{"host", this_host()},
+  const json record{{"host", host_name()},
                     {"pid", static_cast<long long>(::getpid())},
-                    {"started", utc_now()},
+                    {"started", utc_timestamp()},
                     {"directory", location.what},
                     {"deck", location.where.file.empty() ? std::string("-") : location.where.file}};
   const std::string text = record.dump(-1, ' ', true, json::error_handler_t::replace) + "\n";

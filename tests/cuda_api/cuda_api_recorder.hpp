@@ -85,4 +85,13 @@ std::uint64_t device_memory_bytes();
 // "name thread device stream ..." of one call, for messages.
 std::string describe(const Call& call);
 
+// Findings for a test's failure message: one per line, the first `shown`,
+// then how many more.
+inline std::string listing(const std::vector<std::string>& findings, std::size_t shown = 30) {
+  std::string out;
+  for (std::size_t i = 0; i < findings.size() && i < shown; ++i) out += "  " + findings[i] + "\n";
+  if (findings.size() > shown) out += "  ... and " + std::to_string(findings.size() - shown) + " more\n";
+  return out;
+}
+
 }  // namespace cuda_api

@@ -31,10 +31,10 @@
 //    already ordered before it).
 //  * memory: device memory is host memory (so copies copy and collectives
 //    move real bytes); cudaFreeAsync frees in stream order.
-//  * kernels do not run: a launch (nvcc's stubs call __cudaPushCallConfig-
-//    uration / __cudaPopCallConfiguration / __cudaGetKernel / __cudaLaunchKernel)
-//    is recorded (as cudaLaunchKernel) and
-//    enqueued as an empty op. cuBLASLt: handles, descriptors and one
+//  * kernels do not run: a launch is recorded (as cudaLaunchKernel) and
+//    enqueued as an empty op, whichever entry point nvcc's launch stubs use
+//    (__cudaPushCallConfiguration, __cudaPopCallConfiguration,
+//    __cudaGetKernel, __cudaLaunchKernel, cudaLaunchKernel). cuBLASLt: handles, descriptors and one
 //    heuristic result succeed, a matmul is an empty op on its stream. cuDNN:
 //    handles and streams are recorded; descriptors, plans and execution
 //    answer NOT_SUPPORTED (attention runs the reference kernel here). NCCL: one rank per
@@ -805,8 +805,9 @@ cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream
   return cudaSuccess;
 }
 
-// CUDA 13's launch path from nvcc's stubs (crt/device_functions.h): the
-// kernel's handle, then the launch with the stream of the <<<>>> config.
+// CUDA 13's launch path from nvcc's stubs (declared in crt/device_functions.h):
+// __cudaGetKernel gives the kernel's handle, __cudaLaunchKernel launches it
+// on the stream of the <<<>>> configuration.
 cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* function) {
   *kernel = reinterpret_cast<cudaKernel_t>(const_cast<void*>(function));
   return cudaSuccess;
@@ -817,7 +818,8 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void**, size_t, cudaStr
   return cudaSuccess;
 }
 
-// nvcc's launch stubs and module registration (crt/host_runtime.h).
+// Module registration and the <<<>>> configuration stack that nvcc's launch
+// stubs call (declared in crt/host_runtime.h); registration records nothing.
 void** __cudaRegisterFatBinary(void*) {
   static void* handle = nullptr;
   return &handle;

@@ -41,13 +41,6 @@ namespace {
 
 using namespace ftrain;
 
-std::string lines(const std::vector<std::string>& v) {
-  std::string out;
-  for (std::size_t i = 0; i < v.size() && i < 20; ++i) out += "  " + v[i] + "\n";
-  if (v.size() > 20) out += "  ... and " + std::to_string(v.size() - 20) + " more\n";
-  return out;
-}
-
 int world_rank() {
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -110,7 +103,7 @@ TEST(DeviceBinding, EveryThreadCallsCudaOnTheRanksDevice) {
   const auto off = cuda_api::calls_off_the_rank_device();
   EXPECT_TRUE(off.empty()) << "rank " << world_rank() << ": " << off.size()
                            << " CUDA calls were made on a thread whose device was not the rank's:\n"
-                           << lines(off);
+                           << cuda_api::listing(off);
 }
 
 // Fault 6: no stream is blocking and nothing uses the legacy default stream
@@ -132,9 +125,9 @@ TEST(Streams, NonBlockingAndNeverTheLegacyDefaultStream) {
     ctx.synchronize();
   }
   const auto legacy = cuda_api::default_stream_uses(since);
-  EXPECT_TRUE(legacy.empty()) << legacy.size() << " calls on the legacy default stream:\n" << lines(legacy);
+  EXPECT_TRUE(legacy.empty()) << legacy.size() << " calls on the legacy default stream:\n" << cuda_api::listing(legacy);
   const auto blocking = cuda_api::blocking_streams_created(since);
-  EXPECT_TRUE(blocking.empty()) << blocking.size() << " blocking streams:\n" << lines(blocking);
+  EXPECT_TRUE(blocking.empty()) << blocking.size() << " blocking streams:\n" << cuda_api::listing(blocking);
 }
 
 // Fault 10: the pool does not keep every freed byte (cuDNN and NCCL
@@ -193,12 +186,12 @@ TEST(Step, NoSynchronousCallAndNoWaitOnTheStepsThread) {
       blocking.push_back(call);
   EXPECT_TRUE(blocking.empty()) << blocking.size() << " blocking calls inside 3 steps (per step: "
                                 << blocking.size() / 3.0 << "):\n"
-                                << lines(blocking);
+                                << cuda_api::listing(blocking);
   const auto host_functions = cuda_api::host_functions_in_steps(since);
   EXPECT_TRUE(host_functions.empty()) << host_functions.size()
                                       << " host functions launched in the steps (a stream's wait for a collective "
                                          "must be an event wait):\n"
-                                      << lines(host_functions);
+                                      << cuda_api::listing(host_functions);
 }
 
 // Fault 1, as it deadlocked: the compute stream is still busy when the
@@ -221,7 +214,7 @@ TEST(HostFunctions, StagedCollectiveBehindBusyComputeDoesNotDeadlock) {
   const Tensor back = host_readable(after);
   EXPECT_EQ(back.data_as<float>()[31], 32.0f);
   const auto bad = cuda_api::host_function_violations(since);
-  EXPECT_TRUE(bad.empty()) << lines(bad);
+  EXPECT_TRUE(bad.empty()) << cuda_api::listing(bad);
 }
 
 // Fault 7: NCCL's issue never blocks the host on the compute event; the
@@ -240,7 +233,7 @@ TEST(Nccl, IssueWaitsOnTheCommunicationStreamNotTheHost) {
   cuda_api::end_step();
   ctx.synchronize();
   const auto blocking = cuda_api::blocking_calls_in_steps(since);
-  EXPECT_TRUE(blocking.empty()) << "the NCCL issue blocked the step's thread:\n" << lines(blocking);
+  EXPECT_TRUE(blocking.empty()) << "the NCCL issue blocked the step's thread:\n" << cuda_api::listing(blocking);
   bool waited_on_device = false;
   for (const cuda_api::Call& c : cuda_api::calls())
     if (c.sequence > since && c.name == "cudaStreamWaitEvent" && c.stream == reinterpret_cast<std::uintptr_t>(ctx.communication().native_handle()))

@@ -41,13 +41,6 @@ namespace {
 
 using namespace ftrain;
 
-std::string lines(const std::vector<std::string>& v) {
-  std::string out;
-  for (std::size_t i = 0; i < v.size() && i < 30; ++i) out += "  " + v[i] + "\n";
-  if (v.size() > 30) out += "  ... and " + std::to_string(v.size() - 30) + " more\n";
-  return out;
-}
-
 constexpr int kMaxStreamSynchronizePerStep = 22;
 
 TEST(EngineStep, CudaApiDisciplineOverThreeSteps) {
@@ -86,13 +79,13 @@ TEST(EngineStep, CudaApiDisciplineOverThreeSteps) {
   }
 
   const auto off = cuda_api::calls_off_the_rank_device();
-  EXPECT_TRUE(off.empty()) << off.size() << " calls off the rank's device:\n" << lines(off);
+  EXPECT_TRUE(off.empty()) << off.size() << " calls off the rank's device:\n" << cuda_api::listing(off);
   const auto legacy = cuda_api::default_stream_uses(since);
-  EXPECT_TRUE(legacy.empty()) << legacy.size() << " calls on the legacy default stream:\n" << lines(legacy);
+  EXPECT_TRUE(legacy.empty()) << legacy.size() << " calls on the legacy default stream:\n" << cuda_api::listing(legacy);
   const auto blocking_streams = cuda_api::blocking_streams_created();
-  EXPECT_TRUE(blocking_streams.empty()) << lines(blocking_streams);
+  EXPECT_TRUE(blocking_streams.empty()) << cuda_api::listing(blocking_streams);
   const auto host_functions = cuda_api::host_functions_in_steps(since);
-  EXPECT_TRUE(host_functions.empty()) << lines(host_functions);
+  EXPECT_TRUE(host_functions.empty()) << cuda_api::listing(host_functions);
 
   std::vector<std::string> device_wide, step_waits;
   for (const std::string& call : cuda_api::blocking_calls_in_steps(since)) {
@@ -102,7 +95,7 @@ TEST(EngineStep, CudaApiDisciplineOverThreeSteps) {
       device_wide.push_back(call);
     }
   }
-  EXPECT_TRUE(device_wide.empty()) << device_wide.size() << " synchronous calls in 3 steps:\n" << lines(device_wide);
+  EXPECT_TRUE(device_wide.empty()) << device_wide.size() << " synchronous calls in 3 steps:\n" << cuda_api::listing(device_wide);
   std::map<std::string, int> by_name;
   for (const cuda_api::Call& c : cuda_api::calls())
     if (c.sequence > since && c.step >= 0 && c.blocking == cuda_api::Blocking::host_wait && c.thread == "main")
@@ -119,7 +112,7 @@ TEST(EngineStep, CudaApiDisciplineOverThreeSteps) {
     EXPECT_LE(synchronizes, kMaxStreamSynchronizePerStep)
         << "rank " << world.rank() << ", step " << step << ": the step's thread synchronized a stream "
         << synchronizes << " times (known: " << kMaxStreamSynchronizePerStep << ", see the header):\n"
-        << lines(step_waits);
+        << cuda_api::listing(step_waits);
   }
 }
 

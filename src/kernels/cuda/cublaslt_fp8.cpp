@@ -86,9 +86,7 @@ void execute_fp8_gemm_plan(ExecutionContext& ctx, const Fp8GemmPlan& unplaced, c
   set(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, operands.b_scale);
   if (operands.d_amax != nullptr) set(d.op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, operands.d_amax);
   if (has_bias) set(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, operands.bias);
-  const std::string what = std::string("FP8 GEMM ") + pass_name(p.pass) + " m=" + std::to_string(p.m) +
-                           " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k);
-  FTRAIN_CUBLAS_CHECK(matmul_with_fallback(*matmul, what, [&](const cublasLtMatmulAlgo_t& algorithm) {
+  FTRAIN_CUBLAS_CHECK(matmul_with_fallback(*matmul, "FP8", p, [&](const cublasLtMatmulAlgo_t& algorithm) {
     return cublasLtMatmul(static_cast<cublasLtHandle_t>(blas.handle), d.op, &p.alpha, operands.a, d.a, operands.b, d.b,
                           &p.beta, operands.d, d.c, operands.d, d.c, &algorithm, blas.workspace,
                           blas.workspace_bytes, stream);

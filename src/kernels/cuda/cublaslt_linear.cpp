@@ -137,19 +137,15 @@ std::vector<cublasLtMatmulAlgo_t> choose_algorithms(const BlasResources& blas, c
   return algorithms;
 }
 
-cublasStatus_t matmul_with_fallback(CachedMatmul& matmul, const std::string& what,
-                                    const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& run) {
-  const std::size_t first = matmul.chosen;
-  const cublasStatus_t status = run_first_supported(matmul.candidates.size(), matmul.chosen,
-                                                    CUBLAS_STATUS_NOT_SUPPORTED,
-                                                    [&](std::size_t i) { return run(matmul.candidates[i]); });
-  FT_CHECK(status != CUBLAS_STATUS_NOT_SUPPORTED || matmul.chosen < matmul.candidates.size())
-      << "cuBLASLt refused every algorithm its heuristic offered for the " << what << " ("
-      << matmul.candidates.size() << " candidates, each NOT_SUPPORTED at cublasLtMatmul)";
-  if (matmul.chosen != first)  // once per GEMM shape: the cache keeps the candidate that ran
-    std::fprintf(stderr, "ftrain: cuBLASLt refused heuristic algorithm %zu of %zu for the %s at execution; using %zu\n",
-                 first + 1, matmul.candidates.size(), what.c_str(), matmul.chosen + 1);
-  return status;
+void report_candidate_fallback(const CachedMatmul& matmul, std::size_t first, const char* kind, const GemmPlan& plan) {
+  const std::string what = std::string(kind) + " GEMM " + pass_name(plan.pass) + " m=" + std::to_string(plan.m) +
+                           " n=" + std::to_string(plan.n) + " k=" + std::to_string(plan.k);
+  FT_CHECK(matmul.chosen < matmul.candidates.size())
+      << "cuBLASLt refused every algorithm its heuristic offered for the " << what << " (" << matmul.candidates.size()
+      << " candidates, each NOT_SUPPORTED at cublasLtMatmul)";
+  // Once per GEMM shape: the cache keeps the candidate that ran.
+  std::fprintf(stderr, "ftrain: cuBLASLt refused heuristic algorithm %zu of %zu for the %s at execution; using %zu\n",
+               first + 1, matmul.candidates.size(), what.c_str(), matmul.chosen + 1);
 }
 
 void execute_gemm_plan(ExecutionContext& ctx, const GemmPlan& unplaced, const GemmOperands& operands) {
@@ -176,9 +172,7 @@ void execute_gemm_plan(ExecutionContext& ctx, const GemmPlan& unplaced, const Ge
   }
   const LtDescriptors& d = matmul->descriptors;
   if (has_bias) set(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, operands.bias);
-  const std::string what = std::string("linear GEMM ") + pass_name(plan.pass) + " m=" + std::to_string(plan.m) +
-                           " n=" + std::to_string(plan.n) + " k=" + std::to_string(plan.k);
-  FTRAIN_CUBLAS_CHECK(matmul_with_fallback(*matmul, what, [&](const cublasLtMatmulAlgo_t& algorithm) {
+  FTRAIN_CUBLAS_CHECK(matmul_with_fallback(*matmul, "linear", plan, [&](const cublasLtMatmulAlgo_t& algorithm) {
     return cublasLtMatmul(static_cast<cublasLtHandle_t>(blas.handle), d.op, &plan.alpha, operands.a, d.a, operands.b,
                           d.b, &plan.beta, operands.c, d.c, operands.c, d.c, &algorithm, blas.workspace,
                           blas.workspace_bytes, stream);

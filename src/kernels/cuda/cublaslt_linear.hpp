@@ -10,7 +10,6 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -60,12 +59,24 @@ struct CachedMatmul {
   std::size_t chosen = 0;
 };
 
-// cublasLtMatmul with the cached matmul's algorithm, falling back through its
-// other candidates when cuBLASLt refuses one (NOT_SUPPORTED, checked before
-// anything is launched); throws naming the GEMM when every one is refused.
-// `what` names the GEMM for messages and the one-time fallback note.
-cublasStatus_t matmul_with_fallback(CachedMatmul& matmul, const std::string& what,
-                                    const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& run);
+// After run_first_supported moved past candidates (`first` was in use):
+// throws naming the GEMM when every candidate was refused, else notes once on
+// stderr which candidate now runs. `kind` ("linear", "FP8") and the plan name
+// the GEMM; the name is built here only, never on the per-GEMM path.
+void report_candidate_fallback(const CachedMatmul& matmul, std::size_t first, const char* kind, const GemmPlan& plan);
+
+// cublasLtMatmul (`run(algorithm)`) with the cached matmul's algorithm,
+// falling back through its other candidates when cuBLASLt refuses one
+// (NOT_SUPPORTED, checked before anything is launched).
+template <class Run>
+cublasStatus_t matmul_with_fallback(CachedMatmul& matmul, const char* kind, const GemmPlan& plan, Run&& run) {
+  const std::size_t first = matmul.chosen;
+  const cublasStatus_t status =
+      run_first_supported(matmul.candidates.size(), matmul.chosen, CUBLAS_STATUS_NOT_SUPPORTED,
+                          [&](std::size_t i) { return run(matmul.candidates[i]); });
+  if (matmul.chosen != first) report_candidate_fallback(matmul, first, kind, plan);
+  return status;
+}
 
 // The context's cuBLASLt handle (a cublasLtHandle_t), 32 MiB workspace and
 // matmul cache, created at first use; shared with the FP8 executor

@@ -1,6 +1,7 @@
 // The summation order of the column sums over rows that the norms' weight
 // and bias gradients accumulate (RMSNorm dw; LayerNorm dw, db), written once
-// for both backends (DESIGN.md §3):
+// for both backends (share/doc/execution-model.md, "Adding the CUDA
+// backend": kernel math lives in kernels/math/ and both backends call it):
 //   1. the rows are cut into blocks of kColumnSumRows (the last one shorter);
 //   2. per block and column, a partial = 0.0f + the block's terms in row
 //      order (f32);

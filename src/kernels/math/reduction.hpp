@@ -1,8 +1,8 @@
 // The summation order of ftrain's whole-tensor f64 reductions (op_list.hpp:
 // sum, sum_squares, sum_squares_accumulate: the loss sums and the gradient
-// norm), written once for both backends (DESIGN.md §3) so that the host's
-// result is the GPU's bit for bit and neither depends on a thread count, a
-// grid size or the device.
+// norm), written once for both backends (share/doc/execution-model.md,
+// section 4) so that the host's result is the GPU's bit for bit and neither
+// depends on a thread count, a grid size or the device.
 //
 // The order (the host's since sum_squares was written; kept so that no curve
 // moves):
