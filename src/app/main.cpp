@@ -1,6 +1,6 @@
 // ftrain: the executable. `mpirun -np N ftrain [options] DECK`.
 //
-// Order of things: MPI first, Kokkos second (DESIGN.md §3); finalised in
+// Order of things: MPI first, Kokkos second; finalised in
 // reverse. Errors come in two phases:
 //  * before training (command line, deck, plugin, data files, output
 //    directories): every rank decides, ranks agree with one all-reduce, and

@@ -1,6 +1,6 @@
 // Communicator: the collectives FSDP needs, asynchronous, behind one
 // interface that both MPI (host buffers) and NCCL (device buffers on a
-// communication stream) implement (DESIGN.md §3).
+// communication stream) implement.
 //
 // Every collective returns a Request; the caller may compute meanwhile and
 // must wait() (or test() until true) before touching the buffers. Nothing

@@ -2,7 +2,7 @@
 //
 // Why counter-based: FSDP ranks initialise only their own shard, and must get
 // exactly the values a single rank would have produced for those elements
-// (DESIGN.md §5). With a pure function of (seed, stream, index) any slice of
+// (results must not depend on the rank count). With a pure function of (seed, stream, index) any slice of
 // any tensor can be generated independently, in any order, on any rank.
 // The mixer is SplitMix64's finaliser applied to a Weyl-sequence counter; the
 // normal variate uses Box-Muller on two uniforms of the same index.

@@ -1,6 +1,6 @@
 // Tensor: a contiguous, row-major buffer with a shape, a dtype and a device.
 //
-// No strides and no autograd (DESIGN.md §3): every op has an explicit forward
+// No strides and no autograd: every op has an explicit forward
 // and backward. A Tensor shares its storage; view() makes another Tensor over
 // a sub-range of the same storage, which is how a unit's parameters are
 // windows into its flat (gathered) parameter buffer.

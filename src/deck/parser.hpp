@@ -1,6 +1,6 @@
 // Input deck parser: deck text -> RunConfig.
 //
-// Grammar (LAMMPS-like, DESIGN.md section 7; details in lexer.hpp): one
+// Grammar (LAMMPS-like; details in lexer.hpp): one
 // command per line, '#' comments, '&' continuation, '...' and "..." quotes,
 // ${name} variables, include FILE. The commands and their keywords are
 // defined once, in the command table (commands.hpp), which also renders

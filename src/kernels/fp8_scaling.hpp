@@ -1,6 +1,6 @@
 // The scalar arithmetic of FP8 delayed scaling under the names the recipe
 // uses (fp8/recipe.hpp). The functions themselves live in
-// kernels/math/fp8.hpp, shared with the CUDA kernels (DESIGN.md §3).
+// kernels/math/fp8.hpp, shared with the CUDA kernels.
 #pragma once
 
 #include "kernels/math/fp8.hpp"

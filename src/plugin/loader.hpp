@@ -2,7 +2,7 @@
 // validates its descriptor and turns create_model/destroy_model into a RAII
 // handle.
 //
-// Search path (DESIGN.md §4), first match wins:
+// Search path, first match wins:
 //   1. FTRAIN_PLUGIN_PATH (colon-separated, like PATH);
 //   2. <install prefix>/<libdir>/ftrain/plugins, where the prefix is found
 //      from the running libftrain.so (dladdr): prefix = dirname(dirname(lib))

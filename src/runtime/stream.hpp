@@ -10,7 +10,7 @@
 //    one worker thread runs the work in order, so the caller runs ahead of
 //    the kernels exactly as a CUDA host thread runs ahead of the GPU. Events
 //    are real completion points. This is how the engine's ordering and
-//    buffer lifetimes are tested without a GPU (DESIGN.md §3).
+//    buffer lifetimes are tested without a GPU.
 //
 // Errors: an exception thrown by enqueued work is kept (the first one) and
 // the stream skips its later work until synchronize() rethrows it, as a CUDA

@@ -1,4 +1,4 @@
-// Per-rank device memory for runs on a GPU (DESIGN.md §8: the header and the
+// Per-rank device memory for runs on a GPU (the header and the
 // metrics show memory per rank): the CUDA allocator's stats
 // (runtime/allocator.hpp: allocated = live bytes handed out, reserved = what
 // its cudaMemPool holds from the driver, peak = the most ever allocated)

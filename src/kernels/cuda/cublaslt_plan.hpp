@@ -14,7 +14,7 @@
 //   forward  y  = x . w^T      ->  y^T  (out x N)  = op_T(w) . op_N(x^T)     m=out n=N k=in
 //   dgrad    dx = dy . w       ->  dx^T (in x N)   = op_N(w) . op_N(dy^T)    m=in  n=N k=out
 //   wgrad    dw += dy^T . x    ->  dw^T (in x out) = op_N(x^T) . op_T(dy^T) m=in  n=out k=N
-// The forward is the "TN" form FP8 GEMMs require (GPU.md). The bias is the
+// The forward is the "TN" form FP8 GEMMs require. The bias is the
 // forward's epilogue (one value per m = out); db (+=) is a column sum of dy
 // done by the CUDA backend's deterministic reduction, not an epilogue
 // (cuBLASLt's BGRAD epilogues overwrite).
@@ -419,7 +419,7 @@ Status run_first_supported(std::size_t count, std::size_t& chosen, Status not_su
 //   dgrad    dx^T (in x N)   = op_T(w_t: col-major out x in, ld out) . op_N(dy^T: out x N, ld out)  m=in  n=N k=out
 //   wgrad    dw^T (in x out) = op_T(x_t: col-major N x in, ld N)    . op_N(dy_t: N x out, ld N)    m=in  n=out k=N
 // D = (scale_A scale_B) (A . B) + beta C with the scale pointers at the
-// operands' DEquantisation factors scale_inv = 1 / scale (GPU.md), f32
+// operands' DEquantisation factors scale_inv = 1 / scale, f32
 // accumulation. Fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM, fewer
 // promotions of the tensor cores' partial sums) only in the forward, as
 // Transformer Engine: gradients keep the full accumulation. Formats: the

@@ -134,7 +134,7 @@ Desc finalize_graph(CudnnDescriptors& o, std::vector<Desc>& ops, void* handle) {
   return graph;
 }
 
-// H100 SXM, the keys GPU.md lists (cuDNN 9.19 names the first one missing).
+// H100 SXM (cuDNN 9.19 names the first one missing).
 constexpr const char* kH100Json =
     "{\"maxGridSize\":[2147483647,65535,65535],\"maxBlockSize\":[1024,1024,64],\"regsPerBlock\":65536,"
     "\"multiProcessorCount\":132,\"warpSize\":32,\"maxSharedMemoryPerBlock\":49152,"

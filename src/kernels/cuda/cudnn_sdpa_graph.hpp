@@ -1,7 +1,7 @@
 // cuDNN fused attention, step 1: the forward SDPA operation graph as plain
 // data, built through cuDNN's backend API (cudnn_graph.h; no
 // cudnn-frontend here) and checked against a device description without a
-// GPU (cuDNN's "deviceless ahead-of-time compilation", GPU.md).
+// GPU (cuDNN's "deviceless ahead-of-time compilation").
 //
 // The graph is the composite one cudnn-frontend builds for SDPA: Q.K^T,
 // scale, causal mask from generated row/column indices, max, subtract, exp,
@@ -50,7 +50,7 @@ CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape, void* handle =
 // The finalized backward operation graph; its variant pack is
 // sdpa_io_tensors(shape, SdpaDirection::backward).
 CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape, void* handle = nullptr);
-// A finalized CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR for an H100 SXM (GPU.md's keys).
+// A finalized CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR for an H100 SXM.
 CudnnDescriptors h100_device_description();
 // Engine configurations cuDNN's heuristics (mode A) offer for `graph` on
 // `device` (needs a loadable libcuda: a driver, or the toolkit's stub).
@@ -62,7 +62,7 @@ std::int64_t sdpa_engine_configurations(const CudnnDescriptors& graph, const Cud
 // With `handle` (a cudnnHandle_t; the graph built with it) the plan can be
 // executed; with `device` (h100_device_description()) it is cuDNN's
 // deviceless compilation, which still needs a driver to load the engine's
-// kernels (GPU.md): without one it throws. Throws ftrain::Error with cuDNN's
+// kernels: without one it throws. Throws ftrain::Error with cuDNN's
 // reasons (the first three configurations') when no plan finalizes.
 struct SdpaExecutionPlan {
   CudnnDescriptors descriptors;  // last() is the plan

@@ -48,7 +48,7 @@ struct DeviceLimits {
   std::int64_t multiprocessors;
 };
 
-// H100 SXM (sm_90): cudaDeviceProp of the device GPU.md describes.
+// H100 SXM (sm_90): cudaDeviceProp of an H100 SXM5 80GB.
 inline constexpr DeviceLimits kSm90Limits{1024, 49152, 2147483647, 65535, 32, 132};
 
 struct LaunchConfig {

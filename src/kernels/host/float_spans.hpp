@@ -12,7 +12,7 @@
 // Parameter gradients summed over rows are computed per block of
 // kRowsPerBlock rows into a private partial row, then the partials are added
 // in block order: no races under a threaded Kokkos, and results that do not
-// depend on the number of threads (DESIGN.md: bit-identical reruns).
+// depend on the number of threads (reruns must be bit-identical).
 //
 // Names live in ftrain::host::spans so they cannot clash with other host
 // kernel helpers (ODR).

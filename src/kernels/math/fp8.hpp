@@ -1,4 +1,4 @@
-// FP8 arithmetic written once for both backends (DESIGN.md §3): the cast of
+// FP8 arithmetic written once for both backends: the cast of
 // an f32 to E4M3 / E5M2, the amax, the index of the transposed copy and the
 // delayed-scaling update of one amax-history column. kernels/host/fp8.cpp
 // and kernels/cuda/fp8.cu both call these, so the host suite (every FP8

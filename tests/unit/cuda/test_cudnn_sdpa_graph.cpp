@@ -100,7 +100,7 @@ TEST(CudnnSdpaGraph, AWrongBackwardGraphIsRefusedWithTheReason) {
 // The execution side without a GPU: the cuDNN handle cannot be created and
 // the reason says that SDPA plans need a GPU (what the op table reports for
 // `attention_backend cudnn`); deviceless plan finalization against the H100
-// description fails too (GPU.md: loading the engine's kernels needs a
+// description fails too (loading the engine's kernels needs a
 // driver), naming cuDNN's reason. With a GPU both would succeed: skipped.
 TEST(CudnnSdpaGraph, WithoutAGpuExecutionPlansAreRefusedSayingTheyNeedOne) {
   std::string why;
