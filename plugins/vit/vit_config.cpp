@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "plugin/plugin_entry.hpp"
 
 namespace ftrain::vit {

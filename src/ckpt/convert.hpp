@@ -29,7 +29,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 
 namespace ftrain::ckpt {
 

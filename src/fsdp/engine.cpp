@@ -8,7 +8,7 @@
 #include <map>
 #include <sstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "comm/device_communicator.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "core/rng.hpp"
@@ -237,7 +237,7 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
 }
 
 // Per unit, its FP8 linear weights: the flat entry '<layer>.weight' of each
-// FP8 state the unit reports (fp8::LinearLayers' names are the layers'
+// FP8 state the unit reports (layers::LinearLayers' names are the layers'
 // Hugging Face / timm prefixes).
 void FsdpEngine::build_fp8_gathers() {
   fp8_gathers_.resize(flats_.size());

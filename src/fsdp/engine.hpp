@@ -21,7 +21,7 @@
 // number of target tokens of the global batch (Batch loss scale), so sums are
 // means.
 //
-// LoRA (options.lora, plugin/lora.hpp): every base flat parameter is frozen
+// LoRA (options.lora, layers/lora.hpp): every base flat parameter is frozen
 // (master only: no gradient, no optimizer state, gathered and released as
 // without LoRA) and each unit with adapted linears gets a second, trainable
 // flat parameter holding its lora_A / lora_B matrices, sharded over the same
@@ -46,7 +46,7 @@
 #include "fp8/recipe.hpp"
 #include "fsdp/flat_parameter.hpp"
 #include "fsdp/fp8_all_gather.hpp"
-#include "plugin/lora.hpp"
+#include "layers/lora.hpp"
 #include "plugin/model.hpp"
 #include "runtime/execution_context.hpp"
 

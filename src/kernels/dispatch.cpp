@@ -1,6 +1,6 @@
 // ops::<op>: the one dispatch. Compiled into libftrain (never inline in a
 // plugin), so a plugin reaches every backend through these symbols.
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/backend_registry.hpp"
 #include "kernels/ops.hpp"
 #include "runtime/backend_library.hpp"

@@ -26,7 +26,7 @@ extern "C" {
  *   2  ops take an ExecutionContext (kernels/ops.hpp); StepContext carries it
  *      (plugin/model.hpp); Tensor storage comes from stream-ordered
  *      allocators (runtime/allocator.hpp). Issue 12.
- *   3  LoRA (plugin/lora.hpp): ParamSpec::adaptable and init_bound,
+ *   3  LoRA (layers/lora.hpp): ParamSpec::adaptable and init_bound,
  *      InitKind::uniform, Batch::first_sample, StepContext::lora. Issue 16. */
 #define FTRAIN_PLUGIN_ABI_VERSION 3
 #define FTRAIN_PLUGIN_ENTRY_SYMBOL "ftrain_plugin_entry"

@@ -29,7 +29,7 @@
 #include "ckpt/safetensors_dir.hpp"
 #include "ckpt/peft_adapter.hpp"
 #include "ckpt/sharded_checkpoint.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/memory.hpp"
 #include "data/image_source.hpp"
 #include "data/token_batch_source.hpp"

@@ -14,7 +14,7 @@
 #include "comm/collective_watchdog.hpp"
 #include "comm/nccl/nccl_bootstrap.hpp"
 #include "comm/nccl/nccl_check.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_device.hpp"
 #include "runtime/execution_context.hpp"

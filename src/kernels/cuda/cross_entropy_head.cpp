@@ -32,7 +32,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/cross_entropy_plan.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
 #include "kernels/cuda/cuda_check.hpp"

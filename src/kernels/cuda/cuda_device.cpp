@@ -3,7 +3,7 @@
 #include <atomic>
 #include <sstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 
 namespace ftrain::cuda {

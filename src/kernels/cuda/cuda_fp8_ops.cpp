@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/cublaslt_fp8.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/fp8_kernels.hpp"

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/cross_entropy_head.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
 #include "kernels/cuda/cuda_check.hpp"

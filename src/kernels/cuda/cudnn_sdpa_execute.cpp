@@ -8,7 +8,7 @@
 #include <mutex>
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cudnn_sdpa_graph.hpp"
 #include "runtime/execution_context.hpp"

@@ -31,7 +31,7 @@
 #include <limits>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/host/attention_tiled.hpp"
 #include "kernels/host/host_ops.hpp"
 #include "kernels/math/attention.hpp"

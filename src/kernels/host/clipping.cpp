@@ -3,7 +3,7 @@
 // adamw_update_guarded). The scalars live in tensors so that on a device
 // they stay there; the arithmetic is the host's former f64 arithmetic, so
 // the golden curves do not move by a bit.
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
 #include "kernels/math/adamw.hpp"

@@ -23,8 +23,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "core/error.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "kernels/math/column_sums.hpp"
 
