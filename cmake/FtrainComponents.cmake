@@ -53,9 +53,13 @@ function(ftrain_component name)
                           "from the layer table ${FTRAIN_LAYERING_TABLE}, DEPS names outside libraries only")
     endif()
   endforeach()
+  # Nested table folders (backends/cuda) are libraries loaded at run time and
+  # built on their own (cmake/FtrainCuda.cmake), not components to link.
   set(_layer_deps "")
   foreach(_below IN LISTS FTRAIN_LAYER_BUILDS_ON_${name})
-    list(APPEND _layer_deps ftrain_${_below})
+    if(NOT _below MATCHES "/")
+      list(APPEND _layer_deps ftrain_${_below})
+    endif()
   endforeach()
 
   file(GLOB _sources CONFIGURE_DEPENDS

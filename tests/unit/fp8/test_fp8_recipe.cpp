@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "base/error.hpp"
 #include "core/rng.hpp"
 #include "fp8/recipe.hpp"
 #include "fp8/scaled_linear.hpp"
