@@ -24,14 +24,17 @@
 // LoRA (options.lora, plugin/lora.hpp): every base flat parameter is frozen
 // (master only: no gradient, no optimizer state, gathered and released as
 // without LoRA) and each unit with adapted linears gets a second, trainable
-// flat parameter holding its lora_A / lora_B matrices, sharded over the same
+// flat parameter holding its lora_A / lora_B matrices (which ones:
+// plugin/lora_adapters.hpp), sharded over the same
 // shard group as the base (share/doc/fsdp.md "LoRA": sharded, not
 // replicated, so the one gather / reduce-scatter / checkpoint path serves
 // both and adapter state per rank shrinks with the rank count too).
 //
 // Initialisation never needs the whole model on a rank: each rank fills only
 // its shard, with values that are a pure function of (seed, parameter name,
-// element index), so every world size gets exactly the same model.
+// element index), so every world size gets exactly the same model
+// (fsdp/parameter_init.hpp). The optimizer step is optim::ShardedAdamW's
+// (optim/sharded_adamw.hpp): the engine hands it the trainable shards.
 #pragma once
 
 #include <cstdint>
