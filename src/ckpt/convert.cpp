@@ -293,7 +293,8 @@ ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& ou
         std::all_of(tensors.begin(), tensors.end(), [](const H5Tensor& t) { return t.out == DType::bf16; });
     hf_config = plugin_hf_config(model_type->second, config, all_bf16 ? "bfloat16" : "float32");
     // The tokenizer's ids, for the ones the model's config.json names.
-    for (const auto& [key, id] : special_token_ids(tokenizer_dir).items())
+    const json ids = special_token_ids(tokenizer_dir);
+    for (const auto& [key, id] : ids.items())
       if (hf_config.contains(key)) hf_config[key] = id;
   }
 
