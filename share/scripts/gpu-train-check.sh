@@ -82,7 +82,8 @@ case["deck"] = sys.argv[3]  # absolute: the runner joins it to its own directory
 case["tolerance"] = {"relative": float(sys.argv[4])}
 case["description"] = f"vit_np124_fp32's np1 run on the host and on device {sys.argv[5]} (share/scripts/gpu-train-check.sh)"
 one_rank = case["runs"][0]["variables"]
-case["runs"] = [{"name": device, "np": 1, "variables": {**one_rank, "device": device}} for device in ("host", sys.argv[5])]
+case["runs"] = [{"name": name, "np": 1, "variables": {**one_rank, "device": device}}
+                for name, device in (("host", "host"), ("on_" + sys.argv[5], sys.argv[5]))]
 case["np"] = 1
 json.dump(case, open(sys.argv[2], "w"), indent=1)
 PY
