@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kernels/cuda/cublaslt_linear.hpp"
-#include "kernels/cuda/cuda_check.hpp"
+#include "backends/cuda/device/cuda_check.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain::cuda {

@@ -16,7 +16,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cuda/cublaslt_fp8.hpp"
-#include "kernels/cuda/cuda_check.hpp"
+#include "backends/cuda/device/cuda_check.hpp"
 #include "kernels/cuda/fp8_kernels.hpp"
 #include "kernels/math/fp8.hpp"
 #include "runtime/execution_context.hpp"

@@ -22,13 +22,15 @@
 #include "core/error.hpp"
 #include "kernels/cuda/cross_entropy_head.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
-#include "kernels/cuda/cuda_check.hpp"
+#include "backends/cuda/device/cuda_check.hpp"
 #include "kernels/cuda/cudnn_sdpa_plan.hpp"
 #include "kernels/cuda/cuda_fp8_ops.hpp"
 #if defined(FTRAIN_HAVE_CUDNN)
 #include "kernels/cuda/cudnn_sdpa_execute.hpp"
 #endif
 #include "kernels/cuda/kernels.hpp"
+#include "kernels/op_checks.hpp"
+#include "kernels/tensor_checks.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain::cuda {
@@ -37,16 +39,19 @@ namespace {
 
 cudaStream_t stream_of(ExecutionContext& ctx) { return static_cast<cudaStream_t>(ctx.compute().native_handle()); }
 
+using checks::require_numel;
+using checks::require_same_shape;
+using checks::row_width;
+
 void require_cuda(const char* op, const Tensor& t, const char* role) {
-  FT_CHECK(t.defined()) << op << ": " << role << " is an undefined tensor";
+  checks::require_defined(op, t, role);
   FT_CHECK(t.device() == Device::cuda) << op << ": " << role << " " << t.describe()
                                        << " is not on the CUDA device (CUDA backend)";
 }
 
 FloatSpan float_span(const char* op, const Tensor& t, const char* role) {
   require_cuda(op, t, role);
-  FT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16)
-      << op << ": " << role << " " << t.describe() << " must be f32 or bf16";
+  checks::require_float(op, t, role);
   return {t.data(), t.dtype() == DType::f32 ? Storage::f32 : Storage::bf16};
 }
 
@@ -56,17 +61,7 @@ FloatSpan optional_span(const char* op, const Tensor* t, const char* role) {
 
 void require_dtype(const char* op, const Tensor& t, const char* role, DType dtype) {
   require_cuda(op, t, role);
-  FT_CHECK(t.dtype() == dtype) << op << ": " << role << " " << t.describe() << " must be " << dtype_name(dtype);
-}
-
-void require_same_shape(const char* op, const Tensor& a, const char* ra, const Tensor& b, const char* rb) {
-  FT_CHECK(a.shape() == b.shape()) << op << ": " << rb << " " << b.describe() << " must have the shape of " << ra
-                                   << " " << a.describe();
-}
-
-void require_numel(const char* op, const Tensor& t, const char* role, std::int64_t numel, const char* why) {
-  FT_CHECK(t.numel() == numel) << op << ": " << role << " " << t.describe() << " must have " << numel
-                               << " elements (" << why << ")";
+  checks::require_dtype(op, t, role, dtype);
 }
 
 // Every op of op_list.hpp has an entry: an op added to the list without a
@@ -94,36 +89,11 @@ using fp8_ops::fp8_update_scales;
 using fp8_ops::rmsnorm_forward_fp8;
 using fp8_ops::swiglu_forward_fp8;
 
-std::int64_t row_width(const char* op, const Tensor& t, const char* role) {
-  FT_CHECK(t.ndim() >= 1 && t.dim(-1) > 0) << op << ": " << role << " " << t.describe()
-                                           << " must be [..., C] with C > 0";
-  return t.dim(-1);
-}
-
 GemmElement element_of(const Tensor& t) { return t.dtype() == DType::f32 ? GemmElement::f32 : GemmElement::bf16; }
 
 // ---- linear (cuBLASLt plans) ---------------------------------------------------
 
-struct LinearDims {
-  std::int64_t rows, in, out;
-};
-
-LinearDims check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& y_like, const char* y_role) {
-  float_span(op, x, "x");
-  float_span(op, w, "w");
-  float_span(op, y_like, y_role);
-  FT_CHECK(w.ndim() == 2) << op << ": w " << w.describe() << " must be [out, in]";
-  const std::int64_t in = w.dim(1), out = w.dim(0);
-  FT_CHECK(x.ndim() >= 1 && x.dim(-1) == in)
-      << op << ": x " << x.describe() << " must be [..., " << in << "] to match w " << w.describe();
-  FT_CHECK(y_like.ndim() >= 1 && y_like.dim(-1) == out)
-      << op << ": " << y_role << " " << y_like.describe() << " must be [..., " << out << "] to match w "
-      << w.describe();
-  const std::int64_t rows = x.numel() / in;
-  FT_CHECK(y_like.numel() == rows * out) << op << ": " << y_role << " " << y_like.describe() << " must have " << rows
-                                         << " rows like x " << x.describe();
-  return {rows, in, out};
-}
+using op_checks::LinearDims;
 
 // The two GEMM operands in one dtype: as stored when they agree, else the
 // bf16 one widened (exactly) to f32 scratch, as the host widens for
@@ -148,11 +118,12 @@ GemmInputs same_dtype(ExecutionContext& ctx, const char* op, const Tensor& first
 
 void linear_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
   constexpr const char* op = "linear_forward";
-  const LinearDims d = check_linear(op, x, w, y, "y");
-  if (b != nullptr) {
-    float_span(op, *b, "b");
-    require_numel(op, *b, "b", d.out, "one bias per output feature");
-  }
+  // Shapes and dtypes: checked by ops::linear_forward (kernels/op_checks.hpp).
+  require_cuda(op, x, "x");
+  require_cuda(op, w, "w");
+  require_cuda(op, y, "y");
+  if (b != nullptr) require_cuda(op, *b, "b");
+  const LinearDims d = op_checks::linear_dims(x, w);
   const GemmInputs in = same_dtype(ctx, op, x, w);
   LinearShape shape{d.rows, d.in, d.out, in.element, in.element, element_of(y), b != nullptr};
   if (b != nullptr) {
@@ -191,17 +162,18 @@ void linear_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, con
 void linear_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
                      Tensor& dw, Tensor* db) {
   constexpr const char* op = "linear_backward";
-  const LinearDims d = check_linear(op, x, w, dy, "dy");
+  // Shapes and dtypes: checked by ops::linear_backward (kernels/op_checks.hpp).
   // An undefined dw (and db) is a frozen weight (LoRA's base layers, the op
   // contract in op_list.hpp): only dx is computed, as on the host.
   const bool want_dw = dw.defined();
-  if (want_dw) {
-    float_span(op, dw, "dw");
-    FT_CHECK(dw.shape() == w.shape()) << op << ": dw " << dw.describe() << " must have the shape of w " << w.describe();
-  }
+  require_cuda(op, x, "x");
+  require_cuda(op, w, "w");
+  require_cuda(op, dy, "dy");
+  if (want_dw) require_cuda(op, dw, "dw");
+  if (dx != nullptr) require_cuda(op, *dx, "dx");
+  if (db != nullptr && db->defined()) require_cuda(op, *db, "db");
+  const LinearDims d = op_checks::linear_dims(x, w);
   if (dx != nullptr) {
-    float_span(op, *dx, "dx");
-    require_same_shape(op, x, "x", *dx, "dx");
     const GemmInputs in = same_dtype(ctx, op, dy, w);
     const GemmPlan dgrad =
         plan_linear(LinearPass::dgrad, {d.rows, d.in, d.out, in.element, in.element, element_of(*dx), false});
@@ -215,28 +187,17 @@ void linear_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, co
   }
   if (db != nullptr && db->defined()) {
     const FloatSpan dbs = float_span(op, *db, "db");
-    require_numel(op, *db, "db", d.out, "one per output feature");
     launch_column_sum_accumulate(float_span(op, dy, "dy"), d.rows, d.out, dbs, stream_of(ctx));
   }
 }
 
 // ---- embedding -----------------------------------------------------------------
 
-void check_embedding(const char* op, const Tensor& tokens, const Tensor& table, const char* table_role,
-                     const Tensor& rows, const char* rows_role) {
-  require_dtype(op, tokens, "tokens", DType::i32);
-  float_span(op, table, table_role);
-  float_span(op, rows, rows_role);
-  FT_CHECK(table.ndim() == 2) << op << ": " << table_role << " " << table.describe() << " must be [V, C]";
-  const std::int64_t width = table.dim(1);
-  FT_CHECK(rows.ndim() >= 1 && rows.dim(-1) == width && rows.numel() == tokens.numel() * width)
-      << op << ": " << rows_role << " " << rows.describe() << " must hold one row of width " << width
-      << " per token of tokens " << tokens.describe();
-}
+// Shapes and dtypes: checked by ops::embedding_* (kernels/op_checks.hpp).
 
 void embedding_forward(ExecutionContext& ctx, const Tensor& tokens, const Tensor& table, Tensor& out) {
   constexpr const char* op = "embedding_forward";
-  check_embedding(op, tokens, table, "table", out, "out");
+  require_cuda(op, tokens, "tokens");
   // A bad token is recorded on the device and thrown at the next
   // synchronisation (input_check_record.hpp): no wait here.
   launch_embedding_forward(tokens.data_as<std::int32_t>(), tokens.numel(), float_span(op, table, "table"),
@@ -245,7 +206,8 @@ void embedding_forward(ExecutionContext& ctx, const Tensor& tokens, const Tensor
 
 void embedding_backward(ExecutionContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
   constexpr const char* op = "embedding_backward";
-  check_embedding(op, tokens, dtable, "dtable", dout, "dout");
+  if (!dtable.defined()) return;  // a frozen table (op_list.hpp): there is no activation gradient to compute
+  require_cuda(op, tokens, "tokens");
   // The sort's keys, rows and CUB storage, released in stream order.
   const std::shared_ptr<void> scratch =
       ctx.allocator().allocate(std::max<std::size_t>(embedding_backward_scratch_bytes(tokens.numel(), dtable.dim(0)), 1));
@@ -256,21 +218,17 @@ void embedding_backward(ExecutionContext& ctx, const Tensor& tokens, const Tenso
 
 // ---- norms -----------------------------------------------------------------------
 
-std::int64_t check_norm_stats(const char* op, const Tensor& x, const Tensor& w, const Tensor& stat,
-                              const char* stat_role) {
-  float_span(op, x, "x");
-  float_span(op, w, "w");
-  require_dtype(op, stat, stat_role, DType::f32);
-  const std::int64_t width = row_width(op, x, "x");
-  require_numel(op, w, "w", width, "one weight per feature of x");
-  require_numel(op, stat, stat_role, x.numel() / width, "one per row of x");
-  return width;
+// Shapes and dtypes: checked by ops::<norm> (kernels/op_checks.hpp). The
+// statistics are read through raw pointers: they must be CUDA memory too.
+std::int64_t norm_width(const char* op, const Tensor& x,
+                        std::initializer_list<std::pair<const Tensor*, const char*>> stats) {
+  for (const auto& [stat, role] : stats) require_cuda(op, *stat, role);
+  return x.dim(-1);
 }
 
 void rmsnorm_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
   constexpr const char* op = "rmsnorm_forward";
-  const std::int64_t width = check_norm_stats(op, x, w, rstd, "rstd");
-  require_same_shape(op, x, "x", y, "y");
+  const std::int64_t width = norm_width(op, x, {{&rstd, "rstd"}});
   launch_rmsnorm_forward(float_span(op, x, "x"), float_span(op, w, "w"), eps, float_span(op, y, "y"),
                          rstd.data_as<float>(), x.numel() / width, width, stream_of(ctx));
 }
@@ -285,11 +243,7 @@ std::shared_ptr<void> norm_partials_scratch(ExecutionContext& ctx, std::int64_t 
 void rmsnorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
                       Tensor& dx, Tensor& dw) {
   constexpr const char* op = "rmsnorm_backward";
-  const std::int64_t width = check_norm_stats(op, x, w, rstd, "rstd");
-  require_same_shape(op, x, "x", dy, "dy");
-  require_same_shape(op, x, "x", dx, "dx");
-  float_span(op, dw, "dw");
-  require_numel(op, dw, "dw", width, "one per feature of x");
+  const std::int64_t width = norm_width(op, x, {{&rstd, "rstd"}});
   const std::int64_t rows = x.numel() / width;
   const std::shared_ptr<void> partials = norm_partials_scratch(ctx, rows, width, 1);
   launch_rmsnorm_backward(float_span(op, x, "x"), float_span(op, w, "w"), rstd.data_as<float>(),
@@ -300,10 +254,7 @@ void rmsnorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, c
 void layernorm_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor* b, float eps, Tensor& y,
                        Tensor& mean, Tensor& rstd) {
   constexpr const char* op = "layernorm_forward";
-  const std::int64_t width = check_norm_stats(op, x, w, rstd, "rstd");
-  check_norm_stats(op, x, w, mean, "mean");
-  require_same_shape(op, x, "x", y, "y");
-  if (b != nullptr) require_numel(op, *b, "b", width, "one bias per feature of x");
+  const std::int64_t width = norm_width(op, x, {{&mean, "mean"}, {&rstd, "rstd"}});
   launch_layernorm_forward(float_span(op, x, "x"), float_span(op, w, "w"), optional_span(op, b, "b"), eps,
                            float_span(op, y, "y"), mean.data_as<float>(), rstd.data_as<float>(), x.numel() / width,
                            width, stream_of(ctx));
@@ -312,13 +263,7 @@ void layernorm_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, 
 void layernorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor* db) {
   constexpr const char* op = "layernorm_backward";
-  const std::int64_t width = check_norm_stats(op, x, w, rstd, "rstd");
-  check_norm_stats(op, x, w, mean, "mean");
-  require_same_shape(op, x, "x", dy, "dy");
-  require_same_shape(op, x, "x", dx, "dx");
-  float_span(op, dw, "dw");
-  require_numel(op, dw, "dw", width, "one per feature of x");
-  if (db != nullptr) require_numel(op, *db, "db", width, "one per feature of x");
+  const std::int64_t width = norm_width(op, x, {{&mean, "mean"}, {&rstd, "rstd"}});
   const std::int64_t rows = x.numel() / width;
   const std::shared_ptr<void> partials = norm_partials_scratch(ctx, rows, width, db != nullptr ? 2 : 1);
   launch_layernorm_backward(float_span(op, x, "x"), float_span(op, w, "w"), mean.data_as<float>(),
@@ -353,11 +298,10 @@ void rope_backward(ExecutionContext& ctx, const Tensor& dy, const Tensor& inv_fr
 }
 
 // ---- activations -------------------------------------------------------------------
+// Shapes, dtypes and the GELU form: checked by ops::<op> (kernels/op_checks.hpp).
 
 void swiglu_forward(ExecutionContext& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
   constexpr const char* op = "swiglu_forward";
-  require_same_shape(op, gate, "gate", up, "up");
-  require_same_shape(op, gate, "gate", out, "out");
   launch_swiglu_forward(float_span(op, gate, "gate"), float_span(op, up, "up"), float_span(op, out, "out"),
                         gate.numel(), stream_of(ctx));
 }
@@ -365,19 +309,12 @@ void swiglu_forward(ExecutionContext& ctx, const Tensor& gate, const Tensor& up,
 void swiglu_backward(ExecutionContext& ctx, const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
                      Tensor& dup) {
   constexpr const char* op = "swiglu_backward";
-  require_same_shape(op, gate, "gate", up, "up");
-  require_same_shape(op, gate, "gate", dout, "dout");
-  require_same_shape(op, gate, "gate", dgate, "dgate");
-  require_same_shape(op, gate, "gate", dup, "dup");
   launch_swiglu_backward(float_span(op, gate, "gate"), float_span(op, up, "up"), float_span(op, dout, "dout"),
                          float_span(op, dgate, "dgate"), float_span(op, dup, "dup"), gate.numel(), stream_of(ctx));
 }
 
 void gelu_forward(ExecutionContext& ctx, const Tensor& x, GeluApproximation approximation, Tensor& y) {
   constexpr const char* op = "gelu_forward";
-  require_same_shape(op, x, "x", y, "y");
-  FT_CHECK(approximation == GeluApproximation::none || approximation == GeluApproximation::tanh)
-      << op << ": unknown approximation " << static_cast<int>(approximation);
   launch_gelu_forward(float_span(op, x, "x"), approximation == GeluApproximation::tanh, float_span(op, y, "y"),
                       x.numel(), stream_of(ctx));
 }
@@ -385,10 +322,6 @@ void gelu_forward(ExecutionContext& ctx, const Tensor& x, GeluApproximation appr
 void gelu_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& dy, GeluApproximation approximation,
                    Tensor& dx) {
   constexpr const char* op = "gelu_backward";
-  require_same_shape(op, x, "x", dy, "dy");
-  require_same_shape(op, x, "x", dx, "dx");
-  FT_CHECK(approximation == GeluApproximation::none || approximation == GeluApproximation::tanh)
-      << op << ": unknown approximation " << static_cast<int>(approximation);
   launch_gelu_backward(float_span(op, x, "x"), float_span(op, dy, "dy"), approximation == GeluApproximation::tanh,
                        float_span(op, dx, "dx"), x.numel(), stream_of(ctx));
 }
@@ -739,7 +672,7 @@ void adamw_update_chunks_guarded(ExecutionContext& ctx, Tensor& param, const Ten
 }
 
 // ---- dropout and the ViT row ops (token_rows.cu, dropout.cu) ---------------------
-// Checks as kernels/host/rows.cpp and dropout.cpp make them.
+// Checks as kernels/host/token_rows.cpp and dropout.cpp make them.
 
 void dropout(ExecutionContext& ctx, const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream,
              std::int64_t first_row, Tensor& y) {

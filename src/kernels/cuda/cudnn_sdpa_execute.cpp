@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "kernels/cuda/cuda_check.hpp"
+#include "backends/cuda/device/cuda_check.hpp"
 #include "kernels/cuda/cudnn_sdpa_graph.hpp"
 #include "runtime/execution_context.hpp"
 

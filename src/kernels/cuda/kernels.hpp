@@ -110,7 +110,7 @@ void launch_adamw_chunks_guarded(float* param, const float* grad, float* m, floa
                                  std::int64_t chunk_count, const math::AdamwConstants& k, const float* grad_scale,
                                  const std::int64_t* diverged_step, std::int64_t n, cudaStream_t stream);
 
-// attention_reference.cu: math::attention_kv_head / attention_bshd_row /
+// attention.cu: math::attention_kv_head / attention_bshd_row /
 // attention_key_end / attention_first_query / attention_lse_index. q, out,
 // dq, dout [B, T, Hq, D]; k, v, dk, dv [B, T, Hkv, D]; lse f32 [B, Hq, T].
 // The on-device oracle: one thread per row, f32, no atomics.

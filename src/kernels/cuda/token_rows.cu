@@ -1,7 +1,7 @@
 // CUDA kernels of the ViT row ops (op_list.hpp): patchify, prepend_rows,
 // broadcast_add, slice_rows, forward and backward (kernels.hpp). The index
 // math and the batch-order sum step are kernels/math/token_rows.hpp's, the
-// functions kernels/host/rows.cpp calls: every output element gets the
+// functions kernels/host/token_rows.cpp calls: every output element gets the
 // same bits as on the host. Each element is loaded as f32 and rounded to
 // its tensor's storage on store (a same-dtype copy is exact), as the host's
 // float_spans do. No atomics: the batch sums of the backward passes run one

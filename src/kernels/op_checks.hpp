@@ -1,0 +1,52 @@
+// The argument checks of each op, made once by ops::<op> (kernels/dispatch.cpp)
+// before the backend's entry is called, so every backend refuses bad input
+// with the same words (TransformerEngine's CheckInputTensor idea). Shapes,
+// dtypes, sizes and the op's own rules live here; a backend checks only what
+// is its own (that a tensor is in its memory).
+//
+// Every op of op_list.hpp has a check: the ones declared below, and for an op
+// not listed the generated one that accepts anything, its checks still made
+// inside each backend's kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.hpp"
+#include "kernels/op_list.hpp"
+
+namespace ftrain::op_checks {
+
+// The GEMM dimensions of x[..., in] . w[out, in]^T: rows of x, in, out.
+struct LinearDims {
+  std::int64_t rows, in, out;
+};
+// Unchecked: what the backends use once linear_forward / linear_backward passed.
+LinearDims linear_dims(const Tensor& x, const Tensor& w);
+
+// Each check takes the op's parameters exactly as op_list.hpp declares them,
+// so that it, a non-template, wins overload resolution over the fallback
+// below (a check declared with other parameter types would silently lose to
+// it: test_op_checks proves each one runs).
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
+void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db);
+void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw);
+void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor* b, float eps, Tensor& y, Tensor& mean,
+                       Tensor& rstd);
+void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dy,
+                        Tensor& dx, Tensor& dw, Tensor* db);
+void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out);
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup);
+void gelu_forward(const Tensor& x, GeluApproximation approximation, Tensor& y);
+void gelu_backward(const Tensor& x, const Tensor& dy, GeluApproximation approximation, Tensor& dx);
+void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out);
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable);
+
+// An op without a shared check above: accepts anything here.
+#define FTRAIN_OP_CHECK_FALLBACK(R, NAME, PARAMS, ARGS, DEVICE_TENSOR) \
+  template <class... Args>                                              \
+  void NAME(const Args&...) {}
+FTRAIN_OP_LIST(FTRAIN_OP_CHECK_FALLBACK)
+#undef FTRAIN_OP_CHECK_FALLBACK
+
+}  // namespace ftrain::op_checks
