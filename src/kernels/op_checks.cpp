@@ -174,6 +174,51 @@ void gelu_backward(const Tensor& x, const Tensor& dy, GeluApproximation approxim
   check_gelu_form("gelu_backward", approximation);
 }
 
+// ---- element-wise --------------------------------------------------------------
+
+void add(const Tensor& a, const Tensor& b, Tensor& out) {
+  check_elementwise("add", {{&a, "a"}, {&b, "b"}, {&out, "out"}});
+}
+
+void add_inplace(Tensor& acc, const Tensor& x) {
+  constexpr const char* op = "add_inplace";
+  require_float(op, acc, "acc");
+  require_float(op, x, "x");
+  require_numel(op, x, "x", acc.numel(), "same as acc");
+}
+
+void scale_inplace(Tensor& x, float /*factor*/) { require_float("scale_inplace", x, "x"); }
+
+void fill(Tensor& x, float /*value*/) {
+  constexpr const char* op = "fill";
+  checks::require_defined(op, x, "x");
+  switch (x.dtype()) {
+    case DType::f32:
+    case DType::bf16:
+    case DType::f16:
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2:
+    case DType::f64: return;  // f64: accumulators (the gradient norm)
+    default: FT_THROW() << op << ": x " << x.describe() << " must have a float dtype";
+  }
+}
+
+void cast(const Tensor& src, Tensor& dst) {
+  constexpr const char* op = "cast";
+  checks::require_defined(op, src, "src");
+  checks::require_defined(op, dst, "dst");
+  require_numel(op, dst, "dst", src.numel(), "same as src");
+}
+
+void sum(const Tensor& x, Tensor& out) {
+  constexpr const char* op = "sum";
+  require_float(op, x, "x");
+  checks::require_defined(op, out, "out");
+  FT_CHECK(out.dtype() == DType::f32 && out.numel() == 1) << op << ": out " << out.describe() << " must be f32[1]";
+}
+
+void sum_squares(const Tensor& x) { require_float("sum_squares", x, "x"); }
+
 // ---- embedding: i32 tokens, a [V, C] table, one row of width C per token -------
 
 namespace {
@@ -199,6 +244,149 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) {
 void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
   if (!dtable.defined()) return;  // a frozen table (op_list.hpp): the op does nothing
   check_embedding("embedding_backward", tokens, dtable, "dtable", dout, "dout");
+}
+
+// ---- rope: [B, T, H, D] with D even, inv_freq f32[D/2] ------------------------
+
+namespace {
+
+void check_rope(const char* op, const Tensor& in, const char* in_role, const Tensor& inv_freq, const Tensor& out,
+                const char* out_role) {
+  require_float(op, in, in_role);
+  require_float(op, out, out_role);
+  checks::require_dtype(op, inv_freq, "inv_freq", DType::f32);
+  FT_CHECK(in.ndim() == 4) << op << ": " << in_role << " " << in.describe() << " must be [B, T, H, D]";
+  require_same_shape(op, in, in_role, out, out_role);
+  const std::int64_t head_dim = in.dim(3);
+  FT_CHECK(head_dim % 2 == 0) << op << ": head dimension of " << in_role << " " << in.describe() << " must be even";
+  require_numel(op, inv_freq, "inv_freq", head_dim / 2, "half the head dimension");
+}
+
+}  // namespace
+
+void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t /*position_offset*/, Tensor& y) {
+  check_rope("rope_forward", x, "x", inv_freq, y, "y");
+}
+
+void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t /*position_offset*/, Tensor& dx) {
+  check_rope("rope_backward", dy, "dy", inv_freq, dx, "dx");
+}
+
+// ---- dropout ----------------------------------------------------------------------
+
+void dropout(const Tensor& x, float p, std::uint64_t /*seed*/, std::uint64_t /*stream*/, std::int64_t first_row,
+             Tensor& y) {
+  constexpr const char* op = "dropout";
+  require_float(op, x, "x");
+  require_float(op, y, "y");
+  require_numel(op, y, "y", x.numel(), "same as x");
+  FT_CHECK(p >= 0.0f && p < 1.0f) << op << ": p = " << p << " is outside [0, 1)";
+  FT_CHECK(x.ndim() >= 1 && first_row >= 0) << op << ": x " << x.describe() << " first_row " << first_row;
+}
+
+// ---- token rows: [B, rows, C] activations and image patches ----------------------
+
+namespace {
+
+struct Rows3 {
+  std::int64_t batch, rows, cols;
+};
+
+Rows3 rows_3d(const char* op, const Tensor& t, const char* role) {
+  require_float(op, t, role);
+  FT_CHECK(t.ndim() == 3) << op << ": " << role << " " << t.describe() << " must be [B, rows, C]";
+  return {t.dim(0), t.dim(1), t.dim(2)};
+}
+
+void require_rows(const char* op, const Tensor& t, const char* role, const Rows3& got, const Rows3& want) {
+  FT_CHECK(got.batch == want.batch && got.rows == want.rows && got.cols == want.cols)
+      << op << ": " << role << " " << t.describe() << " must be [" << want.batch << ", " << want.rows << ", "
+      << want.cols << "]";
+}
+
+void require_matrix(const char* op, const Tensor& t, const char* role, std::int64_t rows, std::int64_t cols) {
+  require_float(op, t, role);
+  FT_CHECK(t.ndim() == 2 && t.dim(0) == rows && t.dim(1) == cols)
+      << op << ": " << role << " " << t.describe() << " must be [" << rows << ", " << cols << "]";
+}
+
+void check_patches(const char* op, const Tensor& images, const char* images_role, std::int64_t patch_size,
+                   const Tensor& patches, const char* patches_role) {
+  require_float(op, images, images_role);
+  require_float(op, patches, patches_role);
+  FT_CHECK(images.ndim() == 4) << op << ": " << images_role << " " << images.describe()
+                               << " must be [B, H, W, C] (channels last)";
+  FT_CHECK(patch_size > 0) << op << ": patch_size " << patch_size << " must be positive";
+  const std::int64_t h = images.dim(1), w = images.dim(2), p = patch_size;
+  FT_CHECK(h % p == 0 && w % p == 0) << op << ": " << images_role << " " << images.describe()
+                                     << " is not a whole number of " << p << "x" << p << " patches";
+  const math::PatchGeometry g = patch_geometry(images, patch_size);
+  FT_CHECK(patches.ndim() == 2 && patches.dim(0) == g.rows() && patches.dim(1) == g.cols())
+      << op << ": " << patches_role << " " << patches.describe() << " must be [" << g.rows() << ", " << g.cols()
+      << "] (B * patches per image, C * P * P) for " << images_role << " " << images.describe();
+}
+
+void check_slice(const char* op, const Tensor& whole, const char* whole_role, std::int64_t first, const Tensor& part,
+                 const char* part_role) {
+  const Rows3 dw = rows_3d(op, whole, whole_role), dp = rows_3d(op, part, part_role);
+  FT_CHECK(dp.batch == dw.batch && dp.cols == dw.cols && first >= 0 && first + dp.rows <= dw.rows)
+      << op << ": " << part_role << " " << part.describe() << " is not rows " << first << " .. " << first + dp.rows
+      << " of each batch item of " << whole_role << " " << whole.describe();
+}
+
+}  // namespace
+
+math::PatchGeometry patch_geometry(const Tensor& images, std::int64_t patch_size) {
+  const std::int64_t h = images.dim(1), w = images.dim(2), p = patch_size;
+  return {images.dim(0), h, w, images.dim(3), p, h / p, w / p};
+}
+
+void patchify_forward(const Tensor& images, std::int64_t patch_size, Tensor& patches) {
+  check_patches("patchify_forward", images, "images", patch_size, patches, "patches");
+}
+
+void patchify_backward(const Tensor& dpatches, std::int64_t patch_size, Tensor& dimages) {
+  check_patches("patchify_backward", dimages, "dimages", patch_size, dpatches, "dpatches");
+}
+
+void prepend_rows_forward(const Tensor& prefix, const Tensor& x, Tensor& out) {
+  constexpr const char* op = "prepend_rows_forward";
+  const Rows3 dx = rows_3d(op, x, "x"), dout = rows_3d(op, out, "out");
+  require_float(op, prefix, "prefix");
+  FT_CHECK(prefix.ndim() == 2 && prefix.dim(1) == dx.cols)
+      << op << ": prefix " << prefix.describe() << " must be [R, " << dx.cols << "] (the width of x " << x.describe()
+      << ")";
+  require_rows(op, out, "out", dout, {dx.batch, prefix.dim(0) + dx.rows, dx.cols});
+}
+
+void prepend_rows_backward(const Tensor& dout, Tensor& dprefix, Tensor& dx) {
+  constexpr const char* op = "prepend_rows_backward";
+  const Rows3 dd = rows_3d(op, dout, "dout"), dxd = rows_3d(op, dx, "dx");
+  const std::int64_t R = dd.rows - dxd.rows, C = dd.cols;
+  FT_CHECK(R >= 0) << op << ": dx " << dx.describe() << " has more rows than dout " << dout.describe();
+  require_rows(op, dx, "dx", dxd, {dd.batch, dd.rows - R, C});
+  require_matrix(op, dprefix, "dprefix", R, C);
+}
+
+void broadcast_add_forward(const Tensor& x, const Tensor& bias, Tensor& out) {
+  constexpr const char* op = "broadcast_add_forward";
+  const Rows3 dx = rows_3d(op, x, "x"), dout = rows_3d(op, out, "out");
+  require_rows(op, out, "out", dout, dx);
+  require_matrix(op, bias, "bias", dx.rows, dx.cols);
+}
+
+void broadcast_add_backward(const Tensor& dout, Tensor& dbias) {
+  constexpr const char* op = "broadcast_add_backward";
+  const Rows3 d = rows_3d(op, dout, "dout");
+  require_matrix(op, dbias, "dbias", d.rows, d.cols);
+}
+
+void slice_rows_forward(const Tensor& x, std::int64_t first, Tensor& out) {
+  check_slice("slice_rows_forward", x, "x", first, out, "out");
+}
+
+void slice_rows_backward(const Tensor& dout, std::int64_t first, Tensor& dx) {
+  check_slice("slice_rows_backward", dx, "dx", first, dout, "dout");
 }
 
 }  // namespace ftrain::op_checks

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "core/tensor.hpp"
+#include "kernels/math/token_rows.hpp"
 #include "kernels/op_list.hpp"
 
 namespace ftrain::op_checks {
@@ -41,6 +42,29 @@ void gelu_forward(const Tensor& x, GeluApproximation approximation, Tensor& y);
 void gelu_backward(const Tensor& x, const Tensor& dy, GeluApproximation approximation, Tensor& dx);
 void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out);
 void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable);
+void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset, Tensor& y);
+void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset, Tensor& dx);
+void dropout(const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream, std::int64_t first_row, Tensor& y);
+
+// The patch grid of images [B, H, W, C] cut into patch_size squares.
+// Unchecked: what the backends use once patchify_* passed.
+math::PatchGeometry patch_geometry(const Tensor& images, std::int64_t patch_size);
+
+void patchify_forward(const Tensor& images, std::int64_t patch_size, Tensor& patches);
+void patchify_backward(const Tensor& dpatches, std::int64_t patch_size, Tensor& dimages);
+void prepend_rows_forward(const Tensor& prefix, const Tensor& x, Tensor& out);
+void prepend_rows_backward(const Tensor& dout, Tensor& dprefix, Tensor& dx);
+void broadcast_add_forward(const Tensor& x, const Tensor& bias, Tensor& out);
+void broadcast_add_backward(const Tensor& dout, Tensor& dbias);
+void slice_rows_forward(const Tensor& x, std::int64_t first, Tensor& out);
+void slice_rows_backward(const Tensor& dout, std::int64_t first, Tensor& dx);
+void add(const Tensor& a, const Tensor& b, Tensor& out);
+void add_inplace(Tensor& acc, const Tensor& x);
+void scale_inplace(Tensor& x, float factor);
+void fill(Tensor& x, float value);
+void cast(const Tensor& src, Tensor& dst);
+void sum(const Tensor& x, Tensor& out);
+void sum_squares(const Tensor& x);  // the op returns the sum; its check nothing
 
 // An op without a shared check above: accepts anything here.
 #define FTRAIN_OP_CHECK_FALLBACK(R, NAME, PARAMS, ARGS, DEVICE_TENSOR) \

@@ -39,10 +39,10 @@
 #include <string>
 #include <vector>
 
-#include "comm/device_communicator.hpp"
-#include "kernels/backend_registry.hpp"
 #include "backends/cuda/device/cuda_check.hpp"
 #include "backends/cuda/device/cuda_device.hpp"
+#include "comm/device_communicator.hpp"
+#include "kernels/backend_registry.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "runtime/allocator.hpp"

@@ -19,12 +19,12 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cuda/device/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda/cross_entropy_head.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
-#include "backends/cuda/device/cuda_check.hpp"
-#include "kernels/cuda/cudnn_sdpa_plan.hpp"
 #include "kernels/cuda/cuda_fp8_ops.hpp"
+#include "kernels/cuda/cudnn_sdpa_plan.hpp"
 #if defined(FTRAIN_HAVE_CUDNN)
 #include "kernels/cuda/cudnn_sdpa_execute.hpp"
 #endif
@@ -276,13 +276,10 @@ void layernorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w,
 
 void rope(ExecutionContext& ctx, const char* op, const Tensor& in, const char* in_role, const Tensor& inv_freq,
           std::int64_t position_offset, Tensor& out, const char* out_role, float direction) {
+  // Shapes and dtypes: checked by ops::rope_* (kernels/op_checks.hpp).
   const FloatSpan is = float_span(op, in, in_role), os = float_span(op, out, out_role);
-  require_dtype(op, inv_freq, "inv_freq", DType::f32);
-  FT_CHECK(in.ndim() == 4) << op << ": " << in_role << " " << in.describe() << " must be [B, T, H, D]";
-  require_same_shape(op, in, in_role, out, out_role);
+  require_cuda(op, inv_freq, "inv_freq");
   const std::int64_t head_dim = in.dim(3);
-  FT_CHECK(head_dim % 2 == 0) << op << ": head dimension of " << in_role << " " << in.describe() << " must be even";
-  require_numel(op, inv_freq, "inv_freq", head_dim / 2, "half the head dimension");
   launch_rope(is, inv_freq.data_as<float>(), position_offset, os, direction, in.dim(0), in.dim(1), in.dim(2), head_dim,
               stream_of(ctx));
 }
@@ -468,17 +465,15 @@ void cross_entropy_backward(ExecutionContext& ctx, const Tensor& h, const Tensor
 }
 
 // ---- element-wise ------------------------------------------------------------------
+// Shapes, sizes and dtypes: checked by ops::<op> (kernels/op_checks.hpp).
 
 void add(ExecutionContext& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
   constexpr const char* op = "add";
-  require_same_shape(op, a, "a", b, "b");
-  require_same_shape(op, a, "a", out, "out");
   launch_add(float_span(op, a, "a"), float_span(op, b, "b"), float_span(op, out, "out"), a.numel(), stream_of(ctx));
 }
 
 void add_inplace(ExecutionContext& ctx, Tensor& acc, const Tensor& x) {
   constexpr const char* op = "add_inplace";
-  require_numel(op, x, "x", acc.numel(), "same as acc");
   launch_add_inplace(float_span(op, acc, "acc"), float_span(op, x, "x"), acc.numel(), stream_of(ctx));
 }
 
@@ -515,7 +510,6 @@ void cast(ExecutionContext& ctx, const Tensor& src, Tensor& dst) {
   constexpr const char* op = "cast";
   require_cuda(op, src, "src");
   require_cuda(op, dst, "dst");
-  require_numel(op, dst, "dst", src.numel(), "same as src");
   if (src.dtype() == dst.dtype()) {
     if (src.data() != dst.data())
       FTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_of(ctx)));
@@ -548,8 +542,7 @@ std::shared_ptr<void> reduction_scratch(ExecutionContext& ctx, std::int64_t n) {
 
 void sum(ExecutionContext& ctx, const Tensor& x, Tensor& out) {
   constexpr const char* op = "sum";
-  require_dtype(op, out, "out", DType::f32);
-  require_numel(op, out, "out", 1, "one f32");
+  require_cuda(op, out, "out");
   const std::shared_ptr<void> partials = reduction_scratch(ctx, x.numel());
   launch_sum(float_span(op, x, "x"), x.numel(), static_cast<double*>(partials.get()), out.data_as<float>(),
              stream_of(ctx));
@@ -672,15 +665,13 @@ void adamw_update_chunks_guarded(ExecutionContext& ctx, Tensor& param, const Ten
 }
 
 // ---- dropout and the ViT row ops (token_rows.cu, dropout.cu) ---------------------
-// Checks as kernels/host/token_rows.cpp and dropout.cpp make them.
+// Shapes, dtypes and the op's rules: checked by ops::<op> (kernels/op_checks.hpp);
+// float_span() refuses a tensor outside CUDA memory.
 
 void dropout(ExecutionContext& ctx, const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream,
              std::int64_t first_row, Tensor& y) {
   constexpr const char* op = "dropout";
   const FloatSpan sx = float_span(op, x, "x"), sy = float_span(op, y, "y");
-  require_numel(op, y, "y", x.numel(), "same as x");
-  FT_CHECK(p >= 0.0f && p < 1.0f) << op << ": p = " << p << " is outside [0, 1)";
-  FT_CHECK(x.ndim() >= 1 && first_row >= 0) << op << ": x " << x.describe() << " first_row " << first_row;
   const std::int64_t width = x.dim(-1);
   if (x.numel() == 0) return;
   launch_dropout(sx, p, seed, stream, first_row, width, sy, x.numel(), stream_of(ctx));
@@ -690,118 +681,63 @@ struct Rows3 {
   std::int64_t batch, rows, cols;
 };
 
-Rows3 rows_3d(const char* op, const Tensor& t, const char* role) {
-  float_span(op, t, role);
-  FT_CHECK(t.ndim() == 3) << op << ": " << role << " " << t.describe() << " must be [B, rows, C]";
-  return {t.dim(0), t.dim(1), t.dim(2)};
-}
-
-void require_rows(const char* op, const Tensor& t, const char* role, const Rows3& got, const Rows3& want) {
-  FT_CHECK(got.batch == want.batch && got.rows == want.rows && got.cols == want.cols)
-      << op << ": " << role << " " << t.describe() << " must be [" << want.batch << ", " << want.rows << ", "
-      << want.cols << "]";
-}
-
-void require_matrix(const char* op, const Tensor& t, const char* role, std::int64_t rows, std::int64_t cols) {
-  float_span(op, t, role);
-  FT_CHECK(t.ndim() == 2 && t.dim(0) == rows && t.dim(1) == cols)
-      << op << ": " << role << " " << t.describe() << " must be [" << rows << ", " << cols << "]";
-}
-
-math::PatchGeometry check_patches(const char* op, const Tensor& images, const char* images_role,
-                                  std::int64_t patch_size, const Tensor& patches, const char* patches_role) {
-  float_span(op, images, images_role);
-  float_span(op, patches, patches_role);
-  FT_CHECK(images.ndim() == 4) << op << ": " << images_role << " " << images.describe()
-                               << " must be [B, H, W, C] (channels last)";
-  FT_CHECK(patch_size > 0) << op << ": patch_size " << patch_size << " must be positive";
-  const std::int64_t h = images.dim(1), w = images.dim(2), p = patch_size;
-  FT_CHECK(h % p == 0 && w % p == 0) << op << ": " << images_role << " " << images.describe()
-                                     << " is not a whole number of " << p << "x" << p << " patches";
-  const math::PatchGeometry g{images.dim(0), h, w, images.dim(3), p, h / p, w / p};
-  FT_CHECK(patches.ndim() == 2 && patches.dim(0) == g.rows() && patches.dim(1) == g.cols())
-      << op << ": " << patches_role << " " << patches.describe() << " must be [" << g.rows() << ", " << g.cols()
-      << "] (B * patches per image, C * P * P) for " << images_role << " " << images.describe();
-  return g;
-}
+Rows3 rows_3d(const Tensor& t) { return {t.dim(0), t.dim(1), t.dim(2)}; }
 
 void patchify_forward(ExecutionContext& ctx, const Tensor& images, std::int64_t patch_size, Tensor& patches) {
   constexpr const char* op = "patchify_forward";
-  const math::PatchGeometry g = check_patches(op, images, "images", patch_size, patches, "patches");
+  const math::PatchGeometry g = op_checks::patch_geometry(images, patch_size);
   launch_patchify_forward(float_span(op, images, "images"), g, float_span(op, patches, "patches"), stream_of(ctx));
 }
 
 void patchify_backward(ExecutionContext& ctx, const Tensor& dpatches, std::int64_t patch_size, Tensor& dimages) {
   constexpr const char* op = "patchify_backward";
-  const math::PatchGeometry g = check_patches(op, dimages, "dimages", patch_size, dpatches, "dpatches");
+  const math::PatchGeometry g = op_checks::patch_geometry(dimages, patch_size);
   launch_patchify_backward(float_span(op, dpatches, "dpatches"), g, float_span(op, dimages, "dimages"),
                            stream_of(ctx));
 }
 
 void prepend_rows_forward(ExecutionContext& ctx, const Tensor& prefix, const Tensor& x, Tensor& out) {
   constexpr const char* op = "prepend_rows_forward";
-  const Rows3 dx = rows_3d(op, x, "x"), dout = rows_3d(op, out, "out");
-  float_span(op, prefix, "prefix");
-  FT_CHECK(prefix.ndim() == 2 && prefix.dim(1) == dx.cols)
-      << op << ": prefix " << prefix.describe() << " must be [R, " << dx.cols << "] (the width of x " << x.describe()
-      << ")";
+  const Rows3 dx = rows_3d(x);
   const std::int64_t R = prefix.dim(0);
-  require_rows(op, out, "out", dout, {dx.batch, R + dx.rows, dx.cols});
   launch_prepend_rows_forward(float_span(op, prefix, "prefix"), float_span(op, x, "x"), float_span(op, out, "out"),
                               dx.batch, R, dx.rows, dx.cols, stream_of(ctx));
 }
 
 void prepend_rows_backward(ExecutionContext& ctx, const Tensor& dout, Tensor& dprefix, Tensor& dx) {
   constexpr const char* op = "prepend_rows_backward";
-  const Rows3 dd = rows_3d(op, dout, "dout"), dxd = rows_3d(op, dx, "dx");
+  const Rows3 dd = rows_3d(dout), dxd = rows_3d(dx);
   const std::int64_t R = dd.rows - dxd.rows, C = dd.cols;
-  FT_CHECK(R >= 0) << op << ": dx " << dx.describe() << " has more rows than dout " << dout.describe();
-  require_rows(op, dx, "dx", dxd, {dd.batch, dd.rows - R, C});
-  require_matrix(op, dprefix, "dprefix", R, C);
-  const FloatSpan sdout = float_span(op, dout, "dout");
+  const FloatSpan sdout = float_span(op, dout, "dout"), sdprefix = float_span(op, dprefix, "dprefix");
   // Row t < R of every image feeds the same prefix row: dprefix[t] += sum_b dout[b, t].
-  if (R > 0)
-    launch_batch_sum_accumulate(sdout, dd.batch, dd.rows * C, float_span(op, dprefix, "dprefix"), R * C,
-                                stream_of(ctx));
+  if (R > 0) launch_batch_sum_accumulate(sdout, dd.batch, dd.rows * C, sdprefix, R * C, stream_of(ctx));
   launch_prepend_rows_dx(sdout, float_span(op, dx, "dx"), dd.batch, R, dxd.rows, C, stream_of(ctx));
 }
 
 void broadcast_add_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& bias, Tensor& out) {
   constexpr const char* op = "broadcast_add_forward";
-  const Rows3 dx = rows_3d(op, x, "x"), dout = rows_3d(op, out, "out");
-  require_rows(op, out, "out", dout, dx);
-  require_matrix(op, bias, "bias", dx.rows, dx.cols);
+  const Rows3 dx = rows_3d(x);
   launch_broadcast_add_forward(float_span(op, x, "x"), float_span(op, bias, "bias"), float_span(op, out, "out"),
                                dx.batch, dx.rows, dx.cols, stream_of(ctx));
 }
 
 void broadcast_add_backward(ExecutionContext& ctx, const Tensor& dout, Tensor& dbias) {
   constexpr const char* op = "broadcast_add_backward";
-  const Rows3 d = rows_3d(op, dout, "dout");
-  require_matrix(op, dbias, "dbias", d.rows, d.cols);
+  const Rows3 d = rows_3d(dout);
   launch_batch_sum_accumulate(float_span(op, dout, "dout"), d.batch, d.rows * d.cols, float_span(op, dbias, "dbias"),
                               d.rows * d.cols, stream_of(ctx));
 }
 
-Rows3 check_slice(const char* op, const Tensor& whole, const char* whole_role, std::int64_t first,
-                  const Tensor& part, const char* part_role) {
-  const Rows3 dw = rows_3d(op, whole, whole_role), dp = rows_3d(op, part, part_role);
-  FT_CHECK(dp.batch == dw.batch && dp.cols == dw.cols && first >= 0 && first + dp.rows <= dw.rows)
-      << op << ": " << part_role << " " << part.describe() << " is not rows " << first << " .. " << first + dp.rows
-      << " of each batch item of " << whole_role << " " << whole.describe();
-  return dw;
-}
-
 void slice_rows_forward(ExecutionContext& ctx, const Tensor& x, std::int64_t first, Tensor& out) {
   constexpr const char* op = "slice_rows_forward";
-  const Rows3 d = check_slice(op, x, "x", first, out, "out");
+  const Rows3 d = rows_3d(x);
   launch_slice_rows_forward(float_span(op, x, "x"), first, float_span(op, out, "out"), d.batch, out.dim(1), d.rows,
                             d.cols, stream_of(ctx));
 }
 
 void slice_rows_backward(ExecutionContext& ctx, const Tensor& dout, std::int64_t first, Tensor& dx) {
   constexpr const char* op = "slice_rows_backward";
-  const Rows3 d = check_slice(op, dx, "dx", first, dout, "dout");
+  const Rows3 d = rows_3d(dx);
   launch_slice_rows_backward(float_span(op, dout, "dout"), first, float_span(op, dx, "dx"), d.batch, dout.dim(1),
                              d.rows, d.cols, stream_of(ctx));
 }

@@ -28,8 +28,8 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
-#include "kernels/tensor_checks.hpp"
 #include "kernels/math/column_sums.hpp"
+#include "kernels/tensor_checks.hpp"
 
 namespace ftrain::host::spans {
 

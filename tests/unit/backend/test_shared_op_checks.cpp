@@ -34,7 +34,7 @@ std::string as_if_on_host(std::string m) {
   return m;
 }
 
-struct LinearCase {
+struct OpCase {
   std::function<void(ExecutionContext&, Device)> call;
   const char* mentions;
 };
@@ -52,7 +52,7 @@ TEST(SharedOpChecks, BadInputGetsTheSameErrorOnEveryBackendBeforeDispatch) {
   o.device = Device::cuda;
   ExecutionContext cuda_ctx(o);
 
-  const std::vector<LinearCase> cases = {
+  const std::vector<OpCase> cases = {
       {[](ExecutionContext& ctx, Device d) {
          Tensor x = make({4, 6}, DType::f32, d, "act"), w = make({3, 5}, DType::f32, d, "proj.weight");
          Tensor y = make({4, 3}, DType::f32, d, "y");
@@ -85,11 +85,96 @@ TEST(SharedOpChecks, BadInputGetsTheSameErrorOnEveryBackendBeforeDispatch) {
          ops::linear_backward(ctx, x, w, dy, nullptr, dw, &db);
        },
        "one per output feature of w"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor x = make({2, 4}, DType::f32, d, "x"), w = make({3}, DType::f32, d, "norm.weight");
+         Tensor y = make({2, 4}, DType::f32, d, "y"), rstd = make({2}, DType::f32, d, "rstd");
+         ops::rmsnorm_forward(ctx, x, w, 1e-5f, y, rstd);
+       },
+       "norm.weight"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor x = make({2, 4}, DType::f32, d, "x"), w = make({4}, DType::f32, d, "w");
+         Tensor mean = make({2}, DType::bf16, d, "mean"), rstd = make({2}, DType::f32, d, "rstd");
+         Tensor dy = make({2, 4}, DType::f32, d, "dy"), dx = make({2, 4}, DType::f32, d, "dx");
+         Tensor dw = make({4}, DType::f32, d, "dw");
+         ops::layernorm_backward(ctx, x, w, mean, rstd, dy, dx, dw, nullptr);
+       },
+       "must be f32"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor gate = make({2, 4}, DType::f32, d, "gate"), up = make({2, 5}, DType::f32, d, "up");
+         Tensor out = make({2, 4}, DType::f32, d, "out");
+         ops::swiglu_forward(ctx, gate, up, out);
+       },
+       "must have the shape of gate"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor x = make({3}, DType::f32, d, "x"), dy = make({3}, DType::f32, d, "dy");
+         Tensor dx = make({3}, DType::i32, d, "dx");
+         ops::gelu_backward(ctx, x, dy, GeluApproximation::tanh, dx);
+       },
+       "must be f32 or bf16"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor tokens = make({2}, DType::f32, d, "tokens"), table = make({5, 3}, DType::f32, d, "embed");
+         Tensor out = make({2, 3}, DType::f32, d, "out");
+         ops::embedding_forward(ctx, tokens, table, out);
+       },
+       "must be i32"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor x = make({1, 2, 1, 3}, DType::f32, d, "q"), inv_freq = make({1}, DType::f32, d, "inv_freq");
+         ops::rope_forward(ctx, x, inv_freq, 0, x);
+       },
+       "must be even"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor x = make({2, 3}, DType::f32, d, "x"), y = make({2, 3}, DType::f32, d, "y");
+         ops::dropout(ctx, x, 1.0f, 7, 0, 0, y);
+       },
+       "is outside [0, 1)"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor images = make({1, 4, 6, 3}, DType::f32, d, "pixels"), patches = make({6, 12}, DType::f32, d, "p");
+         ops::patchify_forward(ctx, images, 4, patches);
+       },
+       "is not a whole number of 4x4 patches"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor prefix = make({1, 5}, DType::f32, d, "cls"), x = make({2, 3, 4}, DType::f32, d, "x");
+         Tensor out = make({2, 4, 4}, DType::f32, d, "out");
+         ops::prepend_rows_forward(ctx, prefix, x, out);
+       },
+       "must be [R, 4]"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor dout = make({2, 3, 4}, DType::f32, d, "dout"), dbias = make({3, 5}, DType::f32, d, "pos.grad");
+         ops::broadcast_add_backward(ctx, dout, dbias);
+       },
+       "pos.grad"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor x = make({2, 3, 4}, DType::f32, d, "x"), out = make({2, 2, 4}, DType::f32, d, "cls_out");
+         ops::slice_rows_forward(ctx, x, 2, out);
+       },
+       "is not rows 2 .. 4"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor a = make({2, 3}, DType::f32, d, "a"), b = make({3, 2}, DType::f32, d, "residual");
+         Tensor out = make({2, 3}, DType::f32, d, "out");
+         ops::add(ctx, a, b, out);
+       },
+       "residual"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor x = make({4}, DType::i32, d, "counts");
+         ops::fill(ctx, x, 1.0f);
+       },
+       "must have a float dtype"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor src = make({4}, DType::f32, d, "src"), dst = make({5}, DType::bf16, d, "dst");
+         ops::cast(ctx, src, dst);
+       },
+       "same as src"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor x = make({4}, DType::f32, d, "x"), out = make({2}, DType::f32, d, "loss");
+         ops::sum(ctx, x, out);
+       },
+       "must be f32[1]"},
   };
-  for (const LinearCase& c : cases) {
+  for (const OpCase& c : cases) {
     const std::string on_host = error_of([&] { c.call(host_context(), Device::host); });
     const std::string on_cuda = error_of([&] { c.call(cuda_ctx, Device::cuda); });
     EXPECT_NE(on_host.find(c.mentions), std::string::npos) << on_host;
+    EXPECT_EQ(on_host.find("reached the fake backend"), std::string::npos) << on_host;
     EXPECT_EQ(on_cuda.find("reached the fake backend"), std::string::npos) << on_cuda;
     EXPECT_EQ(as_if_on_host(on_cuda), on_host);
   }

@@ -3,8 +3,8 @@
 #include <atomic>
 #include <sstream>
 
-#include "core/error.hpp"
 #include "backends/cuda/device/cuda_check.hpp"
+#include "core/error.hpp"
 
 namespace ftrain::cuda {
 
