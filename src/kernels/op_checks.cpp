@@ -345,10 +345,6 @@ void patchify_forward(const Tensor& images, std::int64_t patch_size, Tensor& pat
   check_patches("patchify_forward", images, "images", patch_size, patches, "patches");
 }
 
-void patchify_backward(const Tensor& dpatches, std::int64_t patch_size, Tensor& dimages) {
-  check_patches("patchify_backward", dimages, "dimages", patch_size, dpatches, "dpatches");
-}
-
 void prepend_rows_forward(const Tensor& prefix, const Tensor& x, Tensor& out) {
   constexpr const char* op = "prepend_rows_forward";
   const Rows3 dx = rows_3d(op, x, "x"), dout = rows_3d(op, out, "out");

@@ -51,7 +51,6 @@ void dropout(const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream,
 math::PatchGeometry patch_geometry(const Tensor& images, std::int64_t patch_size);
 
 void patchify_forward(const Tensor& images, std::int64_t patch_size, Tensor& patches);
-void patchify_backward(const Tensor& dpatches, std::int64_t patch_size, Tensor& dimages);
 void prepend_rows_forward(const Tensor& prefix, const Tensor& x, Tensor& out);
 void prepend_rows_backward(const Tensor& dout, Tensor& dprefix, Tensor& dx);
 void broadcast_add_forward(const Tensor& x, const Tensor& bias, Tensor& out);

@@ -608,20 +608,6 @@ void clip_coefficient(ExecutionContext& ctx, const Tensor& sum_sq, double max_no
                           diverged_step.data_as<std::int64_t>(), stream_of(ctx));
 }
 
-void adamw_update_guarded(ExecutionContext& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
-                          float beta1, float beta2, float eps, float weight_decay, std::int64_t step,
-                          const Tensor& grad_scale, const Tensor& diverged_step) {
-  constexpr const char* op = "adamw_update_guarded";
-  require_scalar(op, grad_scale, "grad_scale", DType::f32);
-  require_scalar(op, diverged_step, "diverged_step", DType::i64);
-  require_adamw_operands(op, param, grad, m, v, step);
-  // grad_scale 1 here: the kernel puts the device value in its place.
-  launch_adamw_guarded(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(), v.data_as<float>(),
-                       math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, 1.0f),
-                       grad_scale.data_as<float>(), diverged_step.data_as<std::int64_t>(), param.numel(),
-                       stream_of(ctx));
-}
-
 // ---- the multi-tensor AdamW (one launch per flat shard, adamw.cu) -----------------
 
 // The table's dtype, shape and device. Its rows stay on the device (reading
@@ -687,13 +673,6 @@ void patchify_forward(ExecutionContext& ctx, const Tensor& images, std::int64_t 
   constexpr const char* op = "patchify_forward";
   const math::PatchGeometry g = op_checks::patch_geometry(images, patch_size);
   launch_patchify_forward(float_span(op, images, "images"), g, float_span(op, patches, "patches"), stream_of(ctx));
-}
-
-void patchify_backward(ExecutionContext& ctx, const Tensor& dpatches, std::int64_t patch_size, Tensor& dimages) {
-  constexpr const char* op = "patchify_backward";
-  const math::PatchGeometry g = op_checks::patch_geometry(dimages, patch_size);
-  launch_patchify_backward(float_span(op, dpatches, "dpatches"), g, float_span(op, dimages, "dimages"),
-                           stream_of(ctx));
 }
 
 void prepend_rows_forward(ExecutionContext& ctx, const Tensor& prefix, const Tensor& x, Tensor& out) {

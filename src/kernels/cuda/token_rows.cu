@@ -20,15 +20,6 @@ void launch_patchify_forward(FloatSpan images, math::PatchGeometry g, FloatSpan 
                      });
 }
 
-// Patches do not overlap: each pixel is written by exactly one thread.
-void launch_patchify_backward(FloatSpan dpatches, math::PatchGeometry g, FloatSpan dimages, cudaStream_t stream) {
-  const std::int64_t rows = g.rows(), cols = g.cols();
-  launch_grid_stride("ftrain::patchify_backward", row_copy_launch(rows, cols), rows * cols, stream,
-                     [=] __device__(std::int64_t i) {
-                       store_f32(dimages, math::patch_pixel_offset(g, i / cols, i % cols), load_f32(dpatches, i));
-                     });
-}
-
 void launch_prepend_rows_forward(FloatSpan prefix, FloatSpan x, FloatSpan out, std::int64_t batch,
                                  std::int64_t prefix_rows, std::int64_t rows, std::int64_t width,
                                  cudaStream_t stream) {

@@ -104,18 +104,6 @@ void patchify_rows(const PatchDims d, const Tensor& images, const Tensor& patche
   });
 }
 
-template <class Image>
-void unpatchify_rows(const PatchDims d, const Tensor& dpatches, const Tensor& dimages) {
-  void* img = dimages.data();
-  const Tensor tpatches = dpatches;
-  // Patches do not overlap: each pixel is written by exactly one row.
-  const std::int64_t cols = d.cols();
-  Kokkos::parallel_for("ftrain::patchify_backward", HostPolicy(0, d.rows()), [=](std::int64_t r) {
-    const float* row = spans::read_f32(tpatches, r * cols, cols, spans::thread_scratch(0, cols));
-    for (std::int64_t k = 0; k < cols; ++k) store<Image>(img, math::patch_pixel_offset(d, r, k), row[k]);
-  });
-}
-
 }  // namespace
 
 void patchify_forward(const Tensor& images, std::int64_t patch_size, Tensor& patches) {
@@ -123,13 +111,6 @@ void patchify_forward(const Tensor& images, std::int64_t patch_size, Tensor& pat
   const PatchDims d = op_checks::patch_geometry(images, patch_size);
   if (images.dtype() == DType::f32) return patchify_rows<float>(d, images, patches);
   patchify_rows<bf16>(d, images, patches);
-}
-
-void patchify_backward(const Tensor& dpatches, std::int64_t patch_size, Tensor& dimages) {
-  spans::require_on_host("patchify_backward", {{&dpatches, "dpatches"}, {&dimages, "dimages"}});
-  const PatchDims d = op_checks::patch_geometry(dimages, patch_size);
-  if (dimages.dtype() == DType::f32) return unpatchify_rows<float>(d, dpatches, dimages);
-  unpatchify_rows<bf16>(d, dpatches, dimages);
 }
 
 // ---- prefix rows (class token) -------------------------------------------------------
