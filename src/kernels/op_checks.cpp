@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "kernels/math/adamw.hpp"
 #include "kernels/tensor_checks.hpp"
 
 namespace ftrain::op_checks {
@@ -383,6 +384,80 @@ void slice_rows_forward(const Tensor& x, std::int64_t first, Tensor& out) {
 
 void slice_rows_backward(const Tensor& dout, std::int64_t first, Tensor& dx) {
   check_slice("slice_rows_backward", dx, "dx", first, dout, "dout");
+}
+
+// ---- gradient clipping and AdamW (device scalars are one-element tensors) -------
+
+namespace {
+
+void require_scalar(const char* op, const Tensor& t, const char* role, DType dtype) {
+  checks::require_dtype(op, t, role, dtype);
+  require_numel(op, t, role, 1, "one element");
+}
+
+// AdamW's f32 operands of one size, and a step that bias correction can use.
+void check_adamw(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 std::int64_t step) {
+  checks::require_dtype(op, param, "param", DType::f32);
+  checks::require_dtype(op, grad, "grad", DType::f32);
+  checks::require_dtype(op, m, "m", DType::f32);
+  checks::require_dtype(op, v, "v", DType::f32);
+  require_numel(op, grad, "grad", param.numel(), "same as param");
+  require_numel(op, m, "m", param.numel(), "same as param");
+  require_numel(op, v, "v", param.numel(), "same as param");
+  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (bias correction) for param "
+                      << param.describe();
+}
+
+// The chunk table's dtype and shape; its rows are data, checked where they
+// can be read (the host backend).
+void check_chunk_table(const char* op, const Tensor& chunks) {
+  checks::require_dtype(op, chunks, "chunks", DType::i64);
+  FT_CHECK(chunks.ndim() == 2 && chunks.dim(1) == math::kAdamwChunkColumns)
+      << op << ": chunks " << chunks.describe() << " must be [chunks, " << math::kAdamwChunkColumns
+      << "] (offset, count, decay per row; kernels/adamw_chunks.hpp)";
+}
+
+}  // namespace
+
+void sum_squares_accumulate(const Tensor& x, Tensor& acc) {
+  constexpr const char* op = "sum_squares_accumulate";
+  require_scalar(op, acc, "acc", DType::f64);
+  require_float(op, x, "x");
+}
+
+void clip_coefficient(const Tensor& sum_sq, double /*max_norm*/, std::int64_t step, Tensor& norm, Tensor& scale,
+                      Tensor& diverged_step) {
+  constexpr const char* op = "clip_coefficient";
+  require_scalar(op, sum_sq, "sum_sq", DType::f64);
+  require_scalar(op, norm, "norm", DType::f64);
+  require_scalar(op, scale, "scale", DType::f32);
+  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (0 means \"not diverged\")";
+}
+
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float /*lr*/, float /*beta1*/,
+                  float /*beta2*/, float /*eps*/, float /*weight_decay*/, std::int64_t step, float /*grad_scale*/) {
+  check_adamw("adamw_update", param, grad, m, v, step);
+}
+
+void adamw_update_chunks(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks,
+                         float /*lr*/, float /*beta1*/, float /*beta2*/, float /*eps*/, float /*weight_decay*/,
+                         std::int64_t step, float /*grad_scale*/) {
+  constexpr const char* op = "adamw_update_chunks";
+  check_adamw(op, param, grad, m, v, step);
+  check_chunk_table(op, chunks);
+}
+
+void adamw_update_chunks_guarded(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks,
+                                 float /*lr*/, float /*beta1*/, float /*beta2*/, float /*eps*/,
+                                 float /*weight_decay*/, std::int64_t step, const Tensor& grad_scale,
+                                 const Tensor& diverged_step) {
+  constexpr const char* op = "adamw_update_chunks_guarded";
+  require_scalar(op, grad_scale, "grad_scale", DType::f32);
+  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  check_adamw(op, param, grad, m, v, step);
+  check_chunk_table(op, chunks);
 }
 
 }  // namespace ftrain::op_checks

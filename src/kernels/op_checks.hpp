@@ -64,6 +64,17 @@ void fill(Tensor& x, float value);
 void cast(const Tensor& src, Tensor& dst);
 void sum(const Tensor& x, Tensor& out);
 void sum_squares(const Tensor& x);  // the op returns the sum; its check nothing
+void sum_squares_accumulate(const Tensor& x, Tensor& acc);
+void clip_coefficient(const Tensor& sum_sq, double max_norm, std::int64_t step, Tensor& norm, Tensor& scale,
+                      Tensor& diverged_step);
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, std::int64_t step, float grad_scale);
+void adamw_update_chunks(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, std::int64_t step,
+                         float grad_scale);
+void adamw_update_chunks_guarded(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks,
+                                 float lr, float beta1, float beta2, float eps, float weight_decay,
+                                 std::int64_t step, const Tensor& grad_scale, const Tensor& diverged_step);
 
 // An op without a shared check above: accepts anything here.
 #define FTRAIN_OP_CHECK_FALLBACK(R, NAME, PARAMS, ARGS, DEVICE_TENSOR) \

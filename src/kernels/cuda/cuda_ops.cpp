@@ -560,37 +560,30 @@ double sum_squares(ExecutionContext& ctx, const Tensor& x) {
 }
 
 // AdamW's f32 operands of one size, and a step that bias correction can use.
-void require_adamw_operands(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m,
-                            const Tensor& v, std::int64_t step) {
-  require_dtype(op, param, "param", DType::f32);
-  require_dtype(op, grad, "grad", DType::f32);
-  require_dtype(op, m, "m", DType::f32);
-  require_dtype(op, v, "v", DType::f32);
-  require_numel(op, grad, "grad", param.numel(), "same as param");
-  require_numel(op, m, "m", param.numel(), "same as param");
-  require_numel(op, v, "v", param.numel(), "same as param");
-  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (bias correction) for param " << param.describe();
+// Dtypes, sizes and the step: checked by ops::adamw_* (kernels/op_checks.hpp).
+void require_adamw_on_device(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m,
+                             const Tensor& v) {
+  require_cuda(op, param, "param");
+  require_cuda(op, grad, "grad");
+  require_cuda(op, m, "m");
+  require_cuda(op, v, "v");
 }
 
 void adamw_update(ExecutionContext& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
                   float beta1, float beta2, float eps, float weight_decay, std::int64_t step, float grad_scale) {
   constexpr const char* op = "adamw_update";
-  require_adamw_operands(op, param, grad, m, v, step);
+  require_adamw_on_device(op, param, grad, m, v);
   launch_adamw(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(), v.data_as<float>(),
                math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale), param.numel(),
                stream_of(ctx));
 }
 
 // ---- gradient clipping and the guarded step (scalars stay on the device) --------
-
-void require_scalar(const char* op, const Tensor& t, const char* role, DType dtype) {
-  require_dtype(op, t, role, dtype);
-  require_numel(op, t, role, 1, "one element");
-}
+// Dtypes and sizes: checked by ops::<op> (kernels/op_checks.hpp).
 
 void sum_squares_accumulate(ExecutionContext& ctx, const Tensor& x, Tensor& acc) {
   constexpr const char* op = "sum_squares_accumulate";
-  require_scalar(op, acc, "acc", DType::f64);
+  require_cuda(op, acc, "acc");
   const std::shared_ptr<void> partials = reduction_scratch(ctx, x.numel());
   launch_sum_squares_accumulate(float_span(op, x, "x"), x.numel(), static_cast<double*>(partials.get()),
                                 acc.data_as<double>(), stream_of(ctx));
@@ -599,25 +592,22 @@ void sum_squares_accumulate(ExecutionContext& ctx, const Tensor& x, Tensor& acc)
 void clip_coefficient(ExecutionContext& ctx, const Tensor& sum_sq, double max_norm, std::int64_t step, Tensor& norm,
                       Tensor& scale, Tensor& diverged_step) {
   constexpr const char* op = "clip_coefficient";
-  require_scalar(op, sum_sq, "sum_sq", DType::f64);
-  require_scalar(op, norm, "norm", DType::f64);
-  require_scalar(op, scale, "scale", DType::f32);
-  require_scalar(op, diverged_step, "diverged_step", DType::i64);
-  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (0 means \"not diverged\")";
+  require_cuda(op, sum_sq, "sum_sq");
+  require_cuda(op, norm, "norm");
+  require_cuda(op, scale, "scale");
+  require_cuda(op, diverged_step, "diverged_step");
   launch_clip_coefficient(sum_sq.data_as<double>(), max_norm, step, norm.data_as<double>(), scale.data_as<float>(),
                           diverged_step.data_as<std::int64_t>(), stream_of(ctx));
 }
 
 // ---- the multi-tensor AdamW (one launch per flat shard, adamw.cu) -----------------
 
-// The table's dtype, shape and device. Its rows stay on the device (reading
-// them here would wait for the stream); the kernel clamps each row to the
-// shard, and the host backend, which the tests run, checks every row.
+// The table's device (its dtype and shape: ops::adamw_update_chunks*). Its
+// rows stay on the device (reading them here would wait for the stream); the
+// kernel clamps each row to the shard, and the host backend, which the tests
+// run, checks every row.
 std::int64_t require_chunk_table(const char* op, const Tensor& chunks) {
-  require_dtype(op, chunks, "chunks", DType::i64);
-  FT_CHECK(chunks.ndim() == 2 && chunks.dim(1) == math::kAdamwChunkColumns)
-      << op << ": chunks " << chunks.describe() << " must be [chunks, " << math::kAdamwChunkColumns
-      << "] (offset, count, decay per row; kernels/adamw_chunks.hpp)";
+  require_cuda(op, chunks, "chunks");
   return chunks.dim(0);
 }
 
@@ -625,7 +615,7 @@ void adamw_update_chunks(ExecutionContext& ctx, Tensor& param, const Tensor& gra
                          const Tensor& chunks, float lr, float beta1, float beta2, float eps, float weight_decay,
                          std::int64_t step, float grad_scale) {
   constexpr const char* op = "adamw_update_chunks";
-  require_adamw_operands(op, param, grad, m, v, step);
+  require_adamw_on_device(op, param, grad, m, v);
   const std::int64_t chunk_count = require_chunk_table(op, chunks);
   launch_adamw_chunks(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(), v.data_as<float>(),
                       chunks.data_as<std::int64_t>(), chunk_count,
@@ -638,9 +628,9 @@ void adamw_update_chunks_guarded(ExecutionContext& ctx, Tensor& param, const Ten
                                  float weight_decay, std::int64_t step, const Tensor& grad_scale,
                                  const Tensor& diverged_step) {
   constexpr const char* op = "adamw_update_chunks_guarded";
-  require_scalar(op, grad_scale, "grad_scale", DType::f32);
-  require_scalar(op, diverged_step, "diverged_step", DType::i64);
-  require_adamw_operands(op, param, grad, m, v, step);
+  require_cuda(op, grad_scale, "grad_scale");
+  require_cuda(op, diverged_step, "diverged_step");
+  require_adamw_on_device(op, param, grad, m, v);
   const std::int64_t chunk_count = require_chunk_table(op, chunks);
   // grad_scale 1 here: the kernel puts the device value in its place.
   launch_adamw_chunks_guarded(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(),

@@ -12,7 +12,7 @@
 namespace ftrain::host {
 
 void sum_squares_accumulate(const Tensor& x, Tensor& acc) {
-  spans::require_scalar("sum_squares_accumulate", acc, "acc", DType::f64);
+  spans::require_defined_host("sum_squares_accumulate", acc, "acc");
   // sum_squares itself: the partials are the numbers the host used to add.
   acc.data_as<double>()[0] += sum_squares(x);
 }
@@ -20,11 +20,8 @@ void sum_squares_accumulate(const Tensor& x, Tensor& acc) {
 void clip_coefficient(const Tensor& sum_sq, double max_norm, std::int64_t step, Tensor& norm, Tensor& scale,
                       Tensor& diverged_step) {
   constexpr const char* op = "clip_coefficient";
-  spans::require_scalar(op, sum_sq, "sum_sq", DType::f64);
-  spans::require_scalar(op, norm, "norm", DType::f64);
-  spans::require_scalar(op, scale, "scale", DType::f32);
-  spans::require_scalar(op, diverged_step, "diverged_step", DType::i64);
-  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (0 means \"not diverged\")";
+  spans::require_on_host(
+      op, {{&sum_sq, "sum_sq"}, {&norm, "norm"}, {&scale, "scale"}, {&diverged_step, "diverged_step"}});
   // kernels/math/pointwise.hpp: the arithmetic the CUDA kernel runs too.
   const double n = math::norm_from_sum_squares(sum_sq.data_as<double>()[0]);
   norm.data_as<double>()[0] = n;

@@ -169,6 +169,19 @@ TEST(SharedOpChecks, BadInputGetsTheSameErrorOnEveryBackendBeforeDispatch) {
          ops::sum(ctx, x, out);
        },
        "must be f32[1]"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor sum_sq = make({1}, DType::f64, d, "sum_sq"), norm = make({1}, DType::f64, d, "norm");
+         Tensor scale = make({1}, DType::f32, d, "scale"), flag = make({1}, DType::i64, d, "flag");
+         ops::clip_coefficient(ctx, sum_sq, 1.0, 0, norm, scale, flag);
+       },
+       "must be >= 1"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor p = make({8}, DType::f32, d, "shard"), g = make({8}, DType::f32, d, "g");
+         Tensor m = make({8}, DType::f32, d, "m"), v = make({8}, DType::f32, d, "v");
+         Tensor chunks = make({1, 2}, DType::i64, d, "chunks");
+         ops::adamw_update_chunks(ctx, p, g, m, v, chunks, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 1.0f);
+       },
+       "must be [chunks, 3]"},
   };
   for (const OpCase& c : cases) {
     const std::string on_host = error_of([&] { c.call(host_context(), Device::host); });
