@@ -6,7 +6,7 @@
 //
 // Every op of op_list.hpp has a check: the ones declared below, and for an op
 // not listed the generated one that accepts anything, its checks still made
-// inside each backend's kernel.
+// inside each backend's kernel (attention, cross entropy and the FP8 ops).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@ LinearDims linear_dims(const Tensor& x, const Tensor& w);
 // Each check takes the op's parameters exactly as op_list.hpp declares them,
 // so that it, a non-template, wins overload resolution over the fallback
 // below (a check declared with other parameter types would silently lose to
-// it: test_op_checks proves each one runs).
+// it: test_shared_op_checks lists the ops that take the fallback).
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db);
 void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
@@ -76,10 +76,15 @@ void adamw_update_chunks_guarded(Tensor& param, const Tensor& grad, Tensor& m, T
                                  float lr, float beta1, float beta2, float eps, float weight_decay,
                                  std::int64_t step, const Tensor& grad_scale, const Tensor& diverged_step);
 
-// An op without a shared check above: accepts anything here.
+// An op without a shared check above: accepts anything here. Its result
+// type names the fallback, so that a test can list which ops take it
+// (test_shared_op_checks: exactly the ops still checked inside each backend).
+struct NoSharedCheck {};
 #define FTRAIN_OP_CHECK_FALLBACK(R, NAME, PARAMS, ARGS, DEVICE_TENSOR) \
   template <class... Args>                                              \
-  void NAME(const Args&...) {}
+  NoSharedCheck NAME(const Args&...) {                                  \
+    return {};                                                          \
+  }
 FTRAIN_OP_LIST(FTRAIN_OP_CHECK_FALLBACK)
 #undef FTRAIN_OP_CHECK_FALLBACK
 

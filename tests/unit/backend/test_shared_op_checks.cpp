@@ -6,11 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <set>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/tensor.hpp"
 #include "kernels/backend_registry.hpp"
+#include "kernels/op_checks.hpp"
 #include "kernels/ops.hpp"
 #include "runtime/backend_library.hpp"
 #include "runtime/execution_context.hpp"
@@ -44,6 +48,31 @@ Tensor make(std::vector<std::int64_t> shape, DType dtype, Device device, const c
 }
 
 }  // namespace
+
+// Whether ops::<op>'s call of op_checks::<op> (with the op's parameter types,
+// as dispatch.cpp makes it) reaches a shared check or the fallback.
+template <class Signature>
+struct CheckOf;
+template <class... Params>
+struct CheckOf<void(Params...)> {
+  template <class Call>
+  static constexpr bool shared = !std::is_same_v<std::invoke_result_t<Call, Params...>, op_checks::NoSharedCheck>;
+};
+
+TEST(SharedOpChecks, EveryOpButTheListedOnesIsCheckedBeforeDispatch) {
+  std::set<std::string> fallback;
+#define FTRAIN_LIST_FALLBACK(R, NAME, PARAMS, ARGS, DEVICE_TENSOR)                                           \
+  if (!CheckOf<void(FTRAIN_UNPAREN PARAMS)>::shared<decltype([](auto&&... a) { return op_checks::NAME(a...); })>) \
+    fallback.insert(#NAME);
+  FTRAIN_OP_LIST(FTRAIN_LIST_FALLBACK)
+#undef FTRAIN_LIST_FALLBACK
+  // Still checked inside each backend; every other op is checked once, in ops::<op>.
+  const std::set<std::string> backend_checked = {
+      "attention_forward",   "attention_backward", "cross_entropy_forward", "cross_entropy_backward",
+      "cast_to_fp8",         "fp8_transpose",      "rmsnorm_forward_fp8",   "swiglu_forward_fp8",
+      "fp8_linear_forward",  "fp8_linear_backward", "fp8_update_scales"};
+  EXPECT_EQ(fallback, backend_checked);
+}
 
 TEST(SharedOpChecks, BadInputGetsTheSameErrorOnEveryBackendBeforeDispatch) {
   load_backend_library(FTRAIN_TEST_FAKE_BACKEND);
