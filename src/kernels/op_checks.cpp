@@ -220,6 +220,54 @@ void sum(const Tensor& x, Tensor& out) {
 
 void sum_squares(const Tensor& x) { require_float("sum_squares", x, "x"); }
 
+// ---- attention: q, out [B, T, Hq, D]; k, v [B, T, Hkv, D]; lse f32 [B, Hq, T] ----
+
+namespace {
+
+void check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse) {
+  require_float(op, q, "q");
+  require_float(op, k, "k");
+  require_float(op, v, "v");
+  FT_CHECK(q.ndim() == 4) << op << ": q " << q.describe() << " must be [B, T, Hq, D]";
+  FT_CHECK(k.ndim() == 4) << op << ": k " << k.describe() << " must be [B, T, Hkv, D]";
+  const std::int64_t batch = q.dim(0), seq = q.dim(1), q_heads = q.dim(2), kv_heads = k.dim(2);
+  FT_CHECK(k.dim(0) == batch && k.dim(1) == seq && k.dim(3) == q.dim(3))
+      << op << ": k " << k.describe() << " does not match q " << q.describe() << " in B, T or D";
+  FT_CHECK(kv_heads > 0 && q_heads % kv_heads == 0)
+      << op << ": query heads of q " << q.describe() << " must be a multiple of the kv heads of k " << k.describe();
+  require_same_shape(op, k, "k", v, "v");
+  checks::require_defined(op, lse, "lse");
+  FT_CHECK(lse.dtype() == DType::f32 && lse.shape() == Shape({batch, q_heads, seq}))
+      << op << ": lse " << lse.describe() << " must be f32[" << batch << ", " << q_heads << ", " << seq << "]";
+}
+
+// An output or gradient of `like`'s shape.
+void check_like(const char* op, const Tensor& like, const char* like_role, const Tensor& t, const char* role) {
+  require_float(op, t, role);
+  require_same_shape(op, like, like_role, t, role);
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool /*causal*/, float /*softmax_scale*/,
+                       Tensor& out, Tensor& lse) {
+  constexpr const char* op = "attention_forward";
+  check_attention(op, q, k, v, lse);
+  check_like(op, q, "q", out, "out");
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, bool /*causal*/, float /*softmax_scale*/, Tensor& dq, Tensor& dk,
+                        Tensor& dv) {
+  constexpr const char* op = "attention_backward";
+  check_attention(op, q, k, v, lse);
+  check_like(op, q, "q", out, "out");
+  check_like(op, q, "q", dout, "dout");
+  check_like(op, q, "q", dq, "dq");
+  check_like(op, k, "k", dk, "dk");
+  check_like(op, v, "v", dv, "dv");
+}
+
 // ---- embedding: i32 tokens, a [V, C] table, one row of width C per token -------
 
 namespace {

@@ -6,7 +6,7 @@
 //
 // Every op of op_list.hpp has a check: the ones declared below, and for an op
 // not listed the generated one that accepts anything, its checks still made
-// inside each backend's kernel (attention, cross entropy and the FP8 ops).
+// inside each backend's kernel (cross entropy and the FP8 ops).
 #pragma once
 
 #include <cstdint>
@@ -75,6 +75,10 @@ void adamw_update_chunks(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v
 void adamw_update_chunks_guarded(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks,
                                  float lr, float beta1, float beta2, float eps, float weight_decay,
                                  std::int64_t step, const Tensor& grad_scale, const Tensor& diverged_step);
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float softmax_scale,
+                       Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, bool causal, float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv);
 
 // An op without a shared check above: accepts anything here. Its result
 // type names the fallback, so that a test can list which ops take it

@@ -325,28 +325,17 @@ void gelu_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& dy, Gel
 
 // ---- attention (the reference kernel, the on-device oracle) ------------------------
 
-AttentionDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
-  float_span(op, q, "q");
-  float_span(op, k, "k");
-  float_span(op, v, "v");
-  FT_CHECK(q.ndim() == 4) << op << ": q " << q.describe() << " must be [B, T, Hq, D]";
-  FT_CHECK(k.ndim() == 4) << op << ": k " << k.describe() << " must be [B, T, Hkv, D]";
+// Shapes and dtypes: checked by ops::attention_* (kernels/op_checks.hpp).
+// What is left is this backend's own: every tensor in CUDA memory (the cuDNN
+// path takes raw pointers), and the head dimension the reference kernel takes.
+AttentionDims attention_dims(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> tensors,
+                             const Tensor& q, const Tensor& k) {
+  for (const auto& [t, role] : tensors) require_cuda(op, *t, role);
   const AttentionDims dims{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
-  FT_CHECK(k.dim(0) == dims.batch && k.dim(1) == dims.seq && k.dim(3) == dims.head_dim)
-      << op << ": k " << k.describe() << " does not match q " << q.describe() << " in B, T or D";
-  FT_CHECK(dims.kv_heads > 0 && dims.q_heads % dims.kv_heads == 0)
-      << op << ": query heads of q " << q.describe() << " must be a multiple of the kv heads of k " << k.describe();
-  require_same_shape(op, k, "k", v, "v");
   FT_CHECK(dims.head_dim <= kAttentionReferenceMaxHeadDim)
       << op << ": q " << q.describe() << " has head dim " << dims.head_dim
       << "; the CUDA reference attention takes at most " << kAttentionReferenceMaxHeadDim;
   return dims;
-}
-
-void check_attention_lse(const char* op, const Tensor& lse, const AttentionDims& d) {
-  require_dtype(op, lse, "lse", DType::f32);
-  FT_CHECK(lse.shape() == Shape({d.batch, d.q_heads, d.seq}))
-      << op << ": lse " << lse.describe() << " must be f32[" << d.batch << ", " << d.q_heads << ", " << d.seq << "]";
 }
 
 // The plan-cache key of one attention call: its shape, its storage (bf16
@@ -404,9 +393,8 @@ bool attention_uses_cudnn(ExecutionContext& ctx, const SdpaPlanKey& key,
 void attention_forward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                        float softmax_scale, Tensor& out, Tensor& lse) {
   constexpr const char* op = "attention_forward";
-  const AttentionDims dims = check_attention(op, q, k, v);
-  require_same_shape(op, q, "q", out, "out");
-  check_attention_lse(op, lse, dims);
+  const AttentionDims dims =
+      attention_dims(op, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&lse, "lse"}}, q, k);
   if (q.numel() == 0) return;
   const SdpaPlanKey key = attention_key(dims, causal, SdpaDirection::forward, {&q, &k, &v, &out});
   if (attention_uses_cudnn(ctx, key, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}})) {
@@ -426,13 +414,17 @@ void attention_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k,
                         const Tensor& lse, const Tensor& dout, bool causal, float softmax_scale, Tensor& dq,
                         Tensor& dk, Tensor& dv) {
   constexpr const char* op = "attention_backward";
-  const AttentionDims dims = check_attention(op, q, k, v);
-  require_same_shape(op, q, "q", out, "out");
-  require_same_shape(op, q, "q", dout, "dout");
-  require_same_shape(op, q, "q", dq, "dq");
-  require_same_shape(op, k, "k", dk, "dk");
-  require_same_shape(op, v, "v", dv, "dv");
-  check_attention_lse(op, lse, dims);
+  const AttentionDims dims = attention_dims(op,
+                                            {{&q, "q"},
+                                             {&k, "k"},
+                                             {&v, "v"},
+                                             {&out, "out"},
+                                             {&lse, "lse"},
+                                             {&dout, "dout"},
+                                             {&dq, "dq"},
+                                             {&dk, "dk"},
+                                             {&dv, "dv"}},
+                                            q, k);
   if (q.numel() == 0) return;
   const SdpaPlanKey key =
       attention_key(dims, causal, SdpaDirection::backward, {&q, &k, &v, &out, &dout, &dq, &dk, &dv});

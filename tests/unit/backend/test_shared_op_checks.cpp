@@ -68,9 +68,9 @@ TEST(SharedOpChecks, EveryOpButTheListedOnesIsCheckedBeforeDispatch) {
 #undef FTRAIN_LIST_FALLBACK
   // Still checked inside each backend; every other op is checked once, in ops::<op>.
   const std::set<std::string> backend_checked = {
-      "attention_forward",   "attention_backward", "cross_entropy_forward", "cross_entropy_backward",
-      "cast_to_fp8",         "fp8_transpose",      "rmsnorm_forward_fp8",   "swiglu_forward_fp8",
-      "fp8_linear_forward",  "fp8_linear_backward", "fp8_update_scales"};
+      "cross_entropy_forward", "cross_entropy_backward", "cast_to_fp8",         "fp8_transpose",
+      "rmsnorm_forward_fp8",   "swiglu_forward_fp8",     "fp8_linear_forward",  "fp8_linear_backward",
+      "fp8_update_scales"};
   EXPECT_EQ(fallback, backend_checked);
 }
 
@@ -211,6 +211,12 @@ TEST(SharedOpChecks, BadInputGetsTheSameErrorOnEveryBackendBeforeDispatch) {
          ops::adamw_update_chunks(ctx, p, g, m, v, chunks, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 1.0f);
        },
        "must be [chunks, 3]"},
+      {[](ExecutionContext& ctx, Device d) {
+         Tensor q = make({1, 4, 3, 8}, DType::f32, d, "q"), k = make({1, 4, 2, 8}, DType::f32, d, "k");
+         Tensor out = make({1, 4, 3, 8}, DType::f32, d, "out"), lse = make({1, 3, 4}, DType::f32, d, "lse");
+         ops::attention_forward(ctx, q, k, k, true, 1.0f, out, lse);
+       },
+       "must be a multiple of the kv heads"},
   };
   for (const OpCase& c : cases) {
     const std::string on_host = error_of([&] { c.call(host_context(), Device::host); });
