@@ -52,6 +52,7 @@
 #include "train/device_peak.hpp"
 #include "train/output_locations.hpp"
 #include "train/run_dir_lock.hpp"
+#include "train/run_settings.hpp"
 #include "core/launcher_watch.hpp"
 #include "train/divergence_advice.hpp"
 #include "train/host_backend.hpp"
@@ -67,7 +68,7 @@ namespace {
 // to their checksum (a resume that finds another base names both).
 std::string base_init_text(const RunConfig& c) {
   std::ostringstream t;
-  if (c.init.kind == "random") t << "init random std " << c.init.std << " seed " << c.seed;
+  if (c.init.kind == deck::InitKind::random) t << "init random std " << c.init.std << " seed " << c.seed;
   else t << "init " << c.init.kind << " " << c.init.path;
   return t.str();
 }
@@ -162,16 +163,16 @@ class ProblemList {
 };
 
 // The run header's device part: where the engine runs and why.
-std::string device_header(const DeviceChoice& choice, const std::string& attention_backend, int blas_threads) {
+std::string device_header(const DeviceChoice& choice, AttentionBackend attention_backend, int blas_threads) {
   std::ostringstream h;
   if (choice.device == Device::host) {
-    h << "host [" << choice.reason << "; " << describe_attention_choice(parse_attention_backend(attention_backend), Device::host)
+    h << "host [" << choice.reason << "; " << describe_attention_choice(attention_backend, Device::host)
       << "] (Kokkos; " << blas_kernel_description() << ", " << blas_threads
       << " thread(s) per rank)";
   } else {
     const OpTable* table = find_backend(choice.device);
     h << device_name(choice.device) << " [" << choice.reason << "; "
-      << describe_attention_choice(parse_attention_backend(attention_backend), choice.device) << "] (ops backend: " << (table != nullptr && table->name != nullptr ? table->name : "?") << ")";
+      << describe_attention_choice(attention_backend, choice.device) << "] (ops backend: " << (table != nullptr && table->name != nullptr ? table->name : "?") << ")";
   }
   return h.str();
 }
@@ -335,11 +336,11 @@ void check_label_space(const RunConfig& c, DataRole role, std::int64_t label_spa
 std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRole role, std::int64_t global_batch,
                                                      Model& model) {
   const bool eval = role == DataRole::evaluation;
-  const std::string& kind = eval ? c.eval.kind : c.data.kind;
+  const deck::DataKind kind = eval ? c.eval.kind : c.data.kind;
   const std::string& path = eval ? c.eval.path : c.data.path;
   const DeckLocation& where = eval ? c.eval.where : c.data.where;
   const bool shuffle = !eval && c.data.shuffle;  // evaluation always reads in file order
-  if (kind == "tokens") {
+  if (kind == deck::DataKind::tokens) {
     if (model.data_kind() != DataKind::tokens)
       FT_USER_ERROR() << where.str() << ": model '" << c.model.name << "' trains on images, not tokens";
     data::TokenDatasetOptions d;
@@ -354,7 +355,7 @@ std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRol
       FT_USER_ERROR() << where.str() << ": " << e.what();
     }
   }
-  if (kind == "images") {
+  if (kind == deck::DataKind::images) {
     if (model.data_kind() != DataKind::images)
       FT_USER_ERROR() << where.str() << ": model '" << c.model.name << "' trains on tokens, not images";
     // The image shape is the model's (its config() names image_size and num_channels).
@@ -378,7 +379,7 @@ std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRol
     o.mean = images.mean;
     o.std = images.std;
     try {
-      if (images.source == "synthetic") {
+      if (images.source == deck::ImageSource::synthetic) {
         return std::make_unique<data::ImageBatchSource>(data::make_synthetic_images(o), o);
       }
       return std::make_unique<data::ImageBatchSource>(data::make_hdf5_images(path, o), o);
@@ -419,17 +420,13 @@ void Trainer::prepare() {
   // Everything below needs the model; the checks after it are collected.
   ProblemList problems;
   const bool fsdp_ok = problems.check([&] {
-    s.fsdp = fsdp_options_from(c);
-    s.fsdp.device = s.device_choice.device;  // the engine allocates and runs there
-    s.fsdp.attention_backend = parse_attention_backend(c.attention_backend);
-    s.fsdp.device_comm = parse_device_comm(c.device_comm);
-    const int group = shard_group_size_for(s.fsdp, plan_world, s.ranks_per_node);
-    if (group < 1 || plan_world % group != 0)
-      FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard_group_size " << group
-                      << " does not divide the " << plan_world << " ranks";
+    s.fsdp = resolve_fsdp_options(c, s.device_choice.device);  // the engine allocates and runs there
+    resolve_shard_group_size(c, s.fsdp, plan_world, s.ranks_per_node);
   });
-  problems.check([&] { optim::validate_schedule(c.schedule, c.optimizer.lr, c.max_steps); });
-  problems.check([&] { s.progress_line = decide_progress(c.progress, process_environment, probe_terminal()); });
+  problems.check([&] { resolve_schedule(c); });
+  problems.check([&] {
+    s.progress_line = decide_progress(std::string(deck::word(c.progress)), process_environment, probe_terminal());
+  });
   if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
 
   // A rank bound to n CPUs (mpirun PE=n, srun --cpus-per-task) runs n
@@ -455,14 +452,14 @@ void Trainer::prepare() {
   // into visible ones: its BF16 GEMMs (embedding, head) take the route every
   // x86-64 CPU has, so an fp8 curve is the same on CPUs with and without
   // AVX512-BF16/AMX (share/doc/reproducibility.md).
-  if (c.precision == "fp8") host::gemm::use_widened_bf16("precision fp8: the same curve on every x86-64 CPU");
+  if (c.precision == deck::Precision::fp8) host::gemm::use_widened_bf16("precision fp8: the same curve on every x86-64 CPU");
   // Rank 0 states the peak (benchmarking at most once per machine, see
   // device_peak.hpp); run() hands its number to every rank.
   if (s.is_root()) {
     problems.check(
         [&] { s.peak = resolve_host_peak(c.peak_tflops, process_environment, std::min(cores_per_rank, s.blas_threads)); });
   }
-  if (c.init.kind == "hdf5") problems.check([&] {
+  if (c.init.kind == deck::InitKind::hdf5) problems.check([&] {
     std::vector<FlatEntry> parameters;
     for (int u = 0; u < s.model->num_units(); ++u) {
       for (const auto& spec : s.model->unit(u).params()) {
@@ -537,8 +534,8 @@ void Trainer::prepare() {
     for (const DataRole role : {DataRole::training, DataRole::evaluation}) {
       const bool eval = role == DataRole::evaluation;
       const std::string& path = eval ? c.eval.path : c.data.path;
-      const std::string& kind = eval ? c.eval.kind : c.data.kind;
-      if (kind == "tokens" && !path.empty()) {
+      const deck::DataKind kind = eval ? c.eval.kind : c.data.kind;
+      if (kind == deck::DataKind::tokens && !path.empty()) {
         problems.check([&] {
           std::optional<data::TokenFile> file;
           try {
@@ -553,7 +550,7 @@ void Trainer::prepare() {
       // An image file is opened as the run would open it: its datasets, their
       // shapes against the model's and every label are checked (issue 35).
       const ImageDataSection& images = eval ? c.eval.images : c.data.images;
-      if (kind == "images" && images.source != "synthetic" && !path.empty()) {
+      if (kind == deck::DataKind::images && images.source != deck::ImageSource::synthetic && !path.empty()) {
         problems.check([&] {
           const auto source = make_batch_source(c, role, std::max<std::int64_t>(1, s.plan.global_batch), *s.model);
           check_label_space(c, role, source->label_space(), *s.model);
@@ -578,7 +575,7 @@ void Trainer::prepare() {
       check_label_space(c, source == s.train_data.get() ? DataRole::training : DataRole::evaluation,
                         source->label_space(), *s.model);
   }
-  if (c.init.kind == "safetensors") {
+  if (c.init.kind == deck::InitKind::safetensors) {
     // Validate names and shapes before any collective, so a bad file is one
     // clear message rather than a hang.
     // A sharded directory opens only the index and each shard's header here.
@@ -616,8 +613,8 @@ namespace {
 std::string describe_host_streams(const RunConfig& c) {
   std::string mode, why;
   if (!c.host_streams_where.file.empty()) {
-    mode = c.host_streams;
-    why = c.host_streams_where.str() + ": host_streams " + c.host_streams;
+    mode = std::string(deck::word(c.host_streams));
+    why = c.host_streams_where.str() + ": host_streams " + mode;
     const char* env = std::getenv("FTRAIN_HOST_STREAM");
     if (env != nullptr && *env != '\0' && std::string(env) != mode)
       why += std::string("; FTRAIN_HOST_STREAM=") + env + " is overridden by the deck";
@@ -645,7 +642,7 @@ int Trainer::run() {
   if (s.is_root()) {
     std::ostringstream h;
     h << "ftrain " << FTRAIN_VERSION_STRING << " | " << s.plan.world_size << " rank(s), " << s.ranks_per_node
-      << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(s.device_choice, c.attention_backend, s.blas_threads) << " | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
+      << " per node" << (s.options.plan_ranks > 0 ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(s.device_choice, s.fsdp.attention_backend, s.blas_threads) << " | peak " << s.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
       << s.peak.description << "\n";
     h << "host GEMM: " << host::gemm::describe() << "\n";
     h << "host threads: " << s.blas_threads << " per rank, " << s.cpu_binding_text << "\n";
@@ -675,27 +672,14 @@ int Trainer::run() {
     h << "model: " << c.model.name << " (" << (c.model.preset.empty() ? "default preset" : c.model.preset) << ")";
     for (const auto& [k, v] : s.model->config()) h << " " << k << "=" << v;
     h << "\n";
-    h << "fsdp: " << c.fsdp.strategy << ", param " << dtype_name(s.fsdp.param_dtype) << ", reduce "
-      << dtype_name(s.fsdp.reduce_dtype) << ", backward_prefetch " << c.fsdp.backward_prefetch << ", forward_prefetch "
-      << (s.fsdp.forward_prefetch ? "on" : "off") << ", limit_all_gathers " << s.fsdp.limit_all_gathers
-      << ", activation_checkpointing " << c.activation_checkpointing
-      << (c.activation_checkpointing == "every" ? " " + std::to_string(c.activation_checkpointing_every) : "")
-      << (s.fsdp.fp8 ? ", fp8 all_gather " + decide_fp8_all_gather(s.fsdp, shard_group_size_for(s.fsdp, s.plan.world_size, s.ranks_per_node)).text : "")
-      << (s.fsdp.no_sync ? ", no_sync on (gradients reduced once per step)" : "") << "\n";
     // Effective values, defaults included: what the deck left out is where
     // ftrain and Hugging Face differ (beta2, clipping, schedule; deck.md).
-    h << "training: batch micro " << c.batch.micro_batch << " accumulate " << c.batch.grad_accum << " seq_len "
-      << c.batch.seq_len << " | optimizer " << c.optimizer.name << " lr " << c.optimizer.lr << " beta1 "
-      << c.optimizer.beta1 << " beta2 " << c.optimizer.beta2 << " eps " << c.optimizer.eps << " weight_decay "
-      << c.optimizer.weight_decay << " | schedule " << c.schedule.kind << " warmup_steps "
-      << optim::warmup_steps(c.schedule, c.max_steps) << " min_lr " << c.schedule.min_lr << " | clip_grad_norm "
-      << c.clip_grad_norm << (c.clip_grad_norm > 0 ? "" : " (off)") << " | precision " << c.precision << " | seed "
-      << c.seed << "\n";
+    h << describe_settings(c, s.fsdp, shard_group_size_for(s.fsdp, s.plan.world_size, s.ranks_per_node));
     if (c.lora.enabled) {
       const auto& l = s.fsdp.lora;
       h << "lora: rank " << l.rank << " alpha " << l.alpha << " (scale " << l.scale() << (l.rslora ? ", rslora" : "")
         << ") dropout " << l.dropout << " targets " << l.targets_text() << " init "
-        << (l.init == lora::AInit::gaussian ? "gaussian" : "kaiming") << "; trainable parameters "
+        << c.lora.init << "; trainable parameters "
         << s.plan.trainable_parameters << " of " << s.plan.parameters + s.plan.trainable_parameters
         << " (base frozen: no gradients, no optimizer state)\n";
     }
@@ -769,12 +753,12 @@ int Trainer::run() {
   if (!c.resume.from.empty())
     s.resume_plan = ckpt::ResumePlan::from_json(ckpt::broadcast_text(s.world, s.resume_plan.to_json(), 0));
   const bool resuming = !s.resume_plan.candidates.empty();
-  const bool sync_from_root = c.fsdp.sync_module_states && c.init.kind != "hdf5" && !resuming;
+  const bool sync_from_root = c.fsdp.sync_module_states && c.init.kind != deck::InitKind::hdf5 && !resuming;
   // Under LoRA a checkpoint holds the adapters only: the frozen base is
   // initialised as the deck says, then compared with the checkpoint's.
   if (resuming && !s.engine->lora()) {
     // nothing: load_resume below fills master, exp_avg and exp_avg_sq
-  } else if (c.init.kind == "safetensors") {
+  } else if (c.init.kind == deck::InitKind::safetensors) {
     // Each rank reads only its shard's slices (mmap: untouched pages cost no
     // memory); with sync_module_states only rank 0 reads and scatters.
     std::unique_ptr<ckpt::SafetensorsSource> file;
@@ -783,7 +767,7 @@ int Trainer::run() {
       file->read_into(e.name, first, count, dst);
     };
     if (sync_from_root) s.engine->init_from_root(read); else s.engine->init_from(read);
-  } else if (c.init.kind == "hdf5") {
+  } else if (c.init.kind == deck::InitKind::hdf5) {
     ckpt::load_consolidated(*s.engine, c.init.path);  // parallel HDF5: every rank reads its own slices
   } else {
     const std::uint64_t seed = c.seed;
@@ -852,7 +836,7 @@ int Trainer::run() {
         << (loaded.resharded ? "; resharded to shard group " + std::to_string(s.engine->shard_comm().size()) : "")
         << "\n";
       if (!loaded.fp8_note.empty()) m << "resume: " << loaded.fp8_note << "\n";
-      if (!written_precision.empty() && written_precision != c.precision)
+      if (!written_precision.empty() && written_precision != deck::word(c.precision))
         m << "resume: the checkpoint was written under precision " << written_precision << ", this run uses "
           << c.precision << ": the master weights and the optimizer state stay f32 and are loaded unchanged; from step "
           << s.start_step + 1 << " the forward and backward passes compute in " << c.precision
@@ -946,7 +930,7 @@ int Trainer::run() {
     ckpt::SaveInfo info;
     info.step = done;
     info.seed = c.seed;
-    info.strategy = c.fsdp.strategy;
+    info.strategy = std::string(deck::word(c.fsdp.strategy));
     info.base_checksum = s.base_checksum;
     info.base_init = base_init_text(c);
     info.deck_text = joined_deck(c.resolved_lines);
@@ -1027,7 +1011,7 @@ int Trainer::run() {
   if (s.eval_data && c.eval.every > 0 && s.start_step == 0) evaluate(0);
   for (std::int64_t step = s.start_step; step < c.max_steps; ++step) {
     const auto t0 = Clock::now();
-    const double lr = optim::learning_rate(c.schedule, c.optimizer.lr, step, c.max_steps);
+    const double lr = optim::learning_rate(schedule_of(c), c.optimizer.lr, step, c.max_steps);
     const std::int64_t global_targets = run_micro_steps(step);
     // Masked instruction data can leave a step with nothing to learn (every
     // response past seq_len): it would log loss 0 and look like training.
@@ -1312,7 +1296,7 @@ int Trainer::run() {
     s.say(std::string("lora: frozen base bit-identical after training (checksum ") + hex[1] + ")\n");
     if (!c.lora.save_adapter_path.empty()) {
       const bool tokens = s.model->data_kind() == DataKind::tokens;
-      ckpt::save_adapter(*s.engine, s.world, c.lora.save_adapter_path, c.init.kind == "random" ? "" : c.init.path,
+      ckpt::save_adapter(*s.engine, s.world, c.lora.save_adapter_path, c.init.kind == deck::InitKind::random ? "" : c.init.path,
                          tokens ? "CAUSAL_LM" : "");
       s.say("save_adapter: PEFT adapter -> " + c.lora.save_adapter_path + "\n");
     }
@@ -1327,7 +1311,7 @@ int Trainer::run() {
     if (s.is_root() && !parent.empty()) std::filesystem::create_directories(parent, ec);
     s.world.barrier();
     ckpt::save_consolidated(*s.engine, s.world, c.save_final.path, c.model.name, s.model->config(),
-                            c.save_final.dtype == "bf16" ? DType::bf16 : DType::f32);
+                            saved_dtype(c));
     char buf[64];
     std::snprintf(buf, sizeof buf, " (%.2f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
     s.say("save_final: consolidated state dict -> " + c.save_final.path + buf);
