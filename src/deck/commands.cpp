@@ -1014,7 +1014,10 @@ std::vector<Command> build_table() {
                      .positionals = {Param{
                          .name = "FROM", .kind = ValueKind::path,
                          .help = "auto, or a checkpoint step directory",
-                         .set = [](RunConfig& c, const Value& v) { c.resume.from = v.text; }}},
+                         .set = [](RunConfig& c, const Value& v) {
+                           c.resume.from = v.text;
+                           c.resume.automatic = v.text == "auto";
+                         }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) { c.resume.where = p.where; }}},
       .example = "resume auto",
   });

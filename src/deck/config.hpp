@@ -121,7 +121,8 @@ struct SaveFinalSection {  // save_final PATH [dtype f32|bf16]
 };
 
 struct ResumeSection {  // resume auto|PATH
-  std::string from;  // empty = fresh start; "auto" = newest complete checkpoint in checkpoint dir
+  std::string from;  // as written: empty = fresh start, "auto", or a step directory
+  bool automatic = false;  // resume auto: the newest complete checkpoint in the checkpoint dir
   DeckLocation where;
 };
 

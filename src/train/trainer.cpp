@@ -482,7 +482,7 @@ void Trainer::prepare() {
                       << " must be below max_steps " << c.max_steps;
   });
   if (!c.resume.from.empty()) problems.check([&] {
-    const bool automatic = c.resume.from == "auto";
+    const bool automatic = c.resume.automatic;
     if (automatic && c.checkpoint.dir.empty())
       FT_USER_ERROR() << c.resume.where.str() << ": resume auto needs a `checkpoint ... dir PATH` to look in";
     // Rank 0 decides which checkpoint to resume (run() broadcasts it), so
