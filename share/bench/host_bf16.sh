@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Host BF16 against host FP32, and both against PyTorch on the CPU, side by
-# side in one run (share/doc/performance.md, "Host BF16 GEMMs"):
+# side in one run (share/doc/performance.md, "Host GEMMs (BF16 through oneDNN)"):
 #  1. this machine's matmul peaks: OpenBLAS f32 and oneDNN bf16 (bench_gemm);
 #  2. tokens/s on the 20M Llama: ftrain precision fp32 (OpenBLAS) and bf16
 #     (oneDNN), each at its best ranks x threads and FSDP strategy (no_shard:

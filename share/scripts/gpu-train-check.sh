@@ -74,10 +74,21 @@ PY
     ;;
   vit-golden)
     wrap "$FTRAIN_ROOT/inputs/tiny_vit.in" "$WORK/tiny_vit_device.in" variable
-    common=micro=16,max_steps=40,log_every=2
-    python3 "$FTRAIN_ROOT/tests/vit_regression/compare_runs.py" --ftrain "$FTRAIN" --deck "$WORK/tiny_vit_device.in" \
-      --workdir "$WORK/vit_runs" "${MPI_FLAGS[@]}" --run "host:1:device=host,$common" \
-      --run "$DEVICE:1:device=$DEVICE,$common" --fields loss,grad_norm,eval_loss --tolerance "$TOLERANCE" --falls 0.7
+    python3 - "$FTRAIN_ROOT/tests/regression/cases/vit_np124_fp32.json" "$WORK/vit_device.json" \
+      "$WORK/tiny_vit_device.in" "$TOLERANCE" "$DEVICE" <<'PY'
+import json, sys
+case = json.load(open(sys.argv[1]))
+case["deck"] = sys.argv[3]  # absolute: the runner joins it to its own directory, which keeps it
+case["tolerance"] = {"relative": float(sys.argv[4])}
+case["description"] = f"vit_np124_fp32's np1 run on the host and on device {sys.argv[5]} (share/scripts/gpu-train-check.sh)"
+one_rank = case["runs"][0]["variables"]
+case["runs"] = [{"name": name, "np": 1, "variables": {**one_rank, "device": device}}
+                for name, device in (("host", "host"), ("on_" + sys.argv[5], sys.argv[5]))]
+case["np"] = 1
+json.dump(case, open(sys.argv[2], "w"), indent=1)
+PY
+    python3 "$FTRAIN_ROOT/tests/regression/run_case.py" "$WORK/vit_device.json" --ftrain "$FTRAIN" --prep "$PREP" \
+      --workdir "$WORK/vit_runs" "${MPI_FLAGS[@]}"
     ;;
   *)
     echo "usage: $0 loader|memcheck-step|llama-golden|vit-golden" >&2

@@ -101,6 +101,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import ftrain_test  # noqa: E402
+from ftrain_test import fail  # noqa: E402
+
 BASE_DECK = """\
 variable micro 2
 variable max_steps 20
@@ -124,52 +128,26 @@ run_dir ${run}
 """
 
 
-class Runner:
+class Runner(ftrain_test.Runner):
     def __init__(self, args, workdir):
-        self.ftrain = args.ftrain
-        self.mpirun = shlex.split(args.mpirun)
-        self.dir = workdir
+        super().__init__(args.ftrain, args.mpirun, workdir)
 
     def deck(self, name, extra):
-        path = os.path.join(self.dir, name)
-        with open(path, "w") as f:
-            f.write("include base.in\n" + extra)
-        return path
+        return self.write(name, "include base.in\n" + extra)
 
     def command(self, np, deck, variables):
-        cmd = self.mpirun + ["-np", str(np), self.ftrain]
-        for k, v in variables.items():
-            cmd += ["-var", k, str(v)]
-        return cmd + [deck]
+        return self.mpirun + ["-np", str(np)] + self.ftrain_argv(deck, variables)
 
     def run(self, np, deck, expect_ok=True, env=None, timeout=120, **variables):
         """Runs ftrain under mpirun; `env` adds environment variables (passed
         to the ranks with -x). A run past `timeout` seconds (a hang) is
         killed with its whole process group and fails the scenario."""
-        cmd = self.command(np, deck, variables)
-        environment = dict(os.environ)
-        if env:
-            environment.update(env)
-            cmd = cmd[:len(self.mpirun)] + [a for k in env for a in ("-x", k)] + cmd[len(self.mpirun):]
-        proc = subprocess.Popen(cmd, cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=environment, start_new_session=True)
-        try:
-            out = proc.communicate(timeout=timeout)[0]
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out = proc.communicate()[0]
-            print(out)
-            fail(f"ftrain -np {np} {os.path.basename(deck)} {variables} {env or ''} did not end within {timeout} s (hang)")
-        p = subprocess.CompletedProcess(cmd, proc.returncode, out)
+        what = f"ftrain -np {np} {os.path.basename(deck)} {variables} {env or ''}"
+        p = super().run(np, self.ftrain_argv(deck, variables), env=env, timeout=timeout, what=what)
         if expect_ok and p.returncode != 0:
             print(p.stdout)
             fail(f"ftrain -np {np} {os.path.basename(deck)} {variables} exited {p.returncode}")
         return p
-
-
-def fail(message):
-    print("FAIL:", message)
-    sys.exit(1)
 
 
 def entries(directory):
@@ -177,11 +155,7 @@ def entries(directory):
     return sorted(n for n in os.listdir(directory) if n != ".ftrain.lock")
 
 
-def metrics(path):
-    rows = [json.loads(line) for line in open(path)]
-    train = [(r["step"], r["loss"], r["lr"], r["grad_norm"]) for r in rows if "loss" in r]
-    evals = [(r["step"], r["eval_loss"]) for r in rows if "eval_loss" in r]
-    return train, evals
+metrics = ftrain_test.curve
 
 
 def compare(reference, resumed, tolerance):

@@ -13,6 +13,9 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ftrain_test import fail  # noqa: E402
+
 try:
     import h5py
     import numpy as np
@@ -57,15 +60,15 @@ with h5py.File(os.path.join(work, "final_f32.h5"), "r") as f, h5py.File(os.path.
                          p + "mlp.gate_proj.weight": (inter, hidden), p + "mlp.up_proj.weight": (inter, hidden),
                          p + "mlp.down_proj.weight": (hidden, inter)})
     if set(f.keys()) != set(expected):
-        sys.exit(f"FAIL: datasets {sorted(set(f.keys()) ^ set(expected))} differ from the HF names")
+        fail(f"datasets {sorted(set(f.keys()) ^ set(expected))} differ from the HF names")
     for name, shape in expected.items():
         a = f[name][...]  # exactly what a user types
         if a.shape != shape or a.dtype != np.float32 or not np.isfinite(a).all():
-            sys.exit(f"FAIL: {name}: shape {a.shape} dtype {a.dtype} (expected {shape} float32, finite)")
+            fail(f"{name}: shape {a.shape} dtype {a.dtype} (expected {shape} float32, finite)")
         raw = g[name][...]
         decoded = (raw.astype(np.uint32) << 16).view(np.float32)  # the recipe in checkpoints.md
         bits = a.view(np.uint32).astype(np.uint64)
         rounded = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
         if decoded.shape != shape or not np.array_equal(decoded, rounded):
-            sys.exit(f"FAIL: {name}: the bf16 file is not the f32 file rounded to bfloat16")
+            fail(f"{name}: the bf16 file is not the f32 file rounded to bfloat16")
 print(f"PASS: h5py read {len(expected)} datasets from the f32 and bf16 consolidated files")

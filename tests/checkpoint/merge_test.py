@@ -20,6 +20,10 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import ftrain_test  # noqa: E402
+from ftrain_test import fail  # noqa: E402
+
 DECK = """\
 model llama preset tiny hidden_size 32 intermediate_size 64 num_hidden_layers 2 &
       num_attention_heads 4 num_key_value_heads 2 vocab_size 128
@@ -33,10 +37,6 @@ run_dir run
 """
 
 
-def fail(message):
-    print("FAIL: " + message)
-    sys.exit(1)
-
 
 def main():
     ap = argparse.ArgumentParser()
@@ -48,7 +48,7 @@ def main():
     mpirun = shlex.split(a.mpirun)
 
     def run(cmd, expect=0):
-        p = subprocess.run(cmd, cwd=a.workdir, capture_output=True, text=True, timeout=120)
+        p = ftrain_test.run(cmd, 120, cwd=a.workdir, merge_output=False)
         if p.returncode != expect:
             fail(f"{' '.join(cmd)}: exit {p.returncode}, expected {expect}:\n{p.stdout}{p.stderr}")
         return p.stdout + p.stderr

@@ -58,20 +58,19 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import ftrain_test  # noqa: E402
+from ftrain_test import fail  # noqa: E402
+
 SCRUBBED = ("SLURM_JOB_ID", "PBS_JOBID", "FTRAIN_PROGRESS")
 
 
-def fail(message):
-    print("FAIL: " + message)
-    sys.exit(1)
 
-
-class Env:
+class Env(ftrain_test.Runner):
     def __init__(self, args):
+        super().__init__(args.ftrain, args.mpirun, args.workdir)
         self.args = args
-        self.dir = args.workdir
         os.makedirs(self.dir, exist_ok=True)
-        self.mpirun = shlex.split(args.mpirun)
         if not os.path.exists(os.path.join(self.dir, "tiny_train.tok")):
             subprocess.run([args.prep, "synthetic", "--out", "tiny_train.tok", "--tokens", "100000", "--vocab", "256",
                             "--seed", "7", "--eval-out", "tiny_eval.tok", "--eval-tokens", "4096"],
@@ -86,10 +85,7 @@ class Env:
         text, n3 = re.subn(r"(?m)^run_dir .*", f"run_dir runs/{name}", text)
         if (n1, n2, n3) != (1, 1, 1):
             fail("inputs/tiny_llama.in no longer has max_steps, log every and run_dir lines")
-        path = os.path.join(self.dir, name + ".in")
-        with open(path, "w") as f:
-            f.write(text + extra)
-        return path
+        return self.write(name + ".in", text + extra)
 
     def environment(self, **extra):
         env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
@@ -97,8 +93,8 @@ class Env:
         return env
 
     def command(self, deck, np=2):
-        ftrain = [self.args.ftrain, "-var", "data_dir", ".", deck]
-        return self.mpirun + ["-np", str(np)] + ftrain if np else ftrain
+        ftrain = self.ftrain_argv(deck, {"data_dir": "."})
+        return self.mpi_argv(np) + ftrain if np else ftrain
 
     def run_to_file(self, deck, np=2, **env):
         log = os.path.join(self.dir, os.path.basename(deck) + ".log")

@@ -60,6 +60,10 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import ftrain_test  # noqa: E402
+from ftrain_test import fail  # noqa: E402
+
 # Everything is local: never reach for the Hugging Face Hub (CI has no route to it).
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
@@ -72,36 +76,21 @@ REL = 1e-5         # relative, log-probabilities and losses (fp32 on both sides)
 WEIGHT_TOL = 1e-5  # absolute, weights after one AdamW step of lr 1e-3 (1% of the step)
 
 
-def fail(message):
-    print("FAIL:", message)
-    sys.exit(1)
 
-
-class Env:
+class Env(ftrain_test.Runner):
     def __init__(self, args):
+        super().__init__(args.ftrain, args.mpirun, args.workdir)
         self.args = args
-        self.dir = args.workdir
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
-        self.mpirun = shlex.split(args.mpirun)
-
-    def path(self, *parts):
-        return os.path.join(self.dir, *parts)
 
     def run(self, cmd, what):
-        p = subprocess.run(cmd, cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=240)
-        if p.returncode != 0:
-            print(p.stdout)
-            fail(f"{what} exited {p.returncode}: {' '.join(cmd)}")
-        return p.stdout
+        return ftrain_test.run(cmd, 240, cwd=self.dir, expect_ok=True, what=f"{what} ({' '.join(cmd)})").stdout
 
-    def ftrain(self, deck_text, name):
-        deck = self.path(name + ".in")
-        with open(deck, "w") as f:
-            f.write(deck_text)
-        self.run(self.mpirun + ["-np", "2", self.args.ftrain, deck], f"ftrain {name}")
-        return [json.loads(line) for line in open(self.path(name, "metrics.jsonl"))]
+    def train(self, deck_text, name):
+        deck = self.write(name + ".in", deck_text)
+        self.run(self.mpi_argv(2) + self.ftrain_argv(deck), f"ftrain {name}")
+        return ftrain_test.read_metrics(self.path(name, "metrics.jsonl"))
 
     def convert(self, h5, out_dir, *extra):
         self.run([self.args.convert, "h5-to-safetensors", h5, out_dir, *extra], "ftrain-convert")
@@ -230,7 +219,7 @@ def scenario_to_hf(env, name):
     rng = np.random.default_rng(1)
     write_tokens(env.path("train.tok"), rng.integers(0, vocab, 4096), vocab)
     # init std 0.2 (not 0.02): attention far from uniform, so a wrong RoPE shows in the logits.
-    metrics = env.ftrain(model_line(config) + """\
+    metrics = env.train(model_line(config) + """\
 precision fp32
 seed 5
 data tokens train.tok packing on shuffle on
@@ -303,8 +292,8 @@ lora rank 4 alpha 8 dropout 0.05 targets q_proj,v_proj,o_proj
 fsdp full_shard
 log every 1
 """
-    env.ftrain(deck + "save_adapter adapter\nsave_final base.h5\nrun_dir run\n", "run")
-    env.ftrain(deck + "merge_adapter on\nsave_final merged.h5\nrun_dir merged_run\n", "merged_run")
+    env.train(deck + "save_adapter adapter\nsave_final base.h5\nrun_dir run\n", "run")
+    env.train(deck + "merge_adapter on\nsave_final merged.h5\nrun_dir merged_run\n", "merged_run")
     cfg = json.load(open(env.path("adapter", "adapter_config.json")))
     if cfg["peft_type"] != "LORA" or cfg["r"] != 4 or cfg["lora_alpha"] != 8 or \
             sorted(cfg["target_modules"]) != ["o_proj", "q_proj", "v_proj"]:
@@ -355,7 +344,7 @@ def scenario_peft_to_ftrain(env):
     write_tokens(env.path("train.tok"), rng.integers(0, vocab, 4096), vocab)
     line = env.run([env.args.convert, "deck-model", env.path("hf_base")], "ftrain-convert deck-model").strip()
     # lr 1e-30: one step that cannot move an f32 weight, so the export is the loaded adapter merged.
-    env.ftrain(line + "\n" + """\
+    env.train(line + "\n" + """\
 precision fp32
 seed 5
 data tokens train.tok packing on shuffle on
@@ -424,7 +413,7 @@ def scenario_hf_to_ftrain(env):
     # The model line comes from save_pretrained's config.json, through ftrain-convert deck-model.
     line = env.run([env.args.convert, "deck-model", src], "ftrain-convert deck-model").strip()
     print(f"ok: ftrain-convert deck-model {src}: {line}")
-    metrics = env.ftrain(line + "\n" + f"""\
+    metrics = env.train(line + "\n" + f"""\
 precision fp32
 seed 5
 data tokens train.tok packing on shuffle off
@@ -526,7 +515,7 @@ def scenario_vit_both_ways(env):
                  env.logprobs("vit", {}, env.path("timm.safetensors"), images), timm_logprobs(reference, images))
 
     # ftrain -> timm.
-    env.ftrain("""\
+    env.train("""\
 model vit preset tiny
 precision fp32
 seed 9

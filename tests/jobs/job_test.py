@@ -42,25 +42,16 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import ftrain_test  # noqa: E402
+from ftrain_test import fail  # noqa: E402
 
-def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    sys.exit(1)
 
 
 def train_steps(run_dir):
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    rows = []
-    for line in open(path):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line being written
-        if "loss" in row and "eval_loss" not in row and "step" in row:
-            rows.append(row["step"])
-    return rows
+    # partial_ok: the job may be writing a line right now
+    rows = ftrain_test.read_metrics(os.path.join(run_dir, "metrics.jsonl"), partial_ok=True)
+    return [row["step"] for row in rows if "loss" in row and "eval_loss" not in row and "step" in row]
 
 
 class Job:

@@ -51,13 +51,23 @@ Kinds (the "kind" key):
            model, not allocate it).
   cli      each entry of "invocations" (plain arguments) must exit 0 and
            print every string in its "stdout_contains".
+  curves   run the deck once per entry of "runs" ({"name", "np",
+           "variables"}): every run must log the first run's steps, and each
+           field in "compare" must be within "tolerance".relative of the
+           first run's value at that step (|a - b| <= R * max(|b|, 1e-12)),
+           e.g. results that must not depend on the rank count. "falls": F
+           requires every run's last training loss to be below F times its
+           first (the task is learnable and was learnt). The case's "np" is
+           its largest run (ctest reserves that many processors). Without
+           "corpus" the deck gets no -var data_dir (image decks read none).
 
 Rows of metrics.jsonl are of two kinds: evaluation rows (a field named
 eval_*) and training rows (the others). A field that appears in rows of a
 kind must appear in every row of that kind.
 
 Conventions: paths in a case ("deck", "reference") are relative to this
-script's directory; the deck gets -var data_dir (the case's corpus, made
+script's directory; "{fixtures}" in a variable's value is the --fixtures
+directory (files other ctests made, e.g. an HDF5 image set); the deck gets -var data_dir (the case's corpus, made
 here with ftrain-prep from "corpus") and -var run_dir (a fresh directory
 under --workdir) plus the case's "variables". Metric values are compared as
 JSON text (parse_float=str) so "repeat" compares exactly what was written.
@@ -102,6 +112,7 @@ def parse_args():
     p.add_argument("--numproc-flag", default="-np")
     p.add_argument("--mpi-flag", action="append", default=[],
                    help="one launcher flag (repeatable), e.g. --mpi-flag=--oversubscribe")
+    p.add_argument("--fixtures", default="", help="directory of files made by fixture ctests ({fixtures} in variables)")
     p.add_argument("--regenerate", action="store_true", help="rewrite the case's goldens from this run")
     return p.parse_args()
 
@@ -159,8 +170,10 @@ def train_once(args, case, workdir, data_dir, tag):
             cmd += ["-x", name]  # every rank gets the variable, wherever it runs
     cmd += [args.ftrain]
     variables = {"data_dir": data_dir, "run_dir": run_dir, **case.get("variables", {})}
+    if data_dir is None:
+        del variables["data_dir"]
     for name, value in variables.items():
-        cmd += ["-var", name, str(value)]
+        cmd += ["-var", name, str(value).replace("{fixtures}", args.fixtures)]
     cmd.append(os.path.join(HERE, case["deck"]))
     rc, out, err, seconds = run(cmd, workdir, "ftrain", env)
     with open(os.path.join(workdir, tag + ".log"), "w") as f:
@@ -444,7 +457,49 @@ def case_cli(args, case, case_path, workdir):
     return problems
 
 
-KINDS = {"train": case_train, "repeat": case_repeat, "error": case_error, "check": case_check, "cli": case_cli}
+def case_curves(args, case, case_path, workdir):
+    runs = case["runs"]
+    if len(runs) < 2:
+        raise CaseFailure('a curves case needs at least two "runs"')
+    if case.get("np", 1) != max(r.get("np", 1) for r in runs):
+        raise CaseFailure('"np" must be the largest run\'s np (ctest reserves that many processors)')
+    tolerance = float(case["tolerance"]["relative"])
+    data_dir = make_corpus(args, case, workdir) if "corpus" in case else None
+    curves = []
+    for r in runs:
+        config = {**case, "np": r.get("np", 1), "variables": r.get("variables", {})}
+        curves.append((r["name"], train_once(args, config, workdir, data_dir, r["name"])))
+    problems = [p for name, metrics in curves for field in case["compare"]
+                for p in missing_steps(metrics, field, name)]
+    if problems:
+        return problems
+    ref_name, ref = curves[0]
+    for field in case["compare"]:
+        worst = 0.0
+        for name, metrics in curves[1:]:
+            if sorted(metrics[field]) != sorted(ref[field]):
+                problems.append(f"{name}: {field} at steps {sorted(metrics[field])}, {ref_name} at {sorted(ref[field])}")
+                continue
+            for step in sorted(ref[field]):
+                want, have = float(ref[field][step]), float(metrics[field][step])
+                rel = abs(have - want) / max(abs(want), 1e-12)
+                worst = max(worst, rel)
+                if rel > tolerance:
+                    problems.append(f"{name}: step {step} {field} = {have!r}, {ref_name} has {want!r} "
+                                    f"(relative {rel:.3g} > {tolerance:.3g})")
+        print(f"{field}: worst relative difference from {ref_name} {worst:.3e} (tolerance {tolerance:g})")
+    if "falls" in case:
+        falls = float(case["falls"])
+        for name, metrics in curves:
+            losses = [float(metrics["loss"][step]) for step in sorted(metrics.get("loss", {}))]
+            if len(losses) < 2 or not losses[-1] < falls * losses[0]:
+                problems.append(f"{name}: the loss did not fall below {falls:.2f} x its first value: {losses}")
+            else:
+                print(f"{name}: loss {losses[0]:.6g} -> {losses[-1]:.6g} (must fall below {falls:g} x)")
+    return problems
+
+
+KINDS = {"curves": case_curves, "train": case_train, "repeat": case_repeat, "error": case_error, "check": case_check, "cli": case_cli}
 
 
 def main():

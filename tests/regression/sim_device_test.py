@@ -43,6 +43,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import ftrain_test  # noqa: E402
+from ftrain_test import fail  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))
 LLAMA_DECK = os.path.join(HERE, "decks", "tiny.in")
@@ -50,16 +54,11 @@ LORA_DECK = os.path.join(HERE, "decks", "tiny_lora.in")
 VIT_DECK = os.path.join(SOURCE, "inputs", "tiny_vit.in")
 
 
-def fail(message):
-    print("FAIL:", message)
-    sys.exit(1)
 
-
-class Runner:
+class Runner(ftrain_test.Runner):
     def __init__(self, args, workdir):
+        super().__init__(args.ftrain, args.mpirun, workdir)
         self.args = args
-        self.mpirun = shlex.split(args.mpirun)
-        self.dir = workdir
         self.runs = 0
 
     def run(self, np, deck, device, name, extra="", env_vars=None, **variables):
@@ -67,25 +66,16 @@ class Runner:
         environment of every rank; returns the run directory."""
         run_dir = os.path.join(self.dir, name)
         os.makedirs(run_dir, exist_ok=True)
-        wrapper = os.path.join(run_dir, "deck.in")
-        with open(wrapper, "w") as f:
-            # The simulated device has no NCCL: its collectives go through the
-            # staged communicator, which the deck must ask for (never implicit).
-            comm = "device_comm mpi\n" if device == "cuda" and self.args.sim_device else ""
-            f.write(f"device {device}\n{comm}include {deck}\n{extra}")
-        cmd = self.mpirun + ["-np", str(np)]
-        env = dict(os.environ)
-        for k, v in (env_vars or {}).items():
-            env[k] = v
-            cmd += ["-x", k]
+        # The simulated device has no NCCL: its collectives go through the
+        # staged communicator, which the deck must ask for (never implicit).
+        comm = "device_comm mpi\n" if device == "cuda" and self.args.sim_device else ""
+        wrapper = self.write(os.path.join(name, "deck.in"), f"device {device}\n{comm}include {deck}\n{extra}")
+        env = dict(env_vars or {})
         if device == "cuda" and self.args.sim_device:
             env["FTRAIN_CUDA_BACKEND"] = self.args.sim_device
-            cmd += ["-x", "FTRAIN_CUDA_BACKEND"]
-        cmd += [self.args.ftrain, "-var", "data_dir", self.dir, "-var", "run_dir", run_dir]
-        for k, v in variables.items():
-            cmd += ["-var", k, str(v)]
-        cmd.append(wrapper)
-        p = subprocess.run(cmd, cwd=self.dir, env=env, capture_output=True, text=True, timeout=240)
+        argv = self.ftrain_argv(wrapper, {"data_dir": self.dir, "run_dir": run_dir, **variables})
+        p = super().run(np, argv, env=env, timeout=240, merge_output=False,
+                        what=f"{name}: ftrain -np {np} device {device} {variables}")
         with open(os.path.join(self.dir, "last_stderr"), "w") as f:
             f.write(p.stderr)
         with open(os.path.join(run_dir, "stdout.txt"), "w") as f:
@@ -103,10 +93,7 @@ class Runner:
 
 
 def metrics(run_dir):
-    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-    train = [(r["step"], r["loss"], r["lr"], r["grad_norm"]) for r in rows if "loss" in r]
-    evals = [(r["step"], r["eval_loss"]) for r in rows if "eval_loss" in r]
-    return train, evals
+    return ftrain_test.curve(os.path.join(run_dir, "metrics.jsonl"))
 
 
 def same_curve(host_dir, device_dir, what):

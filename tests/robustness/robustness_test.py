@@ -77,6 +77,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import ftrain_test  # noqa: E402
+from ftrain_test import fail  # noqa: E402
+
 DECK = """\
 model llama preset tiny hidden_size 32 intermediate_size 64 num_hidden_layers 2 &
       num_attention_heads 4 num_key_value_heads 2 vocab_size 64
@@ -94,29 +98,18 @@ LINE = {"batch": 4, "run_dir": 8, "checkpoint": 9, "save_final": 10}
 SKIP = 77
 
 
-def fail(message):
-    print("FAIL:", message)
-    sys.exit(1)
 
-
-class Runner:
+class Runner(ftrain_test.Runner):
     def __init__(self, a):
-        self.ftrain, self.prep = a.ftrain, a.prep
+        super().__init__(a.ftrain, a.mpirun, os.path.abspath(a.workdir))
+        self.prep = a.prep
         self.convert, self.vit_plugin_dir, self.make_images = a.convert, a.vit_plugin_dir, a.make_images
-        self.mpirun = shlex.split(a.mpirun)
-        self.dir = os.path.abspath(a.workdir)
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
         self.data = os.path.join(self.dir, "train.tok")
         subprocess.run([self.prep, "synthetic", "--out", self.data, "--tokens", "20000", "--vocab", "64",
                         "--seed", "3"], check=True, stdout=subprocess.DEVNULL)
         self.deck = self.write("deck.in", DECK)
-
-    def write(self, name, text):
-        path = os.path.join(self.dir, name)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
 
     def variables(self, **overrides):
         v = {"data": self.data, "lr": "1e-3", "max_steps": "4", "micro": "2", "seq": "16", "rank_files": "off", "run": os.path.join(self.dir, "run"),
@@ -125,25 +118,14 @@ class Runner:
         return v
 
     def ftrain_args(self, variables, check=False, deck=None):
-        args = [self.ftrain] + (["--check"] if check else [])
-        for k, x in variables.items():
-            args += ["-var", k, x]
-        return args + [deck or self.deck]
+        return self.ftrain_argv(deck or self.deck, variables, check)
 
     def run(self, np=2, check=False, timeout=120, **overrides):
         cmd = self.mpirun + ["-np", str(np)] + self.ftrain_args(self.variables(**overrides), check)
         return self.launch(cmd, timeout)
 
     def launch(self, cmd, timeout=120):
-        start = time.monotonic()
-        try:
-            p = subprocess.run(cmd, cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            fail(f"{' '.join(cmd)} still ran after {timeout} s (a hang):\n{out[-3000:]}")
-        p.seconds = time.monotonic() - start
-        return p
+        return ftrain_test.run(cmd, timeout, cwd=self.dir)
 
 
 def expect_failure(p, pattern, what, once=True, mpi_errors_allowed=False):

@@ -29,26 +29,29 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ftrain_test import fail  # noqa: E402
+
 SKIP = 77
 
 
 def run(cmd, env=None, cwd=None):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     if r.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(cmd)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+        fail(f"{' '.join(cmd)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
     return r.stdout + r.stderr
 
 
 def check(cond, what):
     if not cond:
-        sys.exit(f"FAIL: {what}")
+        fail(f"{what}")
     print(f"ok: {what}")
 
 
 def plan_field(out, name):
     m = re.search(rf"^\s*{name}\s+(\S+)", out, re.M)
     if not m:
-        sys.exit(f"FAIL: no '{name}' line in ftrain --check's output:\n{out}")
+        fail(f"no '{name}' line in ftrain --check's output:\n{out}")
     return float(m.group(1))
 
 

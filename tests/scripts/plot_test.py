@@ -22,10 +22,9 @@ import subprocess
 import sys
 import zlib
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ftrain_test import fail  # noqa: E402
 
-def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    sys.exit(1)
 
 
 def check_png(path):
