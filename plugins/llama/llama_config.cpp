@@ -5,14 +5,11 @@
 #include "llama_config.hpp"
 
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <functional>
-#include <sstream>
 
 #include "core/error.hpp"
+#include "plugin/config_keys.hpp"
 #include "plugin/plugin_entry.hpp"
 
 namespace ftrain::llama {
@@ -86,58 +83,17 @@ const std::vector<Preset>& presets() {
   return table;
 }
 
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-std::int64_t parse_positive_int(const std::string& key, const std::string& value) {
-  std::int64_t out = 0;
-  const char* end = value.data() + value.size();
-  auto [ptr, ec] = std::from_chars(value.data(), end, out);
-  if (ec != std::errc() || ptr != end || out <= 0) {
-    FT_USER_ERROR() << "llama hyperparameter '" << key << "' must be a positive integer, got '" << value << "'";
-  }
-  return out;
-}
-
-double parse_positive_double(const std::string& key, const std::string& value) {
-  errno = 0;
-  char* end = nullptr;
-  const double out = std::strtod(value.c_str(), &end);
-  if (value.empty() || end != value.c_str() + value.size() || errno == ERANGE || !std::isfinite(out) || out <= 0) {
-    FT_USER_ERROR() << "llama hyperparameter '" << key << "' must be a positive number, got '" << value << "'";
-  }
-  return out;
-}
-
-bool parse_bool(const std::string& key, const std::string& value) {
-  if (value == "true" || value == "1" || value == "yes" || value == "on") return true;
-  if (value == "false" || value == "0" || value == "no" || value == "off") return false;
-  FT_USER_ERROR() << "llama hyperparameter '" << key << "' must be true or false, got '" << value << "'";
-}
-
 using Setter = std::function<void(LlamaConfig&, const std::string& key, const std::string& value)>;
 
 // Key -> how to apply it, in HF config.json naming.
 const std::vector<std::pair<std::string, Setter>>& setters() {
   auto int_field = [](std::int64_t LlamaConfig::*field) {
     return Setter(
-        [field](LlamaConfig& c, const std::string& k, const std::string& v) { c.*field = parse_positive_int(k, v); });
+        [field](LlamaConfig& c, const std::string& k, const std::string& v) { c.*field = plugin_config::positive_int("llama", k, v); });
   };
   auto double_field = [](double LlamaConfig::*field) {
     return Setter([field](LlamaConfig& c, const std::string& k, const std::string& v) {
-      c.*field = parse_positive_double(k, v);
+      c.*field = plugin_config::positive_number("llama", k, v);
     });
   };
   static const std::vector<std::pair<std::string, Setter>> table = {
@@ -167,25 +123,16 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
        int_field(&LlamaConfig::rope_scaling_original_max_position_embeddings)},
       {"max_position_embeddings", int_field(&LlamaConfig::max_position_embeddings)},
       {"tie_word_embeddings",
-       [](LlamaConfig& c, const std::string& k, const std::string& v) { c.tie_word_embeddings = parse_bool(k, v); }},
+       [](LlamaConfig& c, const std::string& k, const std::string& v) { c.tie_word_embeddings = plugin_config::boolean("llama", k, v); }},
       {"initializer_range", double_field(&LlamaConfig::initializer_range)},
   };
   return table;
 }
 
-// Whole numbers as integers ("500000", not "5e+05"), others as the shortest
-// text that reads back to the same double ("1e-05", "0.02").
-std::string format_double(double v) {
-  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<std::int64_t>(v));
-  char buffer[64];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), v);
-  return std::string(buffer, end);
-}
-
 // Names users bring from Meta's params.json and other codebases, mapped to
 // the HF key they mean (too far from it for the edit distance to find).
-const char* alias_of(const std::string& key) {
-  static const std::vector<std::pair<std::string, const char*>> aliases = {
+const std::vector<plugin_config::KeyAlias>& aliases() {
+  static const std::vector<plugin_config::KeyAlias> table = {
       {"dim", "hidden_size"},
       {"d_model", "hidden_size"},
       {"n_embd", "hidden_size"},
@@ -203,10 +150,7 @@ const char* alias_of(const std::string& key) {
       {"max_seq_len", "max_position_embeddings"},
       {"tie_embeddings", "tie_word_embeddings"},
   };
-  for (const auto& [alias, key_name] : aliases) {
-    if (alias == key) return key_name;
-  }
-  return nullptr;
+  return table;
 }
 
 }  // namespace
@@ -224,19 +168,9 @@ LlamaConfig make_config(const std::string& preset, const std::vector<std::pair<s
     const auto& table = setters();
     auto it = std::find_if(table.begin(), table.end(), [&](const auto& entry) { return entry.first == key; });
     if (it == table.end()) {
-      if (const char* meant = alias_of(key)) {
-        FT_USER_ERROR() << "unknown llama hyperparameter '" << key << "' (did you mean '" << meant << "'?)";
-      }
-      const auto closest = std::min_element(table.begin(), table.end(), [&](const auto& a, const auto& b) {
-        return edit_distance(key, a.first) < edit_distance(key, b.first);
-      });
-      // Offer a suggestion only when it is plausibly a typo; otherwise list them all.
-      if (edit_distance(key, closest->first) <= std::max<std::size_t>(3, key.size() / 3)) {
-        FT_USER_ERROR() << "unknown llama hyperparameter '" << key << "' (did you mean '" << closest->first << "'?)";
-      }
-      std::ostringstream known;
-      for (const auto& entry : table) known << (known.tellp() > 0 ? ", " : "") << entry.first;
-      FT_USER_ERROR() << "unknown llama hyperparameter '" << key << "'; known hyperparameters: " << known.str();
+      std::vector<std::string_view> known;
+      for (const auto& entry : table) known.push_back(entry.first);
+      plugin_config::refuse_unknown_key("llama", key, known, aliases());
     }
     it->second(config, key, value);
   }
@@ -273,18 +207,18 @@ std::map<std::string, std::string> LlamaConfig::to_map() const {
   m["num_attention_heads"] = std::to_string(num_attention_heads);
   m["num_key_value_heads"] = std::to_string(num_key_value_heads);
   m["head_dim"] = std::to_string(resolved_head_dim());
-  m["rms_norm_eps"] = format_double(rms_norm_eps);
-  m["rope_theta"] = format_double(rope_theta);
+  m["rms_norm_eps"] = plugin_config::format_number(rms_norm_eps);
+  m["rope_theta"] = plugin_config::format_number(rope_theta);
   m["rope_scaling"] = rope_scaling == RopeScaling::llama3 ? "llama3" : "none";
   if (rope_scaling == RopeScaling::llama3) {
-    m["rope_scaling_factor"] = format_double(rope_scaling_factor);
-    m["rope_scaling_low_freq_factor"] = format_double(rope_scaling_low_freq_factor);
-    m["rope_scaling_high_freq_factor"] = format_double(rope_scaling_high_freq_factor);
+    m["rope_scaling_factor"] = plugin_config::format_number(rope_scaling_factor);
+    m["rope_scaling_low_freq_factor"] = plugin_config::format_number(rope_scaling_low_freq_factor);
+    m["rope_scaling_high_freq_factor"] = plugin_config::format_number(rope_scaling_high_freq_factor);
     m["rope_scaling_original_max_position_embeddings"] = std::to_string(rope_scaling_original_max_position_embeddings);
   }
   m["max_position_embeddings"] = std::to_string(max_position_embeddings);
   m["tie_word_embeddings"] = tie_word_embeddings ? "true" : "false";
-  m["initializer_range"] = format_double(initializer_range);
+  m["initializer_range"] = plugin_config::format_number(initializer_range);
   m["hidden_act"] = "silu";
   m["attention_bias"] = "false";
   m["mlp_bias"] = "false";

@@ -4,6 +4,7 @@
 #include "llama_config.hpp"
 #include "llama_model.hpp"
 #include "plugin/plugin_entry.hpp"
+#include "llama_hf_config.hpp"
 
 namespace {
 
@@ -11,6 +12,20 @@ void* create_model(ftrain_model_args* args) {
   return ftrain::plugin_entry::create_guarded(
       args, "llama", [](const std::string& preset, const ftrain::plugin_entry::Overrides& overrides) {
         return std::make_unique<ftrain::llama::LlamaModel>(ftrain::llama::make_config(preset, overrides));
+      });
+}
+
+int export_hf_config(ftrain_hf_config_args* args) {
+  return ftrain::plugin_entry::export_hf_config_guarded(
+      args, "llama", [](const ftrain::plugin_entry::ConfigMap& config, const std::string& torch_dtype) {
+        return ftrain::llama::hf_config(config, torch_dtype).dump();
+      });
+}
+
+int import_hf_config(ftrain_hf_config_args* args) {
+  return ftrain::plugin_entry::import_hf_config_guarded(
+      args, "llama", [](const std::string& text, const std::string& source) {
+        return ftrain::llama::deck_model_line(nlohmann::json::parse(text), source);
       });
 }
 
@@ -27,6 +42,8 @@ extern "C" FTRAIN_PLUGIN_EXPORT const ftrain_plugin_descriptor* ftrain_plugin_en
       presets.data(),
       &create_model,
       &ftrain::plugin_entry::destroy,
+      &export_hf_config,
+      &import_hf_config,
   };
   return &descriptor;
 }

@@ -6,13 +6,10 @@
 #include "vit_config.hpp"
 
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
 #include <cmath>
-#include <cstdlib>
-#include <sstream>
 
 #include "core/error.hpp"
+#include "plugin/config_keys.hpp"
 #include "plugin/plugin_entry.hpp"
 
 namespace ftrain::vit {
@@ -45,24 +42,6 @@ const std::vector<Preset>& presets() {
   return table;
 }
 
-std::int64_t parse_positive_int(const std::string& key, const std::string& value) {
-  std::int64_t out = 0;
-  const char* end = value.data() + value.size();
-  auto [ptr, ec] = std::from_chars(value.data(), end, out);
-  if (ec != std::errc() || ptr != end || out <= 0)
-    FT_USER_ERROR() << "vit hyperparameter '" << key << "' must be a positive integer, got '" << value << "'";
-  return out;
-}
-
-double parse_positive_double(const std::string& key, const std::string& value) {
-  errno = 0;
-  char* end = nullptr;
-  const double out = std::strtod(value.c_str(), &end);
-  if (value.empty() || end != value.c_str() + value.size() || errno == ERANGE || !std::isfinite(out) || out <= 0)
-    FT_USER_ERROR() << "vit hyperparameter '" << key << "' must be a positive number, got '" << value << "'";
-  return out;
-}
-
 struct IntKey {
   const char* name;
   std::int64_t VitConfig::*field;
@@ -87,6 +66,17 @@ const std::vector<DoubleKey>& double_keys() {
   return keys;
 }
 
+
+std::vector<std::string_view> known_keys() {
+  std::vector<std::string_view> known;
+  for (const auto& k : int_keys()) known.push_back(k.name);
+  for (const auto& k : double_keys()) known.push_back(k.name);
+  known.push_back("mlp_ratio");
+  return known;
+}
+
+}  // namespace
+
 // timm and Hugging Face spellings of the same hyperparameters.
 std::string canonical_key(const std::string& key) {
   static const std::vector<std::pair<std::string, std::string>> aliases = {
@@ -99,22 +89,6 @@ std::string canonical_key(const std::string& key) {
     if (alias == key) return name;
   return key;
 }
-
-std::string known_keys() {
-  std::ostringstream out;
-  for (const auto& k : int_keys()) out << (out.tellp() > 0 ? ", " : "") << k.name;
-  for (const auto& k : double_keys()) out << ", " << k.name;
-  out << ", mlp_ratio";
-  return out.str();
-}
-
-std::string format_double(double v) {
-  char buffer[64];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), v);
-  return std::string(buffer, end);
-}
-
-}  // namespace
 
 const std::vector<std::string>& preset_names() {
   static const std::vector<std::string> names = plugin_entry::preset_names(presets());
@@ -131,23 +105,23 @@ VitConfig make_config(const std::string& preset, const std::vector<std::pair<std
   for (const auto& [raw_key, value] : overrides) {
     const std::string key = canonical_key(raw_key);
     if (key == "mlp_ratio") {
-      mlp_ratio = parse_positive_double(raw_key, value);
+      mlp_ratio = plugin_config::positive_number("vit", raw_key, value);
       continue;
     }
     bool found = false;
     for (const auto& k : int_keys()) {
       if (key == k.name) {
-        config.*k.field = parse_positive_int(raw_key, value);
+        config.*k.field = plugin_config::positive_int("vit", raw_key, value);
         found = true;
       }
     }
     for (const auto& k : double_keys()) {
       if (key == k.name) {
-        config.*k.field = parse_positive_double(raw_key, value);
+        config.*k.field = plugin_config::positive_number("vit", raw_key, value);
         found = true;
       }
     }
-    if (!found) FT_USER_ERROR() << "unknown vit hyperparameter '" << raw_key << "'; known: " << known_keys();
+    if (!found) plugin_config::refuse_unknown_key("vit", raw_key, known_keys());
   }
   if (mlp_ratio > 0) config.mlp_dim = static_cast<std::int64_t>(std::llround(mlp_ratio * config.embed_dim));
   config.validate();
@@ -172,8 +146,8 @@ std::map<std::string, std::string> VitConfig::to_map() const {
   m["depth"] = std::to_string(depth);
   m["num_heads"] = std::to_string(num_heads);
   m["mlp_dim"] = std::to_string(mlp_dim);
-  m["layer_norm_eps"] = format_double(layer_norm_eps);
-  m["initializer_range"] = format_double(initializer_range);
+  m["layer_norm_eps"] = plugin_config::format_number(layer_norm_eps);
+  m["initializer_range"] = plugin_config::format_number(initializer_range);
   m["num_patches"] = std::to_string(num_patches());
   m["class_token"] = "true";
   m["global_pool"] = "token";

@@ -48,6 +48,10 @@ const std::vector<std::string>& preset_names();
 VitConfig preset_config(const std::string& preset);
 // Applies deck overrides in order, then validates. Unknown keys and bad values
 // throw UserError naming the key and what was expected.
+// The plugin's key for a timm or Hugging Face spelling (img_size ->
+// image_size); any other key unchanged.
+std::string canonical_key(const std::string& key);
+
 VitConfig make_config(const std::string& preset, const std::vector<std::pair<std::string, std::string>>& overrides);
 
 }  // namespace ftrain::vit

@@ -18,6 +18,7 @@
 #include "ckpt/safetensors.hpp"
 #include "ckpt/safetensors_dir.hpp"
 #include "core/error.hpp"
+#include "plugin/loader.hpp"
 
 namespace ftrain::ckpt {
 
@@ -162,18 +163,6 @@ void write_text_file(const std::string& path, const std::string& text) {
   if (std::rename(temp.c_str(), path.c_str()) != 0) FT_USER_ERROR() << "cannot rename " << temp << " to " << path;
 }
 
-json config_value(const std::string& text) {
-  if (text == "true") return true;
-  if (text == "false") return false;
-  std::int64_t i = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), i);
-  if (ec == std::errc() && p == text.data() + text.size()) return i;
-  char* end = nullptr;
-  const double d = std::strtod(text.c_str(), &end);
-  if (!text.empty() && end == text.c_str() + text.size()) return d;
-  return text;
-}
-
 }  // namespace
 
 std::uint64_t parse_byte_size(std::string_view text) {
@@ -191,68 +180,6 @@ std::uint64_t parse_byte_size(std::string_view text) {
   FT_USER_ERROR() << "size '" << text << "': expected a positive number of bytes with an optional unit "
                   << "(KB, MB, GB, TB = powers of 1000; KiB, MiB, GiB, TiB = powers of 1024), e.g. 5GB";
   return 0;  // not reached
-}
-
-json llama_hf_config(const std::map<std::string, std::string>& config, std::string_view torch_dtype) {
-  json out = json::object();
-  out["architectures"] = {"LlamaForCausalLM"};
-  out["model_type"] = "llama";
-  out["torch_dtype"] = std::string(torch_dtype);
-  for (const auto& [key, value] : config) {
-    if (key.rfind("rope_scaling", 0) == 0) continue;
-    out[key] = config_value(value);
-  }
-  const auto rope = config.find("rope_scaling");
-  if (rope == config.end() || rope->second == "none") {
-    out["rope_scaling"] = nullptr;
-  } else {
-    json scaling = {{"rope_type", rope->second}};
-    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
-      const auto it = config.find(std::string("rope_scaling_") + k);
-      if (it != config.end()) scaling[k] = config_value(it->second);
-    }
-    out["rope_scaling"] = scaling;
-  }
-  return out;
-}
-
-json timm_vit_config(const std::map<std::string, std::string>& config) {
-  const auto get = [&](const char* key) -> json {
-    const auto it = config.find(key);
-    if (it == config.end()) FT_USER_ERROR() << "vit config: the consolidated file has no attribute '" << key << "'";
-    return config_value(it->second);
-  };
-  const json embed = get("embed_dim"), mlp = get("mlp_dim");
-  // timm builds the MLP as int(embed_dim * mlp_ratio) wide: the ratio must give mlp_dim back exactly.
-  const double ratio = mlp.get<double>() / embed.get<double>();
-  if (static_cast<std::int64_t>(embed.get<double>() * ratio) != mlp.get<std::int64_t>())
-    FT_USER_ERROR() << "vit: mlp_dim " << mlp << " is not int(embed_dim " << embed << " * mlp_ratio) for any "
-                    << "double mlp_ratio timm would take; not exported";
-  const json model_args = {
-      {"img_size", get("image_size")},       {"patch_size", get("patch_size")},
-      {"in_chans", get("num_channels")},     {"num_classes", get("num_classes")},
-      {"embed_dim", embed},                  {"depth", get("depth")},
-      {"num_heads", get("num_heads")},       {"mlp_ratio", ratio},
-      {"qkv_bias", true},                    {"class_token", true},
-      {"global_pool", "token"}};
-  // timm's VisionTransformer has no eps argument (LayerNorm eps 1e-6): a
-  // model trained with another would load and silently compute otherwise.
-  if (get("layer_norm_eps").get<double>() != 1e-6)
-    FT_USER_ERROR() << "vit: layer_norm_eps " << config.at("layer_norm_eps")
-                    << " has no timm equivalent (timm's VisionTransformer uses 1e-6); not exported";
-  // timm's hub config.json shape; model_args override every size of the
-  // named architecture, so create_model(architecture, **model_args) builds
-  // exactly this model whatever its dimensions.
-  return {{"architecture", "vit_base_patch16_224"},
-          {"num_classes", get("num_classes")},
-          {"num_features", embed},
-          {"global_pool", "token"},
-          {"model_args", model_args},
-          {"pretrained_cfg",
-           {{"input_size", {get("num_channels"), get("image_size"), get("image_size")}},
-            {"num_classes", get("num_classes")},
-            {"classifier", "head"},
-            {"first_conv", "patch_embed.proj"}}}};
 }
 
 namespace {
@@ -275,76 +202,37 @@ json special_token_ids(const std::string& tokenizer_dir) {
 
 }  // namespace
 
-namespace {
-
-std::string json_scalar_text(const json& v) {
-  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
-  if (v.is_number_integer()) return std::to_string(v.get<std::int64_t>());
-  if (v.is_string()) return v.get<std::string>();
-  return v.dump();  // floats: the shortest text that reads back to the same double
+json plugin_hf_config(const std::string& model_type, const std::map<std::string, std::string>& config,
+                      std::string_view torch_dtype, const PluginLoader& loader) {
+  if (!loader.find(model_type)) return json();
+  const std::optional<std::string> text = loader.load(model_type)->export_hf_config(config, std::string(torch_dtype));
+  if (!text) return json();
+  const json out = json::parse(*text, nullptr, false);
+  if (!out.is_object()) FT_USER_ERROR() << "model '" << model_type << "': its config.json export is not a JSON object";
+  return out;
 }
 
-}  // namespace
+json plugin_hf_config(const std::string& model_type, const std::map<std::string, std::string>& config,
+                      std::string_view torch_dtype) {
+  return plugin_hf_config(model_type, config, torch_dtype, PluginLoader());
+}
+
+std::string deck_model_line(const json& config, const std::string& source, const PluginLoader& loader) {
+  if (!config.is_object()) FT_USER_ERROR() << source << ": not a JSON object";
+  const std::string text = config.dump();
+  std::string asked;
+  for (const PluginInfo& info : loader.list_plugins()) {
+    if (!info.error.empty()) continue;  // a plugin that cannot load converts nothing
+    if (auto line = loader.load(info.name)->import_hf_config(text, source)) return *line;
+    asked += (asked.empty() ? "" : ", ") + info.name;
+  }
+  FT_USER_ERROR() << source << ": model_type = " << (config.contains("model_type") ? config["model_type"].dump() : "(absent)")
+                  << ": no model plugin converts this config.json (asked: " << (asked.empty() ? "none found" : asked)
+                  << ")";
+}
 
 std::string deck_model_line(const json& config, const std::string& source) {
-  if (!config.is_object()) FT_USER_ERROR() << source << ": not a JSON object";
-  const auto refuse = [&](const std::string& key, const std::string& why) {
-    FT_USER_ERROR() << source << ": " << key << " = " << (config.contains(key) ? config[key].dump() : "(absent)")
-                    << ": " << why;
-  };
-  std::ostringstream line;
-  if (config.contains("model_args") && config.contains("architecture")) {  // timm
-    const json& a = config["model_args"];
-    if (config["architecture"].get<std::string>().rfind("vit_", 0) != 0)
-      refuse("architecture", "ftrain's vit plugin is timm's VisionTransformer (vit_*)");
-    for (const auto& [key, want] : std::map<std::string, json>{{"class_token", true}, {"global_pool", "token"}})
-      if (a.contains(key) && a[key] != want) refuse("model_args." + key, "ftrain's ViT pools the class token");
-    if (a.contains("qkv_bias") && a["qkv_bias"] != true) refuse("model_args.qkv_bias", "ftrain's ViT has qkv bias");
-    line << "model vit preset tiny";
-    for (const auto& [timm_key, ftrain_key] : std::vector<std::pair<std::string, std::string>>{
-             {"img_size", "image_size"}, {"patch_size", "patch_size"}, {"in_chans", "num_channels"},
-             {"num_classes", "num_classes"}, {"embed_dim", "embed_dim"}, {"depth", "depth"},
-             {"num_heads", "num_heads"}, {"mlp_ratio", "mlp_ratio"}}) {
-      if (!a.contains(timm_key)) refuse("model_args." + timm_key, "needed (no default assumed)");
-      line << " " << ftrain_key << " " << json_scalar_text(a[timm_key]);
-    }
-    return line.str();
-  }
-  const std::string type = config.value("model_type", "");
-  if (type != "llama") refuse("model_type", "ftrain-convert knows llama (LlamaForCausalLM) and timm ViT configs");
-  if (config.value("hidden_act", "silu") != "silu") refuse("hidden_act", "ftrain's Llama uses SwiGLU (silu)");
-  for (const char* key : {"attention_bias", "mlp_bias"})
-    if (config.value(key, false)) refuse(key, "ftrain's Llama has no biases");
-  // LlamaConfig's defaults (transformers 4.47) for what a config.json may omit.
-  const json defaults = {{"vocab_size", 32000},          {"hidden_size", 4096},
-                         {"intermediate_size", 11008},   {"num_hidden_layers", 32},
-                         {"num_attention_heads", 32},    {"rms_norm_eps", 1e-6},
-                         {"rope_theta", 10000.0},        {"max_position_embeddings", 2048},
-                         {"tie_word_embeddings", false}};
-  line << "model llama preset tiny";
-  for (const auto& [key, fallback] : defaults.items()) {
-    const json& v = config.contains(key) && !config[key].is_null() ? config[key] : fallback;
-    line << " " << key << " " << json_scalar_text(v);
-  }
-  const json heads = config.contains("num_attention_heads") ? config["num_attention_heads"] : defaults["num_attention_heads"];
-  const json kv = config.contains("num_key_value_heads") && !config["num_key_value_heads"].is_null()
-                      ? config["num_key_value_heads"] : heads;
-  line << " num_key_value_heads " << json_scalar_text(kv);
-  if (config.contains("head_dim") && !config["head_dim"].is_null())
-    line << " head_dim " << json_scalar_text(config["head_dim"]);
-  const json rope = config.value("rope_scaling", json());
-  if (rope.is_null()) {
-    line << " rope_scaling none";
-  } else {
-    const std::string rope_type = rope.value("rope_type", rope.value("type", ""));
-    if (rope_type != "llama3") refuse("rope_scaling", "ftrain implements rope_type llama3 (or null)");
-    line << " rope_scaling llama3";
-    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
-      if (!rope.contains(k)) refuse("rope_scaling", std::string("llama3 scaling needs ") + k);
-      line << " rope_scaling_" << k << " " << json_scalar_text(rope[k]);
-    }
-  }
-  return line.str();
+  return deck_model_line(config, source, PluginLoader());
 }
 
 ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& out_dir, std::uint64_t shard_bytes,
@@ -400,13 +288,14 @@ ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& ou
       config[k] = v;
   }
   json hf_config;
-  if (model_type != attributes.end() && model_type->second == "llama") {
+  if (model_type != attributes.end()) {
     const bool all_bf16 =
         std::all_of(tensors.begin(), tensors.end(), [](const H5Tensor& t) { return t.out == DType::bf16; });
-    hf_config = llama_hf_config(config, all_bf16 ? "bfloat16" : "float32");
-    hf_config.update(special_token_ids(tokenizer_dir));
-  } else if (model_type != attributes.end() && model_type->second == "vit") {
-    hf_config = timm_vit_config(config);
+    hf_config = plugin_hf_config(model_type->second, config, all_bf16 ? "bfloat16" : "float32");
+    // The tokenizer's ids, for the ones the model's config.json names.
+    const json ids = special_token_ids(tokenizer_dir);
+    for (const auto& [key, id] : ids.items())
+      if (hf_config.contains(key)) hf_config[key] = id;
   }
 
   // Shards: fill in order, a new one when the next tensor would overflow.

@@ -11,8 +11,9 @@
 // shard, a single model.safetensors and no index (save_pretrained's layout).
 // Every shard's __metadata__ has "format": "pt" (transformers requires it) and the consolidated file's
 // root attributes as "ftrain.<name>" (step, model_type, config keys), which
-// safetensors_to_h5 restores. For model_type "llama" it also writes
-// config.json in Hugging Face naming (LlamaForCausalLM), for "vit" timm's.
+// safetensors_to_h5 restores. When the model's plugin (named by the
+// model_type attribute) provides one, it also writes that model's
+// config.json (Hugging Face's for llama, timm's for vit; plugin_hf_config).
 //
 // safetensors_to_h5 takes a .safetensors file or a directory (as `init
 // safetensors`) and writes a consolidated file in the layout save_final
@@ -31,6 +32,10 @@
 
 #include "core/dtype.hpp"
 
+namespace ftrain {
+class PluginLoader;  // plugin/loader.hpp
+}  // namespace ftrain
+
 namespace ftrain::ckpt {
 
 // "5GB" (10^9), "500MB", "2GiB" (2^30), "4096" (bytes), ...; UserError on
@@ -46,9 +51,9 @@ struct ConvertSummary {
 // `dtype` f32 or bf16; empty keeps each dataset's stored type.
 // `tokenizer_dir` (optional): a Hugging Face model or tokenizer directory
 // (typically the one the run was initialised from). Its tokenizer files
-// (kTokenizerFiles) are copied into out_dir, and a Llama's config.json takes
-// bos_token_id / eos_token_id / pad_token_id from its config.json (else its
-// generation_config.json). Without it those ids are null: ftrain's
+// (kTokenizerFiles) are copied into out_dir, and a config.json that names
+// bos_token_id / eos_token_id / pad_token_id (a Llama's) takes them from its
+// config.json (else its generation_config.json). Without it those ids are null: ftrain's
 // consolidated file does not know the tokenizer. UserError when the
 // directory has no tokenizer file at all.
 ConvertSummary h5_to_safetensors(const std::string& in_h5, const std::string& out_dir, std::uint64_t shard_bytes,
@@ -62,21 +67,21 @@ inline constexpr const char* kTokenizerFiles[] = {"tokenizer.json",          "to
 // `dtype` f32 or bf16; empty: bf16 for BF16 tensors, f32 for every other type.
 ConvertSummary safetensors_to_h5(const std::string& in, const std::string& out_h5, std::optional<DType> dtype);
 
-// Hugging Face config.json for a Llama from ftrain's config keys (the
-// consolidated file's attributes, LlamaConfig::to_map naming).
-nlohmann::json llama_hf_config(const std::map<std::string, std::string>& config, std::string_view torch_dtype);
+// The model's Hugging Face config.json from its plugin (the plugin named
+// `model_type`, ftrain_plugin.h export_hf_config), given its configuration as
+// the consolidated file's attributes store it; null when no plugin of that
+// name is found or it offers no conversion. UserError with the plugin's
+// message for a model it cannot express.
+nlohmann::json plugin_hf_config(const std::string& model_type, const std::map<std::string, std::string>& config,
+                                std::string_view torch_dtype, const PluginLoader& loader);
+nlohmann::json plugin_hf_config(const std::string& model_type, const std::map<std::string, std::string>& config,
+                                std::string_view torch_dtype);  // the default plugin search path
 
-// The deck's `model ...` line for a Hugging Face LlamaForCausalLM
-// config.json (keys it lacks take LlamaConfig's defaults, as from_pretrained
-// does) or a timm ViT config.json (its model_args). UserError naming
-// `source` and the key for anything ftrain's plugins do not implement
-// (another architecture, hidden_act other than silu, attention/MLP biases,
-// a rope_scaling type other than llama3, a ViT without class-token pooling).
-std::string deck_model_line(const nlohmann::json& config, const std::string& source);
-
-// timm's config.json (the hub layout: architecture, num_classes, model_args,
-// pretrained_cfg) for a ViT from ftrain's VitConfig keys:
-// timm.create_model(cfg["architecture"], **cfg["model_args"]) builds the model.
-nlohmann::json timm_vit_config(const std::map<std::string, std::string>& config);
+// The deck's `model ...` line for a config.json, from the first plugin (by
+// name) that recognises it (import_hf_config). UserError naming `source`
+// and the key for anything the plugin does not implement, or model_type
+// when no plugin recognises the config.
+std::string deck_model_line(const nlohmann::json& config, const std::string& source, const PluginLoader& loader);
+std::string deck_model_line(const nlohmann::json& config, const std::string& source);  // the default search path
 
 }  // namespace ftrain::ckpt

@@ -14,6 +14,8 @@
 #include "core/rng.hpp"
 #include "kernels/adamw_chunks.hpp"
 #include "kernels/ops.hpp"
+#include "fsdp/non_finite.hpp"
+#include "plugin/lora_adapters.hpp"
 
 namespace ftrain {
 
@@ -107,7 +109,6 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
 
   const int n_units = model_.num_units();
   const bool lora_on = options_.lora.enabled;
-  const std::int64_t r = options_.lora.rank;
   std::vector<std::string> adaptable_seen;  // for the error when no target matches
   FT_CHECK(n_units >= 2) << "model " << model_.architecture() << " has " << n_units << " units; expected >= 2";
   std::map<std::string, SlotSource> owner_of;
@@ -145,60 +146,20 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
     allocate(*flat, /*trainable=*/!lora_on);
     flats_.push_back(std::move(flat));
 
-    // LoRA: lora_A [r, in] and lora_B [out, r] for every targeted linear of
-    // this unit, in slot order, in a trainable flat parameter of its own.
-    std::vector<ParamSpec> adapter_specs;
-    std::vector<lora::AdaptedLinear> adapted;
-    std::vector<int> adapted_slots;
-    for (std::size_t i = 0; lora_on && i < specs.size(); ++i) {
-      const ParamSpec& spec = specs[i];
-      if (!spec.adaptable || !spec.tied_to.empty()) continue;
-      const std::string module = lora::module_of_weight(spec.name);
-      FT_CHECK(!module.empty() && spec.shape.size() == 2)
-          << "unit " << unit.name() << " marks '" << spec.name << "' " << shape_string(spec.shape)
-          << " adaptable; LoRA needs a linear weight '<module>.weight' [out, in]";
-      adaptable_seen.push_back(module);
-      if (!options_.lora.targets_module(module)) continue;
-      const std::int64_t out = spec.shape[0], in = spec.shape[1];
-      ParamSpec a;
-      a.name = lora::lora_a_name(module);
-      a.shape = {r, in};
-      if (options_.lora.init == lora::AInit::kaiming) {
-        // kaiming_uniform_(a=sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain * sqrt(3 / fan_in) = 1 / sqrt(in)
-        a.init = InitKind::uniform;
-        a.init_bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in)));
-      } else {
-        a.init = InitKind::normal;
-        a.init_std = static_cast<float>(1.0 / static_cast<double>(r));
-      }
-      ParamSpec b;
-      b.name = lora::lora_b_name(module);
-      b.shape = {out, r};
-      b.init = InitKind::zeros;
-      adapter_specs.push_back(a);
-      adapter_specs.push_back(b);
-      lora::AdaptedLinear l;
-      l.module = module;
-      l.dropout_stream = rng::hash_name(module);
-      adapted.push_back(l);
-      adapted_slots.push_back(static_cast<int>(i));
-    }
-    if (adapter_specs.empty()) {
+    // LoRA: the unit's adapters in a trainable flat parameter of their own.
+    lora::UnitAdapterPlan plan;
+    if (lora_on) plan = lora::plan_unit_adapters(options_.lora, unit.name(), specs, adaptable_seen);
+    if (plan.specs.empty()) {
       adapter_flats_.push_back(nullptr);
     } else {
-      auto af = std::make_unique<FlatParameter>(u, unit.name() + ".lora", adapter_specs, shard_comm_->size(),
+      auto af = std::make_unique<FlatParameter>(u, unit.name() + ".lora", plan.specs, shard_comm_->size(),
                                                 shard_comm_->rank());
       allocate(*af, /*trainable=*/true);
       adapter_flats_.push_back(std::move(af));
     }
-    lora::UnitAdapters view;
-    view.by_slot.assign(specs.size(), nullptr);
-    view.scale = static_cast<float>(options_.lora.scale());
-    view.dropout = static_cast<float>(options_.lora.dropout);
-    view.seed = options_.seed;
-    adapted_.push_back(std::move(adapted));
-    adapted_slots_.push_back(std::move(adapted_slots));
-    unit_adapters_.push_back(std::move(view));
+    adapted_.push_back(std::move(plan.adapted));
+    adapted_slots_.push_back(std::move(plan.slots));
+    unit_adapters_.push_back(lora::unit_adapters_view(options_.lora, specs.size(), options_.seed));
     slots_.push_back(std::move(slots));
   }
   // Pointers into adapted_ once it no longer moves.
@@ -206,14 +167,8 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
     for (std::size_t k = 0; k < adapted_[static_cast<std::size_t>(u)].size(); ++k)
       unit_adapters_[static_cast<std::size_t>(u)].by_slot[static_cast<std::size_t>(adapted_slots_[static_cast<std::size_t>(u)][k])] =
           &adapted_[static_cast<std::size_t>(u)][k];
-  if (lora_on && trainable_parameters() == 0) {
-    std::ostringstream known;
-    for (std::size_t i = 0; i < adaptable_seen.size() && i < 12; ++i) known << (i ? ", " : "") << adaptable_seen[i];
-    if (adaptable_seen.size() > 12) known << ", ...";
-    FT_USER_ERROR() << "lora targets " << options_.lora.targets_text() << " match no linear layer of model "
-                    << model_.architecture() << (adaptable_seen.empty() ? " (it marks none adaptable)" : "; its adaptable linears are: ")
-                    << known.str();
-  }
+  if (lora_on && trainable_parameters() == 0)
+    lora::refuse_unmatched_targets(options_.lora, model_.architecture(), adaptable_seen);
   if (lora_on) init_adapters(options_.seed);
   tied_owner_.assign(static_cast<std::size_t>(n_units), false);
   for (int u = 0; u < n_units; ++u)
@@ -294,35 +249,6 @@ double FsdpEngine::comm_exposed_seconds() const {
 void FsdpEngine::reset_comm_timers() {
   shard_comm_->reset_times();
   if (replica_comm_) replica_comm_->reset_times();
-}
-
-void random_init_values(std::uint64_t seed, const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
-  switch (e.init) {
-    case InitKind::zeros: std::fill(dst, dst + count, 0.0f); break;
-    case InitKind::ones: std::fill(dst, dst + count, 1.0f); break;
-    case InitKind::normal: {
-      const std::uint64_t stream = rng::hash_name(e.name);
-      for (std::int64_t i = 0; i < count; ++i)
-        dst[i] = static_cast<float>(e.init_std * rng::normal(seed, stream, static_cast<std::uint64_t>(first + i)));
-      break;
-    }
-    case InitKind::uniform: {
-      const std::uint64_t stream = rng::hash_name(e.name);
-      for (std::int64_t i = 0; i < count; ++i)
-        dst[i] = static_cast<float>(e.init_bound *
-                                    (2.0 * rng::uniform(seed, stream, static_cast<std::uint64_t>(first + i)) - 1.0));
-      break;
-    }
-  }
-}
-
-void perturb_init_by_rank(std::uint64_t seed, int rank, double scale, const FlatEntry& e, std::int64_t first,
-                          std::int64_t count, float* dst) {
-  // Another stream than the initialiser's, so the noise is not the init itself.
-  const std::uint64_t stream = rng::hash_name(e.name) ^ 0x7e57'7e57'7e57'7e57ull;
-  const double amplitude = scale * rank;
-  for (std::int64_t i = 0; i < count; ++i)
-    dst[i] += static_cast<float>(amplitude * rng::normal(seed, stream, static_cast<std::uint64_t>(first + i)));
 }
 
 void FsdpEngine::init_random(std::uint64_t seed) {
@@ -879,48 +805,13 @@ void FsdpEngine::zero_grad() {
 
 double FsdpEngine::grad_norm() {
   ++host_reads_;
-  double local = 0.0;
-  for (FlatParameter* f : all_flats())
-    if (f->trainable()) local += ops::sum_squares(exec_, f->grad);
-  // Replicas hold identical reduced shards: summing over the shard group covers every element once.
-  return std::sqrt(shard_comm_->all_reduce_sum(local));
+  return optimizer_.grad_norm(optimizer_shards(), *shard_comm_);
 }
 
 std::string FsdpEngine::first_non_finite(ShardState which) {
   ++host_reads_;
-  // Backward runs from the last unit to the first and a NaN spreads from
-  // where it appears to every unit before it, so the place to name is the
-  // LAST unit holding one (its first such tensor). Each rank proposes a key,
-  // larger for later units and earlier tensors, and the world takes the max.
-  constexpr double kNone = -1.0;
-  constexpr std::int64_t kEntriesPerUnit = std::int64_t{1} << 24;
-  double mine = kNone;
-  for (FlatParameter* f : all_flats()) {
-    const Tensor& state = which == ShardState::gradient ? f->grad : f->master;
-    if (!state.defined()) continue;  // frozen: no gradient
-    const std::int64_t unit = f->unit_index();
-    // Adapter entries (LoRA) number after the unit's base entries.
-    const bool adapter = f != flats_[static_cast<std::size_t>(unit)].get();
-    const std::int64_t first_entry =
-        adapter ? static_cast<std::int64_t>(flats_[static_cast<std::size_t>(unit)]->entries().size()) : 0;
-    f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
-      if (!std::isfinite(ops::sum_squares(exec_, state.view({count}, at))))
-        mine = std::max(mine, static_cast<double>(unit * kEntriesPerUnit + (kEntriesPerUnit - 1 - (first_entry + e))));
-    });
-  }
-  const double found = world_.all_reduce_max(mine);
-  if (found == kNone) return "";
-  const auto key = static_cast<std::int64_t>(found);
-  const std::int64_t unit = key / kEntriesPerUnit, entry = kEntriesPerUnit - 1 - key % kEntriesPerUnit;
-  if (unit >= 0 && unit < static_cast<std::int64_t>(flats_.size())) {
-    const FlatParameter& base = *flats_[static_cast<std::size_t>(unit)];
-    const auto n_base = static_cast<std::int64_t>(base.entries().size());
-    const FlatParameter* adapter = adapter_flats_[static_cast<std::size_t>(unit)].get();
-    if (entry < n_base) return "unit '" + base.unit_name() + "', tensor '" + base.entries()[static_cast<std::size_t>(entry)].name + "'";
-    if (adapter && entry - n_base < static_cast<std::int64_t>(adapter->entries().size()))
-      return "unit '" + base.unit_name() + "', tensor '" + adapter->entries()[static_cast<std::size_t>(entry - n_base)].name + "'";
-  }
-  FT_THROW() << "non-finite state reported in unit " << unit << ", which this engine does not hold";
+  return fsdp::first_non_finite(exec_, world_, flats_, adapter_flats_,
+                                which == ShardState::gradient ? fsdp::NonFiniteIn::gradient : fsdp::NonFiniteIn::master);
 }
 
 // The multi-tensor AdamW's chunk table of one flat (kernels/adamw_chunks.hpp):
@@ -939,69 +830,48 @@ const Tensor& FsdpEngine::adamw_chunks_of(FlatParameter& f) {
   return f.adamw_chunks;
 }
 
-// One AdamW launch per trainable flat over its chunk table (decay per
-// entry), then every kept gathered copy of a changed flat is dropped:
-// optimizer_step and clip_and_step differ only in the update op they enqueue.
-void FsdpEngine::update_trainable_shards(const FlatUpdate& update) {
-  ++optimizer_step_count_;
+std::vector<optim::TrainableShard> FsdpEngine::optimizer_shards() {
+  std::vector<optim::TrainableShard> shards;
   for (FlatParameter* f : all_flats()) {
     if (!f->trainable()) continue;  // frozen base (LoRA): no optimizer state, never changes
-    f->for_each_shard_piece([&](int, std::int64_t, std::int64_t, std::int64_t) { ++counters_.optimizer_tensors; });
-    const Tensor& chunks = adamw_chunks_of(*f);
-    if (chunks.defined()) {  // undefined: this rank's shard of the flat is padding only
-      update(f->master, f->grad, f->exp_avg, f->exp_avg_sq, chunks);
-      ++counters_.optimizer_launches;
-    }
-    // Parameters may have changed: any kept gathered copy is stale.
-    if (f->gathered_valid) {
-      f->gather_request.wait();
-      f->gathered = Tensor();
-      f->gathered_fp8 = Tensor();
-      f->gather_send = Tensor();
-      f->gathered_valid = false;
-    }
+    optim::TrainableShard s;
+    s.master = &f->master;
+    s.grad = &f->grad;
+    s.exp_avg = &f->exp_avg;
+    s.exp_avg_sq = &f->exp_avg_sq;
+    s.chunks = &adamw_chunks_of(*f);
+    f->for_each_shard_piece([&](int, std::int64_t, std::int64_t, std::int64_t) { ++s.pieces; });
+    shards.push_back(s);
+  }
+  return shards;
+}
+
+void FsdpEngine::after_update(const optim::StepLaunches& launched) {
+  counters_.optimizer_launches += launched.launches;
+  counters_.optimizer_tensors += launched.tensors;
+  for (FlatParameter* f : all_flats()) {
+    if (!f->trainable() || !f->gathered_valid) continue;
+    f->gather_request.wait();
+    f->gathered = Tensor();
+    f->gathered_fp8 = Tensor();
+    f->gather_send = Tensor();
+    f->gathered_valid = false;
   }
 }
 
 void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
-  update_trainable_shards([&](Tensor& p, Tensor& g, Tensor& m, Tensor& v, const Tensor& chunks) {
-    ops::adamw_update_chunks(exec_, p, g, m, v, chunks, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay,
-                             optimizer_step_count_, grad_scale);
-  });
+  after_update(optimizer_.step(optimizer_shards(), h, grad_scale));
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next
 }
 
 void FsdpEngine::clip_and_step(const AdamWHyper& h, double clip_grad_norm, std::int64_t step) {
-  if (!clip_.sum_sq.defined()) {
-    clip_.sum_sq = Tensor::empty({1}, DType::f64, exec_.device(), "clip.sum_squares");
-    clip_.norm = Tensor::zeros({1}, DType::f64, exec_.device(), "clip.grad_norm");
-    clip_.scale = Tensor::empty({1}, DType::f32, exec_.device(), "clip.scale");
-    clip_.diverged_step = Tensor::zeros({1}, DType::i64, exec_.device(), "clip.diverged_step");
-  }
-  // The arithmetic of grad_norm(): per-flat f64 partials added in all_flats()
-  // order, one f64 sum over the shard group (replicas hold identical reduced
-  // shards), then sqrt; the clip factor as the trainer computed it.
-  ops::fill(exec_, clip_.sum_sq, 0.0f);
-  for (FlatParameter* f : all_flats())
-    if (f->trainable()) ops::sum_squares_accumulate(exec_, f->grad, clip_.sum_sq);
-  if (shard_comm_->size() > 1) shard_comm_->all_reduce_sum(clip_.sum_sq, exec_.compute().record()).wait();
-  ops::clip_coefficient(exec_, clip_.sum_sq, clip_grad_norm, step, clip_.norm, clip_.scale, clip_.diverged_step);
-  update_trainable_shards([&](Tensor& p, Tensor& g, Tensor& m, Tensor& v, const Tensor& chunks) {
-    ops::adamw_update_chunks_guarded(exec_, p, g, m, v, chunks, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay,
-                                     optimizer_step_count_, clip_.scale, clip_.diverged_step);
-  });
+  after_update(optimizer_.clip_and_step(optimizer_shards(), *shard_comm_, h, clip_grad_norm, step));
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next; nothing is read here
 }
 
 FsdpEngine::StepHealth FsdpEngine::read_step_health() {
-  StepHealth health;
-  if (!clip_.sum_sq.defined()) return health;  // no step yet
-  ++host_reads_;
-  exec_.compute().synchronize();
-  const auto host = [](const Tensor& t) { return t.device() == Device::host ? t : to_device(t, Device::host); };
-  health.grad_norm = host(clip_.norm).data_as<double>()[0];
-  health.first_diverged_step = host(clip_.diverged_step).data_as<std::int64_t>()[0];
-  return health;
+  if (optimizer_.has_health()) ++host_reads_;
+  return optimizer_.read_health();
 }
 
 std::int64_t FsdpEngine::num_parameters() const {

@@ -24,14 +24,17 @@
 // LoRA (options.lora, plugin/lora.hpp): every base flat parameter is frozen
 // (master only: no gradient, no optimizer state, gathered and released as
 // without LoRA) and each unit with adapted linears gets a second, trainable
-// flat parameter holding its lora_A / lora_B matrices, sharded over the same
+// flat parameter holding its lora_A / lora_B matrices (which ones:
+// plugin/lora_adapters.hpp), sharded over the same
 // shard group as the base (share/doc/fsdp.md "LoRA": sharded, not
 // replicated, so the one gather / reduce-scatter / checkpoint path serves
 // both and adapter state per rank shrinks with the rank count too).
 //
 // Initialisation never needs the whole model on a rank: each rank fills only
 // its shard, with values that are a pure function of (seed, parameter name,
-// element index), so every world size gets exactly the same model.
+// element index), so every world size gets exactly the same model
+// (fsdp/parameter_init.hpp). The optimizer step is optim::ShardedAdamW's
+// (optim/sharded_adamw.hpp): the engine hands it the trainable shards.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,8 @@
 #include "fp8/recipe.hpp"
 #include "fsdp/flat_parameter.hpp"
 #include "fsdp/fp8_all_gather.hpp"
+#include "fsdp/parameter_init.hpp"
+#include "optim/sharded_adamw.hpp"
 #include "plugin/lora.hpp"
 #include "plugin/model.hpp"
 #include "runtime/execution_context.hpp"
@@ -107,24 +112,7 @@ struct FsdpOptions {
 enum class DroppedWait : std::uint8_t { none, gather, reduce, after };
 DroppedWait dropped_wait_from_environment();
 
-struct AdamWHyper {
-  float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
-};
-
-// The value init_random gives element first..first+count-1 of `entry`:
-// a pure function of (seed, parameter name, element index).
-struct FlatEntry;
-void random_init_values(std::uint64_t seed, const FlatEntry& entry, std::int64_t first, std::int64_t count,
-                        float* dst);
-// Test only (`init random ... test_perturb_by_rank X`): adds
-// rank * scale * normal(0, 1) to those values, so every rank's local
-// initialisation differs and rank 0's is unchanged; the regression tests use
-// it to show that sync_module_states really starts every rank from rank 0's.
-void perturb_init_by_rank(std::uint64_t seed, int rank, double scale, const FlatEntry& entry, std::int64_t first,
-                          std::int64_t count, float* dst);
-
-// Fills `count` f32 values of parameter `entry` starting at element `first`.
-using ParameterSource = std::function<void(const FlatEntry& entry, std::int64_t first, std::int64_t count, float* dst)>;
+using optim::AdamWHyper;
 
 // What the engine did, counted so tests and users can see that a feature
 // acted rather than only that the curve is unchanged (metrics.jsonl,
@@ -203,33 +191,26 @@ class FsdpEngine {
   // world: every rank gets the same answer.
   enum class ShardState { gradient, master };
   std::string first_non_finite(ShardState which);
-  // AdamW on every owned shard; grad_scale multiplies gradients (clipping).
-  // Reads nothing on the host; grad_norm() above does (tests, tools).
+  // The optimizer (optim/sharded_adamw.hpp) on every trainable shard, then
+  // every kept gathered copy of a changed flat dropped.
+  // optimizer_step: AdamW with grad_scale multiplying the gradients (a clip
+  // factor the caller computed); reads nothing on the host, grad_norm()
+  // above does (tests, tools).
   void optimizer_step(const AdamWHyper& hyper, float grad_scale);
-  // The training step's clip + update with no host read (PyTorch AMP's
-  // found_inf, share/doc/execution-model.md): the gradient's sum of squares
-  // is accumulated (ops::sum_squares_accumulate) and all-reduced over the
-  // shard group in an f64 device tensor; ops::clip_coefficient makes the
-  // norm, the clip factor (clip_grad_norm <= 0: off) and the sticky diverged
-  // flag (the first diverged `step`); ops::adamw_update_chunks_guarded applies the
-  // update only while that flag is clear, so a diverged step, and every step
-  // after it until the host looks, changes no master weight or moment.
+  // The training step's clip + update with no host read; a diverged step
+  // changes nothing (optim::ShardedAdamW::clip_and_step).
   void clip_and_step(const AdamWHyper& hyper, double clip_grad_norm, std::int64_t step);
   // What the host reads of the last clip_and_step, when it needs it (the log
-  // line, a checkpoint, the end): waits for the compute stream. Collective
-  // values: every rank reads the same norm and flag.
-  struct StepHealth {
-    double grad_norm = 0;                // of the last clip_and_step
-    std::int64_t first_diverged_step = 0;  // 0: none since the last clear_diverged()
-  };
+  // line, a checkpoint, the end): waits for the compute stream.
+  using StepHealth = optim::StepHealth;
   StepHealth read_step_health();
   // Reads of device results by the host (loss sums, norms, flags, scans):
   // each waits for the compute stream. The step itself makes none between
   // log intervals (test Engine.ClipAndStepReadsNothingOnTheHost).
   std::int64_t host_reads() const { return host_reads_; }
-  std::int64_t optimizer_steps() const { return optimizer_step_count_; }
+  std::int64_t optimizer_steps() const { return optimizer_.steps(); }
   // Resume: AdamW's bias correction continues from a checkpoint's step count.
-  void set_optimizer_steps(std::int64_t steps) { optimizer_step_count_ = steps; }
+  void set_optimizer_steps(std::int64_t steps) { optimizer_.set_steps(steps); }
 
   std::int64_t num_parameters() const;  // unique parameters of the model (base, without adapters)
   // Parameters the optimizer updates: the adapters under LoRA, else all.
@@ -275,13 +256,12 @@ class FsdpEngine {
   }
 
  private:
-  // One call per trainable flat: its whole shard state and its chunk table,
-  // which covers every piece with the piece's weight-decay flag
-  // (adamw_update_chunks: the multi-tensor AdamW; AdamW is element-wise, so
-  // the results are the bits of one update per tensor).
-  using FlatUpdate = std::function<void(Tensor& param, Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                                        const Tensor& chunks)>;
-  void update_trainable_shards(const FlatUpdate& update);
+  // What the optimizer updates: every trainable flat's shard state, in
+  // all_flats() order (the order of the norm's partials).
+  std::vector<optim::TrainableShard> optimizer_shards();
+  // After an update: the counters, and every kept gathered copy of a
+  // trainable flat dropped (stale).
+  void after_update(const optim::StepLaunches& launched);
   const Tensor& adamw_chunks_of(FlatParameter& f);
   std::vector<Tensor> unit_params(int u);
   std::vector<Tensor> unit_grads(int u);
@@ -368,17 +348,9 @@ class FsdpEngine {
   };
   LossSums train_loss_;
   LossSums eval_loss_;
-  // clip_and_step's device scalars, made on first use.
-  struct ClipState {
-    Tensor sum_sq;         // f64[1], all-reduced over the shard group
-    Tensor norm;           // f64[1], the last step's global norm
-    Tensor scale;          // f32[1], the last step's clip factor
-    Tensor diverged_step;  // i64[1], sticky: the first step whose norm was not finite
-  };
-  ClipState clip_;
+  optim::ShardedAdamW optimizer_{exec_};
   std::int64_t host_reads_ = 0;
   StepContext ctx_;
-  std::int64_t optimizer_step_count_ = 0;
   FsdpCounters counters_;
   std::vector<bool> tied_owner_;  // per unit: a later unit ties parameters to it
   // precision fp8 with a shard group > 1: per unit, its FP8 linear weights'

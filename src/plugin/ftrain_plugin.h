@@ -27,8 +27,10 @@ extern "C" {
  *      (plugin/model.hpp); Tensor storage comes from stream-ordered
  *      allocators (runtime/allocator.hpp). Issue 12.
  *   3  LoRA (plugin/lora.hpp): ParamSpec::adaptable and init_bound,
- *      InitKind::uniform, Batch::first_sample, StepContext::lora. Issue 16. */
-#define FTRAIN_PLUGIN_ABI_VERSION 3
+ *      InitKind::uniform, Batch::first_sample, StepContext::lora. Issue 16.
+ *   4  Hugging Face config.json conversion provided by the plugin
+ *      (export_hf_config, import_hf_config; ftrain-convert). */
+#define FTRAIN_PLUGIN_ABI_VERSION 4
 #define FTRAIN_PLUGIN_ENTRY_SYMBOL "ftrain_plugin_entry"
 
 typedef struct ftrain_kv {
@@ -44,6 +46,33 @@ typedef struct ftrain_model_args {
   size_t error_capacity;
 } ftrain_model_args;
 
+/* Receives text a plugin produces (called once, with NUL-terminated text
+ * that is only valid during the call). */
+typedef void (*ftrain_text_sink_fn)(void* sink, const char* text);
+
+/* The model's Hugging Face config.json <-> ftrain, for ftrain-convert.
+ * export: `config` holds the model's configuration as the consolidated
+ *   checkpoint stores it (the root attributes: the keys the plugin's model
+ *   reports, as text) and `torch_dtype` the dtype of the exported tensors
+ *   ("float32", "bfloat16"); the plugin writes the config.json text.
+ * import: `json` is a config.json's text, `source` names where it came
+ *   from; the plugin writes the deck's `model ...` line that builds the
+ *   same model.
+ * Both return 1 on success and -1 on failure with a one-line message in
+ * `error`; import returns 0, writing nothing, when the config is not one of
+ * this plugin's models (the next plugin is asked). */
+typedef struct ftrain_hf_config_args {
+  const ftrain_kv* config;     /* export */
+  int n_config;
+  const char* torch_dtype;     /* export */
+  const char* json;            /* import */
+  const char* source;          /* import */
+  void* sink;                  /* out: the text, through write */
+  ftrain_text_sink_fn write;
+  char* error;                 /* out: message on failure */
+  size_t error_capacity;
+} ftrain_hf_config_args;
+
 typedef struct ftrain_plugin_descriptor {
   uint32_t abi_version;        /* FTRAIN_PLUGIN_ABI_VERSION the plugin was built with */
   uint32_t struct_size;        /* sizeof(ftrain_plugin_descriptor) */
@@ -52,6 +81,9 @@ typedef struct ftrain_plugin_descriptor {
   const char* const* presets;  /* NULL-terminated, first is the default */
   void* (*create_model)(ftrain_model_args* args);
   void (*destroy_model)(void* model);
+  /* NULL: the plugin offers no Hugging Face config conversion. */
+  int (*export_hf_config)(ftrain_hf_config_args* args);
+  int (*import_hf_config)(ftrain_hf_config_args* args);
 } ftrain_plugin_descriptor;
 
 typedef const ftrain_plugin_descriptor* (*ftrain_plugin_entry_fn)(void);

@@ -171,6 +171,51 @@ ModelHandle PluginLibrary::create_model(const std::string& preset, const ModelOv
   return ModelHandle(static_cast<Model*>(model), ModelDeleter{shared_from_this()});
 }
 
+namespace {
+
+// Calls one of the descriptor's config conversions, collecting the text it
+// writes; nullopt when it answers 0 (not this plugin's).
+std::optional<std::string> call_conversion(const PluginLibrary& plugin, int (*convert)(ftrain_hf_config_args*),
+                                           ftrain_hf_config_args& args, const char* what) {
+  std::string text;
+  std::vector<char> error(1024, '\0');
+  args.sink = &text;
+  args.write = [](void* sink, const char* t) { *static_cast<std::string*>(sink) = t != nullptr ? t : ""; };
+  args.error = error.data();
+  args.error_capacity = error.size();
+  const int status = convert(&args);
+  if (status == 0) return std::nullopt;
+  if (status != 1) {
+    error.back() = '\0';  // a plugin that fills the buffer completely must not make us read past it
+    const std::string message = error[0] != '\0' ? std::string(error.data()) : std::string("no reason given");
+    FT_USER_ERROR() << "model '" << plugin.name() << "' " << what << ": " << message;
+  }
+  return text;
+}
+
+}  // namespace
+
+std::optional<std::string> PluginLibrary::export_hf_config(const std::map<std::string, std::string>& config,
+                                                           const std::string& torch_dtype) const {
+  if (descriptor_->export_hf_config == nullptr) return std::nullopt;
+  std::vector<ftrain_kv> kvs;
+  for (const auto& [key, value] : config) kvs.push_back(ftrain_kv{key.c_str(), value.c_str()});
+  ftrain_hf_config_args args{};
+  args.config = kvs.empty() ? nullptr : kvs.data();
+  args.n_config = static_cast<int>(kvs.size());
+  args.torch_dtype = torch_dtype.c_str();
+  return call_conversion(*this, descriptor_->export_hf_config, args, "config.json export");
+}
+
+std::optional<std::string> PluginLibrary::import_hf_config(const std::string& json_text,
+                                                           const std::string& source) const {
+  if (descriptor_->import_hf_config == nullptr) return std::nullopt;
+  ftrain_hf_config_args args{};
+  args.json = json_text.c_str();
+  args.source = source.c_str();
+  return call_conversion(*this, descriptor_->import_hf_config, args, "config.json import");
+}
+
 void ModelDeleter::operator()(Model* model) const {
   if (model != nullptr && library != nullptr) library->descriptor().destroy_model(model);
 }

@@ -17,6 +17,7 @@
 // hyperparameter) throws ftrain::UserError with a complete message.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,16 @@ class PluginLibrary : public std::enable_shared_from_this<PluginLibrary> {
   // preset empty = the plugin's default (its first preset). Throws UserError
   // for an unknown preset or when the plugin refuses the hyperparameters.
   ModelHandle create_model(const std::string& preset, const ModelOverrides& overrides) const;
+
+  // Hugging Face config.json conversion (ftrain_plugin.h export_hf_config /
+  // import_hf_config). export: the config.json text for the model's
+  // configuration as the consolidated file stores it; nullopt when the
+  // plugin offers none. import: the deck's `model ...` line for a
+  // config.json text; nullopt when the plugin offers none or the config is
+  // not one of its models. Both throw UserError with the plugin's message.
+  std::optional<std::string> export_hf_config(const std::map<std::string, std::string>& config,
+                                              const std::string& torch_dtype) const;
+  std::optional<std::string> import_hf_config(const std::string& json_text, const std::string& source) const;
 
  private:
   PluginLibrary(std::string path, void* handle, const ftrain_plugin_descriptor* descriptor);

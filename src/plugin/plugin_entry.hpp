@@ -14,7 +14,9 @@
 
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,8 +29,29 @@ namespace ftrain::plugin_entry {
 
 using Overrides = std::vector<std::pair<std::string, std::string>>;
 
+inline void write_error(char* error, std::size_t capacity, const char* message) {
+  if (error != nullptr && capacity > 0) std::snprintf(error, capacity, "%s", message);
+}
 inline void write_error(ftrain_model_args* args, const char* message) {
-  if (args->error != nullptr && args->error_capacity > 0) std::snprintf(args->error, args->error_capacity, "%s", message);
+  write_error(args->error, args->error_capacity, message);
+}
+
+// produce() -> std::optional<std::string>: 1 with the text written, 0 for
+// nullopt, -1 with the message of whatever it threw.
+template <class Produce>
+int guarded_text(ftrain_hf_config_args* args, const char* plugin_name, Produce&& produce) {
+  try {
+    const std::optional<std::string> text = produce();
+    if (!text) return 0;
+    args->write(args->sink, text->c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    write_error(args->error, args->error_capacity, e.what());
+  } catch (...) {
+    const std::string message = std::string("unknown error in the ") + plugin_name + " config conversion";
+    write_error(args->error, args->error_capacity, message.c_str());
+  }
+  return -1;
 }
 
 // make(preset, overrides) -> std::unique_ptr<Derived of ftrain::Model>.
@@ -49,6 +72,29 @@ void* create_guarded(ftrain_model_args* args, const char* plugin_name, Make&& ma
 }
 
 inline void destroy(void* model) { delete static_cast<Model*>(model); }
+
+// The Hugging Face config.json conversion (ftrain_plugin.h, ABI 4), with
+// the same boundary rule as create_guarded.
+// make(config, torch_dtype) -> std::string, the config.json text; `config`
+// is the model's configuration as the consolidated file stores it.
+using ConfigMap = std::map<std::string, std::string>;
+template <class Make>
+int export_hf_config_guarded(ftrain_hf_config_args* args, const char* plugin_name, Make&& make) {
+  return guarded_text(args, plugin_name, [&]() -> std::optional<std::string> {
+    ConfigMap config;
+    for (int i = 0; i < args->n_config; ++i) config[args->config[i].key] = args->config[i].value;
+    return make(config, std::string(args->torch_dtype != nullptr ? args->torch_dtype : ""));
+  });
+}
+// read(json_text, source) -> std::optional<std::string>, the deck's model
+// line; nullopt when the config is not one of this plugin's models.
+template <class Read>
+int import_hf_config_guarded(ftrain_hf_config_args* args, const char* plugin_name, Read&& read) {
+  return guarded_text(args, plugin_name, [&]() -> std::optional<std::string> {
+    return read(std::string(args->json != nullptr ? args->json : ""),
+                std::string(args->source != nullptr ? args->source : "config.json"));
+  });
+}
 
 // A plugin's preset table: name -> function building the configuration.
 template <class Config>

@@ -361,6 +361,8 @@ extern "C" FTRAIN_PLUGIN_EXPORT const ftrain_plugin_descriptor* ftrain_plugin_en
       mlp_example::kPresets,
       &mlp_example::create_model,
       &ftrain::plugin_entry::destroy,
+      nullptr,  // export_hf_config: no Hugging Face equivalent to convert to
+      nullptr,  // import_hf_config
   };
   return &descriptor;
 }
