@@ -1,5 +1,10 @@
 // Trainer: the run loop. Builds the model from its plugin, the FSDP engine,
 // the datasets and the optimizer from a RunConfig; trains, evaluates, logs.
+// It hands each concern to a component in this folder: run_header (what the
+// run prints first), weights (init, import, LoRA's frozen base), resume,
+// checkpointing, metrics (the log line and metrics.jsonl), health (the stop
+// messages), batch_sources, output_locations, stop_signals and run_output
+// (where the text goes).
 //
 // Data assignment (reproducible from the docs): global step s has
 // B = micro_batch * grad_accum * world_size samples; rank r at micro-step a
@@ -43,8 +48,10 @@ class Trainer {
   void prepare();  // phase 1
   int run();       // phase 2; returns the exit code
 
- private:
+  // What the run's components share (opaque outside trainer.cpp).
   struct State;
+
+ private:
   std::unique_ptr<State> state_;
 };
 

@@ -94,7 +94,7 @@ def main():
                             "rank(s) did not print it: update the comment from the output above")
     # Until a GPU backend exists everything runs on the host: a deck written
     # for GPUs (>= 1B parameters, or precision fp8) must say so; a small deck
-    # (state per rank in MiB) must not cry wolf. (train/host_backend.hpp)
+    # (state per rank in MiB) must not cry wolf. (train/gpu_sized_deck.hpp)
     params = re.search(r"(?m)^\s*parameters\s+(\d+)", p.stdout)
     gpu_sized = (params is not None and int(params.group(1)) >= 10**9) or \
         re.search(r"(?m):\d+: precision fp8\s*$", p.stdout) is not None  # the resolved deck

@@ -1,4 +1,4 @@
-#include "train/host_backend.hpp"
+#include "train/gpu_sized_deck.hpp"
 
 #include <unistd.h>
 
@@ -43,7 +43,7 @@ std::vector<std::string> gpu_recipe_reasons(const RunPlan& plan, deck::Precision
   return reasons;
 }
 
-std::string host_backend_warning(const RunPlan& plan, deck::Precision precision, const HostFacts& host) {
+std::string gpu_sized_deck_warning(const RunPlan& plan, deck::Precision precision, const HostFacts& host) {
   const auto reasons = gpu_recipe_reasons(plan, precision, host);
   if (reasons.empty()) return "";
   std::ostringstream w;

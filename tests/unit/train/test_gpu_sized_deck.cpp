@@ -1,8 +1,8 @@
 // When a deck looks written for GPUs while ftrain runs on the host backend
-// (train/host_backend.hpp): each rule on its own, and silence for a small deck.
+// (train/gpu_sized_deck.hpp): each rule on its own, and silence for a small deck.
 #include <gtest/gtest.h>
 
-#include "train/host_backend.hpp"
+#include "train/gpu_sized_deck.hpp"
 
 using namespace ftrain;
 
@@ -18,14 +18,14 @@ RunPlan plan_of(std::int64_t parameters, std::int64_t state_bytes_per_rank) {
 const double kGiB = 1024.0 * 1024 * 1024;
 }  // namespace
 
-TEST(HostBackend, SmallDeckIsQuiet) {
+TEST(GpuSizedDeck, SmallDeckIsQuiet) {
   const HostFacts host{64 * kGiB, 2, 100e9};
   EXPECT_TRUE(gpu_recipe_reasons(plan_of(800'000, 8 << 20), deck::Precision::fp32, host).empty());
   EXPECT_TRUE(gpu_recipe_reasons(plan_of(800'000, 8 << 20), deck::Precision::bf16, host).empty());
-  EXPECT_EQ(host_backend_warning(plan_of(800'000, 8 << 20), deck::Precision::fp32, host), "");
+  EXPECT_EQ(gpu_sized_deck_warning(plan_of(800'000, 8 << 20), deck::Precision::fp32, host), "");
 }
 
-TEST(HostBackend, EachRuleOnItsOwn) {
+TEST(GpuSizedDeck, EachRuleOnItsOwn) {
   const HostFacts host{64 * kGiB, 2, 100e9};
   // >= 1B parameters, memory that fits.
   auto r = gpu_recipe_reasons(plan_of(1'100'000'000, 1 << 30), deck::Precision::bf16, host);
@@ -41,9 +41,9 @@ TEST(HostBackend, EachRuleOnItsOwn) {
   EXPECT_NE(r[0].find("fp8"), std::string::npos);
 }
 
-TEST(HostBackend, WarningSaysHostAndStepTime) {
+TEST(GpuSizedDeck, WarningSaysHostAndStepTime) {
   const HostFacts host{64 * kGiB, 2, 100e9};
-  const std::string w = host_backend_warning(plan_of(70'000'000'000, static_cast<std::int64_t>(500 * kGiB)), deck::Precision::bf16, host);
+  const std::string w = gpu_sized_deck_warning(plan_of(70'000'000'000, static_cast<std::int64_t>(500 * kGiB)), deck::Precision::bf16, host);
   EXPECT_NE(w.find("host backend (CPU)"), std::string::npos) << w;
   EXPECT_NE(w.find("70.00B parameters"), std::string::npos) << w;
   // 6 * 70e9 * 2048 FLOPs over 2 ranks x 100 GFLOP/s = 4300.8 s.

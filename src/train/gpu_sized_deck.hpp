@@ -35,6 +35,6 @@ double node_memory_bytes();
 std::vector<std::string> gpu_recipe_reasons(const RunPlan& plan, deck::Precision precision, const HostFacts& host);
 
 // The warning paragraph (ending in a newline), or "" when there is no reason.
-std::string host_backend_warning(const RunPlan& plan, deck::Precision precision, const HostFacts& host);
+std::string gpu_sized_deck_warning(const RunPlan& plan, deck::Precision precision, const HostFacts& host);
 
 }  // namespace ftrain
