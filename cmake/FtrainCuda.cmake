@@ -65,7 +65,11 @@ function(ftrain_add_cuda_backend)
   # requirement this CMake cannot translate for nvcc); the op table and the
   # runtime pieces (.cpp, g++) link libftrain.
   file(GLOB _kernels CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/cuda/*.cu)
-  file(GLOB _sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/cuda/*.cpp)
+  # The op kernels and their launch code are src/kernels/cuda/; the backend's
+  # machinery (device binding, streams, allocator, the entry point that
+  # registers them) is src/backends/cuda/.
+  file(GLOB _sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/cuda/*.cpp
+       ${PROJECT_SOURCE_DIR}/src/backends/cuda/*.cpp ${PROJECT_SOURCE_DIR}/src/backends/cuda/device/*.cpp)
   add_library(ftrain_cuda_kernels OBJECT ${_kernels})
   target_include_directories(ftrain_cuda_kernels PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(ftrain_cuda_kernels PRIVATE CUDA::cudart_static)

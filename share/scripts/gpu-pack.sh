@@ -194,7 +194,9 @@ echo "gpu-pack: CUDA libraries the GPU machine must provide:$needed_cuda"
 echo "gpu-pack: Debian libraries packed: $(ls "$stage/deps/lib" | wc -l); Open MPI components: $(ls "$mpi/lib/openmpi3" | wc -l); newest glibc symbol ${glibc_needed:-none}, libstdc++ ${glibcxx_needed:-none}"
 if ((measure)); then
   echo "gpu-pack: largest packed files (unpacked bytes):"
-  (cd "$stage" && find . -type f -printf '%s %p\n' | sort -rn | head -n 8 | sed 's/^/  /')
+  # sed, not head: head leaves while sort may still write, and with pipefail
+  # that SIGPIPE turned a good pack into exit 1 now and then.
+  (cd "$stage" && find . -type f -printf '%s %p\n' | sort -rn | sed -n '1,8s/^/  /p')
 fi
 if ((size > limit_mib * 1048576)); then
   rm -f "$out"

@@ -64,6 +64,24 @@ void apply_normalisation(ImageDataSection& images, const ParsedCommand& p) {
 }
 std::string integer_text(std::int64_t value) { return std::to_string(value); }
 
+void set_lora_targets(LoraSection& lora, const std::string& text, const DeckLocation& where) {
+  if (text.empty() || text.front() == ',' || text.back() == ',' || text.find(",,") != std::string::npos ||
+      (text.find("all-linear") != std::string::npos && text != "all-linear"))
+    FT_USER_ERROR() << where.str() << ": 'lora' targets '" << text
+                    << "': expected comma-separated module names (q_proj,v_proj) or all-linear";
+  lora.all_linear = text == "all-linear";
+  lora.targets.clear();
+  if (lora.all_linear) return;
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = text.find(',', start);
+    lora.targets.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+}
+template <DeckChoice E>
+std::string word_text(E value) { return std::string(word(value)); }
+
 // ---- the table ----------------------------------------------------------------
 
 // Keywords that several forms share (one definition, one help text).
@@ -165,9 +183,9 @@ std::vector<Command> build_table() {
           .help = "",
           .positionals = {Param{.name = "MODE", .kind = ValueKind::choice,
                                 .help = "compute precision",
-                                .choices = {{"fp32", "no"}, {"bf16", "bf16"}, {"fp8", "fp8"}},
-                                .set = [](RunConfig& c, const Value& v) { c.precision = v.text; },
-                                .default_of = [](const RunConfig& c) { return c.precision; }}}}},
+                                .choices = choices_of<Precision>({"no", "bf16", "fp8"}),
+                                .set = [](RunConfig& c, const Value& v) { c.precision = v.as<Precision>(); },
+                                .default_of = [](const RunConfig& c) { return word_text(c.precision); }}}}},
       .example = "precision bf16",
   });
 
@@ -184,9 +202,9 @@ std::vector<Command> build_table() {
                      .help = "",
                      .positionals = {Param{.name = "KIND", .kind = ValueKind::choice,
                                            .help = "backend for the ops",
-                                           .choices = {{"auto", ""}, {"host", "use_cpu=True"}, {"cuda", "use_cpu=False"}},
-                                           .set = [](RunConfig& c, const Value& v) { c.device = v.text; },
-                                           .default_of = [](const RunConfig& c) { return c.device; }}},
+                                           .choices = choices_of<DeviceKind>({"", "use_cpu=True", "use_cpu=False"}),
+                                           .set = [](RunConfig& c, const Value& v) { c.device = v.as<DeviceKind>(); },
+                                           .default_of = [](const RunConfig& c) { return word_text(c.device); }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) { c.device_where = p.where; }}},
       .example = "device auto",
   });
@@ -205,9 +223,11 @@ std::vector<Command> build_table() {
                      .help = "",
                      .positionals = {Param{.name = "KIND", .kind = ValueKind::choice,
                                            .help = "attention implementation on CUDA",
-                                           .choices = {{"auto", ""}, {"cudnn", "\"sdpa\""}, {"reference", "\"eager\""}},
-                                           .set = [](RunConfig& c, const Value& v) { c.attention_backend = v.text; },
-                                           .default_of = [](const RunConfig& c) { return c.attention_backend; }}},
+                                           .choices = choices_of<AttentionBackend>({"", "\"sdpa\"", "\"eager\""}),
+                                           .set = [](RunConfig& c, const Value& v) {
+                                             c.attention_backend = v.as<AttentionBackend>();
+                                           },
+                                           .default_of = [](const RunConfig& c) { return word_text(c.attention_backend); }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) { c.attention_backend_where = p.where; }}},
       .example = "attention_backend auto",
   });
@@ -225,9 +245,9 @@ std::vector<Command> build_table() {
                      .help = "",
                      .positionals = {Param{.name = "KIND", .kind = ValueKind::choice,
                                            .help = "device communicator",
-                                           .choices = {{"nccl", "backend=\"nccl\""}, {"mpi", "backend=\"gloo\""}},
-                                           .set = [](RunConfig& c, const Value& v) { c.device_comm = v.text; },
-                                           .default_of = [](const RunConfig& c) { return c.device_comm; }}},
+                                           .choices = choices_of<DeviceComm>({"backend=\"nccl\"", "backend=\"gloo\""}),
+                                           .set = [](RunConfig& c, const Value& v) { c.device_comm = v.as<DeviceComm>(); },
+                                           .default_of = [](const RunConfig& c) { return word_text(c.device_comm); }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) { c.device_comm_where = p.where; }}},
       .example = "device_comm nccl",
   });
@@ -281,9 +301,9 @@ std::vector<Command> build_table() {
                      .help = "",
                      .positionals = {Param{.name = "MODE", .kind = ValueKind::choice,
                                            .help = "stream mode on the host",
-                                           .choices = {{"sync", ""}, {"async", ""}},
-                                           .set = [](RunConfig& c, const Value& v) { c.host_streams = v.text; },
-                                           .default_of = [](const RunConfig& c) { return c.host_streams; }}},
+                                           .choices = choices_of<HostStreams>({"", ""}),
+                                           .set = [](RunConfig& c, const Value& v) { c.host_streams = v.as<HostStreams>(); },
+                                           .default_of = [](const RunConfig& c) { return word_text(c.host_streams); }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) { c.host_streams_where = p.where; }}},
       .example = "host_streams async",
   });
@@ -302,9 +322,9 @@ std::vector<Command> build_table() {
               Param{.name = "format", .kind = ValueKind::choice,
                     .help = "FP8 formats: E4M3 forward and E5M2 gradients, or E4M3 for both",
                     .maps_to = "`fp8_format`",
-                    .choices = {{"hybrid", "Format.HYBRID"}, {"e4m3", "Format.E4M3"}},
-                    .set = [](RunConfig& c, const Value& v) { c.fp8.format = v.text; },
-                    .default_of = [](const RunConfig& c) { return c.fp8.format; }},
+                    .choices = choices_of<Fp8Format>({"Format.HYBRID", "Format.E4M3"}),
+                    .set = [](RunConfig& c, const Value& v) { c.fp8.format = v.as<Fp8Format>(); },
+                    .default_of = [](const RunConfig& c) { return word_text(c.fp8.format); }},
               Param{.name = "amax_history", .kind = ValueKind::positive_int,
                     .help = "iterations of amax remembered per tensor",
                     .maps_to = "`amax_history_len`",
@@ -318,9 +338,9 @@ std::vector<Command> build_table() {
               Param{.name = "amax_algo", .kind = ValueKind::choice,
                     .help = "amax from the history: its maximum, or the latest entry",
                     .maps_to = "`amax_compute_algo`",
-                    .choices = {{"max", "\"max\""}, {"most_recent", "\"most_recent\""}},
-                    .set = [](RunConfig& c, const Value& v) { c.fp8.amax_algo = v.text; },
-                    .default_of = [](const RunConfig& c) { return c.fp8.amax_algo; }},
+                    .choices = choices_of<AmaxAlgo>({"\"max\"", "\"most_recent\""}),
+                    .set = [](RunConfig& c, const Value& v) { c.fp8.amax_algo = v.as<AmaxAlgo>(); },
+                    .default_of = [](const RunConfig& c) { return word_text(c.fp8.amax_algo); }},
               Param{.name = "all_gather", .kind = ValueKind::on_off,
                     .help = "full_shard / hybrid_shard: each rank casts its shard of the FP8 linear weights "
                             "with the layer's current weight scale and the all-gather moves FP8 bytes (half of "
@@ -377,7 +397,7 @@ std::vector<Command> build_table() {
                              .set = [](RunConfig& c, const Value& v) { c.data.allow_untrained_steps = v.flag; },
                              .default_of = [](const RunConfig& c) { return on_off(c.data.allow_untrained_steps); }}},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
-            c.data.kind = "tokens";
+            c.data.kind = DataKind::tokens;
             c.data.where = p.where;
           }},
                 Form{
@@ -398,8 +418,8 @@ std::vector<Command> build_table() {
                              .default_of = [](const RunConfig& c) { return format_number(c.data.images.noise); }},
                        data_shuffle_param()},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
-            c.data.kind = "images";
-            c.data.images.source = "synthetic";
+            c.data.kind = DataKind::images;
+            c.data.images.source = ImageSource::synthetic;
             c.data.path = "(synthetic)";
             c.data.where = p.where;
           }},
@@ -413,8 +433,8 @@ std::vector<Command> build_table() {
           .keywords = {normalise_mean_param(), normalise_std_param(),
                        data_shuffle_param()},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
-            c.data.kind = "images";
-            c.data.images.source = "hdf5";
+            c.data.kind = DataKind::images;
+            c.data.images.source = ImageSource::hdf5;
             apply_normalisation(c.data.images, p);
             c.data.where = p.where;
           }}},
@@ -433,7 +453,7 @@ std::vector<Command> build_table() {
                                 .set = [](RunConfig& c, const Value& v) { c.eval.path = v.text; }}},
           .keywords = {eval_every_param()},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
-            c.eval.kind = "tokens";
+            c.eval.kind = DataKind::tokens;
             c.eval.where = p.where;
           }},
                 Form{
@@ -445,8 +465,8 @@ std::vector<Command> build_table() {
                              .set = [](RunConfig& c, const Value& v) { c.eval.images.samples = v.integer; },
                              .default_of = [](const RunConfig& c) { return integer_text(c.eval.images.samples); }}},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
-            c.eval.kind = "images";
-            c.eval.images.source = "synthetic";
+            c.eval.kind = DataKind::images;
+            c.eval.images.source = ImageSource::synthetic;
             c.eval.path = "(synthetic)";
             c.eval.where = p.where;
           }},
@@ -459,8 +479,8 @@ std::vector<Command> build_table() {
           .keywords = {eval_every_param(),
                        normalise_mean_param(), normalise_std_param()},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
-            c.eval.kind = "images";
-            c.eval.images.source = "hdf5";
+            c.eval.kind = DataKind::images;
+            c.eval.images.source = ImageSource::hdf5;
             apply_normalisation(c.eval.images, p);
             c.eval.where = p.where;
           }}},
@@ -528,7 +548,7 @@ std::vector<Command> build_table() {
                     .default_of = [](const RunConfig& c) {
                       return format_number(c.optimizer.weight_decay);
                     }}},
-          .apply = [](RunConfig& c, const ParsedCommand&) { c.optimizer.name = "adamw"; }}},
+          .apply = [](RunConfig& c, const ParsedCommand&) { c.optimizer.name = OptimizerKind::adamw; }}},
       .example = "optimizer adamw lr 3e-4 weight_decay 0.1",
   });
 
@@ -542,11 +562,9 @@ std::vector<Command> build_table() {
           .word = "",
           .help = "",
           .positionals = {Param{.name = "KIND", .kind = ValueKind::choice, .help = "schedule shape",
-                                .choices = {{"constant", "constant_with_warmup"},
-                                            {"linear", "linear"},
-                                            {"cosine", "cosine_with_min_lr"}},
-                                .set = [](RunConfig& c, const Value& v) { c.schedule.kind = v.text; },
-                                .default_of = [](const RunConfig& c) { return c.schedule.kind; }}},
+                                .choices = choices_of<ScheduleKind>({"constant_with_warmup", "linear", "cosine_with_min_lr"}),
+                                .set = [](RunConfig& c, const Value& v) { c.schedule.kind = v.as<ScheduleKind>(); },
+                                .default_of = [](const RunConfig& c) { return word_text(c.schedule.kind); }}},
           .keywords = {
               Param{.name = "warmup_steps", .kind = ValueKind::non_negative_int,
                     .help = "optimizer steps of linear warmup", .maps_to = "`warmup_steps`",
@@ -615,7 +633,7 @@ std::vector<Command> build_table() {
                                               "that sync_module_states makes every rank start from rank 0's)",
                                       .set = [](RunConfig& c, const Value& v) { c.init.test_perturb_by_rank = v.number; }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) {
-                       c.init.kind = "random";
+                       c.init.kind = InitKind::random;
                        c.init.where = p.where;
                      }},
                 Form{.word = "safetensors",
@@ -625,7 +643,7 @@ std::vector<Command> build_table() {
                          .help = "model.safetensors, or a directory with model.safetensors.index.json",
                          .set = [](RunConfig& c, const Value& v) { c.init.path = v.text; }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) {
-                       c.init.kind = "safetensors";
+                       c.init.kind = InitKind::safetensors;
                        c.init.where = p.where;
                      }},
                 Form{.word = "hdf5",
@@ -635,7 +653,7 @@ std::vector<Command> build_table() {
                          .help = "consolidated .h5 file, one dataset per parameter",
                          .set = [](RunConfig& c, const Value& v) { c.init.path = v.text; }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) {
-                       c.init.kind = "hdf5";
+                       c.init.kind = InitKind::hdf5;
                        c.init.where = p.where;
                      }},
                 Form{.word = "adapter",
@@ -661,21 +679,16 @@ std::vector<Command> build_table() {
           .positionals = {Param{.name = "STRATEGY", .kind = ValueKind::choice,
                                 .help = "what is sharded",
                                 .maps_to = "`ShardingStrategy`",
-                                .choices = {{"full_shard", "FULL_SHARD"},
-                                            {"shard_grad_op", "SHARD_GRAD_OP"},
-                                            {"no_shard", "NO_SHARD"},
-                                            {"hybrid_shard", "HYBRID_SHARD"}},
-                                .set = [](RunConfig& c, const Value& v) { c.fsdp.strategy = v.text; },
-                                .default_of = [](const RunConfig& c) { return c.fsdp.strategy; }}},
+                                .choices = choices_of<ShardingStrategy>({"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"}),
+                                .set = [](RunConfig& c, const Value& v) { c.fsdp.strategy = v.as<ShardingStrategy>(); },
+                                .default_of = [](const RunConfig& c) { return word_text(c.fsdp.strategy); }}},
           .keywords = {
               Param{.name = "backward_prefetch", .kind = ValueKind::choice,
                     .help = "when to gather the next unit's parameters in backward",
                     .maps_to = "`BackwardPrefetch`",
-                    .choices = {{"backward_pre", "BACKWARD_PRE"},
-                                {"backward_post", "BACKWARD_POST"},
-                                {"none", "None"}},
-                    .set = [](RunConfig& c, const Value& v) { c.fsdp.backward_prefetch = v.text; },
-                    .default_of = [](const RunConfig& c) { return c.fsdp.backward_prefetch; }},
+                    .choices = choices_of<BackwardPrefetch>({"BACKWARD_PRE", "BACKWARD_POST", "None"}),
+                    .set = [](RunConfig& c, const Value& v) { c.fsdp.backward_prefetch = v.as<BackwardPrefetch>(); },
+                    .default_of = [](const RunConfig& c) { return word_text(c.fsdp.backward_prefetch); }},
               Param{.name = "forward_prefetch", .kind = ValueKind::on_off,
                     .help = "gather the next unit during the current unit's forward",
                     .maps_to = "`forward_prefetch`",
@@ -698,15 +711,15 @@ std::vector<Command> build_table() {
               Param{.name = "param_dtype", .kind = ValueKind::choice,
                     .help = "dtype of gathered parameters",
                     .maps_to = "`MixedPrecision(param_dtype=...)`",
-                    .choices = {{"bf16", "torch.bfloat16"}, {"fp32", "torch.float32"}},
-                    .set = [](RunConfig& c, const Value& v) { c.fsdp.param_dtype = v.text; },
+                    .choices = choices_of<CommDtype>({"torch.bfloat16", "torch.float32"}),
+                    .set = [](RunConfig& c, const Value& v) { c.fsdp.param_dtype = v.as<CommDtype>(); },
                     .default_of = [](const RunConfig&) { return std::string("(follows precision)"); }},
               Param{.name = "reduce_dtype", .kind = ValueKind::choice,
                     .help = "dtype of gradient reduce-scatter",
                     .maps_to = "`MixedPrecision(reduce_dtype=...)`",
-                    .choices = {{"bf16", "torch.bfloat16"}, {"fp32", "torch.float32"}},
-                    .set = [](RunConfig& c, const Value& v) { c.fsdp.reduce_dtype = v.text; },
-                    .default_of = [](const RunConfig& c) { return c.fsdp.reduce_dtype; }},
+                    .choices = choices_of<CommDtype>({"torch.bfloat16", "torch.float32"}),
+                    .set = [](RunConfig& c, const Value& v) { c.fsdp.reduce_dtype = v.as<CommDtype>(); },
+                    .default_of = [](const RunConfig& c) { return word_text(c.fsdp.reduce_dtype); }},
               Param{.name = "sync_module_states", .kind = ValueKind::on_off,
                     .help = "broadcast rank 0's initial weights to all ranks",
                     .maps_to = "`sync_module_states`",
@@ -732,19 +745,19 @@ std::vector<Command> build_table() {
       .maps_to = "FSDP `activation_checkpointing` / `gradient_checkpointing`",
       .forms = {Form{.word = "on", .help = "checkpoint every unit",
                      .apply = [](RunConfig& c, const ParsedCommand&) {
-                       c.activation_checkpointing = "on";
+                       c.activation_checkpointing = ActivationCheckpointing::on;
                        c.activation_checkpointing_every = 1;
                      }},
                 Form{.word = "off", .help = "store all activations (the default)",
                      .apply = [](RunConfig& c, const ParsedCommand&) {
-                       c.activation_checkpointing = "off";
+                       c.activation_checkpointing = ActivationCheckpointing::off;
                        c.activation_checkpointing_every = 0;
                      }},
                 Form{.word = "every", .help = "checkpoint every N-th block",
                      .positionals = {Param{.name = "N", .kind = ValueKind::positive_int,
                                            .help = "interval in blocks"}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) {
-                       c.activation_checkpointing = "every";
+                       c.activation_checkpointing = ActivationCheckpointing::every;
                        c.activation_checkpointing_every = p.find("N")->integer;
                      }}},
       .example = "activation_checkpointing every 2",
@@ -782,9 +795,9 @@ std::vector<Command> build_table() {
                      .help = "",
                      .positionals = {Param{
                          .name = "MODE", .kind = ValueKind::choice, .help = "when to draw the progress line",
-                         .choices = {{"auto", ""}, {"on", "False"}, {"off", "True"}},
-                         .set = [](RunConfig& c, const Value& v) { c.progress = v.text; },
-                         .default_of = [](const RunConfig& c) { return c.progress; }}}}},
+                         .choices = choices_of<Progress>({"", "False", "True"}),
+                         .set = [](RunConfig& c, const Value& v) { c.progress = v.as<Progress>(); },
+                         .default_of = [](const RunConfig& c) { return word_text(c.progress); }}}}},
       .example = "progress off",
   });
 
@@ -906,21 +919,16 @@ std::vector<Command> build_table() {
                     .default_of = [](const RunConfig& c) { return format_number(c.lora.dropout); }},
               Param{.name = "targets", .kind = ValueKind::text,
                     .help = "comma-separated module names, or all-linear", .maps_to = "`target_modules`",
-                    .set = [](RunConfig& c, const Value& v) { c.lora.targets = v.text; },
-                    .default_of = [](const RunConfig& c) { return c.lora.targets; }},
+                    .default_of = [](const RunConfig& c) { return lora_targets_text(c.lora); }},
               Param{.name = "init", .kind = ValueKind::choice, .help = "initialisation of A (B starts at zero)",
                     .maps_to = "`init_lora_weights`",
-                    .choices = {{"kaiming", "True"}, {"gaussian", "\"gaussian\""}},
-                    .set = [](RunConfig& c, const Value& v) { c.lora.init = v.text; },
-                    .default_of = [](const RunConfig& c) { return c.lora.init; }}},
+                    .choices = choices_of<LoraInit>({"True", "\"gaussian\""}),
+                    .set = [](RunConfig& c, const Value& v) { c.lora.init = v.as<LoraInit>(); },
+                    .default_of = [](const RunConfig& c) { return word_text(c.lora.init); }}},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
             if (!c.lora.enabled) c.lora.where = p.where;
             c.lora.enabled = true;
-            const std::string& t = c.lora.targets;
-            if (t.empty() || t.front() == ',' || t.back() == ',' || t.find(",,") != std::string::npos ||
-                (t.find("all-linear") != std::string::npos && t != "all-linear"))
-              FT_USER_ERROR() << p.where.str() << ": 'lora' targets '" << t
-                              << "': expected comma-separated module names (q_proj,v_proj) or all-linear";
+            if (const Value* targets = p.find("targets")) set_lora_targets(c.lora, targets->text, p.where);
           }}},
       .repeatable = true,
       .example = "lora rank 8 alpha 16 dropout 0.05 targets q_proj,v_proj",
@@ -987,9 +995,9 @@ std::vector<Command> build_table() {
                          .help = "stored type: f32, or bf16 (uint16 bfloat16 bits with attribute "
                                  "ftrain_dtype = \"bfloat16\"; init hdf5 reads both)",
                          .maps_to = "`torch_dtype` of the saved state dict",
-                         .choices = {{"f32", "torch.float32"}, {"bf16", "torch.bfloat16"}},
-                         .set = [](RunConfig& c, const Value& v) { c.save_final.dtype = v.text; },
-                         .default_of = [](const RunConfig& c) { return c.save_final.dtype; }}},
+                         .choices = choices_of<SavedDtype>({"torch.float32", "torch.bfloat16"}),
+                         .set = [](RunConfig& c, const Value& v) { c.save_final.dtype = v.as<SavedDtype>(); },
+                         .default_of = [](const RunConfig& c) { return word_text(c.save_final.dtype); }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) { c.save_final.where = p.where; }}},
       .example = "save_final runs/llama/model.h5 dtype bf16",
   });
@@ -1006,7 +1014,10 @@ std::vector<Command> build_table() {
                      .positionals = {Param{
                          .name = "FROM", .kind = ValueKind::path,
                          .help = "auto, or a checkpoint step directory",
-                         .set = [](RunConfig& c, const Value& v) { c.resume.from = v.text; }}},
+                         .set = [](RunConfig& c, const Value& v) {
+                           c.resume.from = v.text;
+                           c.resume.automatic = v.text == "auto";
+                         }}},
                      .apply = [](RunConfig& c, const ParsedCommand& p) { c.resume.where = p.where; }}},
       .example = "resume auto",
   });
@@ -1109,7 +1120,11 @@ Value convert(const Param& param, const std::string& word, std::string_view labe
     }
     case ValueKind::choice: {
       bool found = false;
-      for (const Choice& c : param.choices) found = found || c.word == word;
+      for (const Choice& c : param.choices) {
+        if (c.word != word) continue;
+        found = true;
+        value.choice = c.value;
+      }
       if (!found) {
         fail_at(where, "'" + std::string(label) + "' expects " + describe_kind(param) + ", got " +
                            quote_word(word) + did_you_mean(word, choice_words(param)));
@@ -1154,6 +1169,13 @@ const Value* ParsedCommand::find(std::string_view param_name) const {
     if (param->name == param_name) return &value;
   }
   return nullptr;
+}
+
+std::string lora_targets_text(const LoraSection& lora) {
+  if (lora.all_linear) return "all-linear";
+  std::string out;
+  for (const std::string& t : lora.targets) out += (out.empty() ? "" : ",") + t;
+  return out;
 }
 
 const std::vector<Command>& command_table() {

@@ -8,14 +8,21 @@
 // pairs in any order. Each parameter knows its value kind (which fixes the
 // validation and the "expected ..." wording), how to store itself into
 // RunConfig, and how to read its default back out of a default RunConfig.
+// A choice's words are its enum's (choices.hpp, via choices_of): RunConfig
+// holds the enum value, and cross-field rules are applied when the deck is
+// resolved into settings (train/run_settings.hpp), not here.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "base/error.hpp"
+#include "deck/choices.hpp"
 #include "deck/config.hpp"
 
 namespace ftrain::deck {
@@ -40,12 +47,37 @@ struct Value {
   std::uint64_t unsigned_integer = 0;
   double number = 0.0;
   bool flag = false;
+  int choice = -1;  // choice: the enum value of the word (Choice::value)
+
+  // The choice as its enum (the parameter's choices were built by choices_of<E>).
+  template <DeckChoice E>
+  E as() const {
+    FT_CHECK(choice >= 0 && static_cast<std::size_t>(choice) < ChoiceWords<E>::size)
+        << "deck value '" << text << "' read as the wrong choice enum";
+    return static_cast<E>(choice);
+  }
 };
 
 struct Choice {
   std::string_view word;
   std::string_view maps_to = {};  // the PyTorch FSDP / Accelerate spelling, if any
+  int value = -1;                 // the enum value the word stands for
 };
+
+// A choice parameter's words from the enum's word list (choices.hpp), each with
+// its PyTorch spelling, given in enum order.
+template <DeckChoice E>
+std::vector<Choice> choices_of(std::initializer_list<std::string_view> maps_to) {
+  FT_CHECK(maps_to.size() == ChoiceWords<E>::size) << "choices_of: " << maps_to.size() << " spellings for "
+                                                   << ChoiceWords<E>::size << " words";
+  std::vector<Choice> out;
+  std::size_t i = 0;
+  for (std::string_view spelling : maps_to) {
+    out.push_back(Choice{ChoiceWords<E>::list[i], spelling, static_cast<int>(i)});
+    ++i;
+  }
+  return out;
+}
 
 struct Param {
   std::string_view name;  // keyword; for positionals, the placeholder (N, PATH)
@@ -111,6 +143,8 @@ std::string describe_kind(const Param& param);
 std::string value_placeholder(const Param& param);
 // "optimizer adamw [lr X] [beta1 B] ..." for one form.
 std::string synopsis(const Command& command, const Form& form);
+// "q_proj,v_proj" or "all-linear": the lora targets as the deck writes them.
+std::string lora_targets_text(const LoraSection& lora);
 // Shortest text that reads back as the same double ("0.0003", "1e-08").
 std::string format_number(double value);
 

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "deck/choices.hpp"
+
 namespace ftrain {
 
 // Where a value came from, so later validation errors can still name the deck
@@ -30,7 +32,7 @@ struct ModelSection {  // model NAME [preset P] [KEY VALUE]...
 
 // data images synthetic ... | data images hdf5 PATH ... (and the same for eval)
 struct ImageDataSection {
-  std::string source;              // synthetic | hdf5
+  deck::ImageSource source = deck::ImageSource::none;
   std::int64_t classes = 0;        // synthetic: 0 = the model's output size
   std::int64_t samples = 1024;     // synthetic: distinct images
   double noise = 1.0;              // synthetic: noise std (class templates have std 0.5)
@@ -39,7 +41,7 @@ struct ImageDataSection {
 };
 
 struct DataSection {  // data tokens PATH [packing on|off] [shuffle on|off] | data images ...
-  std::string kind = "tokens";     // tokens | images
+  deck::DataKind kind = deck::DataKind::tokens;
   std::string path;                // token file, HDF5 file, or "(synthetic)"
   ImageDataSection images;
   bool packing = true;
@@ -51,9 +53,9 @@ struct DataSection {  // data tokens PATH [packing on|off] [shuffle on|off] | da
 };
 
 struct EvalSection {  // eval tokens PATH every N | eval images synthetic|hdf5 ...
-  std::string kind = "tokens";
+  deck::DataKind kind = deck::DataKind::tokens;
   std::string path;  // empty = no eval; "(synthetic)" for synthetic images
-  ImageDataSection images = {.source = "", .classes = 0, .samples = 256, .noise = 1.0, .mean = {0.0}, .std = {1.0}};
+  ImageDataSection images = {.source = deck::ImageSource::none, .classes = 0, .samples = 256, .noise = 1.0, .mean = {0.0}, .std = {1.0}};
   std::int64_t every = 0;
   DeckLocation where;
 };
@@ -66,7 +68,7 @@ struct BatchSection {  // batch micro M [accumulate A] seq_len T
 };
 
 struct OptimizerSection {  // optimizer adamw lr X [beta1 B] [beta2 B] [eps E] [weight_decay W]
-  std::string name = "adamw";
+  deck::OptimizerKind name = deck::OptimizerKind::adamw;
   double lr = 3e-4;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -75,14 +77,14 @@ struct OptimizerSection {  // optimizer adamw lr X [beta1 B] [beta2 B] [eps E] [
 };
 
 struct ScheduleSection {  // schedule constant|linear|cosine [warmup_steps N | warmup_ratio R] [min_lr X]
-  std::string kind = "constant";
+  deck::ScheduleKind kind = deck::ScheduleKind::constant;
   std::int64_t warmup_steps = 0;
   std::optional<double> warmup_ratio;  // overrides warmup_steps when set: round(ratio * max_steps)
   double min_lr = 0.0;
 };
 
 struct InitSection {  // init random [std S] | init safetensors PATH | init hdf5 PATH
-  std::string kind = "random";
+  deck::InitKind kind = deck::InitKind::random;
   double std = 0.02;
   double test_perturb_by_rank = 0.0;  // test only: rank r adds r x this x N(0,1) to its local init
   std::string path;
@@ -90,13 +92,13 @@ struct InitSection {  // init random [std S] | init safetensors PATH | init hdf5
 };
 
 struct FsdpSection {  // fsdp STRATEGY [keyword value]...
-  std::string strategy = "full_shard";     // full_shard | shard_grad_op | no_shard | hybrid_shard
-  std::string backward_prefetch = "backward_pre";  // backward_pre | backward_post | none
+  deck::ShardingStrategy strategy = deck::ShardingStrategy::full_shard;
+  deck::BackwardPrefetch backward_prefetch = deck::BackwardPrefetch::backward_pre;
   bool forward_prefetch = false;
   std::int64_t limit_all_gathers = 2;
   std::int64_t shard_group_size = 0;       // 0 = the node (MPI_COMM_TYPE_SHARED)
-  std::string param_dtype;                 // empty = follows precision
-  std::string reduce_dtype = "fp32";
+  std::optional<deck::CommDtype> param_dtype;  // unset = follows precision
+  deck::CommDtype reduce_dtype = deck::CommDtype::fp32;
   bool sync_module_states = false;
   bool no_sync = false;                    // no_sync on: reduce once per step (no_shard, shard_grad_op)
   DeckLocation where;
@@ -114,20 +116,21 @@ struct CheckpointSection {  // checkpoint every N dir PATH [keep K] [stop_after 
 
 struct SaveFinalSection {  // save_final PATH [dtype f32|bf16]
   std::string path;  // empty = no consolidated file at the end
-  std::string dtype = "f32";  // bf16: datasets hold bfloat16 bits (ckpt/consolidated.hpp)
+  deck::SavedDtype dtype = deck::SavedDtype::f32;  // bf16: datasets hold bfloat16 bits (ckpt/consolidated.hpp)
   DeckLocation where;
 };
 
 struct ResumeSection {  // resume auto|PATH
-  std::string from;  // empty = fresh start; "auto" = newest complete checkpoint in checkpoint dir
+  std::string from;  // as written: empty = fresh start, "auto", or a step directory
+  bool automatic = false;  // resume auto: the newest complete checkpoint in the checkpoint dir
   DeckLocation where;
 };
 
 struct Fp8Section {  // fp8 [format hybrid|e4m3] [amax_history N] [margin M] [amax_algo max|most_recent] [all_gather on|off]
-  std::string format = "hybrid";     // fp8/recipe.hpp: E4M3 forward + E5M2 gradients, or E4M3 everywhere
+  deck::Fp8Format format = deck::Fp8Format::hybrid;  // fp8/recipe.hpp: E4M3 forward + E5M2 gradients, or E4M3 everywhere
   std::int64_t amax_history = 1024;  // Transformer Engine DelayedScaling defaults
   std::int64_t margin = 0;
-  std::string amax_algo = "max";
+  deck::AmaxAlgo amax_algo = deck::AmaxAlgo::max;
   bool all_gather = true;  // FP8 linear weights all-gathered as FP8 bytes (fsdp/fp8_all_gather.hpp)
   DeckLocation where;
 };
@@ -139,8 +142,9 @@ struct LoraSection {
   std::int64_t rank = 8;                 // PEFT LoraConfig defaults
   double alpha = 8.0;
   double dropout = 0.0;
-  std::string targets = "q_proj,v_proj";  // comma-separated module names, or "all-linear"
-  std::string init = "kaiming";           // kaiming (PEFT init_lora_weights=True) | gaussian
+  std::vector<std::string> targets = {"q_proj", "v_proj"};  // module names (targets LIST)
+  bool all_linear = false;                // targets all-linear
+  deck::LoraInit init = deck::LoraInit::kaiming;  // kaiming is PEFT init_lora_weights=True
   bool rslora = false;                    // rslora on
   DeckLocation where;                     // the first lora line
   std::string adapter_path;               // init adapter DIR: start from a PEFT adapter
@@ -153,17 +157,17 @@ struct LoraSection {
 
 struct RunConfig {
   ModelSection model;
-  std::string device = "auto";     // device auto|host|cuda (train/device_choice.hpp decides)
+  deck::DeviceKind device = deck::DeviceKind::automatic;  // device auto|host|cuda (train/device_choice.hpp decides)
   DeckLocation device_where;
-  std::string attention_backend = "auto";  // attention_backend auto|cudnn|reference (CUDA only; runtime/attention_backend.hpp)
+  deck::AttentionBackend attention_backend = deck::AttentionBackend::automatic;  // attention_backend auto|cudnn|reference (CUDA only; runtime/attention_backend.hpp)
   DeckLocation attention_backend_where;
-  std::string device_comm = "nccl";  // device_comm nccl|mpi: collectives on device buffers (comm/device_communicator.hpp)
+  deck::DeviceComm device_comm = deck::DeviceComm::nccl;  // device_comm nccl|mpi: collectives on device buffers (comm/device_communicator.hpp)
   DeckLocation device_comm_where;
   double collective_timeout_seconds = 600;  // collective_timeout minutes|seconds X (comm/collective_watchdog.hpp)
   DeckLocation collective_timeout_where;
-  std::string host_streams = "sync";  // host_streams sync|async (the host backend's streams; runtime/stream.hpp)
+  deck::HostStreams host_streams = deck::HostStreams::sync;  // host_streams sync|async (the host backend's streams; runtime/stream.hpp)
   DeckLocation host_streams_where;    // empty file: not in the deck (FTRAIN_HOST_STREAM decides)
-  std::string precision = "fp32";  // precision fp32|bf16|fp8 (fp8: block linears FP8, the rest bf16)
+  deck::Precision precision = deck::Precision::fp32;  // precision fp32|bf16|fp8 (fp8: block linears FP8, the rest bf16)
   std::uint64_t seed = 1234;       // seed N
   Fp8Section fp8;                  // used when precision is fp8
   DataSection data;
@@ -175,13 +179,13 @@ struct RunConfig {
   std::int64_t max_steps = 0;      // max_steps N (required)
   InitSection init;
   FsdpSection fsdp;
-  std::string activation_checkpointing = "off";  // activation_checkpointing on|off|every N
+  deck::ActivationCheckpointing activation_checkpointing = deck::ActivationCheckpointing::off;  // activation_checkpointing on|off|every N
   std::int64_t activation_checkpointing_every = 0;
   std::int64_t log_every = 1;      // log every N
   std::string run_dir = "run";     // run_dir PATH (metrics.jsonl and per-rank logs go here)
   DeckLocation run_dir_where;      // empty file: the default
   bool per_rank_logs = false;      // log ... rank_files on
-  std::string progress = "auto";   // progress auto|on|off (train/console.hpp decides what auto means)
+  deck::Progress progress = deck::Progress::automatic;  // progress auto|on|off (train/console.hpp decides what auto means)
   std::optional<double> peak_tflops;  // peak_tflops X (per device, for MFU); default from a table
   std::int64_t vocab_chunk = 4096;    // cross_entropy vocab_chunk N
   CheckpointSection checkpoint;       // checkpoint ...

@@ -19,19 +19,6 @@
 
 namespace ftrain {
 
-bool parse_sharding_strategy(const std::string& text, ShardingStrategy& out) {
-  static const std::map<std::string, ShardingStrategy> kNames = {
-      {"full_shard", ShardingStrategy::full_shard},
-      {"shard_grad_op", ShardingStrategy::shard_grad_op},
-      {"no_shard", ShardingStrategy::no_shard},
-      {"hybrid_shard", ShardingStrategy::hybrid_shard},
-  };
-  auto it = kNames.find(text);
-  if (it == kNames.end()) return false;
-  out = it->second;
-  return true;
-}
-
 const char* sharding_strategy_name(ShardingStrategy s) {
   switch (s) {
     case ShardingStrategy::full_shard: return "full_shard";
@@ -74,19 +61,20 @@ ExecutionOptions execution_options_for(const FsdpOptions& o) {
 
 FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& options)
     : model_(model), world_(world), options_(options), exec_(execution_options_for(options)) {
+  // The options come checked from the deck (train/run_settings.hpp): a
+  // violation here is a caller's bug, not a user's mistake.
   FT_CHECK(options_.limit_all_gathers >= 1) << "limit_all_gathers must be >= 1";
   dropped_wait_ = dropped_wait_from_environment();
-  if (options_.no_sync && options_.strategy != ShardingStrategy::no_shard &&
-      options_.strategy != ShardingStrategy::shard_grad_op)
-    FT_USER_ERROR() << "fsdp no_sync on with " << sharding_strategy_name(options_.strategy)
-                    << ": gradient accumulation without reduction keeps a full f32 gradient per unit, which only "
-                       "no_shard and shard_grad_op allow";
-  if (options_.no_sync && options_.lora.enabled)
-    FT_USER_ERROR() << "fsdp no_sync on with lora is not supported";
-  options_.lora.validate();
-  if (options_.lora.enabled && options_.fp8)
-    FT_USER_ERROR() << "lora with precision fp8 is not supported: the frozen base linears would need FP8 "
-                       "dgrad-only GEMMs; use precision bf16 or fp32 for LoRA";
+  FT_CHECK(!options_.no_sync || options_.strategy == ShardingStrategy::no_shard ||
+           options_.strategy == ShardingStrategy::shard_grad_op)
+      << "no_sync with " << sharding_strategy_name(options_.strategy) << " (only no_shard and shard_grad_op)";
+  FT_CHECK(!(options_.no_sync && options_.lora.enabled)) << "no_sync with lora";
+  FT_CHECK(!(options_.lora.enabled && options_.fp8)) << "lora with fp8";
+  FT_CHECK(!options_.lora.enabled ||
+           (options_.lora.rank >= 1 && options_.lora.alpha > 0 && options_.lora.dropout >= 0 &&
+            options_.lora.dropout < 1 && (options_.lora.all_linear || !options_.lora.targets.empty())))
+      << "lora rank " << options_.lora.rank << " alpha " << options_.lora.alpha << " dropout "
+      << options_.lora.dropout << " targets " << options_.lora.targets_text();
   if (exec_.device() != Device::host) {
     // Device buffers never reach MPI directly: NCCL, or the staged
     // communicator (device_comm), over the same ranks as world_.
@@ -105,10 +93,9 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
       group_size = options_.shard_group_size > 0 ? options_.shard_group_size : world_.split_node()->size();
       break;
   }
-  if (group_size < 1 || world_size % group_size != 0) {
-    FT_USER_ERROR() << "fsdp " << sharding_strategy_name(options_.strategy) << ": shard group size " << group_size
-                    << " does not divide the " << world_size << " ranks";
-  }
+  FT_CHECK(group_size >= 1 && world_size % group_size == 0)
+      << "fsdp " << sharding_strategy_name(options_.strategy) << ": shard group size " << group_size
+      << " does not divide the " << world_size << " ranks";
   const int group = world_.rank() / group_size;
   shard_comm_ = collectives().split(group, world_.rank());
   if (world_size / group_size > 1) replica_comm_ = collectives().split(world_.rank() % group_size, world_.rank());

@@ -63,7 +63,6 @@ enum class BackwardPrefetch : std::uint8_t { none, backward_pre, backward_post }
 // from_environment reads FTRAIN_HOST_STREAM (sync by default).
 enum class HostStreams : std::uint8_t { from_environment, sync, async };
 
-bool parse_sharding_strategy(const std::string& text, ShardingStrategy& out);
 const char* sharding_strategy_name(ShardingStrategy s);
 
 struct FsdpOptions {

@@ -84,9 +84,6 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
      matrix [Cout, Cin*P*P] of linear_forward (ViT patch embedding). */                                          \
   X(void, patchify_forward, (const Tensor& images, std::int64_t patch_size, Tensor& patches),                    \
     (images, patch_size, patches), images)                                                                        \
-  /* dimages (=) from dpatches: the inverse permutation (patches do not overlap) */                              \
-  X(void, patchify_backward, (const Tensor& dpatches, std::int64_t patch_size, Tensor& dimages),                 \
-    (dpatches, patch_size, dimages), dpatches)                                                                    \
   /* out[b] = rows of prefix, then rows of x[b]: prefix[R,C] shared by the batch (a class token), x[B,N,C],      \
      out[B,R+N,C] */                                                                                              \
   X(void, prepend_rows_forward, (const Tensor& prefix, const Tensor& x, Tensor& out), (prefix, x, out), x)        \
@@ -162,13 +159,6 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
     (Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2, float eps,      \
      float weight_decay, std::int64_t step, float grad_scale),                                                    \
     (param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale), param)                            \
-  /* adamw_update with grad_scale read from an f32[1] on the device (clip_coefficient's scale), skipped          \
-     entirely (param, m, v unchanged) while diverged_step i64[1] is non-zero: a diverged step changes nothing     \
-     and nothing is read on the host to decide it */                                                            \
-  X(void, adamw_update_guarded,                                                                                   \
-    (Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2, float eps,      \
-     float weight_decay, std::int64_t step, const Tensor& grad_scale, const Tensor& diverged_step),               \
-    (param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale, diverged_step), param)             \
   /* FP8 (kernels/fp8_tensor.hpp: descriptors; fp8/recipe.hpp: the delayed-scaling recipe).                      \
      out.data = fp8(x * scale) in out.format() (round to nearest even, saturating; NaN stays NaN) with scale     \
      read from out.scale on the device; out.scale_inv = 1 / scale; out.amax (when defined) =                     \
@@ -218,8 +208,9 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
     (Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks, float lr, float beta1,        \
      float beta2, float eps, float weight_decay, std::int64_t step, float grad_scale),                            \
     (param, grad, m, v, chunks, lr, beta1, beta2, eps, weight_decay, step, grad_scale), param)                    \
-  /* adamw_update_chunks with adamw_update_guarded's device scalars: grad_scale f32[1], skipped entirely while     \
-     diverged_step i64[1] is non-zero */                                                                          \
+  /* adamw_update_chunks with grad_scale read from an f32[1] on the device (clip_coefficient's scale), skipped  \
+     entirely (param, m, v unchanged) while diverged_step i64[1] is non-zero: a diverged step changes nothing     \
+     and nothing is read on the host to decide it */                                                            \
   X(void, adamw_update_chunks_guarded,                                                                            \
     (Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks, float lr, float beta1,        \
      float beta2, float eps, float weight_decay, std::int64_t step, const Tensor& grad_scale,                     \

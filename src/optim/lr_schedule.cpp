@@ -9,7 +9,7 @@
 
 namespace ftrain::optim {
 
-std::int64_t warmup_steps(const ScheduleSection& schedule, std::int64_t max_steps) {
+std::int64_t warmup_steps(const Schedule& schedule, std::int64_t max_steps) {
   if (schedule.warmup_ratio.has_value()) {
     const double ratio = *schedule.warmup_ratio;
     if (!(ratio >= 0.0 && ratio <= 1.0))
@@ -21,9 +21,7 @@ std::int64_t warmup_steps(const ScheduleSection& schedule, std::int64_t max_step
   return schedule.warmup_steps;
 }
 
-void validate_schedule(const ScheduleSection& schedule, double base_lr, std::int64_t max_steps) {
-  if (schedule.kind != "constant" && schedule.kind != "linear" && schedule.kind != "cosine")
-    FT_USER_ERROR() << "schedule: unknown kind '" << schedule.kind << "' (expected constant, linear or cosine)";
+void validate_schedule(const Schedule& schedule, double base_lr, std::int64_t max_steps) {
   if (!(base_lr >= 0.0) || !std::isfinite(base_lr))
     FT_USER_ERROR() << "schedule: the learning rate must be a non-negative number, not " << base_lr;
   if (!(schedule.min_lr >= 0.0 && schedule.min_lr <= base_lr))
@@ -32,16 +30,16 @@ void validate_schedule(const ScheduleSection& schedule, double base_lr, std::int
   (void)warmup_steps(schedule, max_steps);
 }
 
-double learning_rate(const ScheduleSection& schedule, double base_lr, std::int64_t step, std::int64_t max_steps) {
+double learning_rate(const Schedule& schedule, double base_lr, std::int64_t step, std::int64_t max_steps) {
   validate_schedule(schedule, base_lr, max_steps);
   FT_CHECK(step >= 0) << "optimizer step " << step;
   const std::int64_t warmup = warmup_steps(schedule, max_steps);
   if (step < warmup) return base_lr * static_cast<double>(step) / static_cast<double>(std::max<std::int64_t>(1, warmup));
-  if (schedule.kind == "constant") return base_lr;
+  if (schedule.kind == ScheduleKind::constant) return base_lr;
 
   const auto decay_steps = static_cast<double>(std::max<std::int64_t>(1, max_steps - warmup));
   double factor = 0.0;
-  if (schedule.kind == "linear") {
+  if (schedule.kind == ScheduleKind::linear) {
     factor = std::max(0.0, static_cast<double>(max_steps - step) / decay_steps);
   } else {
     const double progress = std::min(1.0, static_cast<double>(step - warmup) / decay_steps);

@@ -25,17 +25,25 @@
 #pragma once
 
 #include <cstdint>
-
-#include "deck/config.hpp"
+#include <optional>
 
 namespace ftrain::optim {
 
+enum class ScheduleKind : std::uint8_t { constant, linear, cosine };
+
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::constant;
+  std::int64_t warmup_steps = 0;
+  std::optional<double> warmup_ratio;  // replaces warmup_steps when set (W above)
+  double min_lr = 0.0;
+};
+
 // W above. UserError for a negative count or a ratio outside [0, 1].
-std::int64_t warmup_steps(const ScheduleSection& schedule, std::int64_t max_steps);
+std::int64_t warmup_steps(const Schedule& schedule, std::int64_t max_steps);
 
 // Checks the schedule against base_lr once (UserError naming "schedule").
-void validate_schedule(const ScheduleSection& schedule, double base_lr, std::int64_t max_steps);
+void validate_schedule(const Schedule& schedule, double base_lr, std::int64_t max_steps);
 
-double learning_rate(const ScheduleSection& schedule, double base_lr, std::int64_t step, std::int64_t max_steps);
+double learning_rate(const Schedule& schedule, double base_lr, std::int64_t step, std::int64_t max_steps);
 
 }  // namespace ftrain::optim

@@ -5,7 +5,7 @@
 //    The host allocator is always there; a CUDA backend library registers
 //    its own when it is loaded (a cudaMemPool of its own on the rank's GPU,
 //    cudaMallocFromPoolAsync on the attached compute stream, cudaFreeAsync
-//    ordered after every live stream: kernels/cuda/cuda_backend.cpp). No allocator for a
+//    ordered after every live stream: backends/cuda/cuda_backend.cpp). No allocator for a
 //    device = no backend for it: Tensor::empty says so, naming the tensor.
 //  * A block is released when the last Tensor owning it goes away. The
 //    release is ORDERED, not immediate: the allocator records an event on

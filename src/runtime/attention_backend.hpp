@@ -3,7 +3,7 @@
 // flash attention) and ignores the setting; the run header says so.
 //
 // On CUDA: `reference` runs the on-device oracle
-// (kernels/cuda/attention_reference.cu); `cudnn` runs the fused cuDNN SDPA
+// (kernels/cuda/attention.cu); `cudnn` runs the fused cuDNN SDPA
 // graphs and stops with cuDNN's reason when cuDNN refuses a shape; `auto`
 // takes cuDNN where it accepts the shape and otherwise the reference
 // kernel, logging that choice once per shape (never a silent switch).

@@ -22,11 +22,11 @@ void check_label_space(const RunConfig& c, DataRole role, std::int64_t label_spa
 std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRole role, std::int64_t global_batch,
                                                      Model& model) {
   const bool eval = role == DataRole::evaluation;
-  const std::string& kind = eval ? c.eval.kind : c.data.kind;
+  const deck::DataKind kind = eval ? c.eval.kind : c.data.kind;
   const std::string& path = eval ? c.eval.path : c.data.path;
   const DeckLocation& where = eval ? c.eval.where : c.data.where;
   const bool shuffle = !eval && c.data.shuffle;  // evaluation always reads in file order
-  if (kind == "tokens") {
+  if (kind == deck::DataKind::tokens) {
     if (model.data_kind() != DataKind::tokens)
       FT_USER_ERROR() << where.str() << ": model '" << c.model.name << "' trains on images, not tokens";
     data::TokenDatasetOptions d;
@@ -41,7 +41,7 @@ std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRol
       FT_USER_ERROR() << where.str() << ": " << e.what();
     }
   }
-  if (kind == "images") {
+  if (kind == deck::DataKind::images) {
     if (model.data_kind() != DataKind::images)
       FT_USER_ERROR() << where.str() << ": model '" << c.model.name << "' trains on tokens, not images";
     // The image shape is the model's (its config() names image_size and num_channels).
@@ -65,7 +65,7 @@ std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRol
     o.mean = images.mean;
     o.std = images.std;
     try {
-      if (images.source == "synthetic") {
+      if (images.source == deck::ImageSource::synthetic) {
         return std::make_unique<data::ImageBatchSource>(data::make_synthetic_images(o), o);
       }
       return std::make_unique<data::ImageBatchSource>(data::make_hdf5_images(path, o), o);

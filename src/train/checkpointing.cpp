@@ -7,6 +7,7 @@
 #include "ckpt/consolidated.hpp"
 #include "train/divergence_advice.hpp"
 #include "train/weights.hpp"
+#include "train/run_settings.hpp"
 
 namespace ftrain {
 
@@ -57,7 +58,7 @@ std::string Checkpointing::save(std::int64_t done, double loss, double lr, doubl
   ckpt::SaveInfo info;
   info.step = done;
   info.seed = c.seed;
-  info.strategy = c.fsdp.strategy;
+  info.strategy = std::string(deck::word(c.fsdp.strategy));
   info.base_checksum = base_checksum_;
   info.base_init = base_init_text(c);
   info.deck_text = joined_deck(c.resolved_lines);
@@ -83,7 +84,7 @@ void save_final_weights(FsdpEngine& engine, Communicator& world, const RunConfig
   if (world.rank() == 0 && !parent.empty()) std::filesystem::create_directories(parent, ec);
   world.barrier();
   ckpt::save_consolidated(engine, world, c.save_final.path, c.model.name, model.config(),
-                          c.save_final.dtype == "bf16" ? DType::bf16 : DType::f32);
+                          saved_dtype(c));
   char buf[64];
   std::snprintf(buf, sizeof buf, " (%.2f s)\n",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -57,21 +57,23 @@ std::string probe_cuda_backend() {
   return "no CUDA backend could be loaded: " + describe_backend_search();
 }
 
-DeviceChoice choose_device(const std::string& requested, const DeckLocation& where, const CudaProbes& probes) {
+DeviceChoice choose_device(deck::DeviceKind requested, const DeckLocation& where, const CudaProbes& probes) {
   const std::string at = where.line > 0 ? where.str() + ": " : std::string("deck: ");
-  if (requested == "host") return {Device::host, "device host"};
-  if (requested == "cuda") {
-    std::string why_not = backend_named_explicitly() ? std::string() : probes.driver();
-    if (why_not.empty()) why_not = probes.backend();
-    if (!why_not.empty()) FT_USER_ERROR() << at << "device cuda: no usable CUDA GPU: " << why_not;
-    return {Device::cuda, "device cuda"};
+  switch (requested) {
+    case deck::DeviceKind::host: return {Device::host, "device host"};
+    case deck::DeviceKind::cuda: {
+      std::string why_not = backend_named_explicitly() ? std::string() : probes.driver();
+      if (why_not.empty()) why_not = probes.backend();
+      if (!why_not.empty()) FT_USER_ERROR() << at << "device cuda: no usable CUDA GPU: " << why_not;
+      return {Device::cuda, "device cuda"};
+    }
+    case deck::DeviceKind::automatic: {
+      const std::string why_not = probes.driver();
+      if (!why_not.empty()) return {Device::host, "auto: no usable CUDA GPU (" + why_not + ")"};
+      return {Device::host, std::string("auto: a CUDA GPU is usable, but ") + kAutoStaysOnHost};
+    }
   }
-  if (requested == "auto") {
-    const std::string why_not = probes.driver();
-    if (!why_not.empty()) return {Device::host, "auto: no usable CUDA GPU (" + why_not + ")"};
-    return {Device::host, std::string("auto: a CUDA GPU is usable, but ") + kAutoStaysOnHost};
-  }
-  FT_USER_ERROR() << at << "device '" << requested << "': expected auto, host or cuda";
+  FT_THROW() << "unhandled deck device " << static_cast<int>(requested);
   return {};
 }
 

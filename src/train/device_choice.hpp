@@ -41,6 +41,6 @@ std::string probe_cuda_backend();
 inline CudaProbes real_cuda_probes() { return {&probe_cuda_driver, &probe_cuda_backend}; }
 
 // Throws UserError naming the deck line for `device cuda` that cannot run.
-DeviceChoice choose_device(const std::string& requested, const DeckLocation& where, const CudaProbes& probes);
+DeviceChoice choose_device(deck::DeviceKind requested, const DeckLocation& where, const CudaProbes& probes);
 
 }  // namespace ftrain

@@ -4,18 +4,19 @@
 #include <sstream>
 
 #include "optim/lr_schedule.hpp"
+#include "train/run_settings.hpp"
 
 namespace ftrain {
 
 std::string divergence_advice(const RunConfig& c, std::int64_t step) {
   std::ostringstream m;
-  const double lr = optim::learning_rate(c.schedule, c.optimizer.lr, std::max<std::int64_t>(0, step - 1), c.max_steps);
+  const double lr = optim::learning_rate(schedule_of(c), c.optimizer.lr, std::max<std::int64_t>(0, step - 1), c.max_steps);
   const bool clipping = c.clip_grad_norm > 0;
   if (!(lr > 0)) {
     // No update moved the weights: what diverged came in with them or the data.
     m << "The learning rate of step " << step << " is 0 (schedule " << c.schedule.kind
       << "), so no update moved the weights: the initial weights";
-    if (c.init.kind == "safetensors" || c.init.kind == "hdf5")
+    if (c.init.kind != deck::InitKind::random)
       m << " (" << c.init.where.str() << ": init " << c.init.kind << " " << c.init.path << ")";
     m << ", the data or the model's arithmetic (precision " << c.precision << ") produce the non-finite value.";
     return m.str();

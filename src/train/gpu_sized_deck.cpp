@@ -26,7 +26,7 @@ double node_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
 }
 
-std::vector<std::string> gpu_recipe_reasons(const RunPlan& plan, const std::string& precision, const HostFacts& host) {
+std::vector<std::string> gpu_recipe_reasons(const RunPlan& plan, deck::Precision precision, const HostFacts& host) {
   std::vector<std::string> reasons;
   if (static_cast<double>(plan.parameters) >= kGpuSizedParameters)
     reasons.push_back(human_count(static_cast<double>(plan.parameters)) + " parameters");
@@ -39,11 +39,11 @@ std::vector<std::string> gpu_recipe_reasons(const RunPlan& plan, const std::stri
                         " rank(s), " + human_bytes(per_rank) + " each");
     }
   }
-  if (precision == "fp8") reasons.push_back("precision fp8 (emulated on the host: for numerics, not speed)");
+  if (precision == deck::Precision::fp8) reasons.push_back("precision fp8 (emulated on the host: for numerics, not speed)");
   return reasons;
 }
 
-std::string gpu_sized_deck_warning(const RunPlan& plan, const std::string& precision, const HostFacts& host) {
+std::string gpu_sized_deck_warning(const RunPlan& plan, deck::Precision precision, const HostFacts& host) {
   const auto reasons = gpu_recipe_reasons(plan, precision, host);
   if (reasons.empty()) return "";
   std::ostringstream w;

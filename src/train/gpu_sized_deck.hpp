@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "deck/choices.hpp"
 #include "train/plan.hpp"
 
 namespace ftrain {
@@ -31,9 +32,9 @@ struct HostFacts {
 double node_memory_bytes();
 
 // Why this plan looks written for GPUs; empty when it suits the host.
-std::vector<std::string> gpu_recipe_reasons(const RunPlan& plan, const std::string& precision, const HostFacts& host);
+std::vector<std::string> gpu_recipe_reasons(const RunPlan& plan, deck::Precision precision, const HostFacts& host);
 
 // The warning paragraph (ending in a newline), or "" when there is no reason.
-std::string gpu_sized_deck_warning(const RunPlan& plan, const std::string& precision, const HostFacts& host);
+std::string gpu_sized_deck_warning(const RunPlan& plan, deck::Precision precision, const HostFacts& host);
 
 }  // namespace ftrain

@@ -8,85 +8,9 @@
 #include <unistd.h>
 
 #include "base/error.hpp"
+#include "train/run_settings.hpp"
 
 namespace ftrain {
-
-FsdpOptions fsdp_options_from(const RunConfig& c) {
-  FsdpOptions o;
-  if (!parse_sharding_strategy(c.fsdp.strategy, o.strategy))
-    FT_USER_ERROR() << c.fsdp.where.str() << ": unknown fsdp strategy '" << c.fsdp.strategy << "'";
-  // fp8: linears inside blocks run FP8 GEMMs; everything else (embedding,
-  // norms, attention, head) computes with bf16 parameters and activations.
-  const std::string precision = c.precision == "fp8" ? "bf16" : c.precision;
-  const std::string param = c.fsdp.param_dtype.empty() ? precision : c.fsdp.param_dtype;
-  o.fp8 = c.precision == "fp8";
-  if (!fp8::parse_format(c.fp8.format, o.fp8_recipe.format) ||
-      !fp8::parse_amax_algo(c.fp8.amax_algo, o.fp8_recipe.amax_algo))
-    FT_USER_ERROR() << c.fp8.where.str() << ": bad fp8 format '" << c.fp8.format << "' or amax_algo '"
-                    << c.fp8.amax_algo << "'";
-  o.fp8_recipe.amax_history_len = c.fp8.amax_history;
-  o.fp8_recipe.margin = static_cast<int>(c.fp8.margin);
-  o.fp8_all_gather = c.fp8.all_gather;
-  if (!parse_dtype(param, o.param_dtype) || (o.param_dtype != DType::f32 && o.param_dtype != DType::bf16))
-    FT_USER_ERROR() << c.fsdp.where.str() << ": param_dtype must be fp32 or bf16, got '" << param << "'";
-  if (!parse_dtype(c.fsdp.reduce_dtype, o.reduce_dtype) ||
-      (o.reduce_dtype != DType::f32 && o.reduce_dtype != DType::bf16))
-    FT_USER_ERROR() << c.fsdp.where.str() << ": reduce_dtype must be fp32 or bf16, got '" << c.fsdp.reduce_dtype << "'";
-  if (c.fsdp.backward_prefetch == "backward_pre") o.backward_prefetch = BackwardPrefetch::backward_pre;
-  else if (c.fsdp.backward_prefetch == "backward_post") o.backward_prefetch = BackwardPrefetch::backward_post;
-  else if (c.fsdp.backward_prefetch == "none") o.backward_prefetch = BackwardPrefetch::none;
-  else FT_USER_ERROR() << c.fsdp.where.str() << ": unknown backward_prefetch '" << c.fsdp.backward_prefetch << "'";
-  o.forward_prefetch = c.fsdp.forward_prefetch;
-  o.limit_all_gathers = static_cast<int>(c.fsdp.limit_all_gathers);
-  o.shard_group_size = static_cast<int>(c.fsdp.shard_group_size);
-  if (c.activation_checkpointing == "on") o.checkpoint_every = 1;
-  else if (c.activation_checkpointing == "off") o.checkpoint_every = 0;
-  else o.checkpoint_every = static_cast<int>(c.activation_checkpointing_every);
-  o.vocab_chunk = c.vocab_chunk;
-  o.seed = c.seed;
-  o.no_sync = c.fsdp.no_sync;
-  if (o.no_sync && o.strategy != ShardingStrategy::no_shard && o.strategy != ShardingStrategy::shard_grad_op)
-    FT_USER_ERROR() << c.fsdp.where.str() << ": no_sync on needs strategy no_shard or shard_grad_op (with "
-                    << c.fsdp.strategy << " it would keep a full f32 gradient per unit, defeating the sharding)";
-  if (o.no_sync && c.lora.enabled)
-    FT_USER_ERROR() << c.fsdp.where.str() << ": no_sync on with lora is not supported";
-  if (!c.host_streams_where.file.empty())
-    o.host_streams = c.host_streams == "async" ? HostStreams::async : HostStreams::sync;
-  const std::pair<const std::string*, const DeckLocation*> needs_lora[] = {
-      {&c.lora.adapter_path, &c.lora.adapter_where},
-      {&c.lora.save_adapter_path, &c.lora.save_adapter_where}};
-  for (const auto& [value, where] : needs_lora)
-    if (!value->empty() && !c.lora.enabled)
-      FT_USER_ERROR() << where->str() << ": adapters need a 'lora' line (lora rank R alpha A targets ...)";
-  if (c.lora.merge && !c.lora.enabled)
-    FT_USER_ERROR() << c.lora.merge_where.str() << ": 'merge_adapter on' needs a 'lora' line";
-  if (c.lora.enabled) {
-    o.lora.enabled = true;
-    o.lora.rank = static_cast<int>(c.lora.rank);
-    o.lora.alpha = c.lora.alpha;
-    o.lora.dropout = c.lora.dropout;
-    o.lora.rslora = c.lora.rslora;
-    o.lora.init = c.lora.init == "gaussian" ? lora::AInit::gaussian : lora::AInit::kaiming;
-    o.lora.targets.clear();
-    o.lora.all_linear = c.lora.targets == "all-linear";
-    if (!o.lora.all_linear) {
-      std::stringstream list(c.lora.targets);
-      for (std::string t; std::getline(list, t, ',');) o.lora.targets.push_back(t);
-    }
-    if (o.fp8)
-      FT_USER_ERROR() << c.lora.where.str() << ": 'lora' with precision fp8 is not supported (the frozen base "
-                                               "linears would need FP8 dgrad-only GEMMs); use precision bf16 or fp32";
-  }
-  return o;
-}
-
-int shard_group_size_for(const FsdpOptions& o, int world_size, int ranks_per_node) {
-  switch (o.strategy) {
-    case ShardingStrategy::no_shard: return 1;
-    case ShardingStrategy::hybrid_shard: return o.shard_group_size > 0 ? o.shard_group_size : ranks_per_node;
-    default: return world_size;
-  }
-}
 
 namespace {
 

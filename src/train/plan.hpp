@@ -37,8 +37,6 @@ struct RunPlan {
   std::int64_t adapted_linears = 0;
 };
 
-FsdpOptions fsdp_options_from(const RunConfig& config);
-int shard_group_size_for(const FsdpOptions& options, int world_size, int ranks_per_node);
 RunPlan make_plan(Model& model, const RunConfig& config, const FsdpOptions& options, int world_size,
                   int ranks_per_node);
 std::string format_plan(const RunPlan& plan);

@@ -106,11 +106,11 @@ std::string plan_fit_report(Model& model, const RunConfig& c, const FsdpOptions&
   if (ideas.empty()) r << "  (no single change to strategy, dtype, gathers or rank count is enough)\n";
   // Activations are not in the numbers above; these shrink them.
   std::vector<std::string> activations;
-  if (c.activation_checkpointing != "on") activations.push_back("activation_checkpointing on");
+  if (c.activation_checkpointing != deck::ActivationCheckpointing::on) activations.push_back("activation_checkpointing on");
   if (c.batch.micro_batch > 1)
     activations.push_back("batch micro " + std::to_string(c.batch.micro_batch / 2) + " accumulate " +
                           std::to_string(c.batch.grad_accum * 2) + " (same global batch)");
-  if (c.precision != "fp8") activations.push_back("precision fp8 (FP8 copies of the linears' inputs)");
+  if (c.precision != deck::Precision::fp8) activations.push_back("precision fp8 (FP8 copies of the linears' inputs)");
   if (!activations.empty()) {
     r << "activations (measured at run time, not above) shrink with:";
     for (std::size_t i = 0; i < activations.size(); ++i) r << (i == 0 ? " " : "; ") << activations[i];

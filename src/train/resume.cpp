@@ -53,7 +53,7 @@ std::string resumed_message(const RunConfig& c, const ckpt::LoadedInfo& loaded, 
     << " rank(s), " << loaded.strategy << ", shard group " << loaded.shard_group_size << ")"
     << (loaded.resharded ? "; resharded to shard group " + std::to_string(shard_group) : "") << "\n";
   if (!loaded.fp8_note.empty()) m << "resume: " << loaded.fp8_note << "\n";
-  if (!written_precision.empty() && written_precision != c.precision)
+  if (!written_precision.empty() && written_precision != deck::word(c.precision))
     m << "resume: the checkpoint was written under precision " << written_precision << ", this run uses "
       << c.precision << ": the master weights and the optimizer state stay f32 and are loaded unchanged; from step "
       << point.step + 1 << " the forward and backward passes compute in " << c.precision
@@ -71,7 +71,7 @@ std::string resumed_message(const RunConfig& c, const ckpt::LoadedInfo& loaded, 
 
 ResumePoint plan_resume(const RunConfig& c, bool is_root, ckpt::ResumePlan& plan) {
   ResumePoint point;
-  const bool automatic = c.resume.from == "auto";
+  const bool automatic = c.resume.automatic;
   if (automatic && c.checkpoint.dir.empty())
     FT_USER_ERROR() << c.resume.where.str() << ": resume auto needs a `checkpoint ... dir PATH` to look in";
   if (!is_root) return point;

@@ -15,22 +15,23 @@
 #include "runtime/execution_context.hpp"
 #include "train/gpu_sized_deck.hpp"
 #include "train/plan_fit.hpp"
+#include "train/run_settings.hpp"
 
 namespace ftrain {
 
 namespace {
 
 // The run header's device part: where the engine runs and why.
-std::string device_header(const DeviceChoice& choice, const std::string& attention_backend, int blas_threads) {
+std::string device_header(const DeviceChoice& choice, AttentionBackend attention_backend, int blas_threads) {
   std::ostringstream h;
   if (choice.device == Device::host) {
-    h << "host [" << choice.reason << "; " << describe_attention_choice(parse_attention_backend(attention_backend), Device::host)
+    h << "host [" << choice.reason << "; " << describe_attention_choice(attention_backend, Device::host)
       << "] (Kokkos; " << blas_kernel_description() << ", " << blas_threads
       << " thread(s) per rank)";
   } else {
     const OpTable* table = find_backend(choice.device);
     h << device_name(choice.device) << " [" << choice.reason << "; "
-      << describe_attention_choice(parse_attention_backend(attention_backend), choice.device) << "] (ops backend: " << (table != nullptr && table->name != nullptr ? table->name : "?") << ")";
+      << describe_attention_choice(attention_backend, choice.device) << "] (ops backend: " << (table != nullptr && table->name != nullptr ? table->name : "?") << ")";
   }
   return h.str();
 }
@@ -40,8 +41,8 @@ std::string device_header(const DeviceChoice& choice, const std::string& attenti
 std::string describe_host_streams(const RunConfig& c) {
   std::string mode, why;
   if (!c.host_streams_where.file.empty()) {
-    mode = c.host_streams;
-    why = c.host_streams_where.str() + ": host_streams " + c.host_streams;
+    mode = std::string(deck::word(c.host_streams));
+    why = c.host_streams_where.str() + ": host_streams " + mode;
     const char* env = std::getenv("FTRAIN_HOST_STREAM");
     if (env != nullptr && *env != '\0' && std::string(env) != mode)
       why += std::string("; FTRAIN_HOST_STREAM=") + env + " is overridden by the deck";
@@ -62,7 +63,7 @@ std::string describe_host_streams(const RunConfig& c) {
 void write_host_part(std::ostream& h, const RunHeaderFacts& f) {
   const RunConfig& c = f.config;
   h << "ftrain " << FTRAIN_VERSION_STRING << " | " << f.plan.world_size << " rank(s), " << f.ranks_per_node
-    << " per node" << (f.planned_ranks ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(f.device_choice, c.attention_backend, f.blas_threads) << " | peak " << f.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
+    << " per node" << (f.planned_ranks ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(f.device_choice, f.fsdp.attention_backend, f.blas_threads) << " | peak " << f.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
     << f.peak.description << "\n";
   h << "host GEMM: " << host::gemm::describe() << "\n";
   h << "host threads: " << f.blas_threads << " per rank, " << f.cpu_binding_text << "\n";
@@ -92,25 +93,12 @@ void write_settings_part(std::ostream& h, const RunHeaderFacts& f) {
   h << "model: " << c.model.name << " (" << (c.model.preset.empty() ? "default preset" : c.model.preset) << ")";
   for (const auto& [k, v] : f.model.config()) h << " " << k << "=" << v;
   h << "\n";
-  h << "fsdp: " << c.fsdp.strategy << ", param " << dtype_name(f.fsdp.param_dtype) << ", reduce "
-    << dtype_name(f.fsdp.reduce_dtype) << ", backward_prefetch " << c.fsdp.backward_prefetch << ", forward_prefetch "
-    << (f.fsdp.forward_prefetch ? "on" : "off") << ", limit_all_gathers " << f.fsdp.limit_all_gathers
-    << ", activation_checkpointing " << c.activation_checkpointing;
-  if (c.activation_checkpointing == "every") h << " " << c.activation_checkpointing_every;
-  h << (f.fsdp.fp8 ? ", fp8 all_gather " + decide_fp8_all_gather(f.fsdp, shard_group_size_for(f.fsdp, f.plan.world_size, f.ranks_per_node)).text : "")
-    << (f.fsdp.no_sync ? ", no_sync on (gradients reduced once per step)" : "") << "\n";
-  h << "training: batch micro " << c.batch.micro_batch << " accumulate " << c.batch.grad_accum << " seq_len "
-    << c.batch.seq_len << " | optimizer " << c.optimizer.name << " lr " << c.optimizer.lr << " beta1 "
-    << c.optimizer.beta1 << " beta2 " << c.optimizer.beta2 << " eps " << c.optimizer.eps << " weight_decay "
-    << c.optimizer.weight_decay << " | schedule " << c.schedule.kind << " warmup_steps "
-    << optim::warmup_steps(c.schedule, c.max_steps) << " min_lr " << c.schedule.min_lr << " | clip_grad_norm "
-    << c.clip_grad_norm << (c.clip_grad_norm > 0 ? "" : " (off)") << " | precision " << c.precision << " | seed "
-    << c.seed << "\n";
+  h << describe_settings(c, f.fsdp, shard_group_size_for(f.fsdp, f.plan.world_size, f.ranks_per_node));
   if (c.lora.enabled) {
     const auto& l = f.fsdp.lora;
     h << "lora: rank " << l.rank << " alpha " << l.alpha << " (scale " << l.scale() << (l.rslora ? ", rslora" : "")
       << ") dropout " << l.dropout << " targets " << l.targets_text() << " init "
-      << (l.init == lora::AInit::gaussian ? "gaussian" : "kaiming") << "; trainable parameters "
+      << c.lora.init << "; trainable parameters "
       << f.plan.trainable_parameters << " of " << f.plan.parameters + f.plan.trainable_parameters
       << " (base frozen: no gradients, no optimizer state)\n";
   }

@@ -37,6 +37,7 @@
 #include "train/run_output.hpp"
 #include "train/stop_signals.hpp"
 #include "train/weights.hpp"
+#include "train/run_settings.hpp"
 
 namespace ftrain {
 
@@ -128,18 +129,12 @@ using State = Trainer::State;
 void check_settings(State& s, ProblemList& problems, int plan_world) {
   const RunConfig& c = s.config;
   const bool fsdp_ok = problems.check([&] {
-    s.fsdp = fsdp_options_from(c);
-    s.fsdp.device = s.device_choice.device;  // the engine allocates and runs there
-    s.fsdp.attention_backend = parse_attention_backend(c.attention_backend);
-    s.fsdp.device_comm = parse_device_comm(c.device_comm);
-    const int group = shard_group_size_for(s.fsdp, plan_world, s.ranks_per_node);
-    if (group < 1 || plan_world % group != 0)
-      FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp " << c.fsdp.strategy << " shard_group_size " << group
-                      << " does not divide the " << plan_world << " ranks";
+    s.fsdp = resolve_fsdp_options(c, s.device_choice.device);  // the engine allocates and runs there
+    resolve_shard_group_size(c, s.fsdp, plan_world, s.ranks_per_node);
   });
-  problems.check([&] { optim::validate_schedule(c.schedule, c.optimizer.lr, c.max_steps); });
+  problems.check([&] { resolve_schedule(c); });
   problems.check([&] {
-    s.out.set_progress_line(decide_progress(c.progress, process_environment, probe_terminal()));
+    s.out.set_progress_line(decide_progress(std::string(deck::word(c.progress)), process_environment, probe_terminal()));
   });
   if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
 }
@@ -168,7 +163,7 @@ int bind_host_threads(State& s, int ranks_here) {
 // `init hdf5`, stop_after, the resume plan and the output locations.
 void check_inputs_and_outputs(State& s, ProblemList& problems) {
   const RunConfig& c = s.config;
-  if (c.init.kind == "hdf5") problems.check([&] { check_consolidated_init(c, *s.model); });
+  if (c.init.kind == deck::InitKind::hdf5) problems.check([&] { check_consolidated_init(c, *s.model); });
   problems.check([&] {
     if (c.checkpoint.stop_after > 0 && c.checkpoint.stop_after >= c.max_steps)
       FT_USER_ERROR() << c.checkpoint.where.str() << ": stop_after " << c.checkpoint.stop_after
@@ -191,8 +186,8 @@ void check_data_files(State& s, ProblemList& problems) {
   for (const DataRole role : {DataRole::training, DataRole::evaluation}) {
     const bool eval = role == DataRole::evaluation;
     const std::string& path = eval ? c.eval.path : c.data.path;
-    const std::string& kind = eval ? c.eval.kind : c.data.kind;
-    if (kind == "tokens" && !path.empty()) {
+    const deck::DataKind kind = eval ? c.eval.kind : c.data.kind;
+    if (kind == deck::DataKind::tokens && !path.empty()) {
       problems.check([&] {
         std::optional<data::TokenFile> file;
         try {
@@ -205,7 +200,7 @@ void check_data_files(State& s, ProblemList& problems) {
       });
     }
     const ImageDataSection& images = eval ? c.eval.images : c.data.images;
-    if (kind == "images" && images.source != "synthetic" && !path.empty()) {
+    if (kind == deck::DataKind::images && images.source != deck::ImageSource::synthetic && !path.empty()) {
       problems.check([&] {
         const auto source = make_batch_source(c, role, std::max<std::int64_t>(1, s.plan.global_batch), *s.model);
         check_label_space(c, role, source->label_space(), *s.model);
@@ -267,7 +262,7 @@ void Trainer::prepare() {
   // into visible ones: its BF16 GEMMs (embedding, head) take the route every
   // x86-64 CPU has, so an fp8 curve is the same on CPUs with and without
   // AVX512-BF16/AMX (share/doc/reproducibility.md).
-  if (c.precision == "fp8") host::gemm::use_widened_bf16("precision fp8: the same curve on every x86-64 CPU");
+  if (c.precision == deck::Precision::fp8) host::gemm::use_widened_bf16("precision fp8: the same curve on every x86-64 CPU");
   // Rank 0 states the peak (benchmarking at most once per machine, see
   // device_peak.hpp); run() hands its number to every rank.
   if (s.is_root()) {
@@ -285,7 +280,7 @@ void Trainer::prepare() {
   open_data(s);
   // Validate names and shapes before any collective, so a bad file is one
   // clear message rather than a hang.
-  if (c.init.kind == "safetensors") check_safetensors_init(c, *s.model);
+  if (c.init.kind == deck::InitKind::safetensors) check_safetensors_init(c, *s.model);
 }
 
 namespace {
@@ -308,7 +303,7 @@ class TrainingLoop {
     if (s_.eval_data && c_.eval.every > 0 && s_.resume.step == 0) evaluate(0);
     for (std::int64_t step = s_.resume.step; step < c_.max_steps; ++step) {
       const auto t0 = Clock::now();
-      const double lr = optim::learning_rate(c_.schedule, c_.optimizer.lr, step, c_.max_steps);
+      const double lr = optim::learning_rate(schedule_of(c_), c_.optimizer.lr, step, c_.max_steps);
       reads_ = StepReads{step, run_micro_steps(step), std::nullopt, std::nullopt};
       // The count is all-reduced, so every rank stops together, before the update.
       if (reads_.global_targets == 0 && s_.model->data_kind() == DataKind::tokens && !c_.data.allow_untrained_steps)

@@ -15,7 +15,7 @@ namespace ftrain {
 
 std::string base_init_text(const RunConfig& c) {
   std::ostringstream t;
-  if (c.init.kind == "random") t << "init random std " << c.init.std << " seed " << c.seed;
+  if (c.init.kind == deck::InitKind::random) t << "init random std " << c.init.std << " seed " << c.seed;
   else t << "init " << c.init.kind << " " << c.init.path;
   return t.str();
 }
@@ -107,7 +107,7 @@ void init_random(FsdpEngine& engine, const RunConfig& c, int rank, bool sync_fro
 void initialise_weights(FsdpEngine& engine, const RunConfig& c, Communicator& world, bool resuming,
                         RunOutput& out) {
   const int rank = world.rank();
-  const bool sync_from_root = c.fsdp.sync_module_states && c.init.kind != "hdf5" && !resuming;
+  const bool sync_from_root = c.fsdp.sync_module_states && c.init.kind != deck::InitKind::hdf5 && !resuming;
   // Resuming overwrites every master shard from the checkpoint: reading the
   // initial weights first (minutes for a 70B safetensors set, on every
   // requeue) would be wasted. Under LoRA a checkpoint holds the adapters
@@ -115,9 +115,9 @@ void initialise_weights(FsdpEngine& engine, const RunConfig& c, Communicator& wo
   // with the checkpoint's.
   if (resuming && !engine.lora()) {
     // nothing: the resume fills master, exp_avg and exp_avg_sq
-  } else if (c.init.kind == "safetensors") {
+  } else if (c.init.kind == deck::InitKind::safetensors) {
     init_from_safetensors(engine, c, rank, sync_from_root);
-  } else if (c.init.kind == "hdf5") {
+  } else if (c.init.kind == deck::InitKind::hdf5) {
     ckpt::load_consolidated(engine, c.init.path);  // parallel HDF5: every rank reads its own slices
   } else {
     init_random(engine, c, rank, sync_from_root, out);
@@ -147,7 +147,7 @@ void finish_lora(FsdpEngine& engine, Communicator& world, const RunConfig& c, co
   out.say("lora: frozen base bit-identical after training (checksum " + checksum_hex(now) + ")\n");
   if (!c.lora.save_adapter_path.empty()) {
     const bool tokens = model.data_kind() == DataKind::tokens;
-    ckpt::save_adapter(engine, world, c.lora.save_adapter_path, c.init.kind == "random" ? "" : c.init.path,
+    ckpt::save_adapter(engine, world, c.lora.save_adapter_path, c.init.kind == deck::InitKind::random ? "" : c.init.path,
                        tokens ? "CAUSAL_LM" : "");
     out.say("save_adapter: PEFT adapter -> " + c.lora.save_adapter_path + "\n");
   }

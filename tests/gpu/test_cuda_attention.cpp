@@ -1,5 +1,5 @@
 // What a GPU must confirm about the CUDA reference attention [gpu]
-// (kernels/cuda/attention_reference.cu, the on-device oracle): forward and
+// (kernels/cuda/attention.cu, the on-device oracle): forward and
 // backward against the host flash attention, causal and full, MHA, GQA and
 // MQA, f32 and bf16 storage, at sizes that are no multiple of a warp, a
 // block or the host's 64-wide tiles, head dims from 1 to 256 (the kernel's

@@ -38,7 +38,6 @@ const std::set<std::string> kBitExact = {"add",
                                          "swiglu_forward",
                                          "swiglu_backward",
                                          "adamw_update",
-                                         "adamw_update_guarded",
                                          "adamw_update_chunks",
                                          "adamw_update_chunks_guarded",
                                          "embedding_forward",
@@ -47,7 +46,6 @@ const std::set<std::string> kBitExact = {"add",
                                          // sums in the host's batch order; the host's dropout mask
                                          "dropout",
                                          "patchify_forward",
-                                         "patchify_backward",
                                          "prepend_rows_forward",
                                          "prepend_rows_backward",
                                          "broadcast_add_forward",
@@ -230,13 +228,10 @@ std::vector<ParityCase> odd_size_cases() {
   // 3-channel image of 5 x 7 patches of 3 x 3 (27 columns), 197 = 1 + 196
   // rows of width 77 (the class token and patch rows of a ViT at a width
   // that is no multiple of a warp), bf16 everywhere it is allowed.
-  c.push_back({"patchify fwd/bwd (3 x 15 x 21 x 3 image, patch 3, bf16 patches)", [](ExecutionContext& ctx,
-                                                                                       std::uint64_t s) {
+  c.push_back({"patchify (3 x 15 x 21 x 3 image, patch 3, bf16 patches)", [](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor img = random(ctx, {3, 15, 21, 3}, s), p = zeros(ctx, {3 * 35, 27}, DType::bf16);
                  ops::patchify_forward(ctx, img, 3, p);
-                 Tensor dp = random(ctx, {3 * 35, 27}, s + 1), dimg = random(ctx, {3, 15, 21, 3}, s + 2, DType::bf16);
-                 ops::patchify_backward(ctx, dp, 3, dimg);
-                 return ParityOutputs{{p, dimg}, {}};
+                 return ParityOutputs{{p}, {}};
                }});
   c.push_back({"prepend/broadcast/slice rows (5 x 196 -> 197 x 77, bf16)", [](ExecutionContext& ctx,
                                                                               std::uint64_t s) {

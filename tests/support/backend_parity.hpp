@@ -180,11 +180,6 @@ inline std::vector<ParityCase> parity_cases() {
                  ops::patchify_forward(ctx, img, 2, p16);
                  return ParityOutputs{{p, p16}, {}};
                }});
-  c.push_back({"patchify_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
-                 Tensor dp = random(ctx, {B * 6, 12}, s), dimg = random(ctx, {B, 4, 6, 3}, s + 1);
-                 ops::patchify_backward(ctx, dp, 2, dimg);
-                 return ParityOutputs{{dimg}, {}};
-               }});
   c.push_back({"prepend_rows_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor prefix = random(ctx, {1, C}, s, DType::bf16), x = random(ctx, {B, T, C}, s + 1);
                  Tensor out = zeros(ctx, {B, T + 1, C});
@@ -333,18 +328,6 @@ inline std::vector<ParityCase> parity_cases() {
                  ops::clip_coefficient(ctx, sum_sq, 1.0, 6, nan_norm, nan_scale, diverged);
                  ops::clip_coefficient(ctx, sum_sq, 1.0, 7, nan_norm, nan_scale, diverged);
                  return ParityOutputs{{norm, clipped, unclipped, nan_norm, nan_scale, diverged}, {}};
-               }});
-  c.push_back({"adamw_update_guarded", [=](ExecutionContext& ctx, std::uint64_t s) {
-                 Tensor p = random(ctx, {N * C}, s), g = random(ctx, {N * C}, s + 1), m = random(ctx, {N * C}, s + 2);
-                 Tensor v = positive(ctx, {N * C}, s + 3);
-                 Tensor scale = zeros(ctx, {1}), clear = zeros(ctx, {1}, DType::i64);
-                 ops::fill(ctx, scale, 0.7f);
-                 ops::adamw_update_guarded(ctx, p, g, m, v, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 3, scale, clear);
-                 Tensor flagged = Tensor::zeros({1}, DType::i64, Device::host, "diverged_step");
-                 flagged.data_as<std::int64_t>()[0] = 3;
-                 if (ctx.device() != Device::host) flagged = to_device(flagged, ctx.device());
-                 ops::adamw_update_guarded(ctx, p, g, m, v, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f, 4, scale, flagged);
-                 return ParityOutputs{{p, m, v}, {}};
                }});
   // The multi-tensor AdamW over a shard of N * C = 192 elements: gaps at the
   // front, between segments and at the end (padding, left alone), decay

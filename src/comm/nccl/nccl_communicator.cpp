@@ -11,12 +11,12 @@
 #include <sstream>
 #include <thread>
 
+#include "backends/cuda/device/cuda_check.hpp"
+#include "backends/cuda/device/cuda_device.hpp"
 #include "comm/collective_watchdog.hpp"
 #include "comm/nccl/nccl_bootstrap.hpp"
 #include "comm/nccl/nccl_check.hpp"
 #include "base/error.hpp"
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/cuda_device.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain::nccl {

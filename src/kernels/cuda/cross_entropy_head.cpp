@@ -32,10 +32,10 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cuda/device/cuda_check.hpp"
 #include "base/error.hpp"
 #include "kernels/cuda/cross_entropy_plan.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
-#include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/launch_config.hpp"
 #include "kernels/math/cross_entropy.hpp"

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <string>
 
+#include "backends/cuda/device/cuda_check.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
-#include "kernels/cuda/cuda_check.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain::cuda {

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "kernels/cuda/cuda_check.hpp"
+#include "backends/cuda/device/cuda_check.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain::cuda {

@@ -14,9 +14,9 @@
 #include <memory>
 #include <string>
 
+#include "backends/cuda/device/cuda_check.hpp"
 #include "base/error.hpp"
 #include "kernels/cuda/cublaslt_fp8.hpp"
-#include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/fp8_kernels.hpp"
 #include "kernels/math/fp8.hpp"
 #include "runtime/execution_context.hpp"

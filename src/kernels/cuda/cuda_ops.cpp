@@ -19,16 +19,18 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cuda/device/cuda_check.hpp"
 #include "base/error.hpp"
 #include "kernels/cuda/cross_entropy_head.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/cudnn_sdpa_plan.hpp"
 #include "kernels/cuda/cuda_fp8_ops.hpp"
+#include "kernels/cuda/cudnn_sdpa_plan.hpp"
 #if defined(FTRAIN_HAVE_CUDNN)
 #include "kernels/cuda/cudnn_sdpa_execute.hpp"
 #endif
 #include "kernels/cuda/kernels.hpp"
+#include "kernels/op_checks.hpp"
+#include "kernels/tensor_checks.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain::cuda {
@@ -37,16 +39,19 @@ namespace {
 
 cudaStream_t stream_of(ExecutionContext& ctx) { return static_cast<cudaStream_t>(ctx.compute().native_handle()); }
 
+using checks::require_numel;
+using checks::require_same_shape;
+using checks::row_width;
+
 void require_cuda(const char* op, const Tensor& t, const char* role) {
-  FT_CHECK(t.defined()) << op << ": " << role << " is an undefined tensor";
+  checks::require_defined(op, t, role);
   FT_CHECK(t.device() == Device::cuda) << op << ": " << role << " " << t.describe()
                                        << " is not on the CUDA device (CUDA backend)";
 }
 
 FloatSpan float_span(const char* op, const Tensor& t, const char* role) {
   require_cuda(op, t, role);
-  FT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16)
-      << op << ": " << role << " " << t.describe() << " must be f32 or bf16";
+  checks::require_float(op, t, role);
   return {t.data(), t.dtype() == DType::f32 ? Storage::f32 : Storage::bf16};
 }
 
@@ -56,17 +61,7 @@ FloatSpan optional_span(const char* op, const Tensor* t, const char* role) {
 
 void require_dtype(const char* op, const Tensor& t, const char* role, DType dtype) {
   require_cuda(op, t, role);
-  FT_CHECK(t.dtype() == dtype) << op << ": " << role << " " << t.describe() << " must be " << dtype_name(dtype);
-}
-
-void require_same_shape(const char* op, const Tensor& a, const char* ra, const Tensor& b, const char* rb) {
-  FT_CHECK(a.shape() == b.shape()) << op << ": " << rb << " " << b.describe() << " must have the shape of " << ra
-                                   << " " << a.describe();
-}
-
-void require_numel(const char* op, const Tensor& t, const char* role, std::int64_t numel, const char* why) {
-  FT_CHECK(t.numel() == numel) << op << ": " << role << " " << t.describe() << " must have " << numel
-                               << " elements (" << why << ")";
+  checks::require_dtype(op, t, role, dtype);
 }
 
 // Every op of op_list.hpp has an entry: an op added to the list without a
@@ -94,36 +89,11 @@ using fp8_ops::fp8_update_scales;
 using fp8_ops::rmsnorm_forward_fp8;
 using fp8_ops::swiglu_forward_fp8;
 
-std::int64_t row_width(const char* op, const Tensor& t, const char* role) {
-  FT_CHECK(t.ndim() >= 1 && t.dim(-1) > 0) << op << ": " << role << " " << t.describe()
-                                           << " must be [..., C] with C > 0";
-  return t.dim(-1);
-}
-
 GemmElement element_of(const Tensor& t) { return t.dtype() == DType::f32 ? GemmElement::f32 : GemmElement::bf16; }
 
 // ---- linear (cuBLASLt plans) ---------------------------------------------------
 
-struct LinearDims {
-  std::int64_t rows, in, out;
-};
-
-LinearDims check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& y_like, const char* y_role) {
-  float_span(op, x, "x");
-  float_span(op, w, "w");
-  float_span(op, y_like, y_role);
-  FT_CHECK(w.ndim() == 2) << op << ": w " << w.describe() << " must be [out, in]";
-  const std::int64_t in = w.dim(1), out = w.dim(0);
-  FT_CHECK(x.ndim() >= 1 && x.dim(-1) == in)
-      << op << ": x " << x.describe() << " must be [..., " << in << "] to match w " << w.describe();
-  FT_CHECK(y_like.ndim() >= 1 && y_like.dim(-1) == out)
-      << op << ": " << y_role << " " << y_like.describe() << " must be [..., " << out << "] to match w "
-      << w.describe();
-  const std::int64_t rows = x.numel() / in;
-  FT_CHECK(y_like.numel() == rows * out) << op << ": " << y_role << " " << y_like.describe() << " must have " << rows
-                                         << " rows like x " << x.describe();
-  return {rows, in, out};
-}
+using op_checks::LinearDims;
 
 // The two GEMM operands in one dtype: as stored when they agree, else the
 // bf16 one widened (exactly) to f32 scratch, as the host widens for
@@ -148,11 +118,12 @@ GemmInputs same_dtype(ExecutionContext& ctx, const char* op, const Tensor& first
 
 void linear_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
   constexpr const char* op = "linear_forward";
-  const LinearDims d = check_linear(op, x, w, y, "y");
-  if (b != nullptr) {
-    float_span(op, *b, "b");
-    require_numel(op, *b, "b", d.out, "one bias per output feature");
-  }
+  // Shapes and dtypes: checked by ops::linear_forward (kernels/op_checks.hpp).
+  require_cuda(op, x, "x");
+  require_cuda(op, w, "w");
+  require_cuda(op, y, "y");
+  if (b != nullptr) require_cuda(op, *b, "b");
+  const LinearDims d = op_checks::linear_dims(x, w);
   const GemmInputs in = same_dtype(ctx, op, x, w);
   LinearShape shape{d.rows, d.in, d.out, in.element, in.element, element_of(y), b != nullptr};
   if (b != nullptr) {
@@ -191,17 +162,18 @@ void linear_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, con
 void linear_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
                      Tensor& dw, Tensor* db) {
   constexpr const char* op = "linear_backward";
-  const LinearDims d = check_linear(op, x, w, dy, "dy");
+  // Shapes and dtypes: checked by ops::linear_backward (kernels/op_checks.hpp).
   // An undefined dw (and db) is a frozen weight (LoRA's base layers, the op
   // contract in op_list.hpp): only dx is computed, as on the host.
   const bool want_dw = dw.defined();
-  if (want_dw) {
-    float_span(op, dw, "dw");
-    FT_CHECK(dw.shape() == w.shape()) << op << ": dw " << dw.describe() << " must have the shape of w " << w.describe();
-  }
+  require_cuda(op, x, "x");
+  require_cuda(op, w, "w");
+  require_cuda(op, dy, "dy");
+  if (want_dw) require_cuda(op, dw, "dw");
+  if (dx != nullptr) require_cuda(op, *dx, "dx");
+  if (db != nullptr && db->defined()) require_cuda(op, *db, "db");
+  const LinearDims d = op_checks::linear_dims(x, w);
   if (dx != nullptr) {
-    float_span(op, *dx, "dx");
-    require_same_shape(op, x, "x", *dx, "dx");
     const GemmInputs in = same_dtype(ctx, op, dy, w);
     const GemmPlan dgrad =
         plan_linear(LinearPass::dgrad, {d.rows, d.in, d.out, in.element, in.element, element_of(*dx), false});
@@ -215,28 +187,17 @@ void linear_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, co
   }
   if (db != nullptr && db->defined()) {
     const FloatSpan dbs = float_span(op, *db, "db");
-    require_numel(op, *db, "db", d.out, "one per output feature");
     launch_column_sum_accumulate(float_span(op, dy, "dy"), d.rows, d.out, dbs, stream_of(ctx));
   }
 }
 
 // ---- embedding -----------------------------------------------------------------
 
-void check_embedding(const char* op, const Tensor& tokens, const Tensor& table, const char* table_role,
-                     const Tensor& rows, const char* rows_role) {
-  require_dtype(op, tokens, "tokens", DType::i32);
-  float_span(op, table, table_role);
-  float_span(op, rows, rows_role);
-  FT_CHECK(table.ndim() == 2) << op << ": " << table_role << " " << table.describe() << " must be [V, C]";
-  const std::int64_t width = table.dim(1);
-  FT_CHECK(rows.ndim() >= 1 && rows.dim(-1) == width && rows.numel() == tokens.numel() * width)
-      << op << ": " << rows_role << " " << rows.describe() << " must hold one row of width " << width
-      << " per token of tokens " << tokens.describe();
-}
+// Shapes and dtypes: checked by ops::embedding_* (kernels/op_checks.hpp).
 
 void embedding_forward(ExecutionContext& ctx, const Tensor& tokens, const Tensor& table, Tensor& out) {
   constexpr const char* op = "embedding_forward";
-  check_embedding(op, tokens, table, "table", out, "out");
+  require_cuda(op, tokens, "tokens");
   // A bad token is recorded on the device and thrown at the next
   // synchronisation (input_check_record.hpp): no wait here.
   launch_embedding_forward(tokens.data_as<std::int32_t>(), tokens.numel(), float_span(op, table, "table"),
@@ -245,7 +206,8 @@ void embedding_forward(ExecutionContext& ctx, const Tensor& tokens, const Tensor
 
 void embedding_backward(ExecutionContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
   constexpr const char* op = "embedding_backward";
-  check_embedding(op, tokens, dtable, "dtable", dout, "dout");
+  if (!dtable.defined()) return;  // a frozen table (op_list.hpp): there is no activation gradient to compute
+  require_cuda(op, tokens, "tokens");
   // The sort's keys, rows and CUB storage, released in stream order.
   const std::shared_ptr<void> scratch =
       ctx.allocator().allocate(std::max<std::size_t>(embedding_backward_scratch_bytes(tokens.numel(), dtable.dim(0)), 1));
@@ -256,21 +218,17 @@ void embedding_backward(ExecutionContext& ctx, const Tensor& tokens, const Tenso
 
 // ---- norms -----------------------------------------------------------------------
 
-std::int64_t check_norm_stats(const char* op, const Tensor& x, const Tensor& w, const Tensor& stat,
-                              const char* stat_role) {
-  float_span(op, x, "x");
-  float_span(op, w, "w");
-  require_dtype(op, stat, stat_role, DType::f32);
-  const std::int64_t width = row_width(op, x, "x");
-  require_numel(op, w, "w", width, "one weight per feature of x");
-  require_numel(op, stat, stat_role, x.numel() / width, "one per row of x");
-  return width;
+// Shapes and dtypes: checked by ops::<norm> (kernels/op_checks.hpp). The
+// statistics are read through raw pointers: they must be CUDA memory too.
+std::int64_t norm_width(const char* op, const Tensor& x,
+                        std::initializer_list<std::pair<const Tensor*, const char*>> stats) {
+  for (const auto& [stat, role] : stats) require_cuda(op, *stat, role);
+  return x.dim(-1);
 }
 
 void rmsnorm_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
   constexpr const char* op = "rmsnorm_forward";
-  const std::int64_t width = check_norm_stats(op, x, w, rstd, "rstd");
-  require_same_shape(op, x, "x", y, "y");
+  const std::int64_t width = norm_width(op, x, {{&rstd, "rstd"}});
   launch_rmsnorm_forward(float_span(op, x, "x"), float_span(op, w, "w"), eps, float_span(op, y, "y"),
                          rstd.data_as<float>(), x.numel() / width, width, stream_of(ctx));
 }
@@ -285,11 +243,7 @@ std::shared_ptr<void> norm_partials_scratch(ExecutionContext& ctx, std::int64_t 
 void rmsnorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
                       Tensor& dx, Tensor& dw) {
   constexpr const char* op = "rmsnorm_backward";
-  const std::int64_t width = check_norm_stats(op, x, w, rstd, "rstd");
-  require_same_shape(op, x, "x", dy, "dy");
-  require_same_shape(op, x, "x", dx, "dx");
-  float_span(op, dw, "dw");
-  require_numel(op, dw, "dw", width, "one per feature of x");
+  const std::int64_t width = norm_width(op, x, {{&rstd, "rstd"}});
   const std::int64_t rows = x.numel() / width;
   const std::shared_ptr<void> partials = norm_partials_scratch(ctx, rows, width, 1);
   launch_rmsnorm_backward(float_span(op, x, "x"), float_span(op, w, "w"), rstd.data_as<float>(),
@@ -300,10 +254,7 @@ void rmsnorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, c
 void layernorm_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor* b, float eps, Tensor& y,
                        Tensor& mean, Tensor& rstd) {
   constexpr const char* op = "layernorm_forward";
-  const std::int64_t width = check_norm_stats(op, x, w, rstd, "rstd");
-  check_norm_stats(op, x, w, mean, "mean");
-  require_same_shape(op, x, "x", y, "y");
-  if (b != nullptr) require_numel(op, *b, "b", width, "one bias per feature of x");
+  const std::int64_t width = norm_width(op, x, {{&mean, "mean"}, {&rstd, "rstd"}});
   launch_layernorm_forward(float_span(op, x, "x"), float_span(op, w, "w"), optional_span(op, b, "b"), eps,
                            float_span(op, y, "y"), mean.data_as<float>(), rstd.data_as<float>(), x.numel() / width,
                            width, stream_of(ctx));
@@ -312,13 +263,7 @@ void layernorm_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, 
 void layernorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor* db) {
   constexpr const char* op = "layernorm_backward";
-  const std::int64_t width = check_norm_stats(op, x, w, rstd, "rstd");
-  check_norm_stats(op, x, w, mean, "mean");
-  require_same_shape(op, x, "x", dy, "dy");
-  require_same_shape(op, x, "x", dx, "dx");
-  float_span(op, dw, "dw");
-  require_numel(op, dw, "dw", width, "one per feature of x");
-  if (db != nullptr) require_numel(op, *db, "db", width, "one per feature of x");
+  const std::int64_t width = norm_width(op, x, {{&mean, "mean"}, {&rstd, "rstd"}});
   const std::int64_t rows = x.numel() / width;
   const std::shared_ptr<void> partials = norm_partials_scratch(ctx, rows, width, db != nullptr ? 2 : 1);
   launch_layernorm_backward(float_span(op, x, "x"), float_span(op, w, "w"), mean.data_as<float>(),
@@ -331,13 +276,10 @@ void layernorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w,
 
 void rope(ExecutionContext& ctx, const char* op, const Tensor& in, const char* in_role, const Tensor& inv_freq,
           std::int64_t position_offset, Tensor& out, const char* out_role, float direction) {
+  // Shapes and dtypes: checked by ops::rope_* (kernels/op_checks.hpp).
   const FloatSpan is = float_span(op, in, in_role), os = float_span(op, out, out_role);
-  require_dtype(op, inv_freq, "inv_freq", DType::f32);
-  FT_CHECK(in.ndim() == 4) << op << ": " << in_role << " " << in.describe() << " must be [B, T, H, D]";
-  require_same_shape(op, in, in_role, out, out_role);
+  require_cuda(op, inv_freq, "inv_freq");
   const std::int64_t head_dim = in.dim(3);
-  FT_CHECK(head_dim % 2 == 0) << op << ": head dimension of " << in_role << " " << in.describe() << " must be even";
-  require_numel(op, inv_freq, "inv_freq", head_dim / 2, "half the head dimension");
   launch_rope(is, inv_freq.data_as<float>(), position_offset, os, direction, in.dim(0), in.dim(1), in.dim(2), head_dim,
               stream_of(ctx));
 }
@@ -353,11 +295,10 @@ void rope_backward(ExecutionContext& ctx, const Tensor& dy, const Tensor& inv_fr
 }
 
 // ---- activations -------------------------------------------------------------------
+// Shapes, dtypes and the GELU form: checked by ops::<op> (kernels/op_checks.hpp).
 
 void swiglu_forward(ExecutionContext& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
   constexpr const char* op = "swiglu_forward";
-  require_same_shape(op, gate, "gate", up, "up");
-  require_same_shape(op, gate, "gate", out, "out");
   launch_swiglu_forward(float_span(op, gate, "gate"), float_span(op, up, "up"), float_span(op, out, "out"),
                         gate.numel(), stream_of(ctx));
 }
@@ -365,19 +306,12 @@ void swiglu_forward(ExecutionContext& ctx, const Tensor& gate, const Tensor& up,
 void swiglu_backward(ExecutionContext& ctx, const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
                      Tensor& dup) {
   constexpr const char* op = "swiglu_backward";
-  require_same_shape(op, gate, "gate", up, "up");
-  require_same_shape(op, gate, "gate", dout, "dout");
-  require_same_shape(op, gate, "gate", dgate, "dgate");
-  require_same_shape(op, gate, "gate", dup, "dup");
   launch_swiglu_backward(float_span(op, gate, "gate"), float_span(op, up, "up"), float_span(op, dout, "dout"),
                          float_span(op, dgate, "dgate"), float_span(op, dup, "dup"), gate.numel(), stream_of(ctx));
 }
 
 void gelu_forward(ExecutionContext& ctx, const Tensor& x, GeluApproximation approximation, Tensor& y) {
   constexpr const char* op = "gelu_forward";
-  require_same_shape(op, x, "x", y, "y");
-  FT_CHECK(approximation == GeluApproximation::none || approximation == GeluApproximation::tanh)
-      << op << ": unknown approximation " << static_cast<int>(approximation);
   launch_gelu_forward(float_span(op, x, "x"), approximation == GeluApproximation::tanh, float_span(op, y, "y"),
                       x.numel(), stream_of(ctx));
 }
@@ -385,38 +319,23 @@ void gelu_forward(ExecutionContext& ctx, const Tensor& x, GeluApproximation appr
 void gelu_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& dy, GeluApproximation approximation,
                    Tensor& dx) {
   constexpr const char* op = "gelu_backward";
-  require_same_shape(op, x, "x", dy, "dy");
-  require_same_shape(op, x, "x", dx, "dx");
-  FT_CHECK(approximation == GeluApproximation::none || approximation == GeluApproximation::tanh)
-      << op << ": unknown approximation " << static_cast<int>(approximation);
   launch_gelu_backward(float_span(op, x, "x"), float_span(op, dy, "dy"), approximation == GeluApproximation::tanh,
                        float_span(op, dx, "dx"), x.numel(), stream_of(ctx));
 }
 
 // ---- attention (the reference kernel, the on-device oracle) ------------------------
 
-AttentionDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
-  float_span(op, q, "q");
-  float_span(op, k, "k");
-  float_span(op, v, "v");
-  FT_CHECK(q.ndim() == 4) << op << ": q " << q.describe() << " must be [B, T, Hq, D]";
-  FT_CHECK(k.ndim() == 4) << op << ": k " << k.describe() << " must be [B, T, Hkv, D]";
+// Shapes and dtypes: checked by ops::attention_* (kernels/op_checks.hpp).
+// What is left is this backend's own: every tensor in CUDA memory (the cuDNN
+// path takes raw pointers), and the head dimension the reference kernel takes.
+AttentionDims attention_dims(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> tensors,
+                             const Tensor& q, const Tensor& k) {
+  for (const auto& [t, role] : tensors) require_cuda(op, *t, role);
   const AttentionDims dims{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
-  FT_CHECK(k.dim(0) == dims.batch && k.dim(1) == dims.seq && k.dim(3) == dims.head_dim)
-      << op << ": k " << k.describe() << " does not match q " << q.describe() << " in B, T or D";
-  FT_CHECK(dims.kv_heads > 0 && dims.q_heads % dims.kv_heads == 0)
-      << op << ": query heads of q " << q.describe() << " must be a multiple of the kv heads of k " << k.describe();
-  require_same_shape(op, k, "k", v, "v");
   FT_CHECK(dims.head_dim <= kAttentionReferenceMaxHeadDim)
       << op << ": q " << q.describe() << " has head dim " << dims.head_dim
       << "; the CUDA reference attention takes at most " << kAttentionReferenceMaxHeadDim;
   return dims;
-}
-
-void check_attention_lse(const char* op, const Tensor& lse, const AttentionDims& d) {
-  require_dtype(op, lse, "lse", DType::f32);
-  FT_CHECK(lse.shape() == Shape({d.batch, d.q_heads, d.seq}))
-      << op << ": lse " << lse.describe() << " must be f32[" << d.batch << ", " << d.q_heads << ", " << d.seq << "]";
 }
 
 // The plan-cache key of one attention call: its shape, its storage (bf16
@@ -474,9 +393,8 @@ bool attention_uses_cudnn(ExecutionContext& ctx, const SdpaPlanKey& key,
 void attention_forward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                        float softmax_scale, Tensor& out, Tensor& lse) {
   constexpr const char* op = "attention_forward";
-  const AttentionDims dims = check_attention(op, q, k, v);
-  require_same_shape(op, q, "q", out, "out");
-  check_attention_lse(op, lse, dims);
+  const AttentionDims dims =
+      attention_dims(op, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&lse, "lse"}}, q, k);
   if (q.numel() == 0) return;
   const SdpaPlanKey key = attention_key(dims, causal, SdpaDirection::forward, {&q, &k, &v, &out});
   if (attention_uses_cudnn(ctx, key, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}})) {
@@ -496,13 +414,17 @@ void attention_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k,
                         const Tensor& lse, const Tensor& dout, bool causal, float softmax_scale, Tensor& dq,
                         Tensor& dk, Tensor& dv) {
   constexpr const char* op = "attention_backward";
-  const AttentionDims dims = check_attention(op, q, k, v);
-  require_same_shape(op, q, "q", out, "out");
-  require_same_shape(op, q, "q", dout, "dout");
-  require_same_shape(op, q, "q", dq, "dq");
-  require_same_shape(op, k, "k", dk, "dk");
-  require_same_shape(op, v, "v", dv, "dv");
-  check_attention_lse(op, lse, dims);
+  const AttentionDims dims = attention_dims(op,
+                                            {{&q, "q"},
+                                             {&k, "k"},
+                                             {&v, "v"},
+                                             {&out, "out"},
+                                             {&lse, "lse"},
+                                             {&dout, "dout"},
+                                             {&dq, "dq"},
+                                             {&dk, "dk"},
+                                             {&dv, "dv"}},
+                                            q, k);
   if (q.numel() == 0) return;
   const SdpaPlanKey key =
       attention_key(dims, causal, SdpaDirection::backward, {&q, &k, &v, &out, &dout, &dq, &dk, &dv});
@@ -535,17 +457,15 @@ void cross_entropy_backward(ExecutionContext& ctx, const Tensor& h, const Tensor
 }
 
 // ---- element-wise ------------------------------------------------------------------
+// Shapes, sizes and dtypes: checked by ops::<op> (kernels/op_checks.hpp).
 
 void add(ExecutionContext& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
   constexpr const char* op = "add";
-  require_same_shape(op, a, "a", b, "b");
-  require_same_shape(op, a, "a", out, "out");
   launch_add(float_span(op, a, "a"), float_span(op, b, "b"), float_span(op, out, "out"), a.numel(), stream_of(ctx));
 }
 
 void add_inplace(ExecutionContext& ctx, Tensor& acc, const Tensor& x) {
   constexpr const char* op = "add_inplace";
-  require_numel(op, x, "x", acc.numel(), "same as acc");
   launch_add_inplace(float_span(op, acc, "acc"), float_span(op, x, "x"), acc.numel(), stream_of(ctx));
 }
 
@@ -582,7 +502,6 @@ void cast(ExecutionContext& ctx, const Tensor& src, Tensor& dst) {
   constexpr const char* op = "cast";
   require_cuda(op, src, "src");
   require_cuda(op, dst, "dst");
-  require_numel(op, dst, "dst", src.numel(), "same as src");
   if (src.dtype() == dst.dtype()) {
     if (src.data() != dst.data())
       FTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_of(ctx)));
@@ -615,8 +534,7 @@ std::shared_ptr<void> reduction_scratch(ExecutionContext& ctx, std::int64_t n) {
 
 void sum(ExecutionContext& ctx, const Tensor& x, Tensor& out) {
   constexpr const char* op = "sum";
-  require_dtype(op, out, "out", DType::f32);
-  require_numel(op, out, "out", 1, "one f32");
+  require_cuda(op, out, "out");
   const std::shared_ptr<void> partials = reduction_scratch(ctx, x.numel());
   launch_sum(float_span(op, x, "x"), x.numel(), static_cast<double*>(partials.get()), out.data_as<float>(),
              stream_of(ctx));
@@ -634,37 +552,30 @@ double sum_squares(ExecutionContext& ctx, const Tensor& x) {
 }
 
 // AdamW's f32 operands of one size, and a step that bias correction can use.
-void require_adamw_operands(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m,
-                            const Tensor& v, std::int64_t step) {
-  require_dtype(op, param, "param", DType::f32);
-  require_dtype(op, grad, "grad", DType::f32);
-  require_dtype(op, m, "m", DType::f32);
-  require_dtype(op, v, "v", DType::f32);
-  require_numel(op, grad, "grad", param.numel(), "same as param");
-  require_numel(op, m, "m", param.numel(), "same as param");
-  require_numel(op, v, "v", param.numel(), "same as param");
-  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (bias correction) for param " << param.describe();
+// Dtypes, sizes and the step: checked by ops::adamw_* (kernels/op_checks.hpp).
+void require_adamw_on_device(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m,
+                             const Tensor& v) {
+  require_cuda(op, param, "param");
+  require_cuda(op, grad, "grad");
+  require_cuda(op, m, "m");
+  require_cuda(op, v, "v");
 }
 
 void adamw_update(ExecutionContext& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
                   float beta1, float beta2, float eps, float weight_decay, std::int64_t step, float grad_scale) {
   constexpr const char* op = "adamw_update";
-  require_adamw_operands(op, param, grad, m, v, step);
+  require_adamw_on_device(op, param, grad, m, v);
   launch_adamw(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(), v.data_as<float>(),
                math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale), param.numel(),
                stream_of(ctx));
 }
 
 // ---- gradient clipping and the guarded step (scalars stay on the device) --------
-
-void require_scalar(const char* op, const Tensor& t, const char* role, DType dtype) {
-  require_dtype(op, t, role, dtype);
-  require_numel(op, t, role, 1, "one element");
-}
+// Dtypes and sizes: checked by ops::<op> (kernels/op_checks.hpp).
 
 void sum_squares_accumulate(ExecutionContext& ctx, const Tensor& x, Tensor& acc) {
   constexpr const char* op = "sum_squares_accumulate";
-  require_scalar(op, acc, "acc", DType::f64);
+  require_cuda(op, acc, "acc");
   const std::shared_ptr<void> partials = reduction_scratch(ctx, x.numel());
   launch_sum_squares_accumulate(float_span(op, x, "x"), x.numel(), static_cast<double*>(partials.get()),
                                 acc.data_as<double>(), stream_of(ctx));
@@ -673,39 +584,22 @@ void sum_squares_accumulate(ExecutionContext& ctx, const Tensor& x, Tensor& acc)
 void clip_coefficient(ExecutionContext& ctx, const Tensor& sum_sq, double max_norm, std::int64_t step, Tensor& norm,
                       Tensor& scale, Tensor& diverged_step) {
   constexpr const char* op = "clip_coefficient";
-  require_scalar(op, sum_sq, "sum_sq", DType::f64);
-  require_scalar(op, norm, "norm", DType::f64);
-  require_scalar(op, scale, "scale", DType::f32);
-  require_scalar(op, diverged_step, "diverged_step", DType::i64);
-  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (0 means \"not diverged\")";
+  require_cuda(op, sum_sq, "sum_sq");
+  require_cuda(op, norm, "norm");
+  require_cuda(op, scale, "scale");
+  require_cuda(op, diverged_step, "diverged_step");
   launch_clip_coefficient(sum_sq.data_as<double>(), max_norm, step, norm.data_as<double>(), scale.data_as<float>(),
                           diverged_step.data_as<std::int64_t>(), stream_of(ctx));
 }
 
-void adamw_update_guarded(ExecutionContext& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
-                          float beta1, float beta2, float eps, float weight_decay, std::int64_t step,
-                          const Tensor& grad_scale, const Tensor& diverged_step) {
-  constexpr const char* op = "adamw_update_guarded";
-  require_scalar(op, grad_scale, "grad_scale", DType::f32);
-  require_scalar(op, diverged_step, "diverged_step", DType::i64);
-  require_adamw_operands(op, param, grad, m, v, step);
-  // grad_scale 1 here: the kernel puts the device value in its place.
-  launch_adamw_guarded(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(), v.data_as<float>(),
-                       math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, 1.0f),
-                       grad_scale.data_as<float>(), diverged_step.data_as<std::int64_t>(), param.numel(),
-                       stream_of(ctx));
-}
-
 // ---- the multi-tensor AdamW (one launch per flat shard, adamw.cu) -----------------
 
-// The table's dtype, shape and device. Its rows stay on the device (reading
-// them here would wait for the stream); the kernel clamps each row to the
-// shard, and the host backend, which the tests run, checks every row.
+// The table's device (its dtype and shape: ops::adamw_update_chunks*). Its
+// rows stay on the device (reading them here would wait for the stream); the
+// kernel clamps each row to the shard, and the host backend, which the tests
+// run, checks every row.
 std::int64_t require_chunk_table(const char* op, const Tensor& chunks) {
-  require_dtype(op, chunks, "chunks", DType::i64);
-  FT_CHECK(chunks.ndim() == 2 && chunks.dim(1) == math::kAdamwChunkColumns)
-      << op << ": chunks " << chunks.describe() << " must be [chunks, " << math::kAdamwChunkColumns
-      << "] (offset, count, decay per row; kernels/adamw_chunks.hpp)";
+  require_cuda(op, chunks, "chunks");
   return chunks.dim(0);
 }
 
@@ -713,7 +607,7 @@ void adamw_update_chunks(ExecutionContext& ctx, Tensor& param, const Tensor& gra
                          const Tensor& chunks, float lr, float beta1, float beta2, float eps, float weight_decay,
                          std::int64_t step, float grad_scale) {
   constexpr const char* op = "adamw_update_chunks";
-  require_adamw_operands(op, param, grad, m, v, step);
+  require_adamw_on_device(op, param, grad, m, v);
   const std::int64_t chunk_count = require_chunk_table(op, chunks);
   launch_adamw_chunks(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(), v.data_as<float>(),
                       chunks.data_as<std::int64_t>(), chunk_count,
@@ -726,9 +620,9 @@ void adamw_update_chunks_guarded(ExecutionContext& ctx, Tensor& param, const Ten
                                  float weight_decay, std::int64_t step, const Tensor& grad_scale,
                                  const Tensor& diverged_step) {
   constexpr const char* op = "adamw_update_chunks_guarded";
-  require_scalar(op, grad_scale, "grad_scale", DType::f32);
-  require_scalar(op, diverged_step, "diverged_step", DType::i64);
-  require_adamw_operands(op, param, grad, m, v, step);
+  require_cuda(op, grad_scale, "grad_scale");
+  require_cuda(op, diverged_step, "diverged_step");
+  require_adamw_on_device(op, param, grad, m, v);
   const std::int64_t chunk_count = require_chunk_table(op, chunks);
   // grad_scale 1 here: the kernel puts the device value in its place.
   launch_adamw_chunks_guarded(param.data_as<float>(), grad.data_as<float>(), m.data_as<float>(),
@@ -739,15 +633,13 @@ void adamw_update_chunks_guarded(ExecutionContext& ctx, Tensor& param, const Ten
 }
 
 // ---- dropout and the ViT row ops (token_rows.cu, dropout.cu) ---------------------
-// Checks as kernels/host/rows.cpp and dropout.cpp make them.
+// Shapes, dtypes and the op's rules: checked by ops::<op> (kernels/op_checks.hpp);
+// float_span() refuses a tensor outside CUDA memory.
 
 void dropout(ExecutionContext& ctx, const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream,
              std::int64_t first_row, Tensor& y) {
   constexpr const char* op = "dropout";
   const FloatSpan sx = float_span(op, x, "x"), sy = float_span(op, y, "y");
-  require_numel(op, y, "y", x.numel(), "same as x");
-  FT_CHECK(p >= 0.0f && p < 1.0f) << op << ": p = " << p << " is outside [0, 1)";
-  FT_CHECK(x.ndim() >= 1 && first_row >= 0) << op << ": x " << x.describe() << " first_row " << first_row;
   const std::int64_t width = x.dim(-1);
   if (x.numel() == 0) return;
   launch_dropout(sx, p, seed, stream, first_row, width, sy, x.numel(), stream_of(ctx));
@@ -757,118 +649,56 @@ struct Rows3 {
   std::int64_t batch, rows, cols;
 };
 
-Rows3 rows_3d(const char* op, const Tensor& t, const char* role) {
-  float_span(op, t, role);
-  FT_CHECK(t.ndim() == 3) << op << ": " << role << " " << t.describe() << " must be [B, rows, C]";
-  return {t.dim(0), t.dim(1), t.dim(2)};
-}
-
-void require_rows(const char* op, const Tensor& t, const char* role, const Rows3& got, const Rows3& want) {
-  FT_CHECK(got.batch == want.batch && got.rows == want.rows && got.cols == want.cols)
-      << op << ": " << role << " " << t.describe() << " must be [" << want.batch << ", " << want.rows << ", "
-      << want.cols << "]";
-}
-
-void require_matrix(const char* op, const Tensor& t, const char* role, std::int64_t rows, std::int64_t cols) {
-  float_span(op, t, role);
-  FT_CHECK(t.ndim() == 2 && t.dim(0) == rows && t.dim(1) == cols)
-      << op << ": " << role << " " << t.describe() << " must be [" << rows << ", " << cols << "]";
-}
-
-math::PatchGeometry check_patches(const char* op, const Tensor& images, const char* images_role,
-                                  std::int64_t patch_size, const Tensor& patches, const char* patches_role) {
-  float_span(op, images, images_role);
-  float_span(op, patches, patches_role);
-  FT_CHECK(images.ndim() == 4) << op << ": " << images_role << " " << images.describe()
-                               << " must be [B, H, W, C] (channels last)";
-  FT_CHECK(patch_size > 0) << op << ": patch_size " << patch_size << " must be positive";
-  const std::int64_t h = images.dim(1), w = images.dim(2), p = patch_size;
-  FT_CHECK(h % p == 0 && w % p == 0) << op << ": " << images_role << " " << images.describe()
-                                     << " is not a whole number of " << p << "x" << p << " patches";
-  const math::PatchGeometry g{images.dim(0), h, w, images.dim(3), p, h / p, w / p};
-  FT_CHECK(patches.ndim() == 2 && patches.dim(0) == g.rows() && patches.dim(1) == g.cols())
-      << op << ": " << patches_role << " " << patches.describe() << " must be [" << g.rows() << ", " << g.cols()
-      << "] (B * patches per image, C * P * P) for " << images_role << " " << images.describe();
-  return g;
-}
+Rows3 rows_3d(const Tensor& t) { return {t.dim(0), t.dim(1), t.dim(2)}; }
 
 void patchify_forward(ExecutionContext& ctx, const Tensor& images, std::int64_t patch_size, Tensor& patches) {
   constexpr const char* op = "patchify_forward";
-  const math::PatchGeometry g = check_patches(op, images, "images", patch_size, patches, "patches");
+  const math::PatchGeometry g = op_checks::patch_geometry(images, patch_size);
   launch_patchify_forward(float_span(op, images, "images"), g, float_span(op, patches, "patches"), stream_of(ctx));
-}
-
-void patchify_backward(ExecutionContext& ctx, const Tensor& dpatches, std::int64_t patch_size, Tensor& dimages) {
-  constexpr const char* op = "patchify_backward";
-  const math::PatchGeometry g = check_patches(op, dimages, "dimages", patch_size, dpatches, "dpatches");
-  launch_patchify_backward(float_span(op, dpatches, "dpatches"), g, float_span(op, dimages, "dimages"),
-                           stream_of(ctx));
 }
 
 void prepend_rows_forward(ExecutionContext& ctx, const Tensor& prefix, const Tensor& x, Tensor& out) {
   constexpr const char* op = "prepend_rows_forward";
-  const Rows3 dx = rows_3d(op, x, "x"), dout = rows_3d(op, out, "out");
-  float_span(op, prefix, "prefix");
-  FT_CHECK(prefix.ndim() == 2 && prefix.dim(1) == dx.cols)
-      << op << ": prefix " << prefix.describe() << " must be [R, " << dx.cols << "] (the width of x " << x.describe()
-      << ")";
+  const Rows3 dx = rows_3d(x);
   const std::int64_t R = prefix.dim(0);
-  require_rows(op, out, "out", dout, {dx.batch, R + dx.rows, dx.cols});
   launch_prepend_rows_forward(float_span(op, prefix, "prefix"), float_span(op, x, "x"), float_span(op, out, "out"),
                               dx.batch, R, dx.rows, dx.cols, stream_of(ctx));
 }
 
 void prepend_rows_backward(ExecutionContext& ctx, const Tensor& dout, Tensor& dprefix, Tensor& dx) {
   constexpr const char* op = "prepend_rows_backward";
-  const Rows3 dd = rows_3d(op, dout, "dout"), dxd = rows_3d(op, dx, "dx");
+  const Rows3 dd = rows_3d(dout), dxd = rows_3d(dx);
   const std::int64_t R = dd.rows - dxd.rows, C = dd.cols;
-  FT_CHECK(R >= 0) << op << ": dx " << dx.describe() << " has more rows than dout " << dout.describe();
-  require_rows(op, dx, "dx", dxd, {dd.batch, dd.rows - R, C});
-  require_matrix(op, dprefix, "dprefix", R, C);
-  const FloatSpan sdout = float_span(op, dout, "dout");
+  const FloatSpan sdout = float_span(op, dout, "dout"), sdprefix = float_span(op, dprefix, "dprefix");
   // Row t < R of every image feeds the same prefix row: dprefix[t] += sum_b dout[b, t].
-  if (R > 0)
-    launch_batch_sum_accumulate(sdout, dd.batch, dd.rows * C, float_span(op, dprefix, "dprefix"), R * C,
-                                stream_of(ctx));
+  if (R > 0) launch_batch_sum_accumulate(sdout, dd.batch, dd.rows * C, sdprefix, R * C, stream_of(ctx));
   launch_prepend_rows_dx(sdout, float_span(op, dx, "dx"), dd.batch, R, dxd.rows, C, stream_of(ctx));
 }
 
 void broadcast_add_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& bias, Tensor& out) {
   constexpr const char* op = "broadcast_add_forward";
-  const Rows3 dx = rows_3d(op, x, "x"), dout = rows_3d(op, out, "out");
-  require_rows(op, out, "out", dout, dx);
-  require_matrix(op, bias, "bias", dx.rows, dx.cols);
+  const Rows3 dx = rows_3d(x);
   launch_broadcast_add_forward(float_span(op, x, "x"), float_span(op, bias, "bias"), float_span(op, out, "out"),
                                dx.batch, dx.rows, dx.cols, stream_of(ctx));
 }
 
 void broadcast_add_backward(ExecutionContext& ctx, const Tensor& dout, Tensor& dbias) {
   constexpr const char* op = "broadcast_add_backward";
-  const Rows3 d = rows_3d(op, dout, "dout");
-  require_matrix(op, dbias, "dbias", d.rows, d.cols);
+  const Rows3 d = rows_3d(dout);
   launch_batch_sum_accumulate(float_span(op, dout, "dout"), d.batch, d.rows * d.cols, float_span(op, dbias, "dbias"),
                               d.rows * d.cols, stream_of(ctx));
 }
 
-Rows3 check_slice(const char* op, const Tensor& whole, const char* whole_role, std::int64_t first,
-                  const Tensor& part, const char* part_role) {
-  const Rows3 dw = rows_3d(op, whole, whole_role), dp = rows_3d(op, part, part_role);
-  FT_CHECK(dp.batch == dw.batch && dp.cols == dw.cols && first >= 0 && first + dp.rows <= dw.rows)
-      << op << ": " << part_role << " " << part.describe() << " is not rows " << first << " .. " << first + dp.rows
-      << " of each batch item of " << whole_role << " " << whole.describe();
-  return dw;
-}
-
 void slice_rows_forward(ExecutionContext& ctx, const Tensor& x, std::int64_t first, Tensor& out) {
   constexpr const char* op = "slice_rows_forward";
-  const Rows3 d = check_slice(op, x, "x", first, out, "out");
+  const Rows3 d = rows_3d(x);
   launch_slice_rows_forward(float_span(op, x, "x"), first, float_span(op, out, "out"), d.batch, out.dim(1), d.rows,
                             d.cols, stream_of(ctx));
 }
 
 void slice_rows_backward(ExecutionContext& ctx, const Tensor& dout, std::int64_t first, Tensor& dx) {
   constexpr const char* op = "slice_rows_backward";
-  const Rows3 d = check_slice(op, dx, "dx", first, dout, "dout");
+  const Rows3 d = rows_3d(dx);
   launch_slice_rows_backward(float_span(op, dout, "dout"), first, float_span(op, dx, "dx"), d.batch, dout.dim(1),
                              d.rows, d.cols, stream_of(ctx));
 }

@@ -8,8 +8,8 @@
 #include <mutex>
 #include <string>
 
+#include "backends/cuda/device/cuda_check.hpp"
 #include "base/error.hpp"
-#include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cudnn_sdpa_graph.hpp"
 #include "runtime/execution_context.hpp"
 

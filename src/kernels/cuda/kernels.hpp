@@ -89,12 +89,6 @@ void launch_rope(FloatSpan in, const float* inv_freq, std::int64_t position_offs
 // adamw.cu: math::adamw_step
 void launch_adamw(float* param, const float* grad, float* m, float* v, const math::AdamwConstants& k,
                   std::int64_t n, cudaStream_t stream);
-// adamw_update_guarded: k.grad_scale replaced by *grad_scale, every element
-// left alone while math::adamw_step_skipped(*diverged_step); both read on the
-// device, in stream order.
-void launch_adamw_guarded(float* param, const float* grad, float* m, float* v, const math::AdamwConstants& k,
-                          const float* grad_scale, const std::int64_t* diverged_step, std::int64_t n,
-                          cudaStream_t stream);
 // adamw_update_chunks: math::adamw_step over the rows of a device chunk
 // table i64[chunks, math::kAdamwChunkColumns] of an n-element shard, each
 // row with k's weight decay or none (math::adamw_chunk_constants), in one
@@ -104,13 +98,14 @@ void launch_adamw_guarded(float* param, const float* grad, float* m, float* v, c
 void launch_adamw_chunks(float* param, const float* grad, float* m, float* v, const std::int64_t* chunks,
                          std::int64_t chunk_count, const math::AdamwConstants& k, std::int64_t n,
                          cudaStream_t stream);
-// The guarded form: as launch_adamw_guarded, *grad_scale and *diverged_step
-// read on the device.
+// The guarded form: k.grad_scale replaced by *grad_scale, every element left
+// alone while math::adamw_step_skipped(*diverged_step); both read on the
+// device, in stream order.
 void launch_adamw_chunks_guarded(float* param, const float* grad, float* m, float* v, const std::int64_t* chunks,
                                  std::int64_t chunk_count, const math::AdamwConstants& k, const float* grad_scale,
                                  const std::int64_t* diverged_step, std::int64_t n, cudaStream_t stream);
 
-// attention_reference.cu: math::attention_kv_head / attention_bshd_row /
+// attention.cu: math::attention_kv_head / attention_bshd_row /
 // attention_key_end / attention_first_query / attention_lse_index. q, out,
 // dq, dout [B, T, Hq, D]; k, v, dk, dv [B, T, Hkv, D]; lse f32 [B, Hq, T].
 // The on-device oracle: one thread per row, f32, no atomics.
@@ -181,9 +176,8 @@ void launch_embedding_backward(const std::int32_t* tokens, std::int64_t n_tokens
 // math, math::add_value, math::batch_sum_step), each tensor f32 or bf16 on
 // its own; one thread per output element (row_copy_launch), batch sums one
 // thread per column in batch order (batch_sum_launch).
-// patches[g.rows(), g.cols()] <-> images [B, H, W, C].
+// patches[g.rows(), g.cols()] from images [B, H, W, C].
 void launch_patchify_forward(FloatSpan images, math::PatchGeometry g, FloatSpan patches, cudaStream_t stream);
-void launch_patchify_backward(FloatSpan dpatches, math::PatchGeometry g, FloatSpan dimages, cudaStream_t stream);
 // out [B, R + N, C] = prefix [R, C] rows then x [B, N, C] rows per item.
 void launch_prepend_rows_forward(FloatSpan prefix, FloatSpan x, FloatSpan out, std::int64_t batch,
                                  std::int64_t prefix_rows, std::int64_t rows, std::int64_t width, cudaStream_t stream);

@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/cuda_check.hpp"
+#include "backends/cuda/device/cuda_check.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/launch_config.hpp"
 #include "kernels/math/cross_entropy.hpp"

@@ -1,7 +1,7 @@
 // CUDA kernels of the ViT row ops (op_list.hpp): patchify, prepend_rows,
 // broadcast_add, slice_rows, forward and backward (kernels.hpp). The index
 // math and the batch-order sum step are kernels/math/token_rows.hpp's, the
-// functions kernels/host/rows.cpp calls: every output element gets the
+// functions kernels/host/token_rows.cpp calls: every output element gets the
 // same bits as on the host. Each element is loaded as f32 and rounded to
 // its tensor's storage on store (a same-dtype copy is exact), as the host's
 // float_spans do. No atomics: the batch sums of the backward passes run one
@@ -17,15 +17,6 @@ void launch_patchify_forward(FloatSpan images, math::PatchGeometry g, FloatSpan 
   launch_grid_stride("ftrain::patchify_forward", row_copy_launch(rows, cols), rows * cols, stream,
                      [=] __device__(std::int64_t i) {
                        store_f32(patches, i, load_f32(images, math::patch_pixel_offset(g, i / cols, i % cols)));
-                     });
-}
-
-// Patches do not overlap: each pixel is written by exactly one thread.
-void launch_patchify_backward(FloatSpan dpatches, math::PatchGeometry g, FloatSpan dimages, cudaStream_t stream) {
-  const std::int64_t rows = g.rows(), cols = g.cols();
-  launch_grid_stride("ftrain::patchify_backward", row_copy_launch(rows, cols), rows * cols, stream,
-                     [=] __device__(std::int64_t i) {
-                       store_f32(dimages, math::patch_pixel_offset(g, i / cols, i % cols), load_f32(dpatches, i));
                      });
 }
 

@@ -22,28 +22,20 @@ namespace ftrain::host {
 
 namespace {
 
-void require_adamw_operands(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m,
-                            const Tensor& v, std::int64_t step) {
-  spans::require_dtype(op, param, "param", DType::f32);
-  spans::require_dtype(op, grad, "grad", DType::f32);
-  spans::require_dtype(op, m, "m", DType::f32);
-  spans::require_dtype(op, v, "v", DType::f32);
-  spans::require_numel(op, grad, "grad", param.numel(), "same as param");
-  spans::require_numel(op, m, "m", param.numel(), "same as param");
-  spans::require_numel(op, v, "v", param.numel(), "same as param");
-  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (bias correction) for param "
-                      << param.describe();
+// Dtypes, sizes and the step were checked by ops::adamw_* (kernels/op_checks.hpp).
+void require_adamw_on_host(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m,
+                           const Tensor& v) {
+  spans::require_on_host(op, {{&param, "param"}, {&grad, "grad"}, {&m, "m"}, {&v, "v"}});
 }
 
-// The table's shape, and every row inside param, in increasing order and
-// not overlapping: the kernel below updates the rows in parallel, so an
-// overlap would be a race, and a row past the end would write outside the
-// shard. Cheap next to the update itself (three integers per 65536 elements).
-void require_chunk_table(const char* op, const Tensor& chunks, const Tensor& param) {
-  spans::require_dtype(op, chunks, "chunks", DType::i64);
-  FT_CHECK(chunks.ndim() == 2 && chunks.dim(1) == math::kAdamwChunkColumns)
-      << op << ": chunks " << chunks.describe() << " must be [chunks, " << math::kAdamwChunkColumns
-      << "] (offset, count, decay per row; kernels/adamw_chunks.hpp)";
+// Every row of the table inside param, in increasing order and not
+// overlapping (its dtype and shape: ops::adamw_update_chunks*): the kernel
+// below updates the rows in parallel, so an overlap would be a race, and a
+// row past the end would write outside the shard. Cheap next to the update
+// itself (three integers per 65536 elements). The CUDA backend clamps rows
+// in its kernel instead: its table stays on the device.
+void require_chunk_rows(const char* op, const Tensor& chunks, const Tensor& param) {
+  spans::require_defined_host(op, chunks, "chunks");
   const auto* table = chunks.data_as<std::int64_t>();
   std::int64_t end_of_previous = 0;
   for (std::int64_t r = 0; r < chunks.dim(0); ++r) {
@@ -78,7 +70,7 @@ void update_chunks(const char* kernel_name, Tensor& param, const Tensor& grad, T
 
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2,
                   float eps, float weight_decay, std::int64_t step, float grad_scale) {
-  require_adamw_operands("adamw_update", param, grad, m, v, step);
+  require_adamw_on_host("adamw_update", param, grad, m, v);
   const math::AdamwConstants k = math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
   float* p = static_cast<float*>(param.data());
   const float* gr = static_cast<const float*>(grad.data());
@@ -93,8 +85,8 @@ void adamw_update_chunks(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v
                          float beta1, float beta2, float eps, float weight_decay, std::int64_t step,
                          float grad_scale) {
   constexpr const char* op = "adamw_update_chunks";
-  require_adamw_operands(op, param, grad, m, v, step);
-  require_chunk_table(op, chunks, param);
+  require_adamw_on_host(op, param, grad, m, v);
+  require_chunk_rows(op, chunks, param);
   update_chunks("ftrain::adamw::update_chunks", param, grad, m, v, chunks,
                 math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale));
 }
@@ -103,10 +95,9 @@ void adamw_update_chunks_guarded(Tensor& param, const Tensor& grad, Tensor& m, T
                                  float lr, float beta1, float beta2, float eps, float weight_decay,
                                  std::int64_t step, const Tensor& grad_scale, const Tensor& diverged_step) {
   constexpr const char* op = "adamw_update_chunks_guarded";
-  spans::require_scalar(op, grad_scale, "grad_scale", DType::f32);
-  spans::require_scalar(op, diverged_step, "diverged_step", DType::i64);
-  require_adamw_operands(op, param, grad, m, v, step);
-  require_chunk_table(op, chunks, param);
+  spans::require_on_host(op, {{&grad_scale, "grad_scale"}, {&diverged_step, "diverged_step"}});
+  require_adamw_on_host(op, param, grad, m, v);
+  require_chunk_rows(op, chunks, param);
   if (math::adamw_step_skipped(diverged_step.data_as<std::int64_t>()[0])) return;  // changes nothing
   update_chunks("ftrain::adamw::update_chunks_guarded", param, grad, m, v, chunks,
                 math::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale.data_as<float>()[0]));

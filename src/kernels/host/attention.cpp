@@ -28,11 +28,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "base/error.hpp"
 #include "kernels/host/attention_tiled.hpp"
+#include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
 #include "kernels/math/attention.hpp"
 
@@ -210,44 +213,18 @@ struct AttentionShape {
   }
 };
 
-void check_float_storage(const char* op, const char* role, const Tensor& t) {
-  FT_CHECK(t.defined()) << op << ": " << role << " is undefined";
-  FT_CHECK(t.device() == Device::host) << op << ": " << role << " " << t.describe() << " is not a host tensor";
-  FT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16)
-      << op << ": " << role << " " << t.describe() << " must be f32 or bf16";
-}
-
-void check_same_shape(const char* op, const char* role, const Tensor& t, const Tensor& like, const char* like_role) {
-  check_float_storage(op, role, t);
-  FT_CHECK(t.shape() == like.shape()) << op << ": " << role << " " << t.describe() << " must have the shape of "
-                                      << like_role << " " << like.describe();
-}
-
-AttentionShape check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
-  check_float_storage(op, "q", q);
-  check_float_storage(op, "k", k);
-  check_float_storage(op, "v", v);
-  FT_CHECK(q.ndim() == 4) << op << ": q " << q.describe() << " must be [B, T, Hq, D]";
-  FT_CHECK(k.ndim() == 4) << op << ": k " << k.describe() << " must be [B, T, Hkv, D]";
+// Shapes and dtypes were checked by ops::attention_* (kernels/op_checks.hpp);
+// what is left is the host backend's own: every tensor in host memory.
+AttentionShape host_attention(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> tensors,
+                              const Tensor& q, const Tensor& k) {
+  spans::require_on_host(op, tensors);
   AttentionShape s;
   s.batch = q.dim(0);
   s.seq = q.dim(1);
   s.q_heads = q.dim(2);
   s.head_dim = q.dim(3);
   s.kv_heads = k.dim(2);
-  FT_CHECK(k.dim(0) == s.batch && k.dim(1) == s.seq && k.dim(3) == s.head_dim)
-      << op << ": k " << k.describe() << " does not match q " << q.describe() << " in B, T or D";
-  FT_CHECK(s.kv_heads > 0 && s.q_heads % s.kv_heads == 0)
-      << op << ": query heads of q " << q.describe() << " must be a multiple of the kv heads of k " << k.describe();
-  check_same_shape(op, "v", v, k, "k");
   return s;
-}
-
-void check_lse(const char* op, const Tensor& lse, const AttentionShape& s) {
-  FT_CHECK(lse.defined() && lse.device() == Device::host && lse.dtype() == DType::f32 &&
-           lse.shape() == Shape({s.batch, s.q_heads, s.seq}))
-      << op << ": lse " << lse.describe() << " must be host f32[" << s.batch << ", " << s.q_heads << ", " << s.seq
-      << "]";
 }
 
 void check_tiles(const char* op, const detail::AttentionTiles& tiles) {
@@ -278,9 +255,8 @@ namespace detail {
 void attention_forward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float softmax_scale,
                              Tensor& out, Tensor& lse, AttentionTiles tiles) {
   constexpr const char* op = "attention_forward";
-  const AttentionShape s = check_qkv(op, q, k, v);
-  check_same_shape(op, "out", out, q, "q");
-  check_lse(op, lse, s);
+  const AttentionShape s =
+      host_attention(op, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&lse, "lse"}}, q, k);
   check_tiles(op, tiles);
   if (s.batch == 0 || s.seq == 0 || s.q_heads == 0) return;
 
@@ -356,13 +332,17 @@ void attention_backward_tiled(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& lse, const Tensor& dout, bool causal, float softmax_scale, Tensor& dq,
                               Tensor& dk, Tensor& dv, AttentionTiles tiles) {
   constexpr const char* op = "attention_backward";
-  const AttentionShape s = check_qkv(op, q, k, v);
-  check_same_shape(op, "out", out, q, "q");
-  check_same_shape(op, "dout", dout, q, "q");
-  check_same_shape(op, "dq", dq, q, "q");
-  check_same_shape(op, "dk", dk, k, "k");
-  check_same_shape(op, "dv", dv, v, "v");
-  check_lse(op, lse, s);
+  const AttentionShape s = host_attention(op,
+                                          {{&q, "q"},
+                                           {&k, "k"},
+                                           {&v, "v"},
+                                           {&out, "out"},
+                                           {&lse, "lse"},
+                                           {&dout, "dout"},
+                                           {&dq, "dq"},
+                                           {&dk, "dk"},
+                                           {&dv, "dv"}},
+                                          q, k);
   check_tiles(op, tiles);
   if (s.batch == 0 || s.seq == 0 || s.q_heads == 0) return;
 

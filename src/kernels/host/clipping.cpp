@@ -1,6 +1,6 @@
 // Gradient clipping and the guarded optimizer step without host reads
-// (op_list.hpp: sum_squares_accumulate, clip_coefficient,
-// adamw_update_guarded). The scalars live in tensors so that on a device
+// (op_list.hpp: sum_squares_accumulate, clip_coefficient; the guarded
+// step is adamw_update_chunks_guarded, kernels/host/adamw.cpp). The scalars live in tensors so that on a device
 // they stay there; the arithmetic is the host's former f64 arithmetic, so
 // the golden curves do not move by a bit.
 #include "base/error.hpp"
@@ -12,7 +12,7 @@
 namespace ftrain::host {
 
 void sum_squares_accumulate(const Tensor& x, Tensor& acc) {
-  spans::require_scalar("sum_squares_accumulate", acc, "acc", DType::f64);
+  spans::require_defined_host("sum_squares_accumulate", acc, "acc");
   // sum_squares itself: the partials are the numbers the host used to add.
   acc.data_as<double>()[0] += sum_squares(x);
 }
@@ -20,27 +20,14 @@ void sum_squares_accumulate(const Tensor& x, Tensor& acc) {
 void clip_coefficient(const Tensor& sum_sq, double max_norm, std::int64_t step, Tensor& norm, Tensor& scale,
                       Tensor& diverged_step) {
   constexpr const char* op = "clip_coefficient";
-  spans::require_scalar(op, sum_sq, "sum_sq", DType::f64);
-  spans::require_scalar(op, norm, "norm", DType::f64);
-  spans::require_scalar(op, scale, "scale", DType::f32);
-  spans::require_scalar(op, diverged_step, "diverged_step", DType::i64);
-  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (0 means \"not diverged\")";
+  spans::require_on_host(
+      op, {{&sum_sq, "sum_sq"}, {&norm, "norm"}, {&scale, "scale"}, {&diverged_step, "diverged_step"}});
   // kernels/math/pointwise.hpp: the arithmetic the CUDA kernel runs too.
   const double n = math::norm_from_sum_squares(sum_sq.data_as<double>()[0]);
   norm.data_as<double>()[0] = n;
   scale.data_as<float>()[0] = math::clip_scale(n, max_norm);
   std::int64_t& flagged = diverged_step.data_as<std::int64_t>()[0];
   flagged = math::diverged_step_after(flagged, n, step);
-}
-
-void adamw_update_guarded(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1,
-                          float beta2, float eps, float weight_decay, std::int64_t step, const Tensor& grad_scale,
-                          const Tensor& diverged_step) {
-  constexpr const char* op = "adamw_update_guarded";
-  spans::require_scalar(op, grad_scale, "grad_scale", DType::f32);
-  spans::require_scalar(op, diverged_step, "diverged_step", DType::i64);
-  if (math::adamw_step_skipped(diverged_step.data_as<std::int64_t>()[0])) return;  // changes nothing
-  adamw_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale.data_as<float>()[0]);
 }
 
 }  // namespace ftrain::host

@@ -16,11 +16,7 @@ namespace ftrain::host {
 
 void dropout(const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream, std::int64_t first_row, Tensor& y) {
   constexpr const char* op = "dropout";
-  spans::require_float_storage(op, x, "x");
-  spans::require_float_storage(op, y, "y");
-  spans::require_numel(op, y, "y", x.numel(), "same as x");
-  FT_CHECK(p >= 0.0f && p < 1.0f) << op << ": p = " << p << " is outside [0, 1)";
-  FT_CHECK(x.ndim() >= 1 && first_row >= 0) << op << ": x " << x.describe() << " first_row " << first_row;
+  spans::require_on_host(op, {{&x, "x"}, {&y, "y"}});  // the rest: ops::dropout (kernels/op_checks.hpp)
   const std::int64_t width = x.dim(x.ndim() - 1);
   const Tensor tx = x, ty = y;
   spans::for_each_chunk("ftrain::dropout", x.numel(), [=](std::int64_t begin, std::int64_t n) {

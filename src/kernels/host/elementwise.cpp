@@ -26,11 +26,7 @@ using spans::HostPolicy;
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
   constexpr const char* op = "add";
-  spans::require_float_storage(op, a, "a");
-  spans::require_float_storage(op, b, "b");
-  spans::require_float_storage(op, out, "out");
-  spans::require_same_shape(op, a, "a", b, "b");
-  spans::require_same_shape(op, a, "a", out, "out");
+  spans::require_on_host(op, {{&a, "a"}, {&b, "b"}, {&out, "out"}});
   const Tensor ta = a, tb = b, tout = out;
   spans::for_each_chunk("ftrain::add", a.numel(), [=](std::int64_t begin, std::int64_t n) {
     const float* x = spans::read_f32(ta, begin, n, spans::thread_scratch(0, n));
@@ -43,9 +39,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
 
 void add_inplace(Tensor& acc, const Tensor& x) {
   constexpr const char* op = "add_inplace";
-  spans::require_float_storage(op, acc, "acc");
-  spans::require_float_storage(op, x, "x");
-  spans::require_numel(op, x, "x", acc.numel(), "same as acc");
+  spans::require_on_host(op, {{&acc, "acc"}, {&x, "x"}});
   const Tensor tacc = acc, tx = x;
   spans::for_each_chunk("ftrain::add_inplace", acc.numel(), [=](std::int64_t begin, std::int64_t n) {
     const float* add = spans::read_f32(tx, begin, n, spans::thread_scratch(0, n));
@@ -55,7 +49,7 @@ void add_inplace(Tensor& acc, const Tensor& x) {
 
 void scale_inplace(Tensor& x, float factor) {
   constexpr const char* op = "scale_inplace";
-  spans::require_float_storage(op, x, "x");
+  spans::require_defined_host(op, x, "x");
   const Tensor tx = x;
   spans::for_each_chunk("ftrain::scale_inplace", x.numel(), [=](std::int64_t begin, std::int64_t n) {
     const float* in = spans::read_f32(tx, begin, n, spans::thread_scratch(0, n));
@@ -147,9 +141,7 @@ void fill(Tensor& x, float value) {
 
 void cast(const Tensor& src, Tensor& dst) {
   constexpr const char* op = "cast";
-  spans::require_defined_host(op, src, "src");
-  spans::require_defined_host(op, dst, "dst");
-  spans::require_numel(op, dst, "dst", src.numel(), "same as src");
+  spans::require_on_host(op, {{&src, "src"}, {&dst, "dst"}});
   if (src.dtype() == dst.dtype()) {
     // Same dtype (float or integer): a bit copy, NaN payloads included.
     if (src.data() != dst.data()) {
@@ -216,15 +208,12 @@ double reduce(const char* kernel_name, const Tensor& x, math::ReduceTerm term) {
 
 void sum(const Tensor& x, Tensor& out) {
   constexpr const char* op = "sum";
-  spans::require_float_storage(op, x, "x");
-  FT_CHECK(out.dtype() == DType::f32 && out.numel() == 1 && out.device() == Device::host)
-      << op << ": out " << out.describe() << " must be a host f32[1]";
+  spans::require_on_host(op, {{&x, "x"}, {&out, "out"}});
   out.data_as<float>()[0] = static_cast<float>(reduce("ftrain::sum", x, math::ReduceTerm::value));
 }
 
 double sum_squares(const Tensor& x) {
-  constexpr const char* op = "sum_squares";
-  spans::require_float_storage(op, x, "x");
+  spans::require_defined_host("sum_squares", x, "x");
   return reduce("ftrain::sum_squares", x, math::ReduceTerm::square);
 }
 

@@ -29,17 +29,11 @@ struct EmbeddingDims {
   std::int64_t tokens, vocab, width;
 };
 
-EmbeddingDims check_embedding(const char* op, const Tensor& tokens, const Tensor& table, const char* table_role,
-                              const Tensor& rows, const char* rows_role) {
-  spans::require_dtype(op, tokens, "tokens", DType::i32);
-  spans::require_float_storage(op, table, table_role);
-  spans::require_float_storage(op, rows, rows_role);
-  FT_CHECK(table.ndim() == 2) << op << ": " << table_role << " " << table.describe() << " must be [V, C]";
-  const std::int64_t vocab = table.dim(0), width = table.dim(1);
-  FT_CHECK(rows.ndim() >= 1 && rows.dim(-1) == width && rows.numel() == tokens.numel() * width)
-      << op << ": " << rows_role << " " << rows.describe() << " must hold one row of width " << width
-      << " per token of tokens " << tokens.describe();
-  return {tokens.numel(), vocab, width};
+// Shapes and dtypes were checked by ops::embedding_* (kernels/op_checks.hpp).
+EmbeddingDims host_embedding(const char* op, const Tensor& tokens, const Tensor& table, const char* table_role,
+                             const Tensor& rows, const char* rows_role) {
+  spans::require_on_host(op, {{&tokens, "tokens"}, {&table, table_role}, {&rows, rows_role}});
+  return {tokens.numel(), table.dim(0), table.dim(1)};
 }
 
 // Throws on the first token outside [0, vocab), naming it.
@@ -64,7 +58,7 @@ void check_tokens(const char* op, const Tensor& tokens, std::int64_t vocab, cons
 
 void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) {
   constexpr const char* op = "embedding_forward";
-  const EmbeddingDims d = check_embedding(op, tokens, table, "table", out, "out");
+  const EmbeddingDims d = host_embedding(op, tokens, table, "table", out, "out");
   check_tokens(op, tokens, d.vocab, table);
   const std::int32_t* ids = static_cast<const std::int32_t*>(tokens.data());
   const Tensor ttable = table, tout = out;
@@ -88,7 +82,7 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) {
 void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
   constexpr const char* op = "embedding_backward";
   if (!dtable.defined()) return;  // a frozen table (op_list.hpp): there is no activation gradient to compute
-  const EmbeddingDims d = check_embedding(op, tokens, dtable, "dtable", dout, "dout");
+  const EmbeddingDims d = host_embedding(op, tokens, dtable, "dtable", dout, "dout");
   check_tokens(op, tokens, d.vocab, dtable);
   const std::int32_t* ids = static_cast<const std::int32_t*>(tokens.data());
 

@@ -21,12 +21,15 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "kernels/math/column_sums.hpp"
+#include "kernels/tensor_checks.hpp"
 
 namespace ftrain::host::spans {
 
@@ -41,33 +44,32 @@ inline constexpr std::int64_t kRowsPerBlock = math::kColumnSumRows;
 // ---- argument checks ---------------------------------------------------------
 
 inline void require_defined_host(const char* op, const Tensor& t, const char* role) {
-  FT_CHECK(t.defined()) << op << ": " << role << " is an undefined tensor";
+  checks::require_defined(op, t, role);
   FT_CHECK(t.device() == Device::host) << op << ": " << role << " " << t.describe()
                                        << " is not on the host (host backend)";
+}
+
+// Each of `tensors` (a null entry is an absent optional one) defined and in
+// host memory: the host backend's own check, once ops::<op> checked shapes
+// and dtypes (kernels/op_checks.hpp).
+inline void require_on_host(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> tensors) {
+  for (const auto& [t, role] : tensors)
+    if (t != nullptr) require_defined_host(op, *t, role);
 }
 
 // f32 or bf16 storage on the host.
 inline void require_float_storage(const char* op, const Tensor& t, const char* role) {
   require_defined_host(op, t, role);
-  FT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16)
-      << op << ": " << role << " " << t.describe() << " must be f32 or bf16";
+  checks::require_float(op, t, role);
 }
 
 inline void require_dtype(const char* op, const Tensor& t, const char* role, DType dtype) {
   require_defined_host(op, t, role);
-  FT_CHECK(t.dtype() == dtype) << op << ": " << role << " " << t.describe() << " must be " << dtype_name(dtype);
+  checks::require_dtype(op, t, role, dtype);
 }
 
-inline void require_same_shape(const char* op, const Tensor& a, const char* role_a, const Tensor& b,
-                               const char* role_b) {
-  FT_CHECK(a.shape() == b.shape()) << op << ": " << role_b << " " << b.describe() << " must have the shape of "
-                                   << role_a << " " << a.describe();
-}
-
-inline void require_numel(const char* op, const Tensor& t, const char* role, std::int64_t numel, const char* why) {
-  FT_CHECK(t.numel() == numel) << op << ": " << role << " " << t.describe() << " must have " << numel
-                               << " elements (" << why << ")";
-}
+using checks::require_numel;
+using checks::require_same_shape;
 
 // A device scalar of the clipping / guarded-optimizer ops: one element of `dtype` on the host.
 inline void require_scalar(const char* op, const Tensor& t, const char* role, DType dtype) {
@@ -75,12 +77,7 @@ inline void require_scalar(const char* op, const Tensor& t, const char* role, DT
   require_numel(op, t, role, 1, "one element");
 }
 
-// Last dimension of a row-major [..., C] activation; checks it is >= 1-d.
-inline std::int64_t row_width(const char* op, const Tensor& t, const char* role) {
-  FT_CHECK(t.ndim() >= 1 && t.dim(-1) > 0) << op << ": " << role << " " << t.describe()
-                                           << " must be [..., C] with C > 0";
-  return t.dim(-1);
-}
+using checks::row_width;
 
 // ---- scratch -------------------------------------------------------------------
 

@@ -20,6 +20,7 @@
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/gemm.hpp"
 #include "kernels/host/host_ops.hpp"
+#include "kernels/op_checks.hpp"
 
 namespace ftrain::host {
 
@@ -27,28 +28,7 @@ using spans::HostPolicy;
 
 namespace {
 
-struct LinearDims {
-  std::int64_t rows, in, out;
-};
-
-// Checks x[..., in], w[out, in] and an activation of width out with the rows of x.
-LinearDims check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& y_like,
-                        const char* y_role) {
-  spans::require_float_storage(op, x, "x");
-  spans::require_float_storage(op, w, "w");
-  spans::require_float_storage(op, y_like, y_role);
-  FT_CHECK(w.ndim() == 2) << op << ": w " << w.describe() << " must be [out, in]";
-  const std::int64_t in = w.dim(1), out = w.dim(0);
-  FT_CHECK(x.ndim() >= 1 && x.dim(-1) == in)
-      << op << ": x " << x.describe() << " must be [..., " << in << "] to match w " << w.describe();
-  FT_CHECK(y_like.ndim() >= 1 && y_like.dim(-1) == out)
-      << op << ": " << y_role << " " << y_like.describe() << " must be [..., " << out << "] to match w "
-      << w.describe();
-  const std::int64_t rows = in > 0 ? x.numel() / in : 0;
-  FT_CHECK(y_like.numel() == rows * out) << op << ": " << y_role << " " << y_like.describe() << " must have "
-                                         << rows << " rows like x " << x.describe();
-  return {rows, in, out};
-}
+using op_checks::LinearDims;
 
 // Both operands bf16 on a CPU with native BF16 GEMMs: no widening.
 bool native_bf16_pair(const Tensor& a, const Tensor& b) {
@@ -69,11 +49,8 @@ std::unique_ptr<float[]> uninitialised_f32(std::int64_t n) {
 
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
   constexpr const char* op = "linear_forward";
-  const LinearDims d = check_linear(op, x, w, y, "y");
-  if (b != nullptr) {
-    spans::require_float_storage(op, *b, "b");
-    spans::require_numel(op, *b, "b", d.out, "one per output feature of w");
-  }
+  spans::require_on_host(op, {{&x, "x"}, {&w, "w"}, {&y, "y"}, {b, "b"}});
+  const LinearDims d = op_checks::linear_dims(x, w);
   if (d.rows == 0 || d.out == 0) return;
 
   if (b == nullptr && d.in > 0 && y.dtype() == DType::bf16 && native_bf16_pair(x, w)) {
@@ -122,22 +99,12 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
 
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db) {
   constexpr const char* op = "linear_backward";
-  const LinearDims d = check_linear(op, x, w, dy, "dy");
   // Undefined dw / db: a frozen weight (op_list.hpp); only dx is computed.
   const bool want_dw = dw.defined();
   if (db != nullptr && !db->defined()) db = nullptr;
-  if (want_dw) {
-    spans::require_float_storage(op, dw, "dw");
-    spans::require_same_shape(op, w, "w", dw, "dw");
-  }
-  if (dx != nullptr) {
-    spans::require_float_storage(op, *dx, "dx");
-    spans::require_same_shape(op, x, "x", *dx, "dx");
-  }
-  if (db != nullptr) {
-    spans::require_float_storage(op, *db, "db");
-    spans::require_numel(op, *db, "db", d.out, "one per output feature of w");
-  }
+  spans::require_on_host(op,
+                         {{&x, "x"}, {&w, "w"}, {&dy, "dy"}, {want_dw ? &dw : nullptr, "dw"}, {dx, "dx"}, {db, "db"}});
+  const LinearDims d = op_checks::linear_dims(x, w);
   const std::int64_t n = d.rows, in = d.in, out = d.out;
 
   std::vector<float> x_store, w_store, dy_store;

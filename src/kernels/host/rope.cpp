@@ -28,17 +28,11 @@ struct RopeDims {
   std::int64_t batch, time, heads, head_dim;
 };
 
-RopeDims check_rope(const char* op, const Tensor& in, const char* in_role, const Tensor& inv_freq,
-                    const Tensor& out, const char* out_role) {
-  spans::require_float_storage(op, in, in_role);
-  spans::require_float_storage(op, out, out_role);
-  spans::require_dtype(op, inv_freq, "inv_freq", DType::f32);
-  FT_CHECK(in.ndim() == 4) << op << ": " << in_role << " " << in.describe() << " must be [B, T, H, D]";
-  spans::require_same_shape(op, in, in_role, out, out_role);
-  const std::int64_t head_dim = in.dim(3);
-  FT_CHECK(head_dim % 2 == 0) << op << ": head dimension of " << in_role << " " << in.describe() << " must be even";
-  spans::require_numel(op, inv_freq, "inv_freq", head_dim / 2, "half the head dimension");
-  return {in.dim(0), in.dim(1), in.dim(2), head_dim};
+// Shapes and dtypes were checked by ops::rope_* (kernels/op_checks.hpp).
+RopeDims host_rope(const char* op, const Tensor& in, const char* in_role, const Tensor& inv_freq, const Tensor& out,
+                   const char* out_role) {
+  spans::require_on_host(op, {{&in, in_role}, {&out, out_role}, {&inv_freq, "inv_freq"}});
+  return {in.dim(0), in.dim(1), in.dim(2), in.dim(3)};
 }
 
 // cos/sin tables [T, D/2] for positions position_offset + t.
@@ -127,12 +121,12 @@ void rope_apply(const char* kernel_name, const Tensor& in, const Tensor& inv_fre
 }  // namespace
 
 void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset, Tensor& y) {
-  const RopeDims d = check_rope("rope_forward", x, "x", inv_freq, y, "y");
+  const RopeDims d = host_rope("rope_forward", x, "x", inv_freq, y, "y");
   rope_apply("ftrain::rope::forward", x, inv_freq, position_offset, y, 1.0f, d);
 }
 
 void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset, Tensor& dx) {
-  const RopeDims d = check_rope("rope_backward", dy, "dy", inv_freq, dx, "dx");
+  const RopeDims d = host_rope("rope_backward", dy, "dy", inv_freq, dx, "dx");
   rope_apply("ftrain::rope::backward", dy, inv_freq, position_offset, dx, -1.0f, d);
 }
 

@@ -36,7 +36,7 @@ inline AdamwConstants adamw_constants(float lr, float beta1, float beta2, float 
           static_cast<float>(1.0 / std::sqrt(bias2))};
 }
 
-// adamw_update_guarded's skip rule: a step flagged diverged (clip_coefficient's
+// adamw_update_chunks_guarded's skip rule: a step flagged diverged (clip_coefficient's
 // sticky diverged_step, non-zero) changes no parameter and no moment.
 FTRAIN_HD bool adamw_step_skipped(std::int64_t diverged_step) { return diverged_step != 0; }
 

@@ -1,6 +1,6 @@
 // Attention's index math, shared by the host flash attention
 // (kernels/host/attention.cpp) and the CUDA reference attention
-// (kernels/cuda/attention_reference.cu): which KV head a query head reads
+// (kernels/cuda/attention.cu): which KV head a query head reads
 // (GQA), which keys a query sees (causal bound), where a row lives in a
 // BSHD tensor and in the f32 [B, H, T] log-sum-exp. A wrong index here
 // breaks the host golden curves and the host attention tests, so the

@@ -1,5 +1,5 @@
 // Index math of the ViT row ops (op_list.hpp: patchify, prepend_rows,
-// broadcast_add, slice_rows), shared by kernels/host/rows.cpp and
+// broadcast_add, slice_rows), shared by kernels/host/token_rows.cpp and
 // kernels/cuda/token_rows.cu: which source element each output element
 // copies, and the batch-order sum their backward passes accumulate.
 //

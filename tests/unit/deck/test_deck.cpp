@@ -132,9 +132,9 @@ TEST(Deck, EveryCommandFillsItsFields) {
   ASSERT_EQ(c.model.overrides.size(), 2u);
   EXPECT_EQ(c.model.overrides[0], (std::pair<std::string, std::string>{"num_hidden_layers", "2"}));
   EXPECT_EQ(c.model.overrides[1], (std::pair<std::string, std::string>{"rope_theta", "500000"}));
-  EXPECT_EQ(c.precision, "bf16");
+  EXPECT_EQ(c.precision, deck::Precision::bf16);
   EXPECT_EQ(c.seed, 18446744073709551615ull);
-  EXPECT_EQ(c.data.kind, "tokens");
+  EXPECT_EQ(c.data.kind, deck::DataKind::tokens);
   EXPECT_EQ(c.data.path, train);
   EXPECT_FALSE(c.data.packing);
   EXPECT_TRUE(c.data.shuffle);
@@ -144,31 +144,31 @@ TEST(Deck, EveryCommandFillsItsFields) {
   EXPECT_EQ(c.batch.micro_batch, 4);
   EXPECT_EQ(c.batch.grad_accum, 8);
   EXPECT_EQ(c.batch.seq_len, 2048);
-  EXPECT_EQ(c.optimizer.name, "adamw");
+  EXPECT_EQ(c.optimizer.name, deck::OptimizerKind::adamw);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
   EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.8);
   EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.999);
   EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-6);
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
-  EXPECT_EQ(c.schedule.kind, "cosine");
+  EXPECT_EQ(c.schedule.kind, deck::ScheduleKind::cosine);
   ASSERT_TRUE(c.schedule.warmup_ratio.has_value());
   EXPECT_DOUBLE_EQ(*c.schedule.warmup_ratio, 0.05);
   EXPECT_DOUBLE_EQ(c.schedule.min_lr, 1e-5);
   EXPECT_DOUBLE_EQ(c.clip_grad_norm, 1.0);
   EXPECT_EQ(c.max_steps, 1000);
-  EXPECT_EQ(c.init.kind, "safetensors");
+  EXPECT_EQ(c.init.kind, deck::InitKind::safetensors);
   EXPECT_EQ(c.init.path, weights);
   EXPECT_EQ(c.init.where.str(), "tiny.in:11");
-  EXPECT_EQ(c.fsdp.strategy, "hybrid_shard");
-  EXPECT_EQ(c.fsdp.backward_prefetch, "backward_post");
+  EXPECT_EQ(c.fsdp.strategy, deck::ShardingStrategy::hybrid_shard);
+  EXPECT_EQ(c.fsdp.backward_prefetch, deck::BackwardPrefetch::backward_post);
   EXPECT_TRUE(c.fsdp.forward_prefetch);
   EXPECT_EQ(c.fsdp.limit_all_gathers, 3);
   EXPECT_EQ(c.fsdp.shard_group_size, 8);
-  EXPECT_EQ(c.fsdp.param_dtype, "bf16");
-  EXPECT_EQ(c.fsdp.reduce_dtype, "bf16");
+  EXPECT_EQ(c.fsdp.param_dtype, deck::CommDtype::bf16);
+  EXPECT_EQ(c.fsdp.reduce_dtype, deck::CommDtype::bf16);
   EXPECT_TRUE(c.fsdp.sync_module_states);
   EXPECT_EQ(c.fsdp.where.str(), "tiny.in:12");
-  EXPECT_EQ(c.activation_checkpointing, "every");
+  EXPECT_EQ(c.activation_checkpointing, deck::ActivationCheckpointing::every);
   EXPECT_EQ(c.activation_checkpointing_every, 2);
   EXPECT_EQ(c.log_every, 5);
   EXPECT_TRUE(c.per_rank_logs);
@@ -182,19 +182,19 @@ TEST(Deck, EveryCommandFillsItsFields) {
 TEST(Deck, OtherForms) {
   RunConfig c = parse(kRequired + "init random std 0.01\nactivation_checkpointing on\n"
                                   "schedule linear warmup_steps 3\nfsdp no_shard\n");
-  EXPECT_EQ(c.init.kind, "random");
+  EXPECT_EQ(c.init.kind, deck::InitKind::random);
   EXPECT_DOUBLE_EQ(c.init.std, 0.01);
-  EXPECT_EQ(c.activation_checkpointing, "on");
+  EXPECT_EQ(c.activation_checkpointing, deck::ActivationCheckpointing::on);
   EXPECT_EQ(c.activation_checkpointing_every, 1);
-  EXPECT_EQ(c.schedule.kind, "linear");
+  EXPECT_EQ(c.schedule.kind, deck::ScheduleKind::linear);
   EXPECT_EQ(c.schedule.warmup_steps, 3);
   EXPECT_FALSE(c.schedule.warmup_ratio.has_value());
-  EXPECT_EQ(c.fsdp.strategy, "no_shard");
+  EXPECT_EQ(c.fsdp.strategy, deck::ShardingStrategy::no_shard);
   c = parse(kRequired + "activation_checkpointing off\nfsdp shard_grad_op backward_prefetch none\n"
                         "optimizer adamw lr +2.5e-4\n");
-  EXPECT_EQ(c.activation_checkpointing, "off");
+  EXPECT_EQ(c.activation_checkpointing, deck::ActivationCheckpointing::off);
   EXPECT_EQ(c.activation_checkpointing_every, 0);
-  EXPECT_EQ(c.fsdp.backward_prefetch, "none");
+  EXPECT_EQ(c.fsdp.backward_prefetch, deck::BackwardPrefetch::none);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 2.5e-4);
 }
 
@@ -202,10 +202,10 @@ TEST(Deck, OtherForms) {
 // in minutes or seconds (the form word is the unit).
 TEST(Deck, DeviceCommAndCollectiveTimeout) {
   RunConfig c = parse(kRequired);
-  EXPECT_EQ(c.device_comm, "nccl");
+  EXPECT_EQ(c.device_comm, deck::DeviceComm::nccl);
   EXPECT_DOUBLE_EQ(c.collective_timeout_seconds, 600);
   c = parse(kRequired + "device_comm mpi\ncollective_timeout minutes 2.5\n");
-  EXPECT_EQ(c.device_comm, "mpi");
+  EXPECT_EQ(c.device_comm, deck::DeviceComm::mpi);
   EXPECT_DOUBLE_EQ(c.collective_timeout_seconds, 150);
   c = parse(kRequired + "collective_timeout seconds 45\n");
   EXPECT_DOUBLE_EQ(c.collective_timeout_seconds, 45);
@@ -688,7 +688,7 @@ TEST(DeckLora, CommandsFillTheLoraSection) {
   EXPECT_EQ(plain.lora.rank, 8);  // PEFT LoraConfig defaults
   EXPECT_EQ(plain.lora.alpha, 8.0);
   EXPECT_EQ(plain.lora.dropout, 0.0);
-  EXPECT_EQ(plain.lora.targets, "q_proj,v_proj");
+  EXPECT_EQ(deck::lora_targets_text(plain.lora), "q_proj,v_proj");
   TempDir dir;
   const std::string adapter = dir.write("adapter/adapter_config.json", "{}");
   const RunConfig c = parse(kRequired + "init random std 0.02\n"
@@ -702,15 +702,15 @@ TEST(DeckLora, CommandsFillTheLoraSection) {
   EXPECT_EQ(c.lora.rank, 16);
   EXPECT_EQ(c.lora.alpha, 32.0);
   EXPECT_EQ(c.lora.dropout, 0.05);
-  EXPECT_EQ(c.lora.targets, "q_proj,k_proj,v_proj,o_proj");
-  EXPECT_EQ(c.lora.init, "gaussian");
+  EXPECT_EQ(deck::lora_targets_text(c.lora), "q_proj,k_proj,v_proj,o_proj");
+  EXPECT_EQ(c.lora.init, deck::LoraInit::gaussian);
   EXPECT_TRUE(c.lora.rslora);
-  EXPECT_EQ(c.init.kind, "random") << "init adapter must not replace the base's init";
+  EXPECT_EQ(c.init.kind, deck::InitKind::random) << "init adapter must not replace the base's init";
   EXPECT_EQ(c.lora.adapter_path, fs::path(adapter).parent_path().string());
   EXPECT_EQ(c.lora.save_adapter_path, "out/adapter");
   EXPECT_TRUE(c.lora.merge);
   EXPECT_EQ(c.lora.where.line, 4);
-  EXPECT_EQ(parse(kRequired + "lora targets all-linear\n").lora.targets, "all-linear");
+  EXPECT_TRUE(parse(kRequired + "lora targets all-linear\n").lora.all_linear);
 }
 
 TEST(DeckLora, ErrorsNameTheLine) {

@@ -35,15 +35,15 @@ TEST(DeckImages, SyntheticTrainAndEval) {
   const RunConfig c = parse(kRequired +
                             "data images synthetic classes 7 samples 4096 noise 0.5 shuffle on\n"
                             "eval images synthetic every 5 samples 64\n");
-  EXPECT_EQ(c.data.kind, "images");
-  EXPECT_EQ(c.data.images.source, "synthetic");
+  EXPECT_EQ(c.data.kind, deck::DataKind::images);
+  EXPECT_EQ(c.data.images.source, deck::ImageSource::synthetic);
   EXPECT_EQ(c.data.images.classes, 7);
   EXPECT_EQ(c.data.images.samples, 4096);
   EXPECT_DOUBLE_EQ(c.data.images.noise, 0.5);
   EXPECT_TRUE(c.data.shuffle);
   EXPECT_EQ(c.data.where.line, 3);
-  EXPECT_EQ(c.eval.kind, "images");
-  EXPECT_EQ(c.eval.images.source, "synthetic");
+  EXPECT_EQ(c.eval.kind, deck::DataKind::images);
+  EXPECT_EQ(c.eval.images.source, deck::ImageSource::synthetic);
   EXPECT_EQ(c.eval.every, 5);
   EXPECT_EQ(c.eval.images.samples, 64);
   EXPECT_FALSE(c.eval.path.empty()) << "eval is on";
@@ -64,7 +64,7 @@ TEST(DeckImages, Hdf5WithNormalisation) {
   std::fclose(f);
   const RunConfig c = parse(kRequired + "data images hdf5 " + path + " mean 0.485,0.456,0.406 std 0.229,0.224,0.225\n" +
                             "eval images hdf5 " + path + " every 10 mean 0.5 std 0.25\n");
-  EXPECT_EQ(c.data.images.source, "hdf5");
+  EXPECT_EQ(c.data.images.source, deck::ImageSource::hdf5);
   EXPECT_EQ(c.data.path, path);
   ASSERT_EQ(c.data.images.mean.size(), 3u);
   EXPECT_DOUBLE_EQ(c.data.images.mean[2], 0.406);
@@ -94,16 +94,16 @@ TEST(DeckImages, ErrorsNameTheForm) {
 
 TEST(DeckFp8, PrecisionAndRecipe) {
   const RunConfig defaults = parse(kRequired);
-  EXPECT_EQ(defaults.fp8.format, "hybrid");
+  EXPECT_EQ(defaults.fp8.format, deck::Fp8Format::hybrid);
   EXPECT_EQ(defaults.fp8.amax_history, 1024);
   EXPECT_EQ(defaults.fp8.margin, 0);
-  EXPECT_EQ(defaults.fp8.amax_algo, "max");
+  EXPECT_EQ(defaults.fp8.amax_algo, deck::AmaxAlgo::max);
   const RunConfig c = parse(kRequired + "precision fp8\nfp8 format e4m3 amax_history 16 margin 2 amax_algo most_recent\n");
-  EXPECT_EQ(c.precision, "fp8");
-  EXPECT_EQ(c.fp8.format, "e4m3");
+  EXPECT_EQ(c.precision, deck::Precision::fp8);
+  EXPECT_EQ(c.fp8.format, deck::Fp8Format::e4m3);
   EXPECT_EQ(c.fp8.amax_history, 16);
   EXPECT_EQ(c.fp8.margin, 2);
-  EXPECT_EQ(c.fp8.amax_algo, "most_recent");
+  EXPECT_EQ(c.fp8.amax_algo, deck::AmaxAlgo::most_recent);
   EXPECT_EQ(c.fp8.where.line, 4);
   const std::string bad = error_of(kRequired + "fp8 format e5m2\n");
   EXPECT_NE(bad.find("vit.in:3:"), std::string::npos) << bad;

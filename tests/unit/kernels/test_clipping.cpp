@@ -1,13 +1,11 @@
-// sum_squares_accumulate, clip_coefficient and adamw_update_guarded (the
-// gradient clipping and divergence guard that read nothing on the host)
-// against float64 references: the accumulated sum of squares, the norm and
-// the clip factor of torch.nn.utils.clip_grad_norm_, the sticky first
-// diverged step, and an AdamW step that is applied when the flag is clear
-// and changes nothing when it is set; argument errors.
+// sum_squares_accumulate and clip_coefficient (the gradient clipping and
+// divergence flag that read nothing on the host) against float64
+// references: the accumulated sum of squares, the norm and the clip factor
+// of torch.nn.utils.clip_grad_norm_, the sticky first diverged step;
+// argument errors. The guarded AdamW step is test_adamw.cpp's.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "host_op_checks.hpp"
@@ -27,13 +25,6 @@ Tensor to_host(const Tensor& t) {
 double read_f64(const Tensor& t) { return to_host(t).data_as<double>()[0]; }
 std::int64_t read_i64(const Tensor& t) { return to_host(t).data_as<std::int64_t>()[0]; }
 float read_f32(const Tensor& t) { return to_host(t).data_as<float>()[0]; }
-
-Tensor scalar_i64(std::int64_t value, const char* name) {
-  Tensor t = Tensor::zeros({1}, DType::i64, Device::host, name);
-  t.data_as<std::int64_t>()[0] = value;
-  const Device d = backend_ctx().device();
-  return d == Device::host ? t : to_device(t, d);
-}
 
 }  // namespace
 
@@ -78,30 +69,6 @@ TEST_P(Clipping, CoefficientIsTorchClipGradNormAndTheFlagSticks) {
   EXPECT_EQ(read_i64(diverged), 4);
 }
 
-TEST_P(Clipping, GuardedAdamwAppliesWhenClearAndChangesNothingWhenFlagged) {
-  const std::int64_t n = 4103;
-  Tensor p1 = random_tensor({n}, 1, DType::f32, "p1"), p2 = random_tensor({n}, 1, DType::f32, "p2");
-  Tensor grad = random_tensor({n}, 2, DType::f32, "grad");
-  Tensor m1 = named_zeros({n}, DType::f32, "m1"), v1 = named_zeros({n}, DType::f32, "v1");
-  Tensor m2 = named_zeros({n}, DType::f32, "m2"), v2 = named_zeros({n}, DType::f32, "v2");
-  Tensor scale = named_zeros({1}, DType::f32, "scale");
-  ops::fill(backend_ctx(), scale, 0.25f);
-  // Clear flag: exactly adamw_update with the scale read on the device.
-  ops::adamw_update_guarded(backend_ctx(), p1, grad, m1, v1, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, scale,
-                            scalar_i64(0, "clear"));
-  ops::adamw_update(backend_ctx(), p2, grad, m2, v2, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 0.25f);
-  const auto a = read_floats(p1), b = read_floats(p2);
-  ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-  EXPECT_EQ(read_floats(m1), read_floats(m2));
-  // Flagged: param and both moments keep their bits.
-  const auto p_before = read_floats(p1), m_before = read_floats(m1), v_before = read_floats(v1);
-  ops::adamw_update_guarded(backend_ctx(), p1, grad, m1, v1, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, scale,
-                            scalar_i64(2, "diverged"));
-  EXPECT_EQ(std::memcmp(read_floats(p1).data(), p_before.data(), p_before.size() * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(read_floats(m1).data(), m_before.data(), m_before.size() * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(read_floats(v1).data(), v_before.data(), v_before.size() * sizeof(float)), 0);
-}
-
 TEST_P(Clipping, ArgumentErrorsNameTheTensor) {
   Tensor x = random_tensor({8}, 1, DType::f32, "x");
   Tensor wrong = named_zeros({1}, DType::f32, "acc32");
@@ -111,10 +78,4 @@ TEST_P(Clipping, ArgumentErrorsNameTheTensor) {
   Tensor scale = named_zeros({1}, DType::f32, "scale"), flag32 = named_zeros({1}, DType::i32, "flag32");
   expect_error_mentioning([&] { ops::clip_coefficient(backend_ctx(), sum_sq, 1.0, 1, norm, scale, flag32); },
                           {"clip_coefficient", "flag32"});
-  Tensor p = random_tensor({8}, 1, DType::f32, "p"), m = named_zeros({8}, DType::f32, "m");
-  Tensor v = named_zeros({8}, DType::f32, "v"), scale2 = named_zeros({2}, DType::f32, "scale2");
-  Tensor clear = named_zeros({1}, DType::i64, "clear");
-  expect_error_mentioning(
-      [&] { ops::adamw_update_guarded(backend_ctx(), p, x, m, v, 1e-3f, 0.9f, 0.99f, 1e-8f, 0, 1, scale2, clear); },
-      {"adamw_update_guarded", "scale2"});
 }

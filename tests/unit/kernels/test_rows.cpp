@@ -60,7 +60,7 @@ std::vector<double> slice_reference(const std::vector<double>& x, std::int64_t B
 
 }  // namespace
 
-TEST_P(RowOps, PatchifyMatchesReferenceAndBackwardIsItsTranspose) {
+TEST_P(RowOps, PatchifyMatchesReference) {
   const std::int64_t B = 2, H = 6, W = 9, Cin = 3, P = 3, rows = B * (H / P) * (W / P), K = Cin * P * P;
   Tensor images = random_tensor({B, H, W, Cin}, 1, DType::f32, "images");
   Tensor patches = named_zeros({rows, K}, DType::f32, "patches");
@@ -69,20 +69,10 @@ TEST_P(RowOps, PatchifyMatchesReferenceAndBackwardIsItsTranspose) {
   const Inputs in{to_doubles(images)};
   EXPECT_EQ(to_doubles(patches), f(in)) << "a permutation of the pixels, copied exactly";
 
-  Tensor dpatches = random_tensor({rows, K}, 2, DType::f32, "dpatches");
-  Tensor dimages = random_tensor({B, H, W, Cin}, 3, DType::f32, "dimages");  // overwritten (=)
-  ops::patchify_backward(backend_ctx(), dpatches, P, dimages);
-  expect_vjp_matches(f, in, 0, to_doubles(dimages), to_doubles(dpatches), 1e-7, 4, "dimages");
-
-  // bf16 images into f32 patches widen exactly; f32 patches into bf16 images round.
+  // bf16 images into f32 patches widen exactly.
   Tensor images16 = random_tensor({B, H, W, Cin}, 5, DType::bf16, "images16");
   ops::patchify_forward(backend_ctx(), images16, P, patches);
   EXPECT_EQ(to_doubles(patches), patchify_reference(to_doubles(images16), B, H, W, Cin, P));
-  Tensor dimages16 = named_zeros({B, H, W, Cin}, DType::bf16, "dimages16");
-  ops::patchify_backward(backend_ctx(), dpatches, P, dimages16);
-  const auto exact = to_doubles(dimages), rounded = to_doubles(dimages16);
-  for (std::size_t i = 0; i < exact.size(); ++i)
-    ASSERT_EQ(rounded[i], round_to_bf16(static_cast<float>(exact[i]))) << "element " << i;
 }
 
 TEST_P(RowOps, PatchifyErrorsNameTheTensors) {
@@ -94,8 +84,6 @@ TEST_P(RowOps, PatchifyErrorsNameTheTensors) {
   Tensor wrong = named_zeros({6, 11}, DType::f32, "wrong_patches");
   expect_error_mentioning([&] { ops::patchify_forward(backend_ctx(), good, 2, wrong); },
                           {"patchify_forward", "wrong_patches", "[6, 12]"});
-  expect_error_mentioning([&] { ops::patchify_backward(backend_ctx(), wrong, 2, good); },
-                          {"patchify_backward", "wrong_patches"});
 }
 
 TEST_P(RowOps, PrependRowsForwardAndBackward) {

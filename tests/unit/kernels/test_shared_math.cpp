@@ -9,7 +9,7 @@
 //    NaN with its sign);
 //  * the clip_coefficient pieces (math/pointwise.hpp): the finite test and the
 //    sticky diverged step, against std::isfinite over the edge values;
-//  * adamw_update_guarded's skip rule.
+//  * adamw_update_chunks_guarded's skip rule.
 #include <gtest/gtest.h>
 
 #include <cmath>

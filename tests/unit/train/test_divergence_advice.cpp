@@ -15,11 +15,11 @@ namespace {
 RunConfig deck(double clip) {
   RunConfig c;
   c.optimizer.lr = 1e-3;
-  c.schedule.kind = "cosine";
+  c.schedule.kind = deck::ScheduleKind::cosine;
   c.schedule.warmup_steps = 3;  // step 1 trains with lr 0
   c.clip_grad_norm = clip;
   c.max_steps = 20;
-  c.init.kind = "safetensors";
+  c.init.kind = deck::InitKind::safetensors;
   c.init.path = "st";
   c.init.where = DeckLocation{"run.in", 7};
   return c;

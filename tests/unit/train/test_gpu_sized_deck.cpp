@@ -20,30 +20,30 @@ const double kGiB = 1024.0 * 1024 * 1024;
 
 TEST(GpuSizedDeck, SmallDeckIsQuiet) {
   const HostFacts host{64 * kGiB, 2, 100e9};
-  EXPECT_TRUE(gpu_recipe_reasons(plan_of(800'000, 8 << 20), "fp32", host).empty());
-  EXPECT_TRUE(gpu_recipe_reasons(plan_of(800'000, 8 << 20), "bf16", host).empty());
-  EXPECT_EQ(gpu_sized_deck_warning(plan_of(800'000, 8 << 20), "fp32", host), "");
+  EXPECT_TRUE(gpu_recipe_reasons(plan_of(800'000, 8 << 20), deck::Precision::fp32, host).empty());
+  EXPECT_TRUE(gpu_recipe_reasons(plan_of(800'000, 8 << 20), deck::Precision::bf16, host).empty());
+  EXPECT_EQ(gpu_sized_deck_warning(plan_of(800'000, 8 << 20), deck::Precision::fp32, host), "");
 }
 
 TEST(GpuSizedDeck, EachRuleOnItsOwn) {
   const HostFacts host{64 * kGiB, 2, 100e9};
   // >= 1B parameters, memory that fits.
-  auto r = gpu_recipe_reasons(plan_of(1'100'000'000, 1 << 30), "bf16", host);
+  auto r = gpu_recipe_reasons(plan_of(1'100'000'000, 1 << 30), deck::Precision::bf16, host);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_NE(r[0].find("1.10B parameters"), std::string::npos);
   // Memory per rank above the node's share (32 GiB each for 2 ranks).
-  r = gpu_recipe_reasons(plan_of(500'000'000, static_cast<std::int64_t>(40 * kGiB)), "fp32", host);
+  r = gpu_recipe_reasons(plan_of(500'000'000, static_cast<std::int64_t>(40 * kGiB)), deck::Precision::fp32, host);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_NE(r[0].find("32.00 GiB each"), std::string::npos) << r[0];
   // FP8 is emulated on the host.
-  r = gpu_recipe_reasons(plan_of(600'000'000, 1 << 30), "fp8", host);
+  r = gpu_recipe_reasons(plan_of(600'000'000, 1 << 30), deck::Precision::fp8, host);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_NE(r[0].find("fp8"), std::string::npos);
 }
 
 TEST(GpuSizedDeck, WarningSaysHostAndStepTime) {
   const HostFacts host{64 * kGiB, 2, 100e9};
-  const std::string w = gpu_sized_deck_warning(plan_of(70'000'000'000, static_cast<std::int64_t>(500 * kGiB)), "bf16", host);
+  const std::string w = gpu_sized_deck_warning(plan_of(70'000'000'000, static_cast<std::int64_t>(500 * kGiB)), deck::Precision::bf16, host);
   EXPECT_NE(w.find("host backend (CPU)"), std::string::npos) << w;
   EXPECT_NE(w.find("70.00B parameters"), std::string::npos) << w;
   // 6 * 70e9 * 2048 FLOPs over 2 ranks x 100 GFLOP/s = 4300.8 s.

@@ -7,7 +7,7 @@
 // for. Without a usable GPU register_all() returns why (no driver, no
 // device, driver too old) and registers nothing. register_all() only asks
 // about devices: no memory, stream or context is made before the rank is
-// bound to its GPU (kernels/cuda/cuda_device.hpp); every entry point below
+// bound to its GPU (backends/cuda/device/cuda_device.hpp); every entry point below
 // that calls CUDA first makes the rank's device current on its thread.
 //
 // Ordering (share/doc/execution-model.md, "Streams on CUDA"): every stream is
@@ -39,10 +39,10 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/device/cuda_check.hpp"
+#include "backends/cuda/device/cuda_device.hpp"
 #include "comm/device_communicator.hpp"
 #include "kernels/backend_registry.hpp"
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/cuda_device.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "runtime/allocator.hpp"

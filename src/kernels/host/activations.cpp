@@ -8,6 +8,15 @@
 // chunked element-wise; the approximation is chosen once per call. dx is
 // written. The formulas are kernels/math/activations.hpp's, shared with the
 // CUDA backend.
+//
+// Host SwiGLU gate of Llama's MLP: out = silu(gate) * up, and its backward
+// (ops.hpp).
+//
+// Conventions: gate, up, out, dout, dgate, dup all have one shape ([N, I] in
+// the model); each may be f32 or bf16, math in f32, chunked element-wise.
+// silu(g) = g * sigmoid(g);  d silu / dg = s * (1 + g * (1 - s)), s = sigmoid(g).
+// dgate and dup are written. The arithmetic is kernels/math/activations.hpp's,
+// shared with the CUDA backend.
 #include <Kokkos_Core.hpp>
 #include <cmath>
 
@@ -48,9 +57,7 @@ void gelu_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& dx) {
 
 void gelu_forward(const Tensor& x, GeluApproximation approximation, Tensor& y) {
   constexpr const char* op = "gelu_forward";
-  spans::require_float_storage(op, x, "x");
-  spans::require_float_storage(op, y, "y");
-  spans::require_same_shape(op, x, "x", y, "y");
+  spans::require_on_host(op, {{&x, "x"}, {&y, "y"}});
   switch (approximation) {
     case GeluApproximation::none: return gelu_forward_impl<GeluExact>(x, y);
     case GeluApproximation::tanh: return gelu_forward_impl<GeluTanh>(x, y);
@@ -60,16 +67,46 @@ void gelu_forward(const Tensor& x, GeluApproximation approximation, Tensor& y) {
 
 void gelu_backward(const Tensor& x, const Tensor& dy, GeluApproximation approximation, Tensor& dx) {
   constexpr const char* op = "gelu_backward";
-  spans::require_float_storage(op, x, "x");
-  spans::require_float_storage(op, dy, "dy");
-  spans::require_float_storage(op, dx, "dx");
-  spans::require_same_shape(op, x, "x", dy, "dy");
-  spans::require_same_shape(op, x, "x", dx, "dx");
+  spans::require_on_host(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx"}});
   switch (approximation) {
     case GeluApproximation::none: return gelu_backward_impl<GeluExact>(x, dy, dx);
     case GeluApproximation::tanh: return gelu_backward_impl<GeluTanh>(x, dy, dx);
   }
   FT_THROW() << op << ": unknown approximation " << static_cast<int>(approximation);
+}
+
+
+void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) {
+  constexpr const char* op = "swiglu_forward";
+  spans::require_on_host(op, {{&gate, "gate"}, {&up, "up"}, {&out, "out"}});
+  const Tensor tg = gate, tu = up, to = out;
+  spans::for_each_chunk("ftrain::swiglu::forward", gate.numel(), [=](std::int64_t begin, std::int64_t n) {
+    const float* g = spans::read_f32(tg, begin, n, spans::thread_scratch(0, n));
+    const float* u = spans::read_f32(tu, begin, n, spans::thread_scratch(1, n));
+    float* o = spans::write_f32_begin(to, begin, spans::thread_scratch(2, n));
+    for (std::int64_t i = 0; i < n; ++i) o[i] = math::swiglu_value(g[i], u[i]);
+    spans::write_f32_end(to, begin, n, o);
+  });
+}
+
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
+  constexpr const char* op = "swiglu_backward";
+  spans::require_on_host(op, {{&gate, "gate"}, {&up, "up"}, {&dout, "dout"}, {&dgate, "dgate"}, {&dup, "dup"}});
+  const Tensor tg = gate, tu = up, tdo = dout, tdg = dgate, tdu = dup;
+  spans::for_each_chunk("ftrain::swiglu::backward", gate.numel(), [=](std::int64_t begin, std::int64_t n) {
+    const float* g = spans::read_f32(tg, begin, n, spans::thread_scratch(0, n));
+    const float* u = spans::read_f32(tu, begin, n, spans::thread_scratch(1, n));
+    const float* d = spans::read_f32(tdo, begin, n, spans::thread_scratch(2, n));
+    float* dg = spans::write_f32_begin(tdg, begin, spans::thread_scratch(3, n));
+    float* du = spans::write_f32_begin(tdu, begin, spans::thread_scratch(4, n));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const math::SwigluGrads grads = math::swiglu_grads(g[i], u[i], d[i]);  // dgate/dup may alias inputs
+      dg[i] = grads.dgate;
+      du[i] = grads.dup;
+    }
+    spans::write_f32_end(tdg, begin, n, dg);
+    spans::write_f32_end(tdu, begin, n, du);
+  });
 }
 
 }  // namespace ftrain::host

@@ -25,6 +25,7 @@
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
 #include "kernels/math/token_rows.hpp"
+#include "kernels/op_checks.hpp"
 
 namespace ftrain::host {
 
@@ -36,23 +37,8 @@ struct Dims3 {
   std::int64_t batch, rows, cols;
 };
 
-Dims3 require_3d(const char* op, const Tensor& t, const char* role) {
-  spans::require_float_storage(op, t, role);
-  FT_CHECK(t.ndim() == 3) << op << ": " << role << " " << t.describe() << " must be [B, rows, C]";
-  return {t.dim(0), t.dim(1), t.dim(2)};
-}
-
-void require_2d(const char* op, const Tensor& t, const char* role, std::int64_t rows, std::int64_t cols) {
-  spans::require_float_storage(op, t, role);
-  FT_CHECK(t.ndim() == 2 && t.dim(0) == rows && t.dim(1) == cols)
-      << op << ": " << role << " " << t.describe() << " must be [" << rows << ", " << cols << "]";
-}
-
-void require_dims(const char* op, const Tensor& t, const char* role, const Dims3& d, const Dims3& want) {
-  FT_CHECK(d.batch == want.batch && d.rows == want.rows && d.cols == want.cols)
-      << op << ": " << role << " " << t.describe() << " must be [" << want.batch << ", " << want.rows << ", "
-      << want.cols << "]";
-}
+// Shapes and dtypes were checked by ops::<op> (kernels/op_checks.hpp).
+Dims3 dims3(const Tensor& t) { return {t.dim(0), t.dim(1), t.dim(2)}; }
 
 // dst row (element offset dst_at) = src row (element offset src_at), width n.
 void copy_row(const Tensor& src, std::int64_t src_at, const Tensor& dst, std::int64_t dst_at, std::int64_t n) {
@@ -88,23 +74,6 @@ void accumulate_batch_sum(const char* kernel, const Tensor& src, std::int64_t ba
 
 using PatchDims = math::PatchGeometry;
 
-PatchDims check_patches(const char* op, const Tensor& images, const char* images_role, std::int64_t patch_size,
-                        const Tensor& patches, const char* patches_role) {
-  spans::require_float_storage(op, images, images_role);
-  spans::require_float_storage(op, patches, patches_role);
-  FT_CHECK(images.ndim() == 4) << op << ": " << images_role << " " << images.describe()
-                               << " must be [B, H, W, C] (channels last)";
-  FT_CHECK(patch_size > 0) << op << ": patch_size " << patch_size << " must be positive";
-  const std::int64_t h = images.dim(1), w = images.dim(2), p = patch_size;
-  FT_CHECK(h % p == 0 && w % p == 0) << op << ": " << images_role << " " << images.describe()
-                                     << " is not a whole number of " << p << "x" << p << " patches";
-  const PatchDims d{images.dim(0), h, w, images.dim(3), p, h / p, w / p};
-  FT_CHECK(patches.ndim() == 2 && patches.dim(0) == d.rows() && patches.dim(1) == d.cols())
-      << op << ": " << patches_role << " " << patches.describe() << " must be [" << d.rows() << ", " << d.cols()
-      << "] (B * patches per image, C * P * P) for " << images_role << " " << images.describe();
-  return d;
-}
-
 template <class T>
 float load(const void* base, std::int64_t i) {
   if constexpr (std::is_same_v<T, float>) {
@@ -135,44 +104,22 @@ void patchify_rows(const PatchDims d, const Tensor& images, const Tensor& patche
   });
 }
 
-template <class Image>
-void unpatchify_rows(const PatchDims d, const Tensor& dpatches, const Tensor& dimages) {
-  void* img = dimages.data();
-  const Tensor tpatches = dpatches;
-  // Patches do not overlap: each pixel is written by exactly one row.
-  const std::int64_t cols = d.cols();
-  Kokkos::parallel_for("ftrain::patchify_backward", HostPolicy(0, d.rows()), [=](std::int64_t r) {
-    const float* row = spans::read_f32(tpatches, r * cols, cols, spans::thread_scratch(0, cols));
-    for (std::int64_t k = 0; k < cols; ++k) store<Image>(img, math::patch_pixel_offset(d, r, k), row[k]);
-  });
-}
-
 }  // namespace
 
 void patchify_forward(const Tensor& images, std::int64_t patch_size, Tensor& patches) {
-  const PatchDims d = check_patches("patchify_forward", images, "images", patch_size, patches, "patches");
+  spans::require_on_host("patchify_forward", {{&images, "images"}, {&patches, "patches"}});
+  const PatchDims d = op_checks::patch_geometry(images, patch_size);
   if (images.dtype() == DType::f32) return patchify_rows<float>(d, images, patches);
   patchify_rows<bf16>(d, images, patches);
-}
-
-void patchify_backward(const Tensor& dpatches, std::int64_t patch_size, Tensor& dimages) {
-  const PatchDims d = check_patches("patchify_backward", dimages, "dimages", patch_size, dpatches, "dpatches");
-  if (dimages.dtype() == DType::f32) return unpatchify_rows<float>(d, dpatches, dimages);
-  unpatchify_rows<bf16>(d, dpatches, dimages);
 }
 
 // ---- prefix rows (class token) -------------------------------------------------------
 
 void prepend_rows_forward(const Tensor& prefix, const Tensor& x, Tensor& out) {
   constexpr const char* op = "prepend_rows_forward";
-  const Dims3 dx = require_3d(op, x, "x");
-  const Dims3 dout = require_3d(op, out, "out");
-  spans::require_float_storage(op, prefix, "prefix");
-  FT_CHECK(prefix.ndim() == 2 && prefix.dim(1) == dx.cols)
-      << op << ": prefix " << prefix.describe() << " must be [R, " << dx.cols << "] (the width of x " << x.describe()
-      << ")";
+  spans::require_on_host(op, {{&prefix, "prefix"}, {&x, "x"}, {&out, "out"}});
+  const Dims3 dx = dims3(x);
   const std::int64_t R = prefix.dim(0), N = dx.rows, C = dx.cols;
-  require_dims(op, out, "out", dout, {dx.batch, R + N, C});
   const Tensor tprefix = prefix, tx = x, tout = out;
   Kokkos::parallel_for("ftrain::prepend_rows_forward", HostPolicy(0, dx.batch * (R + N)), [=](std::int64_t r) {
     const math::RowSource src = math::prepend_rows_source(r, R, N);
@@ -182,12 +129,9 @@ void prepend_rows_forward(const Tensor& prefix, const Tensor& x, Tensor& out) {
 
 void prepend_rows_backward(const Tensor& dout, Tensor& dprefix, Tensor& dx) {
   constexpr const char* op = "prepend_rows_backward";
-  const Dims3 dd = require_3d(op, dout, "dout");
-  const Dims3 dxd = require_3d(op, dx, "dx");
+  spans::require_on_host(op, {{&dout, "dout"}, {&dprefix, "dprefix"}, {&dx, "dx"}});
+  const Dims3 dd = dims3(dout), dxd = dims3(dx);
   const std::int64_t R = dd.rows - dxd.rows, C = dd.cols;
-  FT_CHECK(R >= 0) << op << ": dx " << dx.describe() << " has more rows than dout " << dout.describe();
-  require_dims(op, dx, "dx", dxd, {dd.batch, dd.rows - R, C});
-  require_2d(op, dprefix, "dprefix", R, C);
   const std::int64_t T = dd.rows, N = dxd.rows;  // T = R + N
   // Row t < R of every image feeds the same prefix row: dprefix[t] += sum_b dout[b, t].
   if (R > 0) accumulate_batch_sum("ftrain::prepend_rows_backward::prefix", dout, dd.batch, T * C, 0, dprefix, R * C);
@@ -201,10 +145,8 @@ void prepend_rows_backward(const Tensor& dout, Tensor& dprefix, Tensor& dx) {
 
 void broadcast_add_forward(const Tensor& x, const Tensor& bias, Tensor& out) {
   constexpr const char* op = "broadcast_add_forward";
-  const Dims3 dx = require_3d(op, x, "x");
-  const Dims3 dout = require_3d(op, out, "out");
-  require_dims(op, out, "out", dout, dx);
-  require_2d(op, bias, "bias", dx.rows, dx.cols);
+  spans::require_on_host(op, {{&x, "x"}, {&bias, "bias"}, {&out, "out"}});
+  const Dims3 dx = dims3(x);
   const std::int64_t R = dx.rows, C = dx.cols;
   const Tensor tx = x, tbias = bias, tout = out;
   Kokkos::parallel_for("ftrain::broadcast_add_forward", HostPolicy(0, dx.batch * R), [=](std::int64_t r) {
@@ -218,28 +160,17 @@ void broadcast_add_forward(const Tensor& x, const Tensor& bias, Tensor& out) {
 
 void broadcast_add_backward(const Tensor& dout, Tensor& dbias) {
   constexpr const char* op = "broadcast_add_backward";
-  const Dims3 d = require_3d(op, dout, "dout");
-  require_2d(op, dbias, "dbias", d.rows, d.cols);
+  spans::require_on_host(op, {{&dout, "dout"}, {&dbias, "dbias"}});
+  const Dims3 d = dims3(dout);
   accumulate_batch_sum("ftrain::broadcast_add_backward", dout, d.batch, d.rows * d.cols, 0, dbias, d.rows * d.cols);
 }
 
 // ---- row slices (class token back out) -------------------------------------------------
 
-namespace {
-Dims3 check_slice(const char* op, const Tensor& whole, const char* whole_role, std::int64_t first,
-                  const Tensor& part, const char* part_role) {
-  const Dims3 dw = require_3d(op, whole, whole_role);
-  const Dims3 dp = require_3d(op, part, part_role);
-  FT_CHECK(dp.batch == dw.batch && dp.cols == dw.cols && first >= 0 && first + dp.rows <= dw.rows)
-      << op << ": " << part_role << " " << part.describe() << " is not rows " << first << " .. " << first + dp.rows
-      << " of each batch item of " << whole_role << " " << whole.describe();
-  return dw;
-}
-}  // namespace
-
 void slice_rows_forward(const Tensor& x, std::int64_t first, Tensor& out) {
   constexpr const char* op = "slice_rows_forward";
-  const Dims3 d = check_slice(op, x, "x", first, out, "out");
+  spans::require_on_host(op, {{&x, "x"}, {&out, "out"}});
+  const Dims3 d = dims3(x);
   const std::int64_t R = out.dim(1), T = d.rows, C = d.cols;
   const Tensor tx = x, tout = out;
   Kokkos::parallel_for("ftrain::slice_rows_forward", HostPolicy(0, d.batch * R), [=](std::int64_t r) {
@@ -249,7 +180,8 @@ void slice_rows_forward(const Tensor& x, std::int64_t first, Tensor& out) {
 
 void slice_rows_backward(const Tensor& dout, std::int64_t first, Tensor& dx) {
   constexpr const char* op = "slice_rows_backward";
-  const Dims3 d = check_slice(op, dx, "dx", first, dout, "dout");
+  spans::require_on_host(op, {{&dout, "dout"}, {&dx, "dx"}});
+  const Dims3 d = dims3(dx);
   const std::int64_t R = dout.dim(1), T = d.rows, C = d.cols;
   const Tensor tdout = dout, tdx = dx;
   Kokkos::parallel_for("ftrain::slice_rows_backward", HostPolicy(0, d.batch * T), [=](std::int64_t r) {

@@ -1,10 +1,10 @@
-#include "kernels/cuda/cuda_device.hpp"
+#include "backends/cuda/device/cuda_device.hpp"
 
 #include <atomic>
 #include <sstream>
 
+#include "backends/cuda/device/cuda_check.hpp"
 #include "base/error.hpp"
-#include "kernels/cuda/cuda_check.hpp"
 
 namespace ftrain::cuda {
 

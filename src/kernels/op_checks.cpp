@@ -1,0 +1,511 @@
+#include "kernels/op_checks.hpp"
+
+#include <initializer_list>
+#include <utility>
+
+#include "base/error.hpp"
+#include "kernels/math/adamw.hpp"
+#include "kernels/tensor_checks.hpp"
+
+namespace ftrain::op_checks {
+
+using checks::require_float;
+using checks::require_numel;
+using checks::require_same_shape;
+
+namespace {
+
+// x[..., in], w[out, in] and an activation of width out with the rows of x.
+// An x of width 0 has no rows (never a division by zero).
+LinearDims check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& y_like, const char* y_role) {
+  require_float(op, x, "x");
+  require_float(op, w, "w");
+  require_float(op, y_like, y_role);
+  FT_CHECK(w.ndim() == 2) << op << ": w " << w.describe() << " must be [out, in]";
+  const std::int64_t in = w.dim(1), out = w.dim(0);
+  FT_CHECK(x.ndim() >= 1 && x.dim(-1) == in)
+      << op << ": x " << x.describe() << " must be [..., " << in << "] to match w " << w.describe();
+  FT_CHECK(y_like.ndim() >= 1 && y_like.dim(-1) == out)
+      << op << ": " << y_role << " " << y_like.describe() << " must be [..., " << out << "] to match w "
+      << w.describe();
+  const LinearDims d = linear_dims(x, w);
+  FT_CHECK(y_like.numel() == d.rows * out) << op << ": " << y_role << " " << y_like.describe() << " must have "
+                                           << d.rows << " rows like x " << x.describe();
+  return d;
+}
+
+}  // namespace
+
+LinearDims linear_dims(const Tensor& x, const Tensor& w) {
+  const std::int64_t in = w.dim(1), out = w.dim(0);
+  return {in > 0 ? x.numel() / in : 0, in, out};
+}
+
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
+  constexpr const char* op = "linear_forward";
+  const LinearDims d = check_linear(op, x, w, y, "y");
+  if (b != nullptr) {
+    require_float(op, *b, "b");
+    require_numel(op, *b, "b", d.out, "one per output feature of w");
+  }
+}
+
+void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db) {
+  constexpr const char* op = "linear_backward";
+  const LinearDims d = check_linear(op, x, w, dy, "dy");
+  // Undefined dw / db: a frozen weight (op_list.hpp); only dx is computed.
+  if (dw.defined()) {
+    require_float(op, dw, "dw");
+    require_same_shape(op, w, "w", dw, "dw");
+  }
+  if (dx != nullptr) {
+    require_float(op, *dx, "dx");
+    require_same_shape(op, x, "x", *dx, "dx");
+  }
+  if (db != nullptr && db->defined()) {
+    require_float(op, *db, "db");
+    require_numel(op, *db, "db", d.out, "one per output feature of w");
+  }
+}
+
+// ---- norms: x[..., C], w[C], per-row f32 statistics ----------------------------
+
+namespace {
+
+// The row width C; `stats` are the f32 per-row statistics the op saves or reads.
+std::int64_t check_norm(const char* op, const Tensor& x, const Tensor& w,
+                        std::initializer_list<std::pair<const Tensor*, const char*>> stats) {
+  require_float(op, x, "x");
+  require_float(op, w, "w");
+  for (const auto& [stat, role] : stats) checks::require_dtype(op, *stat, role, DType::f32);
+  const std::int64_t width = checks::row_width(op, x, "x");
+  require_numel(op, w, "w", width, "one weight per feature of x");
+  for (const auto& [stat, role] : stats) require_numel(op, *stat, role, x.numel() / width, "one per row of x");
+  return width;
+}
+
+void check_activation_like_x(const char* op, const Tensor& x, const Tensor& t, const char* role) {
+  require_float(op, t, role);
+  require_same_shape(op, x, "x", t, role);
+}
+
+// A parameter gradient of C elements; undefined: the parameter is frozen (op_list.hpp).
+void check_optional_feature_grad(const char* op, const Tensor* g, const char* role, std::int64_t width) {
+  if (g == nullptr || !g->defined()) return;
+  require_float(op, *g, role);
+  require_numel(op, *g, role, width, "one per feature of x");
+}
+
+}  // namespace
+
+void rmsnorm_forward(const Tensor& x, const Tensor& w, float /*eps*/, Tensor& y, Tensor& rstd) {
+  constexpr const char* op = "rmsnorm_forward";
+  check_norm(op, x, w, {{&rstd, "rstd"}});
+  check_activation_like_x(op, x, y, "y");
+}
+
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                      Tensor& dw) {
+  constexpr const char* op = "rmsnorm_backward";
+  const std::int64_t width = check_norm(op, x, w, {{&rstd, "rstd"}});
+  require_float(op, dy, "dy");
+  require_float(op, dx, "dx");
+  require_same_shape(op, x, "x", dy, "dy");
+  require_same_shape(op, x, "x", dx, "dx");
+  check_optional_feature_grad(op, &dw, "dw", width);
+}
+
+void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor* b, float /*eps*/, Tensor& y, Tensor& mean,
+                       Tensor& rstd) {
+  constexpr const char* op = "layernorm_forward";
+  const std::int64_t width = check_norm(op, x, w, {{&mean, "mean"}, {&rstd, "rstd"}});
+  check_activation_like_x(op, x, y, "y");
+  if (b != nullptr) {
+    require_float(op, *b, "b");
+    require_numel(op, *b, "b", width, "one bias per feature of x");
+  }
+}
+
+void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dy,
+                        Tensor& dx, Tensor& dw, Tensor* db) {
+  constexpr const char* op = "layernorm_backward";
+  const std::int64_t width = check_norm(op, x, w, {{&mean, "mean"}, {&rstd, "rstd"}});
+  require_float(op, dy, "dy");
+  require_float(op, dx, "dx");
+  require_same_shape(op, x, "x", dy, "dy");
+  require_same_shape(op, x, "x", dx, "dx");
+  check_optional_feature_grad(op, &dw, "dw", width);
+  check_optional_feature_grad(op, db, "db", width);
+}
+
+// ---- activations: every tensor of the op has one shape ---------------------------
+
+namespace {
+
+void check_elementwise(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> tensors) {
+  for (const auto& [t, role] : tensors) require_float(op, *t, role);
+  const auto& [first, first_role] = *tensors.begin();
+  for (const auto& [t, role] : tensors)
+    if (t != first) require_same_shape(op, *first, first_role, *t, role);
+}
+
+void check_gelu_form(const char* op, GeluApproximation approximation) {
+  FT_CHECK(approximation == GeluApproximation::none || approximation == GeluApproximation::tanh)
+      << op << ": unknown approximation " << static_cast<int>(approximation);
+}
+
+}  // namespace
+
+void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) {
+  check_elementwise("swiglu_forward", {{&gate, "gate"}, {&up, "up"}, {&out, "out"}});
+}
+
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
+  check_elementwise("swiglu_backward",
+                    {{&gate, "gate"}, {&up, "up"}, {&dout, "dout"}, {&dgate, "dgate"}, {&dup, "dup"}});
+}
+
+void gelu_forward(const Tensor& x, GeluApproximation approximation, Tensor& y) {
+  check_elementwise("gelu_forward", {{&x, "x"}, {&y, "y"}});
+  check_gelu_form("gelu_forward", approximation);
+}
+
+void gelu_backward(const Tensor& x, const Tensor& dy, GeluApproximation approximation, Tensor& dx) {
+  check_elementwise("gelu_backward", {{&x, "x"}, {&dy, "dy"}, {&dx, "dx"}});
+  check_gelu_form("gelu_backward", approximation);
+}
+
+// ---- element-wise --------------------------------------------------------------
+
+void add(const Tensor& a, const Tensor& b, Tensor& out) {
+  check_elementwise("add", {{&a, "a"}, {&b, "b"}, {&out, "out"}});
+}
+
+void add_inplace(Tensor& acc, const Tensor& x) {
+  constexpr const char* op = "add_inplace";
+  require_float(op, acc, "acc");
+  require_float(op, x, "x");
+  require_numel(op, x, "x", acc.numel(), "same as acc");
+}
+
+void scale_inplace(Tensor& x, float /*factor*/) { require_float("scale_inplace", x, "x"); }
+
+void fill(Tensor& x, float /*value*/) {
+  constexpr const char* op = "fill";
+  checks::require_defined(op, x, "x");
+  switch (x.dtype()) {
+    case DType::f32:
+    case DType::bf16:
+    case DType::f16:
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2:
+    case DType::f64: return;  // f64: accumulators (the gradient norm)
+    default: FT_THROW() << op << ": x " << x.describe() << " must have a float dtype";
+  }
+}
+
+void cast(const Tensor& src, Tensor& dst) {
+  constexpr const char* op = "cast";
+  checks::require_defined(op, src, "src");
+  checks::require_defined(op, dst, "dst");
+  require_numel(op, dst, "dst", src.numel(), "same as src");
+}
+
+void sum(const Tensor& x, Tensor& out) {
+  constexpr const char* op = "sum";
+  require_float(op, x, "x");
+  checks::require_defined(op, out, "out");
+  FT_CHECK(out.dtype() == DType::f32 && out.numel() == 1) << op << ": out " << out.describe() << " must be f32[1]";
+}
+
+void sum_squares(const Tensor& x) { require_float("sum_squares", x, "x"); }
+
+// ---- attention: q, out [B, T, Hq, D]; k, v [B, T, Hkv, D]; lse f32 [B, Hq, T] ----
+
+namespace {
+
+void check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse) {
+  require_float(op, q, "q");
+  require_float(op, k, "k");
+  require_float(op, v, "v");
+  FT_CHECK(q.ndim() == 4) << op << ": q " << q.describe() << " must be [B, T, Hq, D]";
+  FT_CHECK(k.ndim() == 4) << op << ": k " << k.describe() << " must be [B, T, Hkv, D]";
+  const std::int64_t batch = q.dim(0), seq = q.dim(1), q_heads = q.dim(2), kv_heads = k.dim(2);
+  FT_CHECK(k.dim(0) == batch && k.dim(1) == seq && k.dim(3) == q.dim(3))
+      << op << ": k " << k.describe() << " does not match q " << q.describe() << " in B, T or D";
+  FT_CHECK(kv_heads > 0 && q_heads % kv_heads == 0)
+      << op << ": query heads of q " << q.describe() << " must be a multiple of the kv heads of k " << k.describe();
+  require_same_shape(op, k, "k", v, "v");
+  checks::require_defined(op, lse, "lse");
+  FT_CHECK(lse.dtype() == DType::f32 && lse.shape() == Shape({batch, q_heads, seq}))
+      << op << ": lse " << lse.describe() << " must be f32[" << batch << ", " << q_heads << ", " << seq << "]";
+}
+
+// An output or gradient of `like`'s shape.
+void check_like(const char* op, const Tensor& like, const char* like_role, const Tensor& t, const char* role) {
+  require_float(op, t, role);
+  require_same_shape(op, like, like_role, t, role);
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool /*causal*/, float /*softmax_scale*/,
+                       Tensor& out, Tensor& lse) {
+  constexpr const char* op = "attention_forward";
+  check_attention(op, q, k, v, lse);
+  check_like(op, q, "q", out, "out");
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, bool /*causal*/, float /*softmax_scale*/, Tensor& dq, Tensor& dk,
+                        Tensor& dv) {
+  constexpr const char* op = "attention_backward";
+  check_attention(op, q, k, v, lse);
+  check_like(op, q, "q", out, "out");
+  check_like(op, q, "q", dout, "dout");
+  check_like(op, q, "q", dq, "dq");
+  check_like(op, k, "k", dk, "dk");
+  check_like(op, v, "v", dv, "dv");
+}
+
+// ---- embedding: i32 tokens, a [V, C] table, one row of width C per token -------
+
+namespace {
+
+void check_embedding(const char* op, const Tensor& tokens, const Tensor& table, const char* table_role,
+                     const Tensor& rows, const char* rows_role) {
+  checks::require_dtype(op, tokens, "tokens", DType::i32);
+  require_float(op, table, table_role);
+  require_float(op, rows, rows_role);
+  FT_CHECK(table.ndim() == 2) << op << ": " << table_role << " " << table.describe() << " must be [V, C]";
+  const std::int64_t width = table.dim(1);
+  FT_CHECK(rows.ndim() >= 1 && rows.dim(-1) == width && rows.numel() == tokens.numel() * width)
+      << op << ": " << rows_role << " " << rows.describe() << " must hold one row of width " << width
+      << " per token of tokens " << tokens.describe();
+}
+
+}  // namespace
+
+void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) {
+  check_embedding("embedding_forward", tokens, table, "table", out, "out");
+}
+
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
+  if (!dtable.defined()) return;  // a frozen table (op_list.hpp): the op does nothing
+  check_embedding("embedding_backward", tokens, dtable, "dtable", dout, "dout");
+}
+
+// ---- rope: [B, T, H, D] with D even, inv_freq f32[D/2] ------------------------
+
+namespace {
+
+void check_rope(const char* op, const Tensor& in, const char* in_role, const Tensor& inv_freq, const Tensor& out,
+                const char* out_role) {
+  require_float(op, in, in_role);
+  require_float(op, out, out_role);
+  checks::require_dtype(op, inv_freq, "inv_freq", DType::f32);
+  FT_CHECK(in.ndim() == 4) << op << ": " << in_role << " " << in.describe() << " must be [B, T, H, D]";
+  require_same_shape(op, in, in_role, out, out_role);
+  const std::int64_t head_dim = in.dim(3);
+  FT_CHECK(head_dim % 2 == 0) << op << ": head dimension of " << in_role << " " << in.describe() << " must be even";
+  require_numel(op, inv_freq, "inv_freq", head_dim / 2, "half the head dimension");
+}
+
+}  // namespace
+
+void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t /*position_offset*/, Tensor& y) {
+  check_rope("rope_forward", x, "x", inv_freq, y, "y");
+}
+
+void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t /*position_offset*/, Tensor& dx) {
+  check_rope("rope_backward", dy, "dy", inv_freq, dx, "dx");
+}
+
+// ---- dropout ----------------------------------------------------------------------
+
+void dropout(const Tensor& x, float p, std::uint64_t /*seed*/, std::uint64_t /*stream*/, std::int64_t first_row,
+             Tensor& y) {
+  constexpr const char* op = "dropout";
+  require_float(op, x, "x");
+  require_float(op, y, "y");
+  require_numel(op, y, "y", x.numel(), "same as x");
+  FT_CHECK(p >= 0.0f && p < 1.0f) << op << ": p = " << p << " is outside [0, 1)";
+  FT_CHECK(x.ndim() >= 1 && first_row >= 0) << op << ": x " << x.describe() << " first_row " << first_row;
+}
+
+// ---- token rows: [B, rows, C] activations and image patches ----------------------
+
+namespace {
+
+struct Rows3 {
+  std::int64_t batch, rows, cols;
+};
+
+Rows3 rows_3d(const char* op, const Tensor& t, const char* role) {
+  require_float(op, t, role);
+  FT_CHECK(t.ndim() == 3) << op << ": " << role << " " << t.describe() << " must be [B, rows, C]";
+  return {t.dim(0), t.dim(1), t.dim(2)};
+}
+
+void require_rows(const char* op, const Tensor& t, const char* role, const Rows3& got, const Rows3& want) {
+  FT_CHECK(got.batch == want.batch && got.rows == want.rows && got.cols == want.cols)
+      << op << ": " << role << " " << t.describe() << " must be [" << want.batch << ", " << want.rows << ", "
+      << want.cols << "]";
+}
+
+void require_matrix(const char* op, const Tensor& t, const char* role, std::int64_t rows, std::int64_t cols) {
+  require_float(op, t, role);
+  FT_CHECK(t.ndim() == 2 && t.dim(0) == rows && t.dim(1) == cols)
+      << op << ": " << role << " " << t.describe() << " must be [" << rows << ", " << cols << "]";
+}
+
+void check_patches(const char* op, const Tensor& images, const char* images_role, std::int64_t patch_size,
+                   const Tensor& patches, const char* patches_role) {
+  require_float(op, images, images_role);
+  require_float(op, patches, patches_role);
+  FT_CHECK(images.ndim() == 4) << op << ": " << images_role << " " << images.describe()
+                               << " must be [B, H, W, C] (channels last)";
+  FT_CHECK(patch_size > 0) << op << ": patch_size " << patch_size << " must be positive";
+  const std::int64_t h = images.dim(1), w = images.dim(2), p = patch_size;
+  FT_CHECK(h % p == 0 && w % p == 0) << op << ": " << images_role << " " << images.describe()
+                                     << " is not a whole number of " << p << "x" << p << " patches";
+  const math::PatchGeometry g = patch_geometry(images, patch_size);
+  FT_CHECK(patches.ndim() == 2 && patches.dim(0) == g.rows() && patches.dim(1) == g.cols())
+      << op << ": " << patches_role << " " << patches.describe() << " must be [" << g.rows() << ", " << g.cols()
+      << "] (B * patches per image, C * P * P) for " << images_role << " " << images.describe();
+}
+
+void check_slice(const char* op, const Tensor& whole, const char* whole_role, std::int64_t first, const Tensor& part,
+                 const char* part_role) {
+  const Rows3 dw = rows_3d(op, whole, whole_role), dp = rows_3d(op, part, part_role);
+  FT_CHECK(dp.batch == dw.batch && dp.cols == dw.cols && first >= 0 && first + dp.rows <= dw.rows)
+      << op << ": " << part_role << " " << part.describe() << " is not rows " << first << " .. " << first + dp.rows
+      << " of each batch item of " << whole_role << " " << whole.describe();
+}
+
+}  // namespace
+
+math::PatchGeometry patch_geometry(const Tensor& images, std::int64_t patch_size) {
+  const std::int64_t h = images.dim(1), w = images.dim(2), p = patch_size;
+  return {images.dim(0), h, w, images.dim(3), p, h / p, w / p};
+}
+
+void patchify_forward(const Tensor& images, std::int64_t patch_size, Tensor& patches) {
+  check_patches("patchify_forward", images, "images", patch_size, patches, "patches");
+}
+
+void prepend_rows_forward(const Tensor& prefix, const Tensor& x, Tensor& out) {
+  constexpr const char* op = "prepend_rows_forward";
+  const Rows3 dx = rows_3d(op, x, "x"), dout = rows_3d(op, out, "out");
+  require_float(op, prefix, "prefix");
+  FT_CHECK(prefix.ndim() == 2 && prefix.dim(1) == dx.cols)
+      << op << ": prefix " << prefix.describe() << " must be [R, " << dx.cols << "] (the width of x " << x.describe()
+      << ")";
+  require_rows(op, out, "out", dout, {dx.batch, prefix.dim(0) + dx.rows, dx.cols});
+}
+
+void prepend_rows_backward(const Tensor& dout, Tensor& dprefix, Tensor& dx) {
+  constexpr const char* op = "prepend_rows_backward";
+  const Rows3 dd = rows_3d(op, dout, "dout"), dxd = rows_3d(op, dx, "dx");
+  const std::int64_t R = dd.rows - dxd.rows, C = dd.cols;
+  FT_CHECK(R >= 0) << op << ": dx " << dx.describe() << " has more rows than dout " << dout.describe();
+  require_rows(op, dx, "dx", dxd, {dd.batch, dd.rows - R, C});
+  require_matrix(op, dprefix, "dprefix", R, C);
+}
+
+void broadcast_add_forward(const Tensor& x, const Tensor& bias, Tensor& out) {
+  constexpr const char* op = "broadcast_add_forward";
+  const Rows3 dx = rows_3d(op, x, "x"), dout = rows_3d(op, out, "out");
+  require_rows(op, out, "out", dout, dx);
+  require_matrix(op, bias, "bias", dx.rows, dx.cols);
+}
+
+void broadcast_add_backward(const Tensor& dout, Tensor& dbias) {
+  constexpr const char* op = "broadcast_add_backward";
+  const Rows3 d = rows_3d(op, dout, "dout");
+  require_matrix(op, dbias, "dbias", d.rows, d.cols);
+}
+
+void slice_rows_forward(const Tensor& x, std::int64_t first, Tensor& out) {
+  check_slice("slice_rows_forward", x, "x", first, out, "out");
+}
+
+void slice_rows_backward(const Tensor& dout, std::int64_t first, Tensor& dx) {
+  check_slice("slice_rows_backward", dx, "dx", first, dout, "dout");
+}
+
+// ---- gradient clipping and AdamW (device scalars are one-element tensors) -------
+
+namespace {
+
+void require_scalar(const char* op, const Tensor& t, const char* role, DType dtype) {
+  checks::require_dtype(op, t, role, dtype);
+  require_numel(op, t, role, 1, "one element");
+}
+
+// AdamW's f32 operands of one size, and a step that bias correction can use.
+void check_adamw(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 std::int64_t step) {
+  checks::require_dtype(op, param, "param", DType::f32);
+  checks::require_dtype(op, grad, "grad", DType::f32);
+  checks::require_dtype(op, m, "m", DType::f32);
+  checks::require_dtype(op, v, "v", DType::f32);
+  require_numel(op, grad, "grad", param.numel(), "same as param");
+  require_numel(op, m, "m", param.numel(), "same as param");
+  require_numel(op, v, "v", param.numel(), "same as param");
+  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (bias correction) for param "
+                      << param.describe();
+}
+
+// The chunk table's dtype and shape; its rows are data, checked where they
+// can be read (the host backend).
+void check_chunk_table(const char* op, const Tensor& chunks) {
+  checks::require_dtype(op, chunks, "chunks", DType::i64);
+  FT_CHECK(chunks.ndim() == 2 && chunks.dim(1) == math::kAdamwChunkColumns)
+      << op << ": chunks " << chunks.describe() << " must be [chunks, " << math::kAdamwChunkColumns
+      << "] (offset, count, decay per row; kernels/adamw_chunks.hpp)";
+}
+
+}  // namespace
+
+void sum_squares_accumulate(const Tensor& x, Tensor& acc) {
+  constexpr const char* op = "sum_squares_accumulate";
+  require_scalar(op, acc, "acc", DType::f64);
+  require_float(op, x, "x");
+}
+
+void clip_coefficient(const Tensor& sum_sq, double /*max_norm*/, std::int64_t step, Tensor& norm, Tensor& scale,
+                      Tensor& diverged_step) {
+  constexpr const char* op = "clip_coefficient";
+  require_scalar(op, sum_sq, "sum_sq", DType::f64);
+  require_scalar(op, norm, "norm", DType::f64);
+  require_scalar(op, scale, "scale", DType::f32);
+  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  FT_CHECK(step >= 1) << op << ": step " << step << " must be >= 1 (0 means \"not diverged\")";
+}
+
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float /*lr*/, float /*beta1*/,
+                  float /*beta2*/, float /*eps*/, float /*weight_decay*/, std::int64_t step, float /*grad_scale*/) {
+  check_adamw("adamw_update", param, grad, m, v, step);
+}
+
+void adamw_update_chunks(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks,
+                         float /*lr*/, float /*beta1*/, float /*beta2*/, float /*eps*/, float /*weight_decay*/,
+                         std::int64_t step, float /*grad_scale*/) {
+  constexpr const char* op = "adamw_update_chunks";
+  check_adamw(op, param, grad, m, v, step);
+  check_chunk_table(op, chunks);
+}
+
+void adamw_update_chunks_guarded(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks,
+                                 float /*lr*/, float /*beta1*/, float /*beta2*/, float /*eps*/,
+                                 float /*weight_decay*/, std::int64_t step, const Tensor& grad_scale,
+                                 const Tensor& diverged_step) {
+  constexpr const char* op = "adamw_update_chunks_guarded";
+  require_scalar(op, grad_scale, "grad_scale", DType::f32);
+  require_scalar(op, diverged_step, "diverged_step", DType::i64);
+  check_adamw(op, param, grad, m, v, step);
+  check_chunk_table(op, chunks);
+}
+
+}  // namespace ftrain::op_checks
