@@ -13,7 +13,7 @@
 // O(N * C) elementwise work against the O(N * C^2) of the matmuls.
 //
 // precision fp8 (ctx.fp8): the seven projections of each decoder layer run
-// through the shared FP8 linear (fp8/linear.hpp: fp8::LinearLayers, one
+// through the shared FP8 linear (layers/linear.hpp: layers::LinearLayers, one
 // delayed-scaling state each, kept in the layer unit across steps);
 // embedding, norms, attention and lm_head stay in the compute dtype
 // (Transformer Engine's recipe for te.Linear layers). In the forward the
@@ -31,11 +31,11 @@
 #include <initializer_list>
 #include <string>
 
-#include "core/error.hpp"
-#include "fp8/linear.hpp"
+#include "base/error.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/rope_frequencies.hpp"
-#include "plugin/lora.hpp"
+#include "layers/linear.hpp"
+#include "layers/lora.hpp"
 
 namespace ftrain::llama {
 
@@ -74,7 +74,7 @@ ParamSpec norm_weight(const std::string& name, std::int64_t size) {
 // Token rows of a [B, T] batch tensor.
 std::int64_t token_rows(const Tensor& tokens) { return tokens.numel(); }
 
-// A block projection: a linear LoRA may adapt (plugin/lora.hpp).
+// A block projection: a linear LoRA may adapt (layers/lora.hpp).
 ParamSpec projection(const std::string& name, Shape shape, const LlamaConfig& c) {
   ParamSpec p = matrix(name, std::move(shape), c);
   p.adaptable = true;
@@ -309,7 +309,7 @@ class DecoderLayerUnit final : public Unit {
 
  private:
   // Every projection goes through here: the base linear (FP8 or not, the
-  // shared fp8::LinearLayers), then its LoRA adapter when the engine gave it
+  // shared layers::LinearLayers), then its LoRA adapter when the engine gave it
   // one (the Param index is both the layer index and the LoRA slot).
   void linear_forward(const StepContext& ctx, Param weight, const Tensor& x, const Tensor& w, Tensor& y) {
     linears_.forward(ctx, weight, x, w, nullptr, y);
@@ -345,7 +345,7 @@ class DecoderLayerUnit final : public Unit {
   LlamaConfig config_;
   std::string prefix_;
   Tensor inv_freq_;
-  fp8::LinearLayers linears_;  // the projections, indexed by Param; FP8 under precision fp8
+  layers::LinearLayers linears_;  // the projections, indexed by Param; FP8 under precision fp8
 };
 
 // ---- unit L+1: final norm, output head and loss ------------------------------------------

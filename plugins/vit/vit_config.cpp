@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "plugin/config_keys.hpp"
 #include "plugin/plugin_entry.hpp"
 

@@ -21,7 +21,7 @@
 // for the attention op. Norm outputs and the GELU are recomputed in backward.
 //
 // precision fp8 (ctx.fp8): the four linears of each block (qkv, proj, fc1,
-// fc2) run through the shared FP8 linear (fp8/linear.hpp: fp8::LinearLayers,
+// fc2) run through the shared FP8 linear (layers/linear.hpp: layers::LinearLayers,
 // one delayed-scaling state each, kept in the block unit across steps; q, k
 // and v are one layer: one state, one scale update per iteration); patch
 // embedding, norms, attention and head stay in the compute dtype, as
@@ -35,10 +35,10 @@
 #include <cmath>
 #include <string>
 
-#include "core/error.hpp"
-#include "fp8/linear.hpp"
+#include "base/error.hpp"
 #include "kernels/ops.hpp"
-#include "plugin/lora.hpp"
+#include "layers/linear.hpp"
+#include "layers/lora.hpp"
 
 namespace ftrain::vit {
 
@@ -66,7 +66,7 @@ ParamSpec spec(const std::string& name, Shape shape, InitKind init, float std, b
 ParamSpec matrix(const std::string& name, Shape shape, const VitConfig& c) {
   return spec(name, std::move(shape), InitKind::normal, static_cast<float>(c.initializer_range), true);
 }
-// A block linear: LoRA may adapt it (plugin/lora.hpp; PEFT's timm targets qkv, proj, fc1, fc2).
+// A block linear: LoRA may adapt it (layers/lora.hpp; PEFT's timm targets qkv, proj, fc1, fc2).
 ParamSpec linear(const std::string& name, Shape shape, const VitConfig& c) {
   ParamSpec p = matrix(name, std::move(shape), c);
   p.adaptable = true;
@@ -307,13 +307,13 @@ class BlockUnit final : public Unit {
   std::vector<Fp8StateRef> fp8_states(const fp8::Recipe& recipe) override { return linears_.states(recipe); }
 
  private:
-  // The LoRA slot (plugin/lora.hpp) of each block linear: its weight's Param.
+  // The LoRA slot (layers/lora.hpp) of each block linear: its weight's Param.
   static int lora_slot(Linear layer) {
     static constexpr Param kWeights[] = {kQkvW, kProjW, kFc1W, kFc2W};
     return kWeights[layer];
   }
   // Every block linear goes through here: the base (FP8 or not, the shared
-  // fp8::LinearLayers), then its LoRA adapter when the engine gave it one.
+  // layers::LinearLayers), then its LoRA adapter when the engine gave it one.
   // out_first: which output features of the linear y holds (qkv is computed
   // in three parts).
   void linear_forward(const StepContext& ctx, Linear layer, const Tensor& x, const Tensor& w, const Tensor* b,
@@ -330,7 +330,7 @@ class BlockUnit final : public Unit {
 
   VitConfig config_;
   std::string prefix_;
-  fp8::LinearLayers linears_;  // indexed by Linear; FP8 under precision fp8
+  layers::LinearLayers linears_;  // indexed by Linear; FP8 under precision fp8
 };
 
 // ---- last unit: final norm on the class token, head, cross entropy ---------------------

@@ -18,7 +18,7 @@
 #include "ckpt/convert.hpp"
 #include "ckpt/convert_cli.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "train/merge_checkpoint.hpp"
 
 namespace {

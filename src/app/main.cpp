@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "comm/mpi_communicator.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "deck/parser.hpp"
 #include "ftrain_build_paths.hpp"
 #include "plugin/loader.hpp"

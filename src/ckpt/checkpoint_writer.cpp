@@ -9,7 +9,7 @@
 #include "ckpt/consolidated.hpp"
 #include "ckpt/hdf5_util.hpp"
 #include "ckpt/shard_snapshot.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::ckpt {
 

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::ckpt {
 

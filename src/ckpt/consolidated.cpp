@@ -13,8 +13,8 @@
 #include "ckpt/hdf5_util.hpp"
 #include "ckpt/safetensors.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "core/dtype.hpp"
-#include "core/error.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::ckpt {
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 #include "fsdp/engine.hpp"
 
 namespace ftrain::ckpt {

@@ -17,7 +17,7 @@
 #include "ckpt/hdf5_util.hpp"
 #include "ckpt/safetensors.hpp"
 #include "ckpt/safetensors_dir.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "plugin/loader.hpp"
 
 namespace ftrain::ckpt {

@@ -30,7 +30,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 
 namespace ftrain {
 class PluginLoader;  // plugin/loader.hpp

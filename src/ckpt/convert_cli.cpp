@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ckpt/convert.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::ckpt {
 

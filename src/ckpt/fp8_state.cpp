@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "ckpt/hdf5_util.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "fp8/recipe.hpp"
 #include "kernels/math/fp8.hpp"
 #include "runtime/allocator.hpp"

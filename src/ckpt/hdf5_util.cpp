@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ckpt/crc32c.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::ckpt::h5 {
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/sharded_checkpoint.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::ckpt {
 

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "ckpt/safetensors.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::ckpt {
 

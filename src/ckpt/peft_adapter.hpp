@@ -28,7 +28,7 @@
 
 #include "comm/communicator.hpp"
 #include "fsdp/engine.hpp"
-#include "plugin/lora.hpp"
+#include "layers/lora.hpp"
 
 namespace ftrain::ckpt {
 

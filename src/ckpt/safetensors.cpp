@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::ckpt {
 

@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 #include "core/tensor.hpp"
 
 namespace ftrain::ckpt {

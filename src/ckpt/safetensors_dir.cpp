@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::ckpt {
 

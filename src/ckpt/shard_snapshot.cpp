@@ -11,7 +11,7 @@
 
 #include "ckpt/fp8_state.hpp"
 #include "ckpt/hdf5_util.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/hdf5_lock.hpp"
 
 namespace ftrain::ckpt {

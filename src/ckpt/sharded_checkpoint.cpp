@@ -25,7 +25,7 @@
 #include "ckpt/hdf5_util.hpp"
 #include "ckpt/lineage.hpp"
 #include "ckpt/shard_snapshot.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/launcher_watch.hpp"
 
 namespace ftrain::ckpt {

@@ -1,7 +1,7 @@
 // The Communicator defaults; see communicator.hpp.
 #include "comm/communicator.hpp"
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain {
 

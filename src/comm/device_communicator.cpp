@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "comm/staged_communicator.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain {

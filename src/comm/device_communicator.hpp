@@ -19,7 +19,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/gpu_assignment.hpp"
-#include "runtime/device.hpp"
+#include "base/device.hpp"
 
 namespace ftrain {
 

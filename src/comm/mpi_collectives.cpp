@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "comm/mpi_communicator.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::mpi_collectives {
 

@@ -10,7 +10,7 @@
 
 #include "comm/mpi_collectives.hpp"
 #include "comm/mpi_progress.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/thread_sanitizer.hpp"
 
 namespace ftrain {

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain {
 

@@ -4,7 +4,7 @@
 
 #include "comm/mpi_collectives.hpp"
 #include "comm/mpi_progress.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/execution_context.hpp"
 

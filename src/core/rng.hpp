@@ -6,7 +6,7 @@
 // any tensor can be generated independently, in any order, on any rank.
 // The mixer is SplitMix64's finaliser applied to a Weyl-sequence counter; the
 // normal variate uses Box-Muller on two uniforms of the same index.
-// mix64, bits and uniform are FTRAIN_HD (kernels/math/hd.hpp: integer and
+// mix64, bits and uniform are FTRAIN_HD (base/hd.hpp: integer and
 // exact double arithmetic only) so the CUDA dropout kernel draws the very
 // mask the host draws (kernels/math/dropout.hpp).
 #pragma once
@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 
 namespace ftrain::rng {
 

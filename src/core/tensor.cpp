@@ -4,7 +4,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "runtime/allocator.hpp"
 
 namespace ftrain {

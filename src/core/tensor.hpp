@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "runtime/device.hpp"
+#include "base/dtype.hpp"
+#include "base/device.hpp"
 
 namespace ftrain {
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "plugin/model.hpp"
+#include "data/batch.hpp"
 
 namespace ftrain::data {
 

@@ -8,7 +8,7 @@
 #include <queue>
 #include <sstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::data {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/hdf5_lock.hpp"
 #include "data/image_source.hpp"
 

@@ -4,7 +4,7 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/rng.hpp"
 #include "data/token_dataset.hpp"
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "data/token_file.hpp"
 
 namespace ftrain::data {

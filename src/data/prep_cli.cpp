@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "data/instruction_prep.hpp"
 #include "data/synthetic_corpus.hpp"
 #include "data/text_prep.hpp"

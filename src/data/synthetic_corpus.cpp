@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/rng.hpp"
 #include "data/token_file.hpp"
 

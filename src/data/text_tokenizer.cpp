@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "data/byte_level_bpe.hpp"
 
 namespace ftrain::data {

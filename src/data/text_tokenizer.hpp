@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::data {
 

@@ -23,7 +23,7 @@
 #include <array>
 #include <fstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "data/byte_level_bpe.hpp"
 
 namespace ftrain::data {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::data {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::data {
 

@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "data/byte_level_bpe.hpp"
 
 namespace ftrain::data {

@@ -11,7 +11,7 @@
 #include <limits>
 #include <system_error>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "deck/diagnostics.hpp"
 #include "deck/lexer.hpp"
 

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "deck/choices.hpp"
 #include "deck/config.hpp"
 

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "deck/config.hpp"
 
 namespace ftrain::deck {

@@ -10,7 +10,7 @@
 #include <set>
 #include <optional>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "deck/commands.hpp"
 #include "deck/diagnostics.hpp"
 #include "deck/lexer.hpp"

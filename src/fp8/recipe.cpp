@@ -1,7 +1,7 @@
 // Delayed scaling; see recipe.hpp.
 #include "fp8/recipe.hpp"
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/ops.hpp"
 
 namespace ftrain::fp8 {

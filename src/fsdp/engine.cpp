@@ -8,14 +8,14 @@
 #include <map>
 #include <sstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "comm/device_communicator.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "core/rng.hpp"
 #include "kernels/adamw_chunks.hpp"
 #include "kernels/ops.hpp"
 #include "fsdp/non_finite.hpp"
-#include "plugin/lora_adapters.hpp"
+#include "layers/lora_adapters.hpp"
 
 namespace ftrain {
 
@@ -179,7 +179,7 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
 }
 
 // Per unit, its FP8 linear weights: the flat entry '<layer>.weight' of each
-// FP8 state the unit reports (fp8::LinearLayers' names are the layers'
+// FP8 state the unit reports (layers::LinearLayers' names are the layers'
 // Hugging Face / timm prefixes).
 void FsdpEngine::build_fp8_gathers() {
   fp8_gathers_.resize(flats_.size());

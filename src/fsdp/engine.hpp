@@ -21,11 +21,11 @@
 // number of target tokens of the global batch (Batch loss scale), so sums are
 // means.
 //
-// LoRA (options.lora, plugin/lora.hpp): every base flat parameter is frozen
+// LoRA (options.lora, layers/lora.hpp): every base flat parameter is frozen
 // (master only: no gradient, no optimizer state, gathered and released as
 // without LoRA) and each unit with adapted linears gets a second, trainable
 // flat parameter holding its lora_A / lora_B matrices (which ones:
-// plugin/lora_adapters.hpp), sharded over the same
+// layers/lora_adapters.hpp), sharded over the same
 // shard group as the base (share/doc/fsdp.md "LoRA": sharded, not
 // replicated, so the one gather / reduce-scatter / checkpoint path serves
 // both and adapter state per rank shrinks with the rank count too).
@@ -50,8 +50,8 @@
 #include "fsdp/flat_parameter.hpp"
 #include "fsdp/fp8_all_gather.hpp"
 #include "fsdp/parameter_init.hpp"
+#include "layers/lora.hpp"
 #include "optim/sharded_adamw.hpp"
-#include "plugin/lora.hpp"
 #include "plugin/model.hpp"
 #include "runtime/execution_context.hpp"
 

@@ -1,6 +1,6 @@
 #include "fsdp/flat_parameter.hpp"
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <exception>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "fsdp/engine.hpp"
 #include "kernels/ops.hpp"
 
@@ -138,7 +138,7 @@ Request Fp8AllGather::start(ExecutionContext& exec, Communicator& comm, FlatPara
   for (const Piece& p : pieces_) {
     fp8::LinearState& state = *fp8_state_[static_cast<std::size_t>(p.entry)];
     // States made on the host before the first step (a resume) move to the
-    // training device once, as fp8::LinearLayers moves them.
+    // training device once, as layers::LinearLayers moves them.
     if (state.amax_history.device() != exec.device()) state = state.to(exec.device());
     Fp8Tensor q = state.operand(fp8::kWeight, send_fp8.view({p.count}, p.send_offset), record);
     ops::cast_to_fp8(exec, shard.view({p.count}, p.shard_offset), q);

@@ -3,11 +3,11 @@
 //
 // Without it every rank all-gathers the unit's flat parameter in the param
 // dtype (bf16) and each FP8 linear then casts its gathered weight with the
-// layer's weight scale (fp8/linear.hpp). With it the cast moves before the
+// layer's weight scale (layers/linear.hpp). With it the cast moves before the
 // collective: each rank casts ITS shard of every FP8 linear weight with the
 // same scale and the all-gather moves the FP8 bytes, 1 byte per element
 // instead of 2; the GEMMs take the gathered FP8 weight as it is
-// (fp8::LinearLayers sees an fp8 weight tensor and does not cast it again).
+// (layers::LinearLayers sees an fp8 weight tensor and does not cast it again).
 //
 // Why the result is bit-identical to the local cast: the cast is
 // elementwise, fp8(bf16(master) * scale), with the layer's current scale
@@ -57,7 +57,7 @@ Fp8AllGatherDecision decide_fp8_all_gather(const FsdpOptions& options, int shard
 class Fp8AllGather {
  public:
   // One FP8 linear weight of the unit: its entry in the flat parameter and
-  // its layer's delayed-scaling state (owned by the unit's fp8::LinearLayers,
+  // its layer's delayed-scaling state (owned by the unit's layers::LinearLayers,
   // which keeps it at a fixed address).
   struct Weight {
     int entry = 0;

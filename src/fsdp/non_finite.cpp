@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/ops.hpp"
 
 namespace ftrain::fsdp {

@@ -3,7 +3,7 @@
 #include <array>
 #include <atomic>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "runtime/backend_library.hpp"
 
 namespace ftrain {

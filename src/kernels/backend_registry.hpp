@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kernels/op_list.hpp"
-#include "runtime/device.hpp"
+#include "base/device.hpp"
 
 namespace ftrain {
 

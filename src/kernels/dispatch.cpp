@@ -1,7 +1,7 @@
 // ops::<op>: the op's shared argument checks, then the one dispatch.
 // Compiled into libftrain (never inline in a plugin), so a plugin reaches
 // every backend through these symbols.
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/backend_registry.hpp"
 #include "kernels/op_checks.hpp"
 #include "kernels/ops.hpp"

@@ -3,7 +3,7 @@
 #include <initializer_list>
 #include <utility>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/math/adamw.hpp"
 #include "kernels/tensor_checks.hpp"
 

@@ -5,7 +5,7 @@
 #include <numbers>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain {
 

@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "core/dtype.hpp"
-#include "core/error.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 
 namespace ftrain::checks {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::optim {
 

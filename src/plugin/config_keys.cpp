@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "deck/diagnostics.hpp"
 
 namespace ftrain::plugin_config {

@@ -26,7 +26,7 @@ extern "C" {
  *   2  ops take an ExecutionContext (kernels/ops.hpp); StepContext carries it
  *      (plugin/model.hpp); Tensor storage comes from stream-ordered
  *      allocators (runtime/allocator.hpp). Issue 12.
- *   3  LoRA (plugin/lora.hpp): ParamSpec::adaptable and init_bound,
+ *   3  LoRA (layers/lora.hpp): ParamSpec::adaptable and init_bound,
  *      InitKind::uniform, Batch::first_sample, StepContext::lora. Issue 16.
  *   4  Hugging Face config.json conversion provided by the plugin
  *      (export_hf_config, import_hf_config; ftrain-convert). */

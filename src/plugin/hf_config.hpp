@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::hf_config {
 

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <system_error>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "ftrain_build_paths.hpp"
 
 namespace ftrain {

@@ -27,8 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
+#include "data/batch.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain {
@@ -38,7 +39,7 @@ struct Recipe;       // fp8/recipe.hpp
 struct LinearState;  // fp8/recipe.hpp
 }
 namespace lora {
-struct UnitAdapters;  // plugin/lora.hpp
+struct UnitAdapters;  // layers/lora.hpp
 }
 
 // uniform: U(-init_bound, init_bound) (LoRA's A, PEFT's kaiming-uniform).
@@ -52,24 +53,13 @@ struct ParamSpec {
   float init_bound = 0.0f;    // for InitKind::uniform
   bool weight_decay = true;   // false for norms and biases
   // A linear layer's weight [out, in] (used as x W^T) that LoRA may adapt
-  // (plugin/lora.hpp): the plugin routes it through lora::add_forward /
+  // (layers/lora.hpp): the plugin routes it through lora::add_forward /
   // add_backward with this spec's index as the slot. Never the output head.
   bool adaptable = false;
   // Non-empty: this entry is not a parameter of this unit but an alias of the
   // named parameter owned by an earlier unit (tied embeddings). The engine
   // passes that tensor in this slot and accumulates its gradient there.
   std::string tied_to;
-};
-
-// What the data loader hands a step (one micro-batch on one rank).
-struct Batch {
-  Tensor inputs;   // i32 [B, T] tokens (language) or f32 [B, H, W, C] images (vision)
-  Tensor targets;  // i32 [B, T] next tokens (kIgnoreIndex = padding) or i32 [B] labels
-  std::int64_t position_offset = 0;  // position of column 0 (always 0 in training windows)
-  // Index of inputs' first sample in the run's sample order (step * global
-  // batch + its place in the step): keys LoRA's dropout mask, so the mask of
-  // a sample does not depend on the rank or micro-batch that computes it.
-  std::int64_t first_sample = 0;
 };
 
 // Per-step knobs the engine passes to units.
@@ -88,11 +78,11 @@ struct StepContext {
   bool training = true;               // false for eval: units may skip saving for backward
   // precision fp8: the linear layers inside the blocks run FP8 GEMMs with the
   // delayed-scaling recipe (fp8/recipe.hpp; the units keep the per-layer
-  // scaling state in fp8::LinearLayers, fp8/linear.hpp); embeddings, norms,
+  // scaling state in layers::LinearLayers, layers/linear.hpp); embeddings, norms,
   // attention and the head stay in compute_dtype. fp8_recipe is non-null whenever fp8 is true.
   bool fp8 = false;
   const fp8::Recipe* fp8_recipe = nullptr;
-  // LoRA (plugin/lora.hpp): the adapters of the unit being computed, set by
+  // LoRA (layers/lora.hpp): the adapters of the unit being computed, set by
   // the engine per unit; null when the unit has none. Plugins pass it on to
   // lora::add_forward / add_backward and never read it themselves.
   const lora::UnitAdapters* lora = nullptr;
@@ -123,8 +113,8 @@ class Unit {
   virtual Tensor backward(const StepContext& ctx, const std::vector<Tensor>& params, std::vector<Tensor>& grads,
                           const Batch& batch, const Tensor& x, const Tensor& dy, UnitCache& cache) = 0;
   // precision fp8: the state of every FP8 linear of this unit, created on
-  // first use (a unit keeping an fp8::LinearLayers returns its states(),
-  // fp8/linear.hpp). Units only RECORD amaxes (forward: input, weight;
+  // first use (a unit keeping an layers::LinearLayers returns its states(),
+  // layers/linear.hpp). Units only RECORD amaxes (forward: input, weight;
   // backward: output gradient; the casts do it on the device); the engine
   // reduces the current amaxes over all ranks and updates the scales after
   // each forward + backward, so every rank uses the scales a single rank

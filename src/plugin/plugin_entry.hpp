@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "plugin/ftrain_plugin.h"
 #include "plugin/model.hpp"
 

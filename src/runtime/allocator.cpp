@@ -12,7 +12,7 @@
 
 #include <sys/mman.h>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "runtime/backend_library.hpp"
 #include "runtime/host_streams.hpp"
 

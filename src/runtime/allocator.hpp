@@ -36,7 +36,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/device.hpp"
+#include "base/device.hpp"
 #include "runtime/stream.hpp"
 
 namespace ftrain {

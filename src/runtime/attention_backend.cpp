@@ -1,6 +1,6 @@
 #include "runtime/attention_backend.hpp"
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain {
 

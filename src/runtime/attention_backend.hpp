@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "runtime/device.hpp"
+#include "base/device.hpp"
 
 namespace ftrain {
 

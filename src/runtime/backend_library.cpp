@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "runtime/ftrain_backend.h"
 
 namespace ftrain {

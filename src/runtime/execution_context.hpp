@@ -18,7 +18,7 @@
 
 #include "runtime/allocator.hpp"
 #include "runtime/attention_backend.hpp"
-#include "runtime/device.hpp"
+#include "base/device.hpp"
 #include "runtime/stream.hpp"
 
 namespace ftrain {

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "runtime/host_streams.hpp"
 
 namespace ftrain {

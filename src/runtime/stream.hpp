@@ -33,7 +33,7 @@
 #include <functional>
 #include <memory>
 
-#include "runtime/device.hpp"
+#include "base/device.hpp"
 
 namespace ftrain {
 

@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "data/image_source.hpp"
 #include "data/token_batch_source.hpp"
 

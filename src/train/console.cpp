@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string_view>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain {
 

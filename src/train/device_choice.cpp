@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/backend_registry.hpp"
 #include "runtime/backend_library.hpp"
 

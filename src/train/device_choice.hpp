@@ -17,7 +17,7 @@
 #include <string>
 
 #include "deck/config.hpp"
-#include "runtime/device.hpp"
+#include "base/device.hpp"
 
 namespace ftrain {
 

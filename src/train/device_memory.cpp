@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "comm/communicator.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 
 namespace ftrain {

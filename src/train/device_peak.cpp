@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/blas_threads.hpp"
 #include "train/host_identity.hpp"
 

@@ -6,7 +6,7 @@
 #include "ckpt/consolidated.hpp"
 #include "ckpt/hdf5_util.hpp"
 #include "ckpt/sharded_checkpoint.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "deck/parser.hpp"
 #include "fsdp/engine.hpp"
 #include "plugin/loader.hpp"

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 
 namespace ftrain {
 

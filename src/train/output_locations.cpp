@@ -8,7 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "train/host_identity.hpp"
 
 namespace ftrain {

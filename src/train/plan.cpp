@@ -7,7 +7,7 @@
 
 #include <unistd.h>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "train/run_settings.hpp"
 
 namespace ftrain {

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain {
 

@@ -3,7 +3,7 @@
 #include <sstream>
 
 #include "ckpt/sharded_checkpoint.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "train/weights.hpp"
 
 namespace ftrain {

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "train/host_identity.hpp"
 
 namespace ftrain {

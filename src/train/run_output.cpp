@@ -11,7 +11,7 @@
 
 #include <unistd.h>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain {
 

@@ -3,7 +3,7 @@
 #include <sstream>
 #include <utility>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "fsdp/fp8_all_gather.hpp"
 #include "runtime/attention_backend.hpp"
 

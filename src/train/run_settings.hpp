@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 #include "deck/config.hpp"
 #include "fsdp/engine.hpp"
 #include "optim/lr_schedule.hpp"

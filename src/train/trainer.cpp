@@ -11,7 +11,7 @@
 #include "ckpt/lineage.hpp"
 #include "comm/collective_watchdog.hpp"
 #include "comm/device_communicator.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/launcher_watch.hpp"
 #include "data/token_batch_source.hpp"
 #include "deck/diagnostics.hpp"

@@ -9,7 +9,7 @@
 #include "ckpt/consolidated.hpp"
 #include "ckpt/peft_adapter.hpp"
 #include "ckpt/safetensors_dir.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain {
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
 #include "kernels/backend_registry.hpp"

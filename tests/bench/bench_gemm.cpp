@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 #include "kernels/blas_threads.hpp"
 #include "kernels/host/gemm.hpp"
 

@@ -16,7 +16,7 @@
 #include "ckpt/hdf5_util.hpp"
 #include "ckpt/safetensors_dir.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 #include "fsdp/engine.hpp"
 #include "plugin/loader.hpp"
 

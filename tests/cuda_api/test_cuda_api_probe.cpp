@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "cuda_api/cuda_api_recorder.hpp"
 #include "runtime/allocator.hpp"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "deck/parser.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

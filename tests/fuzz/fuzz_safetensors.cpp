@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "ckpt/safetensors.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/backend_registry.hpp"
 #include "runtime/backend_library.hpp"
 #include "support/backend_parity.hpp"

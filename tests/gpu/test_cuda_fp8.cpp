@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/rng.hpp"
 #include "fp8/recipe.hpp"
 #include "kernels/backend_registry.hpp"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/backend_registry.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/backend_library.hpp"

@@ -17,7 +17,7 @@
 
 #include "comm/device_communicator.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/backend_registry.hpp"
 #include "runtime/backend_library.hpp"
 #include "runtime/execution_context.hpp"

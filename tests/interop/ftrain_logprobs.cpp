@@ -38,7 +38,7 @@
 #include "ckpt/consolidated.hpp"
 #include "ckpt/hdf5_util.hpp"
 #include "ckpt/safetensors_dir.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "kernels/ops.hpp"
 #include "plugin/loader.hpp"

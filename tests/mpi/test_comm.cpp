@@ -27,7 +27,7 @@
 
 #include "comm/mpi_communicator.hpp"
 #include "comm/staged_communicator.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/stream.hpp"
 

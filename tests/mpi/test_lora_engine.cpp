@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "comm/mpi_communicator.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "fsdp/engine.hpp"
 #include "plugin/loader.hpp"
 

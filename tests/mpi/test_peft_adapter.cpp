@@ -20,7 +20,7 @@
 #include "ckpt/peft_adapter.hpp"
 #include "ckpt/safetensors.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "fsdp/engine.hpp"
 #include "plugin/loader.hpp"
 

@@ -80,12 +80,16 @@ mv "$work_dir/staging" "$work_dir/prefix"
 prefix="$work_dir/prefix"
 for f in bin/ftrain bin/ftrain-prep "$libdir/libftrain.so" "$libdir/ftrain/plugins/ftrain_llama.so" \
   include/ftrain/core/tensor.hpp include/ftrain/kernels/ops.hpp include/ftrain/plugin/model.hpp \
+  include/ftrain/base/error.hpp include/ftrain/data/batch.hpp include/ftrain/layers/linear.hpp \
+  include/ftrain/layers/lora.hpp include/ftrain/fp8/recipe.hpp \
   include/ftrain/plugin/ftrain_plugin.h "$libdir/cmake/ftrain/ftrainConfig.cmake" \
   "$libdir/cmake/ftrain/FtrainPlugin.cmake" "$libdir/cmake/ftrain/FtrainKokkos.cmake"; do
   [[ -e "$prefix/$f" ]] || fail "the install lacks $f"
 done
 # Engine internals are not part of the SDK.
 [[ ! -e "$prefix/include/ftrain/kernels/host" ]] || fail "the install ships kernels/host (not SDK)"
+[[ ! -e "$prefix/include/ftrain/data/batch_source.hpp" ]] || fail "the install ships data/ beyond batch.hpp (not SDK)"
+[[ ! -e "$prefix/include/ftrain/fsdp" ]] || fail "the install ships fsdp/ (not SDK)"
 
 step "installed ftrain lists its own plugins"
 "$prefix/bin/ftrain" --list-models >list_installed.txt 2>&1 || { cat list_installed.txt >&2; fail "--list-models"; }

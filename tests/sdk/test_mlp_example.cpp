@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
 #include "kernels/ops.hpp"

@@ -32,7 +32,7 @@
 #include <tuple>
 #include <type_traits>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/backend_registry.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/execution_context.hpp"

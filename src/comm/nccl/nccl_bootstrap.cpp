@@ -4,7 +4,7 @@
 #include <string>
 
 #include "comm/nccl/nccl_check.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::nccl {
 

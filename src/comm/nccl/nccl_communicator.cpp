@@ -16,7 +16,7 @@
 #include "comm/collective_watchdog.hpp"
 #include "comm/nccl/nccl_bootstrap.hpp"
 #include "comm/nccl/nccl_check.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain::nccl {

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "backends/cuda/device/cuda_check.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/cross_entropy_plan.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
 #include "kernels/cuda/kernels.hpp"

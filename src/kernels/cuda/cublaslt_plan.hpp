@@ -30,7 +30,7 @@
 #include <string>
 #include <utility>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::cuda {
 

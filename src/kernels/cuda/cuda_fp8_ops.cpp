@@ -15,7 +15,7 @@
 #include <string>
 
 #include "backends/cuda/device/cuda_check.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/cublaslt_fp8.hpp"
 #include "kernels/cuda/fp8_kernels.hpp"
 #include "kernels/math/fp8.hpp"

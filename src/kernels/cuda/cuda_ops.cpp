@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "backends/cuda/device/cuda_check.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/cross_entropy_head.hpp"
 #include "kernels/cuda/cublaslt_linear.hpp"
 #include "kernels/cuda/cuda_fp8_ops.hpp"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "backends/cuda/device/cuda_check.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/cudnn_sdpa_graph.hpp"
 #include "runtime/execution_context.hpp"
 

@@ -27,8 +27,8 @@
 #include <tuple>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "core/error.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::cuda {
 

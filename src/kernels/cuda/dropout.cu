@@ -1,7 +1,7 @@
 // CUDA dropout (op_list.hpp; LoRA's input dropout): y = x * mask, one thread
 // per element. The mask index (global row and column: first_row * C + e)
 // and the product are kernels/math/dropout.hpp's, the functions the host
-// kernel and plugin/lora.cpp call, so every backend and rank draws the same
+// kernel and layers/lora.cpp call, so every backend and rank draws the same
 // mask and the output has the host's bits.
 #include "kernels/cuda/launch.cuh"
 #include "kernels/math/dropout.hpp"

@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 
 namespace ftrain::cuda {
 

@@ -5,7 +5,7 @@
 // raise_input_check_errors when a stream is synchronized anyway.
 #include <mutex>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/math/embedding.hpp"
 

@@ -32,7 +32,7 @@ void launch_scale_inplace(FloatSpan x, float factor, std::int64_t n, cudaStream_
 void launch_fill_pattern(void* data, int element_bytes, std::uint64_t pattern, std::int64_t n, cudaStream_t stream);
 // f32 <-> bf16 (same storage: a copy)
 void launch_cast(FloatSpan src, FloatSpan dst, std::int64_t n, cudaStream_t stream);
-// Casts between f32, bf16 and f16 (math/f16.hpp for f16, math/hd.hpp for
+// Casts between f32, bf16 and f16 (math/f16.hpp for f16, base/hd.hpp for
 // bf16): widen to f32, round to the destination, as the host cast.
 enum class CastElement : std::uint8_t { f32, bf16, f16, fp8_e4m3, fp8_e5m2 };
 void launch_cast_elements(const void* src, CastElement src_type, void* dst, CastElement dst_type, std::int64_t n,

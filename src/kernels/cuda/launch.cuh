@@ -18,7 +18,7 @@
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/launch_config.hpp"
 #include "kernels/math/cross_entropy.hpp"
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 
 namespace ftrain::cuda {
 

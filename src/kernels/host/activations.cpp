@@ -20,7 +20,7 @@
 #include <Kokkos_Core.hpp>
 #include <cmath>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
 #include "kernels/math/activations.hpp"

@@ -3,7 +3,7 @@
 // step is adamw_update_chunks_guarded, kernels/host/adamw.cpp). The scalars live in tensors so that on a device
 // they stay there; the arithmetic is the host's former f64 arithmetic, so
 // the golden curves do not move by a bit.
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
 #include "kernels/math/adamw.hpp"

@@ -26,7 +26,7 @@
 #include <limits>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/host/gemm.hpp"
 #include "kernels/host/host_ops.hpp"
 #include "kernels/math/cross_entropy.hpp"

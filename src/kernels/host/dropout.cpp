@@ -7,7 +7,7 @@
 // exactly those rows of the mask. y may alias x.
 #include <Kokkos_Core.hpp>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/math/dropout.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
 #include "kernels/math/f16.hpp"

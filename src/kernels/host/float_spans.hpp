@@ -25,8 +25,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "core/error.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "kernels/math/column_sums.hpp"
 #include "kernels/tensor_checks.hpp"

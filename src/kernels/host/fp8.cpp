@@ -22,7 +22,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/fp8_scaling.hpp"
 #include "kernels/math/fp8.hpp"
 #include "kernels/host/float_spans.hpp"

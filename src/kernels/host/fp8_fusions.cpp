@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
 #include "kernels/math/fp8_fusions.hpp"

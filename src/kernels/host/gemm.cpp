@@ -19,7 +19,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/blas_threads.hpp"
 
 #if defined(FTRAIN_HAVE_ONEDNN)

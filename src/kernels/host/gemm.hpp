@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 
 namespace ftrain::host::gemm {
 

@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/gemm.hpp"
 #include "kernels/host/host_ops.hpp"

@@ -21,7 +21,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/host/float_spans.hpp"
 #include "kernels/host/host_ops.hpp"
 #include "kernels/math/token_rows.hpp"

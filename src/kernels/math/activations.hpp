@@ -10,7 +10,7 @@
 #pragma once
 
 #include "kernels/math/fast_math.hpp"
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 
 namespace ftrain::math {
 

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 
 namespace ftrain::math {
 

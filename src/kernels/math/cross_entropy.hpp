@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "kernels/math/fast_math.hpp"
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 
 namespace ftrain::math {
 

@@ -1,5 +1,5 @@
 // The dropout mask and its application, written once for every backend
-// (kernels/host/dropout.cpp, kernels/cuda/dropout.cu, plugin/lora.cpp):
+// (kernels/host/dropout.cpp, kernels/cuda/dropout.cu, layers/lora.cpp):
 // element `index` of a mask stream is kept iff its counter-based uniform
 // (core/rng.hpp) is >= p, and a kept element is scaled by 1 / (1 - p)
 // (inverted dropout, PyTorch's nn.Dropout). A pure function of (seed,
@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "core/rng.hpp"
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 
 namespace ftrain::math {
 

@@ -3,8 +3,8 @@
 // formats), NaN kept as a quiet NaN with its sign. Integer bit operations
 // only, so the host and a GPU produce the same bits.
 //
-// Why here and not only core/dtype.cpp: the CUDA cast kernel needs the
-// conversion on the device. core/dtype.cpp's generic mini-float encoder
+// Why here and not only base/dtype.cpp: the CUDA cast kernel needs the
+// conversion on the device. base/dtype.cpp's generic mini-float encoder
 // (frexp / nearbyint, shared with fp8) stays the host's reference; the host
 // cast op calls these functions, and tests/unit/kernels/test_f16_codec.cpp
 // proves them equal to it: every one of the 2^16 codes decoded, and every
@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 
 namespace ftrain::math {
 

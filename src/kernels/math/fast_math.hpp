@@ -1,5 +1,5 @@
 // Vectorisable f32 exp / sigmoid / tanh / erf for the activation kernels
-// (GELU, SwiGLU) of both backends (FTRAIN_HD, kernels/math/hd.hpp): the
+// (GELU, SwiGLU) of both backends (FTRAIN_HD, base/hd.hpp): the
 // same bits on the host and on a GPU, since they use no libm.
 //
 // Why: libm's expf/erff/tanhf are scalar calls, which made GELU cost more
@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 
 namespace ftrain::math::fast_math {
 

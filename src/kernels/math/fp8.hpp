@@ -18,7 +18,7 @@
 // not be: CUDA's x * scale returns its canonical NaN (0x7fffffff) where the
 // host keeps the operand's NaN. Either way the code is a NaN.)
 // tests/unit/kernels/test_fp8_math.cpp checks every bf16 pattern times a
-// sweep of scales against a grid-search reference and core/dtype.cpp's
+// sweep of scales against a grid-search reference and base/dtype.cpp's
 // frexp-based encoder (the emulation this replaced), bit for bit.
 //
 // Amax: max |x| as the integer max of (bits & 0x7fffffff): for non-negative
@@ -30,7 +30,7 @@
 
 #include <cstdint>
 
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 
 namespace ftrain::math {
 

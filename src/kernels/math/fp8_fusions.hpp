@@ -16,13 +16,13 @@
 
 #include "kernels/math/activations.hpp"
 #include "kernels/math/fp8.hpp"
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 #include "kernels/math/norms.hpp"
 
 namespace ftrain::math {
 
 // v as a store into the activation dtype and a load back would leave it
-// (core/dtype.hpp's to_bf16 / to_float for bf16; unchanged for f32).
+// (base/dtype.hpp's to_bf16 / to_float for bf16; unchanged for f32).
 FTRAIN_HD float round_to_activation(float v, bool bf16) {
   return bf16 ? bf16_bits_to_float(float_to_bf16_bits(v)) : v;
 }

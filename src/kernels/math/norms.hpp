@@ -12,7 +12,7 @@
 //            dx = s (dxhat - a - xhat c);  dw += dy xhat;  db += dy
 #pragma once
 
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 
 namespace ftrain::math {
 

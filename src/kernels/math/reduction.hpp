@@ -31,7 +31,7 @@
 
 #include <cstdint>
 
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 #include "kernels/math/pointwise.hpp"
 
 namespace ftrain::math {

@@ -4,7 +4,7 @@
 // forward rotation, -1 its transpose (the backward).
 #pragma once
 
-#include "kernels/math/hd.hpp"
+#include "base/hd.hpp"
 
 namespace ftrain::math {
 

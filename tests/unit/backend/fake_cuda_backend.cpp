@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/backend_registry.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/execution_context.hpp"

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "kernels/backend_registry.hpp"
 #include "kernels/ops.hpp"

@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "kernels/backend_registry.hpp"
 #include "kernels/op_checks.hpp"

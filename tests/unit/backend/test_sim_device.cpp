@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "kernels/adamw_chunks.hpp"
 #include "kernels/backend_registry.hpp"

@@ -21,7 +21,7 @@
 #include "ckpt/crc32c.hpp"
 #include "ckpt/hdf5_util.hpp"
 #include "ckpt/sharded_checkpoint.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 using namespace ftrain;
 using namespace ftrain::ckpt;

@@ -18,7 +18,7 @@
 
 #include "ckpt/lineage.hpp"
 #include "ckpt/sharded_checkpoint.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 using namespace ftrain;
 using namespace ftrain::ckpt;

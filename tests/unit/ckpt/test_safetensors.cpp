@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "ckpt/safetensors.hpp"
-#include "core/dtype.hpp"
-#include "core/error.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 #include "core/rng.hpp"
 
 using namespace ftrain;

@@ -15,8 +15,8 @@
 #include "ckpt/convert.hpp"
 #include "ckpt/safetensors.hpp"
 #include "ckpt/safetensors_dir.hpp"
-#include "core/dtype.hpp"
-#include "core/error.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 
 using namespace ftrain;
 using namespace ftrain::ckpt;

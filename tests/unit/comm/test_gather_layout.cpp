@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/mpi_collectives.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain {
 namespace {

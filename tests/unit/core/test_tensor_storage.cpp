@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "runtime/allocator.hpp"
 

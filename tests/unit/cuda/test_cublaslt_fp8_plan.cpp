@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "kernels/cuda/cublaslt_plan.hpp"
 #include "kernels/ops.hpp"

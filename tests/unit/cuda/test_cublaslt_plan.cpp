@@ -24,7 +24,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "fsdp/flat_parameter.hpp"
 #include "kernels/cuda/cublaslt_plan.hpp"

@@ -10,7 +10,7 @@
 #include <string>
 #include <tuple>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/cudnn_sdpa_execute.hpp"
 #include "kernels/cuda/cudnn_sdpa_graph.hpp"
 #include "plugin/loader.hpp"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cuda/cudnn_sdpa_plan.hpp"
 #include "kernels/math/attention.hpp"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "data/byte_level_bpe.hpp"
 #include "data/prep_cli.hpp"
 #include "data/text_prep.hpp"

@@ -8,7 +8,7 @@
 #include <set>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "data/image_source.hpp"
 #include "data/token_dataset.hpp"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "data/instruction_prep.hpp"
 #include "data/prep_cli.hpp"

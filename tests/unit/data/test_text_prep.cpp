@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "data/prep_cli.hpp"
 #include "data/text_prep.hpp"
 #include "data/text_tokenizer.hpp"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
 #include "data/prep_cli.hpp"

@@ -10,7 +10,7 @@
 #include <random>
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "deck/commands.hpp"
 #include "deck/diagnostics.hpp"
 #include "deck/parser.hpp"

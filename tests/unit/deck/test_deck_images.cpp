@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "deck/parser.hpp"
 
 using namespace ftrain;

@@ -1,6 +1,6 @@
 // The FP8 delayed-scaling recipe: the scale rule, the amax history (length,
 // max vs most_recent, the roll), a spike absorbed without inf/NaN, the margin,
-// and the shared FP8 linear (fp8/linear.hpp) against a float64 reference
+// and the FP8 linear GEMMs (fp8/scaled_linear.hpp) against a float64 reference
 // built from the same quantised operands (hybrid: E4M3 forward, E5M2 output
 // gradient). Amaxes are recorded and scales updated by the ops
 // (cast_to_fp8, fp8_update_scales); the ops' own tests are
@@ -12,9 +12,10 @@
 #include <limits>
 #include <vector>
 
+#include "base/error.hpp"
 #include "core/rng.hpp"
-#include "fp8/linear.hpp"
 #include "fp8/recipe.hpp"
+#include "fp8/scaled_linear.hpp"
 #include "kernels/ops.hpp"
 #include "support/op_test_util.hpp"
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "support/op_test_util.hpp"
 
 namespace ftrain::testing {

@@ -17,7 +17,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/host/attention_tiled.hpp"
 #include "kernels/ops.hpp"
 #include "support/op_test_util.hpp"

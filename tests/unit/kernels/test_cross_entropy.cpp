@@ -15,7 +15,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/ops.hpp"
 #include "support/op_test_util.hpp"
 

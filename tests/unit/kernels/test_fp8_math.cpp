@@ -7,7 +7,7 @@
 //    nearest value of the format's grid by binary search over the decoded
 //    codes, ties to the even code, saturating at the largest finite value,
 //    NaN kept with its sign, and (b) the frexp-based encoder of
-//    core/dtype.cpp that the host emulation used before (its goldens);
+//    base/dtype.cpp that the host emulation used before (its goldens);
 //    plus every midpoint between adjacent grid values and its f32
 //    neighbours, where rounding decides;
 //  * a perturbed cast (ties away from zero, truncation) fails the same
@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "core/error.hpp"
+#include "base/dtype.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "kernels/math/fp8.hpp"
 #include "kernels/ops.hpp"

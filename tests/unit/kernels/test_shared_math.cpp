@@ -1,7 +1,7 @@
 // Shared __host__ __device__ arithmetic (kernels/math/) that the CUDA kernels
 // added for issue 18 call, checked on the host against what the host did
 // before it was shared:
-//  * f16 (math/f16.hpp) against core/dtype.cpp's generic mini-float codec,
+//  * f16 (math/f16.hpp) against base/dtype.cpp's generic mini-float codec,
 //    which stays the reference: all 2^16 codes decoded bit for bit, and every
 //    sign/exponent/10-bit mantissa pattern of an f32 with its 13 rounding
 //    bits at 0, 1, just below half, half, just above half and all ones
@@ -17,7 +17,7 @@
 #include <cstring>
 #include <limits>
 
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 #include "kernels/math/adamw.hpp"
 #include "kernels/math/f16.hpp"
 #include "kernels/math/pointwise.hpp"

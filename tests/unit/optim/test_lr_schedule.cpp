@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "optim/lr_schedule.hpp"
 
 using namespace ftrain;

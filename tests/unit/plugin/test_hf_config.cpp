@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ckpt/convert.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "plugin/loader.hpp"
 
 using namespace ftrain;

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "ftrain_build_paths.hpp"
 #include "plugin/loader.hpp"
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <future>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/stream.hpp"
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "runtime/attention_backend.hpp"
 
 using namespace ftrain;

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "runtime/stream.hpp"
 
 using namespace ftrain;

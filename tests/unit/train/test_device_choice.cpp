@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "train/device_choice.hpp"
 
 using namespace ftrain;

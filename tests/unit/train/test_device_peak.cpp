@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "train/device_peak.hpp"
 
 using namespace ftrain;

@@ -1,7 +1,7 @@
 // --device-memory sizes: units are required and mean what they say.
 #include <gtest/gtest.h>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "train/plan_fit.hpp"
 
 using namespace ftrain;

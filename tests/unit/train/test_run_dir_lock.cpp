@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "train/run_dir_lock.hpp"
 
 using namespace ftrain;

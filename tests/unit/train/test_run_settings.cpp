@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "deck/commands.hpp"
 #include "deck/parser.hpp"
 #include "train/run_settings.hpp"

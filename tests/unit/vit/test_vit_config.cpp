@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "plugin/loader.hpp"
 
 using namespace ftrain;

@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "kernels/ops.hpp"
 #include "plugin/ftrain_plugin.h"

@@ -6,7 +6,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 #define FTRAIN_CUDA_CHECK(call)                                                                               \
   do {                                                                                                        \

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "backends/cuda/device/cuda_check.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain::cuda {
 

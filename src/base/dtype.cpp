@@ -3,11 +3,11 @@
 // One generic encoder handles all three: find the binade, round the
 // significand to nearest-even on that binade's quantum (or the subnormal
 // quantum), then saturate (fp8) or overflow to infinity (f16).
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 
 #include <cmath>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace ftrain {
 namespace {

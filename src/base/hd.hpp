@@ -5,7 +5,9 @@
 // FTRAIN_HD function (kernels/math/*.hpp) that the host loops
 // (kernels/host/*.cpp) and the CUDA kernels (kernels/cuda/*.cu) both call,
 // so the host suite tests the exact formula the GPU runs (PyTorch's
-// cpu_kernel / gpu_kernel sharing one lambda; Kokkos' functors).
+// cpu_kernel / gpu_kernel sharing one lambda; Kokkos' functors). It lives in
+// base/, below every other folder, because core/rng.hpp's counter-based
+// generator is FTRAIN_HD too and core must not reach up into kernels/.
 //
 // Rules for code in kernels/math/:
 //  * only +, -, *, / and the functions below: they give the same bits on
@@ -89,7 +91,7 @@ FTRAIN_HD float libm_log(float x) {
 }
 
 // bf16 storage (round to nearest even, quiet NaN), bit for bit what
-// core/dtype.hpp's to_bf16 / to_float do on the host.
+// base/dtype.hpp's to_bf16 / to_float do on the host.
 FTRAIN_HD float bf16_bits_to_float(std::uint16_t bits) { return float_of(static_cast<std::uint32_t>(bits) << 16); }
 FTRAIN_HD std::uint16_t float_to_bf16_bits(float f) {
   const std::uint32_t u = bits_of(f);

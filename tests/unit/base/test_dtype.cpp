@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "core/dtype.hpp"
+#include "base/dtype.hpp"
 
 using namespace ftrain;
 

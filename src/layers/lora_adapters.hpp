@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "plugin/lora.hpp"
+#include "layers/lora.hpp"
 #include "plugin/model.hpp"
 
 namespace ftrain::lora {

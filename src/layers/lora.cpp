@@ -1,10 +1,10 @@
-#include "plugin/lora.hpp"
+#include "layers/lora.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/math/dropout.hpp"
 #include "kernels/ops.hpp"
 #include "plugin/model.hpp"

@@ -1,7 +1,7 @@
 // Where a buffer lives and where work runs: the host or a CUDA device.
 //
-// Lives in runtime/ (below core/) because streams, events and allocators are
-// per device and Tensor (core/tensor.hpp) is built on them.
+// Lives in base/ (below runtime/ and core/) because streams, events and
+// allocators are per device and Tensor (core/tensor.hpp) is built on them.
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,9 @@
-#include "plugin/lora_adapters.hpp"
+#include "layers/lora_adapters.hpp"
 
 #include <cmath>
 #include <sstream>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "core/rng.hpp"
 
 namespace ftrain::lora {

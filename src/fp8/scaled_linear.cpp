@@ -1,7 +1,7 @@
-// The shared FP8 linear layer; see linear.hpp.
-#include "fp8/linear.hpp"
+// A linear's FP8 GEMMs with delayed scaling; see scaled_linear.hpp.
+#include "fp8/scaled_linear.hpp"
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/ops.hpp"
 
 namespace ftrain::fp8 {
@@ -81,62 +81,6 @@ void linear_backward(ExecutionContext& exec, const Recipe& recipe, LinearState& 
   const Fp8Tensor wq = weight_operand(exec, recipe, state, /*record=*/false, w, /*transposed_copy=*/true);
   ops::cast_to_fp8(exec, dy, dyq);
   ops::fp8_linear_backward(exec, xq, wq, dyq, dy, dx, dw, db);
-}
-
-LinearLayers::LinearLayers(std::vector<std::string> names) : names_(std::move(names)) {}
-
-void LinearLayers::create(const Recipe& recipe, Device device) {
-  if (!states_.empty()) return;
-  states_.resize(names_.size());
-  for (std::size_t i = 0; i < names_.size(); ++i)
-    if (!names_[i].empty()) states_[i] = LinearState::create(recipe.amax_history_len, device);
-}
-
-LinearState& LinearLayers::state(const StepContext& ctx, int layer) {
-  FT_CHECK(ctx.fp8_recipe != nullptr) << "FP8 linear: StepContext::fp8 without a recipe";
-  FT_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < names_.size() && !names_[layer].empty())
-      << "FP8 linear: index " << layer << " is not a linear layer of this unit (" << names_.size() << " slots)";
-  create(*ctx.fp8_recipe, ctx.device);
-  LinearState& s = states_[static_cast<std::size_t>(layer)];
-  // States created on the host before the first step (checkpoint resume)
-  // move to the training device once.
-  if (s.amax_history.device() != ctx.device) s = s.to(ctx.device);
-  return s;
-}
-
-void LinearLayers::forward(const StepContext& ctx, int layer, const Tensor& x, const Tensor& w, const Tensor* b,
-                           Tensor& y) {
-  FT_CHECK(ctx.fp8 || !is_fp8_dtype(w.dtype())) << "linear layer index " << layer
-                                               << ": FP8 weight " << w.describe() << " outside precision fp8";
-  if (!ctx.fp8) return ops::linear_forward(ctx.execution(), x, w, b, y);
-  linear_forward(ctx.execution(), *ctx.fp8_recipe, state(ctx, layer), /*record=*/ctx.training, x, w, b, y);
-}
-
-Fp8Tensor LinearLayers::input_cast(const StepContext& ctx, int layer, const Shape& shape) {
-  FT_CHECK(ctx.fp8) << "linear layer index " << layer << ": an FP8 input cast outside precision fp8";
-  return input_operand(*ctx.fp8_recipe, state(ctx, layer), /*record=*/ctx.training, shape, ctx.device);
-}
-
-void LinearLayers::forward_cast(const StepContext& ctx, int layer, const Fp8Tensor& xq, const Tensor& w,
-                                const Tensor* b, Tensor& y) {
-  FT_CHECK(ctx.fp8) << "linear layer index " << layer << ": an FP8 input outside precision fp8";
-  linear_forward_cast(ctx.execution(), *ctx.fp8_recipe, state(ctx, layer), /*record=*/ctx.training, xq, w, b, y);
-}
-
-void LinearLayers::backward(const StepContext& ctx, int layer, const Tensor& x, const Tensor& w, const Tensor& dy,
-                            Tensor* dx, Tensor& dw, Tensor* db) {
-  FT_CHECK(ctx.fp8 || !is_fp8_dtype(w.dtype())) << "linear layer index " << layer
-                                               << ": FP8 weight " << w.describe() << " outside precision fp8";
-  if (!ctx.fp8) return ops::linear_backward(ctx.execution(), x, w, dy, dx, dw, db);
-  linear_backward(ctx.execution(), *ctx.fp8_recipe, state(ctx, layer), x, w, dy, dx, dw, db);
-}
-
-std::vector<Fp8StateRef> LinearLayers::states(const Recipe& recipe) {
-  create(recipe, Device::host);
-  std::vector<Fp8StateRef> out;
-  for (std::size_t i = 0; i < names_.size(); ++i)
-    if (!names_[i].empty()) out.push_back({names_[i], &states_[i]});
-  return out;
 }
 
 }  // namespace ftrain::fp8

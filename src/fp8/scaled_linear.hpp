@@ -1,7 +1,8 @@
-// The one FP8 linear layer of ftrain, shared by every model plugin (public
-// SDK header): under `precision fp8` a linear runs FP8 GEMMs with
-// Transformer Engine's delayed scaling (fp8/recipe.hpp), otherwise the plain
-// op. Everything it does is an op on the caller's stream (kernels/op_list.hpp:
+// A linear's GEMMs in FP8 with Transformer Engine's delayed scaling
+// (fp8/recipe.hpp): the casts with the layer's scales, the amax records and
+// the scaled GEMMs. The linear layer every precision goes through
+// (layers/linear.hpp) calls these under `precision fp8`. Everything here is
+// an op on the caller's stream (kernels/op_list.hpp:
 // cast_to_fp8, fp8_linear_forward, fp8_linear_backward): no host loop, no
 // stream synchronisation, no scale or amax read back to the host.
 //
@@ -19,22 +20,14 @@
 // in FP8 (dtype fp8_e4m3) was cast by the engine, shard by shard, with this
 // layer's weight scale, and its amax recorded there; forward and backward
 // use it as wq directly (no cast, no record). A unit must therefore hand
-// its linear weights to LinearLayers untouched (views of them are fine:
+// its linear weights to layers::LinearLayers untouched (views of them are fine:
 // ViT's q, k, v thirds of qkv).
 // Scales change only between steps, when the engine reduces the amaxes over
-// ranks and runs fp8::update_scales (model.hpp: Unit::fp8_states).
-//
-// A unit keeps one LinearLayers for its linears and calls forward/backward
-// with the layer's index; a layer split into several GEMMs (ViT's qkv into
-// q, k, v) uses one index for all of them: one state, one scale update.
+// ranks and runs fp8::update_scales (plugin/model.hpp: Unit::fp8_states).
 #pragma once
-
-#include <string>
-#include <vector>
 
 #include "core/tensor.hpp"
 #include "fp8/recipe.hpp"
-#include "plugin/model.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain::fp8 {
@@ -57,41 +50,5 @@ void linear_forward_cast(ExecutionContext& exec, const Recipe& recipe, LinearSta
 // the forward format, the layer's input scale, its amax slot when record.
 Fp8Tensor input_operand(const Recipe& recipe, const LinearState& state, bool record, const Shape& shape,
                         Device device);
-
-// The linear layers of one unit.
-class LinearLayers {
- public:
-  // names[i]: the checkpoint name of layer i, its Hugging Face / timm prefix
-  // ("model.layers.0.self_attn.q_proj"). An empty name marks an index that is
-  // not a linear layer, so a unit may index layers by its own parameter enum.
-  explicit LinearLayers(std::vector<std::string> names);
-
-  // ops::linear_forward / ops::linear_backward, or their FP8 versions when
-  // ctx.fp8 (the layer's state is created at its first FP8 use).
-  void forward(const StepContext& ctx, int layer, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
-  void backward(const StepContext& ctx, int layer, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
-                Tensor& dw, Tensor* db);
-
-  // Fused FP8 producers (precision fp8 only): input_cast is the descriptor
-  // layer `layer`'s forward would cast its input [shape] into (its input
-  // scale; its amax slot when ctx.training); a fused op fills it (several
-  // layers reading one activation each get their own: q, k, v), then
-  // forward_cast runs the layer on it without casting the input again.
-  Fp8Tensor input_cast(const StepContext& ctx, int layer, const Shape& shape);
-  void forward_cast(const StepContext& ctx, int layer, const Fp8Tensor& xq, const Tensor& w, const Tensor* b,
-                    Tensor& y);
-
-  // Every layer's state and checkpoint name, in index order (Unit::fp8_states).
-  // Created on the host when asked for before the first FP8 step (a resume
-  // loads into them); the first step moves them to the training device.
-  std::vector<Fp8StateRef> states(const Recipe& recipe);
-
- private:
-  LinearState& state(const StepContext& ctx, int layer);
-  void create(const Recipe& recipe, Device device);
-
-  std::vector<std::string> names_;
-  std::vector<LinearState> states_;  // empty until the first FP8 use; one per index
-};
 
 }  // namespace ftrain::fp8

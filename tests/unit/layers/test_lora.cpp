@@ -1,4 +1,4 @@
-// The LoRA linear (plugin/lora.hpp) against a float64 reference and finite
+// The LoRA linear (layers/lora.hpp) against a float64 reference and finite
 // differences, dropout off and on: y = x W^T + scale * (drop(x) A^T) B^T
 // with W frozen (its gradient undefined, so only dx, dA, dB are computed).
 // Also: the dropout mask depends on the global sample, not on how the
@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/ops.hpp"
-#include "plugin/lora.hpp"
+#include "layers/lora.hpp"
 #include "plugin/model.hpp"
 #include "unit/kernels/host_op_checks.hpp"
 

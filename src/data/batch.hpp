@@ -1,0 +1,25 @@
+// Batch: one micro-batch on one rank, as the data sources fill it and the
+// model's units read it.
+//
+// Lives in data/ (not in the plugin SDK's model.hpp) because the data sources
+// produce it and must not depend on the plugin interface; model.hpp includes
+// it, and the SDK installs this one header of data/ with it.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.hpp"
+
+namespace ftrain {
+
+struct Batch {
+  Tensor inputs;   // i32 [B, T] tokens (language) or f32 [B, H, W, C] images (vision)
+  Tensor targets;  // i32 [B, T] next tokens (kIgnoreIndex = padding) or i32 [B] labels
+  std::int64_t position_offset = 0;  // position of column 0 (always 0 in training windows)
+  // Index of inputs' first sample in the run's sample order (step * global
+  // batch + its place in the step): keys LoRA's dropout mask, so the mask of
+  // a sample does not depend on the rank or micro-batch that computes it.
+  std::int64_t first_sample = 0;
+};
+
+}  // namespace ftrain
