@@ -453,10 +453,12 @@ def scenario_launcher_gone(r):
     if left:
         fail(f"ranks {left} still ran {ran_on:.2f} s after mpirun was killed (newest checkpoint step_{newest_at_kill} "
              f"at the kill, step_{newest_after} 1.5 s later)")
-    if newest_after > newest_at_kill:
+    # One more step may land: its commit (a rename) can be under way when the
+    # kill comes. Orphans that kept training would commit many more in 1.5 s.
+    if newest_after > newest_at_kill + 1:
         fail(f"step_{newest_after} was committed after mpirun was killed (step_{newest_at_kill} at the kill)")
-    print(f"ok: the ranks ended {ran_on:.2f} s after kill -9 of mpirun; newest checkpoint step_{newest_after}, "
-          f"as at the kill")
+    print(f"ok: the ranks ended {ran_on:.2f} s after kill -9 of mpirun; newest checkpoint step_{newest_after} "
+          f"(step_{newest_at_kill} at the kill)")
     p = r.run(np=2, ckpt=os.path.join(r.dir, "ckpt_after"))
     if p.returncode != 0:
         fail(f"a restart after the orphaned ranks ended failed (exit {p.returncode}):\n{p.stdout[-3000:]}")
