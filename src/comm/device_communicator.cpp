@@ -27,12 +27,6 @@ const DeviceCommBackend* find_device_comm_backend(Device device) {
   return g_backends[slot(device)];
 }
 
-DeviceComm parse_device_comm(const std::string& word) {
-  if (word == "nccl") return DeviceComm::nccl;
-  if (word == "mpi") return DeviceComm::mpi;
-  FT_THROW() << "device_comm '" << word << "': expected nccl or mpi";
-}
-
 NodeVisibility gather_node_visibility(Communicator& world) {
   auto node = world.split_node();
   const int n = node->size();

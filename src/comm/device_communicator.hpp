@@ -57,7 +57,5 @@ GpuAssignment bind_local_gpu(Communicator& world, DeviceComm kind, Device device
 // why when none is registered); mpi: the staged communicator over `world`.
 std::unique_ptr<Communicator> make_device_communicator(DeviceComm kind, MPI_Comm world, ExecutionContext& context);
 
-// "nccl" / "mpi" from the deck's word; throws on anything else.
-DeviceComm parse_device_comm(const std::string& word);
 
 }  // namespace ftrain

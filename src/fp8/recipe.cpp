@@ -9,20 +9,6 @@ namespace ftrain::fp8 {
 const char* format_name(Format f) { return f == Format::hybrid ? "hybrid" : "e4m3"; }
 const char* amax_algo_name(AmaxAlgo a) { return a == AmaxAlgo::max ? "max" : "most_recent"; }
 
-bool parse_format(const std::string& text, Format& out) {
-  if (text == "hybrid") out = Format::hybrid;
-  else if (text == "e4m3") out = Format::e4m3;
-  else return false;
-  return true;
-}
-
-bool parse_amax_algo(const std::string& text, AmaxAlgo& out) {
-  if (text == "max") out = AmaxAlgo::max;
-  else if (text == "most_recent") out = AmaxAlgo::most_recent;
-  else return false;
-  return true;
-}
-
 float fp8_max(DType fp8) {
   FT_CHECK(fp8 == DType::fp8_e4m3 || fp8 == DType::fp8_e5m2) << "fp8_max of " << dtype_name(fp8);
   return fp8 == DType::fp8_e4m3 ? fp8_scaling::kE4m3Max : fp8_scaling::kE5m2Max;

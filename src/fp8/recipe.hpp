@@ -68,8 +68,6 @@ struct Recipe {
 
 const char* format_name(Format f);
 const char* amax_algo_name(AmaxAlgo a);
-bool parse_format(const std::string& text, Format& out);
-bool parse_amax_algo(const std::string& text, AmaxAlgo& out);
 
 // Largest finite value of an FP8 dtype (448 for E4M3, 57344 for E5M2).
 float fp8_max(DType fp8);

@@ -33,14 +33,6 @@ std::string Config::targets_text() const {
   return out.str();
 }
 
-void Config::validate() const {
-  if (!enabled) return;
-  if (rank < 1) FT_USER_ERROR() << "lora rank " << rank << ": expected an integer >= 1";
-  if (!(alpha > 0)) FT_USER_ERROR() << "lora alpha " << alpha << ": expected a number > 0";
-  if (!(dropout >= 0 && dropout < 1)) FT_USER_ERROR() << "lora dropout " << dropout << ": expected 0 <= p < 1";
-  if (!all_linear && targets.empty()) FT_USER_ERROR() << "lora targets: expected module names or all-linear";
-}
-
 std::string module_of_weight(const std::string& weight_name) {
   static const std::string kSuffix = ".weight";
   if (weight_name.size() <= kSuffix.size() ||

@@ -55,8 +55,6 @@ struct Config {
   bool targets_module(const std::string& module) const;
   // "q_proj,v_proj" or "all-linear".
   std::string targets_text() const;
-  // Throws a user error naming the field when a value is out of range.
-  void validate() const;
 };
 
 // The module name of a weight ("...q_proj.weight" -> "...q_proj"), "" when

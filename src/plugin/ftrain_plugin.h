@@ -29,7 +29,9 @@ extern "C" {
  *   3  LoRA (layers/lora.hpp): ParamSpec::adaptable and init_bound,
  *      InitKind::uniform, Batch::first_sample, StepContext::lora. Issue 16.
  *   4  Hugging Face config.json conversion provided by the plugin
- *      (export_hf_config, import_hf_config; ftrain-convert). */
+ *      (export_hf_config, import_hf_config; ftrain-convert); the linear
+ *      layer and LoRA in layers/ (ftrain::layers::LinearLayers), Batch in
+ *      data/batch.hpp. */
 #define FTRAIN_PLUGIN_ABI_VERSION 4
 #define FTRAIN_PLUGIN_ENTRY_SYMBOL "ftrain_plugin_entry"
 

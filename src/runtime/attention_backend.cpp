@@ -4,13 +4,6 @@
 
 namespace ftrain {
 
-AttentionBackend parse_attention_backend(const std::string& word) {
-  if (word == "auto") return AttentionBackend::automatic;
-  if (word == "cudnn") return AttentionBackend::cudnn;
-  if (word == "reference") return AttentionBackend::reference;
-  FT_THROW() << "attention backend '" << word << "': expected auto, cudnn or reference";
-}
-
 const char* attention_backend_name(AttentionBackend backend) {
   switch (backend) {
     case AttentionBackend::automatic:

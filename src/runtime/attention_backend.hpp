@@ -17,8 +17,6 @@ namespace ftrain {
 
 enum class AttentionBackend { automatic, cudnn, reference };
 
-// "auto" | "cudnn" | "reference"; anything else throws naming the accepted words.
-AttentionBackend parse_attention_backend(const std::string& word);
 const char* attention_backend_name(AttentionBackend backend);
 
 struct AttentionBackendChoice {

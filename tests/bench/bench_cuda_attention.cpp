@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <functional>
 #include <string>
 #include <vector>
@@ -53,7 +54,11 @@ void run(const std::string& backend, std::int64_t B, std::int64_t T, std::int64_
          std::int64_t D, int repeats, bool causal) {
   ExecutionOptions o;
   o.device = Device::cuda;
-  o.attention_backend = parse_attention_backend(backend);
+  if (backend != "auto" && backend != "cudnn" && backend != "reference")
+    throw std::runtime_error("attention backend '" + backend + "': expected auto, cudnn or reference");
+  o.attention_backend = backend == "cudnn"       ? AttentionBackend::cudnn
+                        : backend == "reference" ? AttentionBackend::reference
+                                                 : AttentionBackend::automatic;
   ExecutionContext ctx(o);
   const Shape qs{B, T, Hq, D}, ks{B, T, Hkv, D};
   Tensor q = random_bf16(qs, 1), k = random_bf16(ks, 2), v = random_bf16(ks, 3), dout = random_bf16(qs, 4);

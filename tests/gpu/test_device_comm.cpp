@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,9 @@ bool cuda_usable(std::string& why) {
 
 DeviceComm requested_comm() {
   const char* v = std::getenv("FTRAIN_TEST_DEVICE_COMM");
-  return parse_device_comm(v != nullptr ? v : "nccl");
+  const std::string word = v != nullptr ? v : "nccl";
+  if (word != "nccl" && word != "mpi") throw std::runtime_error("FTRAIN_TEST_DEVICE_COMM=" + word + ": expected nccl or mpi");
+  return word == "mpi" ? DeviceComm::mpi : DeviceComm::nccl;
 }
 
 // Small integers: every sum is exact in f32 and in bf16 (below 256).
