@@ -1,6 +1,7 @@
 #include "kernels/op_checks.hpp"
 
 #include <initializer_list>
+#include <string>
 #include <utility>
 
 #include "base/error.hpp"
@@ -506,6 +507,213 @@ void adamw_update_chunks_guarded(Tensor& param, const Tensor& grad, Tensor& m, T
   require_scalar(op, diverged_step, "diverged_step", DType::i64);
   check_adamw(op, param, grad, m, v, step);
   check_chunk_table(op, chunks);
+}
+
+// ---- cross entropy: h [N, C], w [V, C], targets i32 [N], per-row f32 results ----
+// Whether each target is in [0, V) or the ignore index is a check of the
+// targets' values, made by each backend where the values live (the host
+// reads them; the CUDA backend checks them on the device without a wait).
+
+namespace {
+
+// The rows N of h; every tensor the forward and backward share.
+std::int64_t check_head(const char* op, const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
+                        std::int64_t vocab_chunk) {
+  require_float(op, h, "h");
+  require_float(op, w, "w");
+  FT_CHECK(h.ndim() == 2) << op << ": h " << h.describe() << " must be [N, C]";
+  FT_CHECK(w.ndim() == 2 && w.dim(1) == h.dim(1))
+      << op << ": w " << w.describe() << " must be [V, C] with the C of h " << h.describe();
+  const std::int64_t rows = h.dim(0), vocab = w.dim(0);
+  FT_CHECK(vocab > 0) << op << ": w " << w.describe() << " has an empty vocabulary";
+  if (bias != nullptr) {
+    require_float(op, *bias, "bias");
+    FT_CHECK(bias->shape() == Shape({vocab})) << op << ": bias " << bias->describe() << " must be [" << vocab << "]";
+  }
+  FT_CHECK(targets.defined() && targets.dtype() == DType::i32 && targets.shape() == Shape({rows}))
+      << op << ": targets " << targets.describe() << " must be i32[" << rows << "]";
+  FT_CHECK(vocab_chunk > 0) << op << ": vocab_chunk must be positive, got " << vocab_chunk;
+  return rows;
+}
+
+void check_f32_rows(const char* op, const Tensor& t, const char* role, std::int64_t rows) {
+  FT_CHECK(t.defined() && t.dtype() == DType::f32 && t.shape() == Shape({rows}))
+      << op << ": " << role << " " << t.describe() << " must be f32[" << rows << "]";
+}
+
+}  // namespace
+
+void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
+                           std::int64_t vocab_chunk, Tensor& losses, Tensor& lse) {
+  constexpr const char* op = "cross_entropy_forward";
+  const std::int64_t rows = check_head(op, h, w, bias, targets, vocab_chunk);
+  check_f32_rows(op, losses, "losses", rows);
+  check_f32_rows(op, lse, "lse", rows);
+}
+
+void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
+                            const Tensor& lse, const Tensor& loss_scale, std::int64_t vocab_chunk, Tensor& dh,
+                            Tensor& dw, Tensor* dbias) {
+  constexpr const char* op = "cross_entropy_backward";
+  const std::int64_t rows = check_head(op, h, w, bias, targets, vocab_chunk);
+  FT_CHECK(loss_scale.defined() && loss_scale.dtype() == DType::f32 && loss_scale.numel() == 1)
+      << op << ": loss_scale " << loss_scale.describe() << " must be f32[1]";
+  check_f32_rows(op, lse, "lse", rows);
+  require_float(op, dh, "dh");
+  require_same_shape(op, h, "h", dh, "dh");
+  // Undefined dw / dbias: a frozen head (op_list.hpp); only dh is computed.
+  if (dw.defined()) {
+    require_float(op, dw, "dw");
+    require_same_shape(op, w, "w", dw, "dw");
+  }
+  if (dbias != nullptr && dbias->defined()) {
+    require_float(op, *dbias, "dbias");
+    FT_CHECK(dbias->shape() == Shape({w.dim(0)}))
+        << op << ": dbias " << dbias->describe() << " must be [" << w.dim(0) << "]";
+  }
+}
+
+// ---- FP8: descriptors (kernels/fp8_tensor.hpp) and the delayed-scaling state ----
+
+namespace {
+
+bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
+
+void require_fp8_data(const char* op, const Tensor& t, const std::string& role) {
+  checks::require_defined(op, t, role.c_str());
+  FT_CHECK(is_fp8(t.dtype())) << op << ": " << role << " " << t.describe() << " must be fp8_e4m3 or fp8_e5m2";
+}
+
+void require_f32_scalar(const char* op, const Tensor& t, const std::string& role) {
+  checks::require_dtype(op, t, role.c_str(), DType::f32);
+  FT_CHECK(t.numel() == 1) << op << ": " << role << " " << t.describe() << " must be f32[1]";
+}
+
+// What every cast writes: fp8 data of `like`'s shape, f32[1] scale and
+// scale_inv, an optional f32[1] amax slot.
+void check_cast_target(const char* op, const Fp8Tensor& t, const std::string& role, const Tensor& like,
+                       const char* like_role) {
+  require_fp8_data(op, t.data, role + ".data");
+  require_same_shape(op, like, like_role, t.data, (role + ".data").c_str());
+  require_f32_scalar(op, t.scale, role + ".scale");
+  require_f32_scalar(op, t.scale_inv, role + ".scale_inv");
+  if (t.amax.defined()) require_f32_scalar(op, t.amax, role + ".amax");
+}
+
+// A fused producer's cast: as a cast's, with no transposed copy.
+void check_fused_cast(const char* op, const Fp8Tensor& t, const std::string& role, const Tensor& like,
+                      const char* like_role) {
+  check_cast_target(op, t, role, like, like_role);
+  FT_CHECK(!t.data_t.defined()) << op << ": " << role << ".data_t " << t.data_t.describe()
+                                << " is defined, but the fused forward writes no transposed copy (cast_to_fp8 does)";
+}
+
+// The parts of a descriptor every FP8 GEMM reads: fp8 data and its
+// dequantisation factor scale_inv.
+void require_fp8_operand(const char* op, const Fp8Tensor& t, const std::string& role) {
+  require_fp8_data(op, t.data, role + ".data");
+  require_f32_scalar(op, t.scale_inv, role + ".scale_inv");
+}
+
+// x.data [..., in], w.data [out, in], and an activation [rows, out] with the rows of x.
+LinearDims check_fp8_linear(const char* op, const Fp8Tensor& x, const Fp8Tensor& w, const Tensor& y_like,
+                            const char* y_role) {
+  require_fp8_operand(op, x, "x");
+  require_fp8_operand(op, w, "w");
+  FT_CHECK(w.data.ndim() == 2) << op << ": w.data " << w.data.describe() << " must be [out, in]";
+  const std::int64_t in = w.data.dim(1), out = w.data.dim(0);
+  FT_CHECK(x.data.ndim() >= 1 && x.data.dim(-1) == in)
+      << op << ": x.data " << x.data.describe() << " must be [..., " << in << "] to match w.data "
+      << w.data.describe();
+  const LinearDims d = linear_dims(x.data, w.data);
+  FT_CHECK(y_like.ndim() >= 1 && y_like.dim(-1) == out && y_like.numel() == d.rows * out)
+      << op << ": " << y_role << " " << y_like.describe() << " must be [" << d.rows << " rows, " << out << "]";
+  return d;
+}
+
+}  // namespace
+
+void cast_to_fp8(const Tensor& x, Fp8Tensor& out) {
+  constexpr const char* op = "cast_to_fp8";
+  require_float(op, x, "x");
+  check_cast_target(op, out, "out", x, "x");
+  if (out.data_t.defined()) {
+    FT_CHECK(out.data_t.dtype() == out.data.dtype() && out.data_t.numel() == out.data.numel() &&
+             out.data_t.ndim() == 2 && out.data.ndim() >= 1 && out.data_t.dim(0) == out.data.dim(-1))
+        << op << ": out.data_t " << out.data_t.describe() << " must be the transposed copy [cols, rows] of out.data "
+        << out.data.describe() << " in its dtype";
+  }
+}
+
+void fp8_transpose(const Tensor& data, Tensor& data_t) {
+  constexpr const char* op = "fp8_transpose";
+  checks::require_defined(op, data, "data");
+  checks::require_defined(op, data_t, "data_t");
+  FT_CHECK(is_fp8(data.dtype()) && data_t.dtype() == data.dtype() && data.ndim() >= 1 && data_t.ndim() == 2 &&
+           data_t.numel() == data.numel() && data_t.dim(0) == data.dim(-1))
+      << op << ": data_t " << data_t.describe() << " must be the transposed copy [cols, rows] of the fp8 codes "
+      << data.describe() << " in their dtype";
+}
+
+void rmsnorm_forward_fp8(const Tensor& x, const Tensor& w, float /*eps*/, Tensor& y, Tensor& rstd, Fp8Casts& casts) {
+  constexpr const char* op = "rmsnorm_forward_fp8";
+  check_norm(op, x, w, {{&rstd, "rstd"}});
+  check_activation_like_x(op, x, y, "y");
+  FT_CHECK(casts.count >= 1 && casts.count <= Fp8Casts::kMax)
+      << op << ": " << casts.count << " casts (1 to " << Fp8Casts::kMax << ")";
+  for (int c = 0; c < casts.count; ++c)
+    check_fused_cast(op, casts.out[c], "casts.out[" + std::to_string(c) + "]", y, "y");
+}
+
+void swiglu_forward_fp8(const Tensor& gate, const Tensor& up, Tensor& out, Fp8Tensor& cast) {
+  constexpr const char* op = "swiglu_forward_fp8";
+  check_elementwise(op, {{&gate, "gate"}, {&up, "up"}, {&out, "out"}});
+  check_fused_cast(op, cast, "cast", out, "out");
+}
+
+void fp8_linear_forward(const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b, Tensor& y) {
+  constexpr const char* op = "fp8_linear_forward";
+  require_float(op, y, "y");
+  const LinearDims d = check_fp8_linear(op, x, w, y, "y");
+  if (b != nullptr) {
+    require_float(op, *b, "b");
+    require_numel(op, *b, "b", d.out, "one per output feature of w");
+  }
+}
+
+void fp8_linear_backward(const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor& dy, const Tensor& dy_source,
+                         Tensor* dx, Tensor& dw, Tensor* db) {
+  constexpr const char* op = "fp8_linear_backward";
+  require_fp8_operand(op, dy, "dy");
+  const LinearDims d = check_fp8_linear(op, x, w, dy.data, "dy.data");
+  checks::require_dtype(op, dw, "dw", DType::f32);
+  require_same_shape(op, w.data, "w.data", dw, "dw");
+  if (dx != nullptr) {
+    require_float(op, *dx, "dx");
+    require_same_shape(op, x.data, "x.data", *dx, "dx");
+  }
+  if (db != nullptr) {
+    require_float(op, dy_source, "dy_source");
+    require_same_shape(op, dy.data, "dy.data", dy_source, "dy_source");
+    checks::require_dtype(op, *db, "db", DType::f32);
+    require_numel(op, *db, "db", d.out, "one per output feature of w");
+  }
+}
+
+void fp8_update_scales(Tensor& amax_history, Tensor& scale, Tensor& scale_inv, DType forward_format,
+                       DType backward_format, std::int64_t margin, Fp8AmaxAlgo /*algo*/) {
+  constexpr const char* op = "fp8_update_scales";
+  checks::require_dtype(op, amax_history, "amax_history", DType::f32);
+  FT_CHECK(amax_history.ndim() == 2 && amax_history.dim(1) == kFp8NumOperands && amax_history.dim(0) >= 1)
+      << op << ": amax_history " << amax_history.describe() << " must be [L >= 1, " << kFp8NumOperands << "]";
+  checks::require_dtype(op, scale, "scale", DType::f32);
+  require_numel(op, scale, "scale", kFp8NumOperands, "one per FP8 operand: input, weight, grad_output");
+  checks::require_dtype(op, scale_inv, "scale_inv", DType::f32);
+  require_numel(op, scale_inv, "scale_inv", kFp8NumOperands, "one per FP8 operand: input, weight, grad_output");
+  FT_CHECK(is_fp8(forward_format) && is_fp8(backward_format))
+      << op << ": formats " << dtype_name(forward_format) << ", " << dtype_name(backward_format)
+      << " must be fp8_e4m3 or fp8_e5m2";
+  FT_CHECK(margin >= 0 && margin <= 64) << op << ": margin " << margin << " must be in [0, 64]";
 }
 
 }  // namespace ftrain::op_checks

@@ -4,14 +4,15 @@
 // dtypes, sizes and the op's own rules live here; a backend checks only what
 // is its own (that a tensor is in its memory).
 //
-// Every op of op_list.hpp has a check: the ones declared below, and for an op
-// not listed the generated one that accepts anything, its checks still made
-// inside each backend's kernel (cross entropy and the FP8 ops).
+// Every op of op_list.hpp has a check declared below. An op added to the list
+// without one gets the generated check that accepts anything, and
+// test_shared_op_checks fails until it has its own.
 #pragma once
 
 #include <cstdint>
 
 #include "core/tensor.hpp"
+#include "kernels/fp8_tensor.hpp"
 #include "kernels/math/token_rows.hpp"
 #include "kernels/op_list.hpp"
 
@@ -79,10 +80,24 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
                        Tensor& out, Tensor& lse);
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, bool causal, float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv);
+void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
+                           std::int64_t vocab_chunk, Tensor& losses, Tensor& lse);
+void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
+                            const Tensor& lse, const Tensor& loss_scale, std::int64_t vocab_chunk, Tensor& dh,
+                            Tensor& dw, Tensor* dbias);
+void cast_to_fp8(const Tensor& x, Fp8Tensor& out);
+void fp8_transpose(const Tensor& data, Tensor& data_t);
+void rmsnorm_forward_fp8(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd, Fp8Casts& casts);
+void swiglu_forward_fp8(const Tensor& gate, const Tensor& up, Tensor& out, Fp8Tensor& cast);
+void fp8_linear_forward(const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b, Tensor& y);
+void fp8_linear_backward(const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor& dy, const Tensor& dy_source,
+                         Tensor* dx, Tensor& dw, Tensor* db);
+void fp8_update_scales(Tensor& amax_history, Tensor& scale, Tensor& scale_inv, DType forward_format,
+                       DType backward_format, std::int64_t margin, Fp8AmaxAlgo algo);
 
 // An op without a shared check above: accepts anything here. Its result
 // type names the fallback, so that a test can list which ops take it
-// (test_shared_op_checks: exactly the ops still checked inside each backend).
+// (test_shared_op_checks: none may).
 struct NoSharedCheck {};
 #define FTRAIN_OP_CHECK_FALLBACK(R, NAME, PARAMS, ARGS, DEVICE_TENSOR) \
   template <class... Args>                                              \

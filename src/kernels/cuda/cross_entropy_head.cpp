@@ -29,7 +29,9 @@
 #include "kernels/cuda/cross_entropy_head.hpp"
 
 #include <algorithm>
+#include <initializer_list>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/device/cuda_check.hpp"
@@ -53,17 +55,16 @@ cudaStream_t stream_of(ExecutionContext& ctx) { return static_cast<cudaStream_t>
 Storage storage_of(const Tensor& t) { return t.dtype() == DType::f32 ? Storage::f32 : Storage::bf16; }
 GemmElement element_of(const Tensor& t) { return t.dtype() == DType::f32 ? GemmElement::f32 : GemmElement::bf16; }
 
-void check_float(const char* op, const char* role, const Tensor& t) {
-  FT_CHECK(t.defined()) << op << ": " << role << " is undefined";
-  FT_CHECK(t.device() == Device::cuda) << op << ": " << role << " " << t.describe()
-                                       << " is not on the CUDA device (CUDA backend)";
-  FT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16)
-      << op << ": " << role << " " << t.describe() << " must be f32 or bf16";
-}
-
-void check_f32_rows(const char* op, const char* role, const Tensor& t, std::int64_t rows) {
-  FT_CHECK(t.defined() && t.device() == Device::cuda && t.dtype() == DType::f32 && t.shape() == Shape({rows}))
-      << op << ": " << role << " " << t.describe() << " must be CUDA f32[" << rows << "]";
+// Each of `tensors` (a null entry is an absent optional one) in CUDA memory:
+// the backend's own check, once ops::cross_entropy_* checked shapes and
+// dtypes (kernels/op_checks.hpp).
+void require_cuda(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> tensors) {
+  for (const auto& [t, role] : tensors) {
+    if (t == nullptr) continue;
+    FT_CHECK(t->defined()) << op << ": " << role << " is undefined";
+    FT_CHECK(t->device() == Device::cuda) << op << ": " << role << " " << t->describe()
+                                          << " is not on the CUDA device (CUDA backend)";
+  }
 }
 
 // Element `index` of a float tensor as a span (bias, dw and dbias chunks).
@@ -78,21 +79,8 @@ struct HeadShape {
 
 HeadShape check_head(ExecutionContext& ctx, const char* op, InputCheck target_check, const Tensor& h, const Tensor& w,
                      const Tensor* bias, const Tensor& targets, std::int64_t vocab_chunk) {
-  check_float(op, "h", h);
-  check_float(op, "w", w);
-  FT_CHECK(h.ndim() == 2) << op << ": h " << h.describe() << " must be [N, C]";
-  FT_CHECK(w.ndim() == 2 && w.dim(1) == h.dim(1))
-      << op << ": w " << w.describe() << " must be [V, C] with the C of h " << h.describe();
+  require_cuda(op, {{&h, "h"}, {&w, "w"}, {bias, "bias"}, {&targets, "targets"}});
   HeadShape s{h.dim(0), h.dim(1), w.dim(0), 0};
-  FT_CHECK(s.vocab > 0) << op << ": w " << w.describe() << " has an empty vocabulary";
-  if (bias != nullptr) {
-    check_float(op, "bias", *bias);
-    FT_CHECK(bias->shape() == Shape({s.vocab})) << op << ": bias " << bias->describe() << " must be [" << s.vocab << "]";
-  }
-  FT_CHECK(targets.defined() && targets.device() == Device::cuda && targets.dtype() == DType::i32 &&
-           targets.shape() == Shape({s.rows}))
-      << op << ": targets " << targets.describe() << " must be CUDA i32[" << s.rows << "]";
-  FT_CHECK(vocab_chunk > 0) << op << ": vocab_chunk must be positive, got " << vocab_chunk;
   s.chunk = cross_entropy_chunk_width(s.vocab, vocab_chunk);
 
   // The targets are checked on the device; a bad one is recorded there and
@@ -184,8 +172,7 @@ void cross_entropy_head_forward(ExecutionContext& ctx, const Tensor& h, const Te
                                 const Tensor& targets, std::int64_t vocab_chunk, Tensor& losses, Tensor& lse) {
   constexpr const char* op = "cross_entropy_forward";
   const HeadShape s = check_head(ctx, op, InputCheck::cross_entropy_forward, h, w, bias, targets, vocab_chunk);
-  check_f32_rows(op, "losses", losses, s.rows);
-  check_f32_rows(op, "lse", lse, s.rows);
+  require_cuda(op, {{&losses, "losses"}, {&lse, "lse"}});
   if (s.rows == 0) return;
   cudaStream_t stream = stream_of(ctx);
   HeadOperands in(ctx, h, w, s);
@@ -213,25 +200,11 @@ void cross_entropy_head_backward(ExecutionContext& ctx, const Tensor& h, const T
                                  std::int64_t vocab_chunk, Tensor& dh, Tensor& dw, Tensor* dbias) {
   constexpr const char* op = "cross_entropy_backward";
   const HeadShape s = check_head(ctx, op, InputCheck::cross_entropy_backward, h, w, bias, targets, vocab_chunk);
-  FT_CHECK(loss_scale.defined() && loss_scale.dtype() == DType::f32 && loss_scale.numel() == 1 &&
-           loss_scale.device() == Device::cuda)
-      << op << ": loss_scale " << loss_scale.describe() << " must be a CUDA f32[1]";
-  check_f32_rows(op, "lse", lse, s.rows);
-  check_float(op, "dh", dh);
-  FT_CHECK(dh.shape() == h.shape()) << op << ": dh " << dh.describe() << " must have the shape of h " << h.describe();
   // Undefined dw / dbias: a frozen head (op_list.hpp); only dh is computed.
   const bool want_dw = dw.defined();
   if (dbias != nullptr && !dbias->defined()) dbias = nullptr;
-  if (want_dw) {
-    check_float(op, "dw", dw);
-    FT_CHECK(dw.shape() == w.shape()) << op << ": dw " << dw.describe() << " must have the shape of w "
-                                      << w.describe();
-  }
-  if (dbias != nullptr) {
-    check_float(op, "dbias", *dbias);
-    FT_CHECK(dbias->shape() == Shape({s.vocab}))
-        << op << ": dbias " << dbias->describe() << " must be [" << s.vocab << "]";
-  }
+  require_cuda(op, {{&loss_scale, "loss_scale"}, {&lse, "lse"}, {&dh, "dh"}, {want_dw ? &dw : nullptr, "dw"},
+                    {dbias, "dbias"}});
   if (s.rows == 0) return;  // dh is empty; no row contributes to dw or dbias
 
   cudaStream_t stream = stream_of(ctx);

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "backends/cuda/device/cuda_check.hpp"
 #include "base/error.hpp"
@@ -33,25 +34,17 @@ void require_cuda(const char* op, const Tensor& t, const std::string& role) {
                                        << " is not on the CUDA device (CUDA backend)";
 }
 
-bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
-
 FloatSpan float_span(const char* op, const Tensor& t, const std::string& role) {
   require_cuda(op, t, role);
-  FT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16)
-      << op << ": " << role << " " << t.describe() << " must be f32 or bf16";
   return {t.data(), t.dtype() == DType::f32 ? Storage::f32 : Storage::bf16};
 }
 
-void require_f32_scalar(const char* op, const Tensor& t, const std::string& role) {
-  require_cuda(op, t, role);
-  FT_CHECK(t.dtype() == DType::f32 && t.numel() == 1) << op << ": " << role << " " << t.describe() << " must be f32[1]";
-}
-
-void require_fp8_operand(const char* op, const Fp8Tensor& t, const std::string& role) {
-  require_cuda(op, t.data, role + ".data");
-  FT_CHECK(is_fp8(t.data.dtype())) << op << ": " << role << ".data " << t.data.describe()
-                                   << " must be fp8_e4m3 or fp8_e5m2";
-  require_f32_scalar(op, t.scale_inv, role + ".scale_inv");
+// Each defined tensor of a descriptor in CUDA memory; its shapes and dtypes:
+// checked by ops::<op> (kernels/op_checks.hpp).
+void require_cuda(const char* op, const Fp8Tensor& t, const std::string& role) {
+  for (const auto& [part, name] : {std::pair<const Tensor*, const char*>{&t.data, ".data"}, {&t.scale, ".scale"},
+                                   {&t.scale_inv, ".scale_inv"}, {&t.amax, ".amax"}, {&t.data_t, ".data_t"}})
+    if (part->defined()) require_cuda(op, *part, role + name);
 }
 
 // The transposed copy a TN GEMM reads, or an error naming it.
@@ -96,12 +89,9 @@ struct Dims {
   std::int64_t rows, in, out;
 };
 
-Dims check_dims(const char* op, const Fp8Tensor& x, const Fp8Tensor& w) {
-  FT_CHECK(w.data.ndim() == 2) << op << ": w.data " << w.data.describe() << " must be [out, in]";
+// Unchecked: ops::fp8_linear_* checked the shapes (kernels/op_checks.hpp).
+Dims dims_of(const Fp8Tensor& x, const Fp8Tensor& w) {
   const std::int64_t in = w.data.dim(1), out = w.data.dim(0);
-  FT_CHECK(x.data.ndim() >= 1 && x.data.dim(-1) == in)
-      << op << ": x.data " << x.data.describe() << " must be [..., " << in << "] to match w.data "
-      << w.data.describe();
   return {in > 0 ? x.data.numel() / in : 0, in, out};
 }
 
@@ -109,12 +99,9 @@ Dims check_dims(const char* op, const Fp8Tensor& x, const Fp8Tensor& w) {
 
 void fp8_transpose(ExecutionContext& ctx, const Tensor& data, Tensor& data_t) {
   constexpr const char* op = "fp8_transpose";
+  // Shapes and dtypes: checked by ops::fp8_transpose (kernels/op_checks.hpp).
   require_cuda(op, data, "data");
   require_cuda(op, data_t, "data_t");
-  FT_CHECK(is_fp8(data.dtype()) && data_t.dtype() == data.dtype() && data.ndim() >= 1 && data_t.ndim() == 2 &&
-           data_t.numel() == data.numel() && data_t.dim(0) == data.dim(-1))
-      << op << ": data_t " << data_t.describe() << " must be the transposed copy [cols, rows] of the fp8 codes "
-      << data.describe() << " in their dtype";
   const std::int64_t cols = data.dim(-1), rows = cols > 0 ? data.numel() / cols : 0;
   launch_fp8_transpose(static_cast<const std::uint8_t*>(data.data()), rows, cols,
                        static_cast<std::uint8_t*>(data_t.data()), stream_of(ctx));
@@ -122,25 +109,12 @@ void fp8_transpose(ExecutionContext& ctx, const Tensor& data, Tensor& data_t) {
 
 void cast_to_fp8(ExecutionContext& ctx, const Tensor& x, Fp8Tensor& out) {
   constexpr const char* op = "cast_to_fp8";
+  // Shapes and dtypes: checked by ops::cast_to_fp8 (kernels/op_checks.hpp).
   const FloatSpan xs = float_span(op, x, "x");
-  require_cuda(op, out.data, "out.data");
-  FT_CHECK(is_fp8(out.data.dtype())) << op << ": out.data " << out.data.describe() << " must be fp8_e4m3 or fp8_e5m2";
-  FT_CHECK(out.data.shape() == x.shape()) << op << ": out.data " << out.data.describe() << " must have the shape of x "
-                                          << x.describe();
-  require_f32_scalar(op, out.scale, "out.scale");
-  require_f32_scalar(op, out.scale_inv, "out.scale_inv");
-  if (out.amax.defined()) require_f32_scalar(op, out.amax, "out.amax");
+  require_cuda(op, out, "out");
   const std::int64_t cols = x.ndim() >= 1 ? x.dim(-1) : 1;
   const std::int64_t rows = cols > 0 ? x.numel() / cols : 0;
-  std::uint8_t* out_t = nullptr;
-  if (out.data_t.defined()) {
-    require_cuda(op, out.data_t, "out.data_t");
-    FT_CHECK(out.data_t.dtype() == out.data.dtype() && out.data_t.ndim() == 2 && out.data_t.dim(0) == cols &&
-             out.data_t.dim(1) == rows)
-        << op << ": out.data_t " << out.data_t.describe() << " must be the transposed copy [" << cols << ", " << rows
-        << "] of out.data " << out.data.describe() << " in its dtype";
-    out_t = static_cast<std::uint8_t*>(out.data_t.data());
-  }
+  std::uint8_t* out_t = out.data_t.defined() ? static_cast<std::uint8_t*>(out.data_t.data()) : nullptr;
   std::shared_ptr<void> scratch;
   if (out.amax.defined()) scratch = ctx.allocator().allocate(sizeof(std::uint32_t));
   launch_fp8_cast_transpose(xs, rows, cols, out.scale.data_as<float>(), out.scale_inv.data_as<float>(),
@@ -153,20 +127,10 @@ namespace {
 
 static_assert(Fp8Casts::kMax == kMaxFp8Casts, "op_list's Fp8Casts and the kernels' Fp8CastTargets must agree");
 
-// One fused cast's descriptor, checked as the host op checks it, added to
-// the kernel's targets.
-void add_target(const char* op, const Fp8Tensor& t, const std::string& role, const Tensor& like,
-                const char* like_role, Fp8CastTargets& targets) {
-  require_cuda(op, t.data, role + ".data");
-  FT_CHECK(is_fp8(t.data.dtype())) << op << ": " << role << ".data " << t.data.describe()
-                                   << " must be fp8_e4m3 or fp8_e5m2";
-  FT_CHECK(t.data.shape() == like.shape()) << op << ": " << role << ".data " << t.data.describe()
-                                           << " must have the shape of " << like_role << " " << like.describe();
-  require_f32_scalar(op, t.scale, role + ".scale");
-  require_f32_scalar(op, t.scale_inv, role + ".scale_inv");
-  if (t.amax.defined()) require_f32_scalar(op, t.amax, role + ".amax");
-  FT_CHECK(!t.data_t.defined()) << op << ": " << role << ".data_t " << t.data_t.describe()
-                                << " is defined, but the fused forward writes no transposed copy (cast_to_fp8 does)";
+// One fused cast's descriptor (checked by ops::<op>, kernels/op_checks.hpp)
+// added to the kernel's targets.
+void add_target(const char* op, const Fp8Tensor& t, const std::string& role, Fp8CastTargets& targets) {
+  require_cuda(op, t, role);
   const int c = targets.count++;
   targets.scale[c] = t.scale.data_as<float>();
   targets.scale_inv[c] = t.scale_inv.data_as<float>();
@@ -181,18 +145,11 @@ void rmsnorm_forward_fp8(ExecutionContext& ctx, const Tensor& x, const Tensor& w
                          Fp8Casts& casts) {
   constexpr const char* op = "rmsnorm_forward_fp8";
   const FloatSpan xs = float_span(op, x, "x"), ws = float_span(op, w, "w"), ys = float_span(op, y, "y");
-  FT_CHECK(x.ndim() >= 1 && x.dim(-1) > 0) << op << ": x " << x.describe() << " must be [..., C] with C > 0";
+  // Shapes, dtypes and the casts: checked by ops::rmsnorm_forward_fp8 (kernels/op_checks.hpp).
   const std::int64_t width = x.dim(-1), rows = x.numel() / width;
-  FT_CHECK(w.numel() == width) << op << ": w " << w.describe() << " must have " << width << " elements";
-  FT_CHECK(y.shape() == x.shape()) << op << ": y " << y.describe() << " must have the shape of x " << x.describe();
   require_cuda(op, rstd, "rstd");
-  FT_CHECK(rstd.dtype() == DType::f32 && rstd.numel() == rows)
-      << op << ": rstd " << rstd.describe() << " must be f32 with " << rows << " elements (one per row of x)";
-  FT_CHECK(casts.count >= 1 && casts.count <= Fp8Casts::kMax)
-      << op << ": " << casts.count << " casts (1 to " << Fp8Casts::kMax << ")";
   Fp8CastTargets targets;
-  for (int c = 0; c < casts.count; ++c)
-    add_target(op, casts.out[c], "casts.out[" + std::to_string(c) + "]", y, "y", targets);
+  for (int c = 0; c < casts.count; ++c) add_target(op, casts.out[c], "casts.out[" + std::to_string(c) + "]", targets);
   const std::shared_ptr<void> scratch = ctx.allocator().allocate(sizeof(std::uint32_t));
   launch_rmsnorm_forward_fp8(xs, ws, eps, ys, rstd.data_as<float>(), rows, width, targets,
                              static_cast<std::uint32_t*>(scratch.get()), stream_of(ctx));
@@ -201,12 +158,9 @@ void rmsnorm_forward_fp8(ExecutionContext& ctx, const Tensor& x, const Tensor& w
 void swiglu_forward_fp8(ExecutionContext& ctx, const Tensor& gate, const Tensor& up, Tensor& out, Fp8Tensor& cast) {
   constexpr const char* op = "swiglu_forward_fp8";
   const FloatSpan gs = float_span(op, gate, "gate"), us = float_span(op, up, "up"), os = float_span(op, out, "out");
-  FT_CHECK(up.shape() == gate.shape()) << op << ": up " << up.describe() << " must have the shape of gate "
-                                       << gate.describe();
-  FT_CHECK(out.shape() == gate.shape()) << op << ": out " << out.describe() << " must have the shape of gate "
-                                        << gate.describe();
+  // Shapes, dtypes and the cast: checked by ops::swiglu_forward_fp8 (kernels/op_checks.hpp).
   Fp8CastTargets targets;
-  add_target(op, cast, "cast", out, "out", targets);
+  add_target(op, cast, "cast", targets);
   const std::shared_ptr<void> scratch = ctx.allocator().allocate(sizeof(std::uint32_t));
   launch_swiglu_forward_fp8(gs, us, os, gate.numel(), targets, static_cast<std::uint32_t*>(scratch.get()),
                             stream_of(ctx));
@@ -214,19 +168,15 @@ void swiglu_forward_fp8(ExecutionContext& ctx, const Tensor& gate, const Tensor&
 
 void fp8_linear_forward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b, Tensor& y) {
   constexpr const char* op = "fp8_linear_forward";
-  require_fp8_operand(op, x, "x");
-  require_fp8_operand(op, w, "w");
+  // Shapes and dtypes: checked by ops::fp8_linear_forward (kernels/op_checks.hpp).
+  require_cuda(op, x, "x");
+  require_cuda(op, w, "w");
   const FloatSpan ys = float_span(op, y, "y");
-  const Dims d = check_dims(op, x, w);
-  FT_CHECK(y.ndim() >= 1 && y.dim(-1) == d.out && y.numel() == d.rows * d.out)
-      << op << ": y " << y.describe() << " must be [" << d.rows << " rows, " << d.out << "]";
+  const Dims d = dims_of(x, w);
+  // cuBLASLt's FP8 GEMM: both operands in one format (the host's decodes each).
   FT_CHECK(x.data.dtype() == w.data.dtype()) << op << ": x.data " << x.data.describe() << " and w.data "
                                              << w.data.describe() << " must have one FP8 format";
-  FloatSpan bs{nullptr, Storage::f32};
-  if (b != nullptr) {
-    bs = float_span(op, *b, "b");
-    FT_CHECK(b->numel() == d.out) << op << ": b " << b->describe() << " must have " << d.out << " elements";
-  }
+  const FloatSpan bs = b != nullptr ? float_span(op, *b, "b") : FloatSpan{nullptr, Storage::f32};
   if (d.rows == 0) return;
   Fp8LinearShape shape{d.rows, d.in, d.out, element(x.data.dtype()), GemmElement::fp8_e5m2, element(y.dtype()),
                        b != nullptr, b != nullptr ? element(b->dtype()) : GemmElement::bf16};
@@ -252,22 +202,17 @@ void fp8_linear_forward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Tens
 void fp8_linear_backward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor& dy,
                          const Tensor& dy_source, Tensor* dx, Tensor& dw, Tensor* db) {
   constexpr const char* op = "fp8_linear_backward";
-  require_fp8_operand(op, x, "x");
-  require_fp8_operand(op, w, "w");
-  require_fp8_operand(op, dy, "dy");
-  const Dims d = check_dims(op, x, w);
-  FT_CHECK(dy.data.ndim() >= 1 && dy.data.dim(-1) == d.out && dy.data.numel() == d.rows * d.out)
-      << op << ": dy.data " << dy.data.describe() << " must be [" << d.rows << " rows, " << d.out << "]";
+  // Shapes and dtypes: checked by ops::fp8_linear_backward (kernels/op_checks.hpp).
+  require_cuda(op, x, "x");
+  require_cuda(op, w, "w");
+  require_cuda(op, dy, "dy");
   require_cuda(op, dw, "dw");
-  FT_CHECK(dw.dtype() == DType::f32 && dw.shape() == w.data.shape())
-      << op << ": dw " << dw.describe() << " must be f32 with the shape of w.data " << w.data.describe();
+  const Dims d = dims_of(x, w);
   if (d.rows == 0) return;
   Fp8LinearShape shape{d.rows, d.in, d.out, element(x.data.dtype()), element(dy.data.dtype()),
                        dx != nullptr ? element(dx->dtype()) : GemmElement::f32, false, GemmElement::bf16};
   if (dx != nullptr) {
-    float_span(op, *dx, "dx");
-    FT_CHECK(dx->shape() == x.data.shape()) << op << ": dx " << dx->describe() << " must have the shape of x.data "
-                                            << x.data.describe();
+    require_cuda(op, *dx, "dx");
     const Fp8GemmPlan dgrad = plan_for(op, LinearPass::dgrad, shape);
     Fp8GemmOperands o;
     o.a = transposed(op, w, "w");
@@ -287,10 +232,6 @@ void fp8_linear_backward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Ten
   execute_fp8_gemm_plan(ctx, wgrad, o);
   if (db != nullptr) {
     const FloatSpan dbs = float_span(op, *db, "db");
-    FT_CHECK(db->dtype() == DType::f32 && db->numel() == d.out)
-        << op << ": db " << db->describe() << " must be f32 with " << d.out << " elements";
-    FT_CHECK(dy_source.shape() == dy.data.shape())
-        << op << ": dy_source " << dy_source.describe() << " must have the shape of dy.data " << dy.data.describe();
     launch_column_sum_accumulate(float_span(op, dy_source, "dy_source"), d.rows, d.out, dbs, stream_of(ctx));
   }
 }
@@ -298,22 +239,10 @@ void fp8_linear_backward(ExecutionContext& ctx, const Fp8Tensor& x, const Fp8Ten
 void fp8_update_scales(ExecutionContext& ctx, Tensor& amax_history, Tensor& scale, Tensor& scale_inv,
                        DType forward_format, DType backward_format, std::int64_t margin, Fp8AmaxAlgo algo) {
   constexpr const char* op = "fp8_update_scales";
+  // Shapes, dtypes, formats and margin: checked by ops::fp8_update_scales (kernels/op_checks.hpp).
   require_cuda(op, amax_history, "amax_history");
   require_cuda(op, scale, "scale");
   require_cuda(op, scale_inv, "scale_inv");
-  FT_CHECK(amax_history.dtype() == DType::f32 && amax_history.ndim() == 2 &&
-           amax_history.dim(1) == kFp8NumOperands && amax_history.dim(0) >= 1)
-      << op << ": amax_history " << amax_history.describe() << " must be f32 [L >= 1, " << kFp8NumOperands << "]";
-  FT_CHECK(scale.dtype() == DType::f32 && scale.numel() == kFp8NumOperands)
-      << op << ": scale " << scale.describe() << " must be f32[" << kFp8NumOperands
-      << "] (input, weight, grad_output)";
-  FT_CHECK(scale_inv.dtype() == DType::f32 && scale_inv.numel() == kFp8NumOperands)
-      << op << ": scale_inv " << scale_inv.describe() << " must be f32[" << kFp8NumOperands
-      << "] (input, weight, grad_output)";
-  FT_CHECK(is_fp8(forward_format) && is_fp8(backward_format))
-      << op << ": formats " << dtype_name(forward_format) << ", " << dtype_name(backward_format)
-      << " must be fp8_e4m3 or fp8_e5m2";
-  FT_CHECK(margin >= 0 && margin <= 64) << op << ": margin " << margin << " must be in [0, 64]";
   auto max_of = [](DType t) { return t == DType::fp8_e4m3 ? math::kFp8E4m3MaxValue : math::kFp8E5m2MaxValue; };
   launch_fp8_update_scales(amax_history.data_as<float>(), amax_history.dim(0), scale.data_as<float>(),
                            scale_inv.data_as<float>(), max_of(forward_format), max_of(backward_format), static_cast<int>(margin),

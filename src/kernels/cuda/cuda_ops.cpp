@@ -1,5 +1,6 @@
-// The CUDA op table (cuda_ops.hpp). Argument checks mirror the host kernels'
-// (kernels/host/float_spans.hpp); the arithmetic is in the launchers
+// The CUDA op table (cuda_ops.hpp). Shapes and dtypes are checked by
+// ops::<op> (kernels/op_checks.hpp); here, that tensors are in CUDA memory
+// and the CUDA kernels' own limits. The arithmetic is in the launchers
 // (kernels.hpp) and, below them, kernels/math/. Ops that still have no CUDA
 // kernel would throw naming themselves (share/doc/status.md); every entry has
 // one now (the FP8 ops are cuda_fp8_ops.cpp's).

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "kernels/host/float_spans.hpp"
 #include "kernels/host/gemm.hpp"
 #include "kernels/host/host_ops.hpp"
 #include "kernels/math/cross_entropy.hpp"
@@ -44,36 +45,12 @@ struct HeadShape {
   std::int64_t rows = 0, channels = 0, vocab = 0;
 };
 
-void check_float_storage(const char* op, const char* role, const Tensor& t) {
-  FT_CHECK(t.defined()) << op << ": " << role << " is undefined";
-  FT_CHECK(t.device() == Device::host) << op << ": " << role << " " << t.describe() << " is not a host tensor";
-  FT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16)
-      << op << ": " << role << " " << t.describe() << " must be f32 or bf16";
-}
-
-void check_f32_rows(const char* op, const char* role, const Tensor& t, std::int64_t rows) {
-  FT_CHECK(t.defined() && t.device() == Device::host && t.dtype() == DType::f32 && t.shape() == Shape({rows}))
-      << op << ": " << role << " " << t.describe() << " must be host f32[" << rows << "]";
-}
-
-HeadShape check_head(const char* op, const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
-                     std::int64_t vocab_chunk) {
-  check_float_storage(op, "h", h);
-  check_float_storage(op, "w", w);
-  FT_CHECK(h.ndim() == 2) << op << ": h " << h.describe() << " must be [N, C]";
-  FT_CHECK(w.ndim() == 2 && w.dim(1) == h.dim(1))
-      << op << ": w " << w.describe() << " must be [V, C] with the C of h " << h.describe();
-  HeadShape s{h.dim(0), h.dim(1), w.dim(0)};
-  FT_CHECK(s.vocab > 0) << op << ": w " << w.describe() << " has an empty vocabulary";
-  if (bias != nullptr) {
-    check_float_storage(op, "bias", *bias);
-    FT_CHECK(bias->shape() == Shape({s.vocab})) << op << ": bias " << bias->describe() << " must be [" << s.vocab << "]";
-  }
-  FT_CHECK(targets.defined() && targets.device() == Device::host && targets.dtype() == DType::i32 &&
-           targets.shape() == Shape({s.rows}))
-      << op << ": targets " << targets.describe() << " must be host i32[" << s.rows << "]";
-  FT_CHECK(vocab_chunk > 0) << op << ": vocab_chunk must be positive, got " << vocab_chunk;
-
+// Shapes and dtypes: checked by ops::cross_entropy_* (kernels/op_checks.hpp).
+// Here: the tensors are in host memory, and each target, read on the host,
+// is a vocabulary row or the ignore index.
+HeadShape check_head(const char* op, const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets) {
+  spans::require_on_host(op, {{&h, "h"}, {&w, "w"}, {bias, "bias"}, {&targets, "targets"}});
+  const HeadShape s{h.dim(0), h.dim(1), w.dim(0)};
   const std::int32_t* t = targets.data_as<std::int32_t>();
   for (std::int64_t i = 0; i < s.rows; ++i) {
     FT_CHECK(math::cross_entropy_target_valid(t[i], s.vocab))
@@ -183,9 +160,8 @@ float lane_sum_of_softmax_terms(const float* row, std::int64_t n, float row_max)
 void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
                            std::int64_t vocab_chunk, Tensor& losses, Tensor& lse) {
   constexpr const char* op = "cross_entropy_forward";
-  const HeadShape s = check_head(op, h, w, bias, targets, vocab_chunk);
-  check_f32_rows(op, "losses", losses, s.rows);
-  check_f32_rows(op, "lse", lse, s.rows);
+  const HeadShape s = check_head(op, h, w, bias, targets);
+  spans::require_on_host(op, {{&losses, "losses"}, {&lse, "lse"}});
   if (s.rows == 0) return;
 
   const std::int64_t N = s.rows, chunk = std::min(vocab_chunk, s.vocab);
@@ -226,28 +202,14 @@ void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias
                             const Tensor& lse, const Tensor& loss_scale_tensor, std::int64_t vocab_chunk, Tensor& dh,
                             Tensor& dw, Tensor* dbias) {
   constexpr const char* op = "cross_entropy_backward";
-  const HeadShape s = check_head(op, h, w, bias, targets, vocab_chunk);
-  FT_CHECK(loss_scale_tensor.dtype() == DType::f32 && loss_scale_tensor.numel() == 1 &&
-           loss_scale_tensor.device() == Device::host)
-      << op << ": loss_scale " << loss_scale_tensor.describe() << " must be a host f32[1]";
-  // Read when the kernel runs (in stream order), never by the caller.
-  const float loss_scale = loss_scale_tensor.data_as<float>()[0];
-  check_f32_rows(op, "lse", lse, s.rows);
-  check_float_storage(op, "dh", dh);
-  FT_CHECK(dh.shape() == h.shape()) << op << ": dh " << dh.describe() << " must have the shape of h " << h.describe();
+  const HeadShape s = check_head(op, h, w, bias, targets);
   // Undefined dw / dbias: a frozen head (op_list.hpp); only dh is computed.
   const bool want_dw = dw.defined();
   if (dbias != nullptr && !dbias->defined()) dbias = nullptr;
-  if (want_dw) {
-    check_float_storage(op, "dw", dw);
-    FT_CHECK(dw.shape() == w.shape()) << op << ": dw " << dw.describe() << " must have the shape of w "
-                                      << w.describe();
-  }
-  if (dbias != nullptr) {
-    check_float_storage(op, "dbias", *dbias);
-    FT_CHECK(dbias->shape() == Shape({s.vocab}))
-        << op << ": dbias " << dbias->describe() << " must be [" << s.vocab << "]";
-  }
+  spans::require_on_host(op, {{&loss_scale_tensor, "loss_scale"}, {&lse, "lse"}, {&dh, "dh"},
+                              {want_dw ? &dw : nullptr, "dw"}, {dbias, "dbias"}});
+  // Read when the kernel runs (in stream order), never by the caller.
+  const float loss_scale = loss_scale_tensor.data_as<float>()[0];
   if (s.rows == 0) return;  // dh is empty; no row contributes to dw or dbias
 
   const std::int64_t N = s.rows, C = s.channels, chunk = std::min(vocab_chunk, s.vocab);

@@ -22,12 +22,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
 #include "core/tensor.hpp"
+#include "kernels/fp8_tensor.hpp"
 #include "kernels/math/column_sums.hpp"
 #include "kernels/tensor_checks.hpp"
 
@@ -55,6 +57,14 @@ inline void require_defined_host(const char* op, const Tensor& t, const char* ro
 inline void require_on_host(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> tensors) {
   for (const auto& [t, role] : tensors)
     if (t != nullptr) require_defined_host(op, *t, role);
+}
+
+// Each defined tensor of an FP8 descriptor in host memory, named
+// <role>.data, <role>.scale, ...: the host backend's own check of it.
+inline void require_on_host(const char* op, const Fp8Tensor& t, const std::string& role) {
+  for (const auto& [part, name] : {std::pair<const Tensor*, const char*>{&t.data, ".data"}, {&t.scale, ".scale"},
+                                   {&t.scale_inv, ".scale_inv"}, {&t.amax, ".amax"}, {&t.data_t, ".data_t"}})
+    if (part->defined()) require_defined_host(op, *part, (role + name).c_str());
 }
 
 // f32 or bf16 storage on the host.

@@ -35,23 +35,7 @@ using spans::HostPolicy;
 
 namespace {
 
-bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
-
 float fp8_max_of(DType t) { return t == DType::fp8_e4m3 ? fp8_scaling::kE4m3Max : fp8_scaling::kE5m2Max; }
-
-void require_f32_scalar(const char* op, const Tensor& t, const char* role) {
-  spans::require_dtype(op, t, role, DType::f32);
-  FT_CHECK(t.numel() == 1) << op << ": " << role << " " << t.describe() << " must be f32[1]";
-}
-
-// The parts of a descriptor every FP8 GEMM reads: fp8 data and its
-// dequantisation factor scale_inv.
-void require_fp8_operand(const char* op, const Fp8Tensor& t, const char* role) {
-  spans::require_defined_host(op, t.data, role);
-  FT_CHECK(is_fp8(t.data.dtype())) << op << ": " << role << ".data " << t.data.describe()
-                                   << " must be fp8_e4m3 or fp8_e5m2";
-  require_f32_scalar(op, t.scale_inv, (std::string(role) + ".scale_inv").c_str());
-}
 
 float scale_inv_of(const Fp8Tensor& t) { return *t.scale_inv.data_as<float>(); }
 
@@ -114,32 +98,14 @@ void write_transposed(const Tensor& data, Tensor& data_t) {
 
 void fp8_transpose(const Tensor& data, Tensor& data_t) {
   constexpr const char* op = "fp8_transpose";
-  spans::require_defined_host(op, data, "data");
-  spans::require_defined_host(op, data_t, "data_t");
-  FT_CHECK(is_fp8(data.dtype()) && data_t.dtype() == data.dtype() && data.ndim() >= 1 && data_t.ndim() == 2 &&
-           data_t.numel() == data.numel() && data_t.dim(0) == data.dim(-1))
-      << op << ": data_t " << data_t.describe() << " must be the transposed copy [cols, rows] of the fp8 codes "
-      << data.describe() << " in their dtype";
+  spans::require_on_host(op, {{&data, "data"}, {&data_t, "data_t"}});
   write_transposed(data, data_t);
 }
 
 void cast_to_fp8(const Tensor& x, Fp8Tensor& out) {
   constexpr const char* op = "cast_to_fp8";
-  spans::require_float_storage(op, x, "x");
-  spans::require_defined_host(op, out.data, "out.data");
-  FT_CHECK(is_fp8(out.data.dtype())) << op << ": out.data " << out.data.describe()
-                                     << " must be fp8_e4m3 or fp8_e5m2";
-  spans::require_same_shape(op, x, "x", out.data, "out.data");
-  require_f32_scalar(op, out.scale, "out.scale");
-  require_f32_scalar(op, out.scale_inv, "out.scale_inv");
-  if (out.amax.defined()) require_f32_scalar(op, out.amax, "out.amax");
-  if (out.data_t.defined()) {
-    spans::require_defined_host(op, out.data_t, "out.data_t");
-    FT_CHECK(out.data_t.dtype() == out.data.dtype() && out.data_t.numel() == out.data.numel() &&
-             out.data_t.ndim() == 2 && out.data.ndim() >= 1 && out.data_t.dim(0) == out.data.dim(-1))
-        << op << ": out.data_t " << out.data_t.describe() << " must be the transposed copy [cols, rows] of out.data "
-        << out.data.describe() << " in its dtype";
-  }
+  spans::require_on_host(op, {{&x, "x"}});
+  spans::require_on_host(op, out, "out");
 
   const float scale = *out.scale.data_as<float>();
   const bool e4m3 = out.data.dtype() == DType::fp8_e4m3;
@@ -160,21 +126,11 @@ void cast_to_fp8(const Tensor& x, Fp8Tensor& out) {
 
 void fp8_linear_forward(const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b, Tensor& y) {
   constexpr const char* op = "fp8_linear_forward";
-  require_fp8_operand(op, x, "x");
-  require_fp8_operand(op, w, "w");
-  spans::require_float_storage(op, y, "y");
-  FT_CHECK(w.data.ndim() == 2) << op << ": w.data " << w.data.describe() << " must be [out, in]";
+  spans::require_on_host(op, x, "x");
+  spans::require_on_host(op, w, "w");
+  spans::require_on_host(op, {{&y, "y"}, {b, "b"}});
   const std::int64_t in = w.data.dim(1), out = w.data.dim(0);
-  FT_CHECK(x.data.ndim() >= 1 && x.data.dim(-1) == in)
-      << op << ": x.data " << x.data.describe() << " must be [..., " << in << "] to match w.data "
-      << w.data.describe();
   const std::int64_t rows = x.data.numel() / std::max<std::int64_t>(in, 1);
-  FT_CHECK(y.ndim() >= 1 && y.dim(-1) == out && y.numel() == rows * out)
-      << op << ": y " << y.describe() << " must be [" << rows << " rows, " << out << "]";
-  if (b != nullptr) {
-    spans::require_float_storage(op, *b, "b");
-    spans::require_numel(op, *b, "b", out, "one per output feature of w");
-  }
   if (rows == 0 || out == 0) return;
 
   std::vector<float> xs, ws, acc_store(static_cast<std::size_t>(y.numel()), 0.0f);
@@ -198,29 +154,12 @@ void fp8_linear_forward(const Fp8Tensor& x, const Fp8Tensor& w, const Tensor* b,
 void fp8_linear_backward(const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor& dy, const Tensor& dy_source,
                          Tensor* dx, Tensor& dw, Tensor* db) {
   constexpr const char* op = "fp8_linear_backward";
-  require_fp8_operand(op, x, "x");
-  require_fp8_operand(op, w, "w");
-  require_fp8_operand(op, dy, "dy");
-  FT_CHECK(w.data.ndim() == 2) << op << ": w.data " << w.data.describe() << " must be [out, in]";
+  spans::require_on_host(op, x, "x");
+  spans::require_on_host(op, w, "w");
+  spans::require_on_host(op, dy, "dy");
+  spans::require_on_host(op, {{&dw, "dw"}, {dx, "dx"}, {db != nullptr ? &dy_source : nullptr, "dy_source"}, {db, "db"}});
   const std::int64_t in = w.data.dim(1), out = w.data.dim(0);
-  FT_CHECK(x.data.ndim() >= 1 && x.data.dim(-1) == in)
-      << op << ": x.data " << x.data.describe() << " must be [..., " << in << "] to match w.data "
-      << w.data.describe();
   const std::int64_t rows = x.data.numel() / std::max<std::int64_t>(in, 1);
-  FT_CHECK(dy.data.ndim() >= 1 && dy.data.dim(-1) == out && dy.data.numel() == rows * out)
-      << op << ": dy.data " << dy.data.describe() << " must be [" << rows << " rows, " << out << "]";
-  spans::require_dtype(op, dw, "dw", DType::f32);
-  spans::require_same_shape(op, w.data, "w.data", dw, "dw");
-  if (dx != nullptr) {
-    spans::require_float_storage(op, *dx, "dx");
-    spans::require_same_shape(op, x.data, "x.data", *dx, "dx");
-  }
-  if (db != nullptr) {
-    spans::require_float_storage(op, dy_source, "dy_source");
-    spans::require_same_shape(op, dy.data, "dy.data", dy_source, "dy_source");
-    spans::require_dtype(op, *db, "db", DType::f32);
-    spans::require_numel(op, *db, "db", out, "one per output feature of w");
-  }
   const float sx_inv = scale_inv_of(x), sw_inv = scale_inv_of(w), sdy_inv = scale_inv_of(dy);
 
   std::vector<float> xs, ws, dys;
@@ -264,18 +203,7 @@ void fp8_linear_backward(const Fp8Tensor& x, const Fp8Tensor& w, const Fp8Tensor
 void fp8_update_scales(Tensor& amax_history, Tensor& scale, Tensor& scale_inv, DType forward_format,
                        DType backward_format, std::int64_t margin, Fp8AmaxAlgo algo) {
   constexpr const char* op = "fp8_update_scales";
-  spans::require_dtype(op, amax_history, "amax_history", DType::f32);
-  spans::require_dtype(op, scale, "scale", DType::f32);
-  FT_CHECK(amax_history.ndim() == 2 && amax_history.dim(1) == kFp8NumOperands && amax_history.dim(0) >= 1)
-      << op << ": amax_history " << amax_history.describe() << " must be [L >= 1, " << kFp8NumOperands << "]";
-  spans::require_numel(op, scale, "scale", kFp8NumOperands, "one per FP8 operand: input, weight, grad_output");
-  spans::require_dtype(op, scale_inv, "scale_inv", DType::f32);
-  spans::require_numel(op, scale_inv, "scale_inv", kFp8NumOperands,
-                       "one per FP8 operand: input, weight, grad_output");
-  FT_CHECK(is_fp8(forward_format) && is_fp8(backward_format))
-      << op << ": formats " << dtype_name(forward_format) << ", " << dtype_name(backward_format)
-      << " must be fp8_e4m3 or fp8_e5m2";
-  FT_CHECK(margin >= 0 && margin <= 64) << op << ": margin " << margin << " must be in [0, 64]";
+  spans::require_on_host(op, {{&amax_history, "amax_history"}, {&scale, "scale"}, {&scale_inv, "scale_inv"}});
   const std::int64_t len = amax_history.dim(0);
   float* h = amax_history.data_as<float>();
   float* s = scale.data_as<float>();

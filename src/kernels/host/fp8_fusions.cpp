@@ -22,28 +22,6 @@ using spans::HostPolicy;
 
 namespace {
 
-bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
-
-void require_f32_scalar(const char* op, const Tensor& t, const std::string& role) {
-  spans::require_dtype(op, t, role.c_str(), DType::f32);
-  FT_CHECK(t.numel() == 1) << op << ": " << role << " " << t.describe() << " must be f32[1]";
-}
-
-// One cast's descriptor: fp8 data of `like`'s shape, f32[1] scale and
-// scale_inv, an optional f32[1] amax slot, no transposed copy.
-void check_cast(const char* op, const Fp8Tensor& t, const std::string& role, const Tensor& like,
-                const char* like_role) {
-  spans::require_defined_host(op, t.data, (role + ".data").c_str());
-  FT_CHECK(is_fp8(t.data.dtype())) << op << ": " << role << ".data " << t.data.describe()
-                                   << " must be fp8_e4m3 or fp8_e5m2";
-  spans::require_same_shape(op, like, like_role, t.data, (role + ".data").c_str());
-  require_f32_scalar(op, t.scale, role + ".scale");
-  require_f32_scalar(op, t.scale_inv, role + ".scale_inv");
-  if (t.amax.defined()) require_f32_scalar(op, t.amax, role + ".amax");
-  FT_CHECK(!t.data_t.defined()) << op << ": " << role << ".data_t " << t.data_t.describe()
-                                << " is defined, but the fused forward writes no transposed copy (cast_to_fp8 does)";
-}
-
 // What the kernels need of one cast, read once before the loops.
 struct CastTarget {
   std::uint8_t* codes;
@@ -69,18 +47,10 @@ void finish_cast(const Fp8Tensor& t, std::uint32_t amax_key) {
 
 void rmsnorm_forward_fp8(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd, Fp8Casts& casts) {
   constexpr const char* op = "rmsnorm_forward_fp8";
-  spans::require_float_storage(op, x, "x");
-  spans::require_float_storage(op, w, "w");
-  spans::require_float_storage(op, y, "y");
-  spans::require_dtype(op, rstd, "rstd", DType::f32);
-  const std::int64_t width = spans::row_width(op, x, "x");
-  spans::require_numel(op, w, "w", width, "one weight per feature of x");
-  spans::require_same_shape(op, x, "x", y, "y");
-  const std::int64_t rows = x.numel() / width;
-  spans::require_numel(op, rstd, "rstd", rows, "one per row of x");
-  FT_CHECK(casts.count >= 1 && casts.count <= Fp8Casts::kMax)
-      << op << ": " << casts.count << " casts (1 to " << Fp8Casts::kMax << ")";
-  for (int c = 0; c < casts.count; ++c) check_cast(op, casts.out[c], "casts.out[" + std::to_string(c) + "]", y, "y");
+  // Shapes, dtypes and the descriptors: checked by ops::rmsnorm_forward_fp8 (kernels/op_checks.hpp).
+  spans::require_on_host(op, {{&x, "x"}, {&w, "w"}, {&y, "y"}, {&rstd, "rstd"}});
+  for (int c = 0; c < casts.count; ++c) spans::require_on_host(op, casts.out[c], "casts.out[" + std::to_string(c) + "]");
+  const std::int64_t width = x.dim(-1), rows = x.numel() / width;
 
   std::vector<float> w_store;
   const float* wf = spans::whole_as_f32("ftrain::rmsnorm_fp8::widen_w", w, w_store);
@@ -116,12 +86,9 @@ void rmsnorm_forward_fp8(const Tensor& x, const Tensor& w, float eps, Tensor& y,
 
 void swiglu_forward_fp8(const Tensor& gate, const Tensor& up, Tensor& out, Fp8Tensor& cast) {
   constexpr const char* op = "swiglu_forward_fp8";
-  spans::require_float_storage(op, gate, "gate");
-  spans::require_float_storage(op, up, "up");
-  spans::require_float_storage(op, out, "out");
-  spans::require_same_shape(op, gate, "gate", up, "up");
-  spans::require_same_shape(op, gate, "gate", out, "out");
-  check_cast(op, cast, "cast", out, "out");
+  // Shapes, dtypes and the descriptor: checked by ops::swiglu_forward_fp8 (kernels/op_checks.hpp).
+  spans::require_on_host(op, {{&gate, "gate"}, {&up, "up"}, {&out, "out"}});
+  spans::require_on_host(op, cast, "cast");
 
   const CastTarget target = target_of(cast);
   const Tensor tg = gate, tu = up, to = out;
