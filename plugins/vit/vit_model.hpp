@@ -35,6 +35,9 @@ class VitModel final : public Model {
   std::string architecture() const override { return "vit"; }
   std::map<std::string, std::string> config() const override { return config_.to_map(); }
   DataKind data_kind() const override { return DataKind::images; }
+  std::vector<std::int64_t> image_shape() const override {
+    return {config_.image_size, config_.image_size, config_.num_channels};
+  }
   int num_units() const override { return static_cast<int>(units_.size()); }
   Unit& unit(int index) override;
   // Per image (sequence_length is ignored):

@@ -29,7 +29,8 @@ extern "C" {
  *   3  LoRA (layers/lora.hpp): ParamSpec::adaptable and init_bound,
  *      InitKind::uniform, Batch::first_sample, StepContext::lora. Issue 16.
  *   4  Hugging Face config.json conversion provided by the plugin
- *      (export_hf_config, import_hf_config; ftrain-convert); the linear
+ *      (export_hf_config, import_hf_config; ftrain-convert);
+ *      Model::image_shape; the linear
  *      layer and LoRA in layers/ (ftrain::layers::LinearLayers), Batch in
  *      data/batch.hpp. */
 #define FTRAIN_PLUGIN_ABI_VERSION 4

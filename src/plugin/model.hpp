@@ -144,6 +144,10 @@ class Model {
   virtual double training_flops_per_sample(std::int64_t sequence_length) const = 0;
   // Vocabulary size (language) or number of classes (vision).
   virtual std::int64_t output_size() const = 0;
+  // Image models: one input image as {height, width, channels}, the layout of
+  // an image batch. The trainer sizes image sources and the memory plan by it,
+  // so it needs no model's config keys. Empty for token models.
+  virtual std::vector<std::int64_t> image_shape() const { return {}; }
 };
 
 }  // namespace ftrain

@@ -44,16 +44,14 @@ std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRol
   if (kind == deck::DataKind::images) {
     if (model.data_kind() != DataKind::images)
       FT_USER_ERROR() << where.str() << ": model '" << c.model.name << "' trains on tokens, not images";
-    // The image shape is the model's (its config() names image_size and num_channels).
-    const auto config = model.config();
-    const auto size = config.find("image_size");
-    const auto channels = config.find("num_channels");
-    if (size == config.end())
-      FT_USER_ERROR() << where.str() << ": model '" << c.model.name << "' does not report an image_size";
+    const std::vector<std::int64_t> image = model.image_shape();
+    if (image.size() != 3)
+      FT_USER_ERROR() << where.str() << ": model '" << c.model.name << "' does not report its image shape";
     const ImageDataSection& images = eval ? c.eval.images : c.data.images;
     data::ImageSourceOptions o;
-    o.height = o.width = std::stoll(size->second);
-    o.channels = channels == config.end() ? 3 : std::stoll(channels->second);
+    o.height = image[0];
+    o.width = image[1];
+    o.channels = image[2];
     o.global_batch = global_batch;
     o.shuffle = shuffle;
     o.seed = c.seed;

@@ -25,11 +25,9 @@ std::int64_t node_memory_bytes() {
 // the model does not say enough (no check then). Activations come on top.
 std::int64_t input_bytes_per_sample(Model& model, const BatchSection& b) {
   if (model.data_kind() == DataKind::tokens) return b.seq_len > std::numeric_limits<std::int64_t>::max() / 8 ? -1 : 8 * b.seq_len;
-  const auto config = model.config();
-  const auto size = config.find("image_size"), channels = config.find("num_channels");
-  if (size == config.end()) return 0;
-  const std::int64_t side = std::stoll(size->second), c = channels == config.end() ? 3 : std::stoll(channels->second);
-  return 4 * c * side * side + 4;
+  const std::vector<std::int64_t> image = model.image_shape();
+  if (image.size() != 3) return 0;
+  return 4 * image[0] * image[1] * image[2] + 4;
 }
 
 }  // namespace
