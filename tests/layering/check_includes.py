@@ -65,12 +65,12 @@ def reachable(builds_on):
     """folder -> every folder it builds on, directly or not."""
     closure = {}
     for start in builds_on:
-        seen, todo = set(), list(builds_on[start])
-        while todo:
-            f = todo.pop()
+        seen, pending = set(), list(builds_on[start])
+        while pending:
+            f = pending.pop()
             if f not in seen:
                 seen.add(f)
-                todo += builds_on[f]
+                pending += builds_on[f]
         closure[start] = seen
     return closure
 

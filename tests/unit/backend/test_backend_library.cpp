@@ -14,18 +14,12 @@
 #include "runtime/backend_library.hpp"
 #include "runtime/execution_context.hpp"
 #include "support/backend_test.hpp"
+#include "support/error_of.hpp"
 
 using namespace ftrain;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using ftrain::testing::error_of;
 }  // namespace
 
 TEST(BackendLibrary, CudaBackendArrivesOnlyWhenItsLibraryIsLoaded) {

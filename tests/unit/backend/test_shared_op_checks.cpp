@@ -19,19 +19,13 @@
 #include "kernels/ops.hpp"
 #include "runtime/backend_library.hpp"
 #include "runtime/execution_context.hpp"
+#include "support/error_of.hpp"
 
 using namespace ftrain;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using ftrain::testing::error_of;
 
 // The message with the device word of every tensor description made the host's.
 std::string as_if_on_host(std::string m) {

@@ -17,18 +17,12 @@
 #include "kernels/ops.hpp"
 #include "runtime/backend_library.hpp"
 #include "runtime/execution_context.hpp"
+#include "support/error_of.hpp"
 
 using namespace ftrain;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using ftrain::testing::error_of;
 
 class SimDevice : public ::testing::Test {
  protected:
