@@ -487,25 +487,33 @@ def scenario_gpu_plan(e):
     if rc == 0 or "did you mean 'h100-80gb'" not in out:
         fail(f"--gpu h10-80gb: exit {rc}, expected an unknown-GPU error with a suggestion:\n{out}")
     print("ok: --gpu h10-80gb: unknown, did you mean 'h100-80gb'")
-    # The checkpoint bytes --check prints are the bytes a save writes.
-    deck = write(e, "ckpt.in", f"{SMALL_MODEL}\ndata tokens tiny_train.tok\nbatch micro 2 seq_len 32\n"
-                 "max_steps 2\nrun_dir runs/ckpt\ncheckpoint every 2 dir runs/ckpt/checkpoints\n")
-    rc, out = run([e.args.ftrain, "--check", deck])
-    m = re.search(r"checkpoint: .*? \((\d+) bytes\) per rank", out)
-    if rc != 0 or not m:
-        fail(f"--check of a deck with a checkpoint: exit {rc}, no 'checkpoint: ... (N bytes) per rank':\n{out}")
-    planned = int(m.group(1))
-    shutil.rmtree(os.path.join(e.dir, "runs", "ckpt"), ignore_errors=True)
-    rc, out = run([e.args.ftrain, deck])
-    files = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(e.dir, "runs", "ckpt", "checkpoints"))
-             for f in fs if f.endswith(".h5")]
-    if rc != 0 or len(files) != 1:
-        fail(f"the tiny run: exit {rc}, rank files {files}:\n{out}")
-    written = os.path.getsize(files[0])
-    if not planned <= written <= planned + 256 * 1024:
-        fail(f"--check said {planned} bytes per rank, the save wrote {written} ({files[0]})")
-    print(f"ok: --check's checkpoint bytes per rank ({planned}) are what the save wrote ({written}, metadata on top)")
-
+    # The checkpoint bytes --check prints are the bytes a save writes, on 2
+    # ranks (shards padded to the group), for a full fine-tune and for LoRA
+    # (the adapters only: the frozen base is referenced, not saved).
+    base = f"{SMALL_MODEL}\ndata tokens tiny_train.tok\nbatch micro 2 seq_len 32\nmax_steps 2\ninit random std 0.02\n"
+    planned = {}
+    for name, extra in (("full", ""), ("lora", "lora rank 4 alpha 8 targets all-linear\n")):
+        deck = write(e, f"ckpt_{name}.in", base + extra +
+                     f"run_dir runs/ckpt_{name}\ncheckpoint every 2 dir runs/ckpt_{name}/checkpoints\n")
+        rc, out = run([e.args.ftrain, "--check", "--ranks", "2", deck])
+        m = re.search(r"checkpoint: .*? \((\d+) bytes\) per rank", out)
+        if rc != 0 or not m:
+            fail(f"--check of {deck}: exit {rc}, no 'checkpoint: ... (N bytes) per rank':\n{out}")
+        planned[name] = int(m.group(1))
+        shutil.rmtree(os.path.join(e.dir, "runs", f"ckpt_{name}"), ignore_errors=True)
+        rc, out = run(e.mpi_argv(2) + [e.args.ftrain, deck])
+        files = sorted(os.path.join(r, f) for r, _, fs in os.walk(os.path.join(e.dir, "runs", f"ckpt_{name}", "checkpoints"))
+                       for f in fs if f.endswith(".h5"))
+        if rc != 0 or len(files) != 2:
+            fail(f"the 2-rank {name} run: exit {rc}, rank files {files}:\n{out}")
+        for path in files:
+            written = os.path.getsize(path)
+            if not planned[name] <= written <= planned[name] + 64 * 1024:
+                fail(f"{name}: --check said {planned[name]} bytes per rank, the save wrote {written} ({path})")
+        print(f"ok: {name}: --check's checkpoint bytes per rank ({planned[name]}) are what the save wrote "
+              f"({', '.join(str(os.path.getsize(f)) for f in files)}: HDF5 metadata on top)")
+    if not planned["lora"] < planned["full"] / 4:
+        fail(f"LoRA's checkpoint ({planned['lora']} bytes per rank) should hold the adapters only")
 
 SCENARIOS = {
     "plan_ranks": scenario_plan_ranks,
