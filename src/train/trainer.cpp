@@ -277,7 +277,9 @@ void Trainer::prepare() {
   if (s.is_root()) {
     problems.check(
         [&] { s.peak = resolve_host_peak(c.peak_tflops, process_environment, std::min(cores_per_rank, s.blas_threads)); });
-    if (s.device_choice.device == Device::cuda) s.peak = planned_gpu_peak(c, s.options, std::move(s.peak));
+    // --check of a GPU run: the host's benchmark says nothing about the GPU.
+    if (s.options.check_only && s.device_choice.device == Device::cuda)
+      s.peak = planned_gpu_peak(c, s.options, std::move(s.peak));
   }
   check_inputs_and_outputs(s, problems);
   if (s.options.check_only) check_data_files(s, problems);
