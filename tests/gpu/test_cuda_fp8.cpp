@@ -300,20 +300,29 @@ TEST(CudaFp8, ForwardRunsForSmallShapesAndPackedScales) {
   const Shape3 shapes[] = {{128, 64, 64}, {128, 256, 384}, {128, 64, 384}, {128, 256, 64}};
   std::string refused;
   for (const Shape3& sh : shapes)
-    for (bool packed : {false, true}) {
+    for (int packed : {0, 1, 2}) {
       const Tensor x = random_host({sh.rows, sh.in}, 11, 1.0f, DType::bf16), w = random_host({sh.out, sh.in}, 12, 0.05f, DType::bf16);
       Fp8Tensor xg = descriptor(Device::cuda, x.shape(), DType::fp8_e4m3, 2.0f, false, false);
       Fp8Tensor wg = descriptor(Device::cuda, w.shape(), DType::fp8_e4m3, 8.0f, false, false);
       ops::cast_to_fp8(gpu_context(), to_device(x, Device::cuda), xg);
       ops::cast_to_fp8(gpu_context(), to_device(w, Device::cuda), wg);
-      if (packed) {  // scale_inv at element 1 and 2 of one tensor, as the recipe's per-layer state holds them
-        Tensor shared = to_device(from_floats({4}, {0.0f, 0.5f, 0.125f, 0.0f}), Device::cuda);
-        xg.scale_inv = shared.view({1}, 1);
-        wg.scale_inv = shared.view({1}, 2);
+      // packed 1: scale_inv at element 1 and 2 of one tensor (4-byte aligned), as
+      // the recipe's per-layer state holds them; packed 2: at elements 4 and 8
+      // (16-byte aligned), which tells an alignment rule from a packing rule.
+      if (packed != 0) {
+        std::vector<float> values(12, 0.0f);
+        const std::int64_t at_x = packed == 1 ? 1 : 4, at_w = packed == 1 ? 2 : 8;
+        values[static_cast<std::size_t>(at_x)] = 0.5f;
+        values[static_cast<std::size_t>(at_w)] = 0.125f;
+        Tensor shared = to_device(from_floats({12}, values), Device::cuda);
+        xg.scale_inv = shared.view({1}, at_x);
+        wg.scale_inv = shared.view({1}, at_w);
       }
       Tensor y = Tensor::empty({sh.rows, sh.out}, DType::bf16, Device::cuda);
       const std::string what = "m " + std::to_string(sh.out) + " n " + std::to_string(sh.rows) + " k " +
-                               std::to_string(sh.in) + (packed ? ", packed scale_inv" : ", own scale_inv");
+                               std::to_string(sh.in) + (packed == 0   ? ", own scale_inv"
+                                : packed == 1 ? ", packed scale_inv, 4-byte aligned"
+                                              : ", packed scale_inv, 16-byte aligned");
       try {
         ops::fp8_linear_forward(gpu_context(), xg, wg, nullptr, y);
         gpu_context().synchronize();
