@@ -49,8 +49,8 @@ std::string check_plan_report(const CheckPlanFacts& f) {
       r << "warning: precision fp8 on " << gpu.name << ", which has no FP8 tensor cores: choose precision bf16 "
         << "for this GPU\n";
     if (f.device_choice.device != Device::cuda)
-      r << "note: the deck's device is " << deck::word(c.device) << ", which runs on the host here; the fit and "
-        << "the times are for " << gpu.name << " (the job scripts in jobs/ pass -var device cuda)\n";
+      r << "note: the deck's device is " << deck::word(c.device) << ", which runs on the host here (`device cuda` "
+        << "runs on the GPU); the fit and the times are for " << gpu.name << "\n";
   }
   PlanBudgetInputs in;
   const bool planned_gpu = f.device_choice.device == Device::cuda || !f.options.plan_gpu.empty();

@@ -14,7 +14,8 @@ namespace {
 
 std::string seconds_text(double s) {
   char buf[64];
-  if (s < 90) std::snprintf(buf, sizeof buf, "%.1f s", s);
+  if (s < 1) std::snprintf(buf, sizeof buf, "%.2g s", s);
+  else if (s < 90) std::snprintf(buf, sizeof buf, "%.1f s", s);
   else if (s < 5400) std::snprintf(buf, sizeof buf, "%.0f s (%.1f min)", s, s / 60);
   else std::snprintf(buf, sizeof buf, "%.0f s (%.1f h)", s, s / 3600);
   return buf;
