@@ -36,10 +36,13 @@ std::optional<SignalWindow> find_signal_window(const std::string& job_script, co
     std::optional<SignalWindow> pbs;
     bool runs_pbs_launcher = false;
     std::string line;
+    bool directives = true;  // sbatch reads #SBATCH lines up to the first command only
     for (int number = 1; std::getline(in, line); ++number) {
       const std::string where = job_script + ":" + std::to_string(number) + ": ";
+      const auto first = line.find_first_not_of(" \t");
+      if (first != std::string::npos && line[first] != '#') directives = false;
       std::smatch m;
-      if (std::regex_search(line, m, sbatch)) {
+      if (directives && std::regex_search(line, m, sbatch)) {
         const std::optional<double> seconds = sbatch_signal_seconds(m[1].str());
         if (!seconds) FT_USER_ERROR() << where << "'" << line << "': not an sbatch --signal=[B:]SIG[@SECONDS]";
         return SignalWindow{*seconds, where + line};

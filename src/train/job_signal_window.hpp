@@ -4,7 +4,8 @@
 //
 // Where it comes from, first match wins:
 //   1. --job-script FILE: SLURM's `#SBATCH --signal=[B:|R:]SIG[@SECONDS]`
-//      (SECONDS defaults to 60, as sbatch's does), or for a PBS script that
+//      among the directives before the script's first command, where sbatch
+//      reads them (SECONDS defaults to 60, as sbatch's does), or for a PBS script that
 //      runs jobs/pbs/launch.sh, its FTRAIN_WARNING_S (set in the script, else
 //      launch.sh's default of 120);
 //   2. the environment: SBATCH_SIGNAL (what sbatch reads for --signal) or

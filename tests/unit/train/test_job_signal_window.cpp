@@ -68,4 +68,7 @@ TEST(JobSignalWindow, AScriptWithoutASignalOrUnreadableIsAnError) {
   EXPECT_THROW(find_signal_window(script("none.sbatch", "#!/bin/bash\n#SBATCH --nodes=2\nsrun x\n"), fake_env), UserError);
   EXPECT_THROW(find_signal_window("/nonexistent/job.sbatch", fake_env), UserError);
   EXPECT_THROW(find_signal_window(script("bad.sbatch", "#SBATCH --signal=B:USR1@soon\n"), fake_env), UserError);
+  EXPECT_THROW(find_signal_window(script("late.sbatch", "#!/bin/bash\ncd x\n#SBATCH --signal=B:USR1@300\n"), fake_env),
+               UserError)
+      << "sbatch ignores #SBATCH lines after the first command";
 }
