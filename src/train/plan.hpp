@@ -30,12 +30,31 @@ struct RunPlan {
   double flops_per_step = 0;              // model FLOPs (forward + backward)
   std::int64_t state_bytes_per_rank = 0;  // f32 master + grad + 2 AdamW moments
   std::int64_t gathered_bytes_peak = 0;   // gathered units in flight (+ their f32 gradient)
+  // fsdp ... offload on a device backend (plan_offload below): what of the
+  // sharded state stays in device memory and what moves to host memory.
+  // Without offload the device holds all of state_bytes_per_rank.
+  Offload offload = Offload::none;
+  std::int64_t device_state_bytes_per_rank = 0;
+  std::int64_t host_state_bytes_per_rank = 0;
   // LoRA: the adapters are the trainable parameters; the base is frozen
   // (f32 master only). Without LoRA trainable_parameters == parameters.
   bool lora = false;
   std::int64_t trainable_parameters = 0;
   std::int64_t adapted_linears = 0;
 };
+
+// Where the sharded state lives under `offload` (fsdp ... offload): none
+// keeps it all on the device; optimizer moves the f32 master, its gradient
+// and the AdamW moments to host memory and keeps a compute-dtype copy of the
+// shard on the device (what the all-gather sends) plus one unit's f32
+// reduced-gradient shard awaiting its copy to the host; all moves the
+// compute-dtype shard to the host too, staging one unit's on the device
+// before its all-gather. Under LoRA the frozen base is offloaded like the
+// trainable state (the engine never updates it, so a compute copy suffices
+// on the device for optimizer). The adapters' compute copies (a fraction of
+// a percent of the base) are not counted. Sets the three offload fields of
+// `plan` from its units and state_bytes_per_rank.
+void plan_offload(RunPlan& plan, const FsdpOptions& options);
 
 RunPlan make_plan(Model& model, const RunConfig& config, const FsdpOptions& options, int world_size,
                   int ranks_per_node);
