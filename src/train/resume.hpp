@@ -1,7 +1,7 @@
 // Resuming a run: which checkpoint (rank 0 plans it before any collective,
 // walking `resume auto`'s lineage back past damaged checkpoints), then, once
 // the engine exists, loading it on every rank and saying what changed since
-// the run that wrote it (precision, global batch, the shard group).
+// the run that wrote it (precision, global batch, max_steps, the shard group).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@ struct ResumePoint {
   double prior_elapsed = 0;            // training seconds of the runs before this one (scalar elapsed_s)
   std::int64_t prior_global_batch = 0; // samples per step of the run that wrote it (0 = unknown)
   int prior_world = 0;
+  std::int64_t prior_max_steps = 0;    // max_steps of the deck that wrote it (0 = unknown)
 };
 
 // Rank 0 (is_root) decides which checkpoint `resume` takes, so ranks that
