@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <sstream>
