@@ -570,3 +570,20 @@ inline std::string fp8_gemm_plan_problem(const Fp8GemmPlan& f) {
 }
 
 }  // namespace ftrain::cuda
+
+namespace ftrain::cuda {
+
+// ---- FP8 scale pointers -----------------------------------------------------------------
+//
+// On an H100 (cuBLAS 13) cublasLtMatmul refused every algorithm for FP8
+// GEMMs whose A/B scale pointers pointed into the recipe's packed f32[3]
+// scale_inv (4 bytes apart), while the same values in their own allocation
+// ran. The executor copies a scale that is not at this alignment into a slot
+// of its own first (two 4-byte copies on the compute stream).
+inline constexpr std::uint32_t kFp8ScalePointerAlignment = 256;
+
+inline bool fp8_scale_needs_staging(const void* scale) {
+  return address_alignment(scale) < kFp8ScalePointerAlignment;
+}
+
+}  // namespace ftrain::cuda
