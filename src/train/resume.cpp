@@ -56,11 +56,11 @@ std::string lr_text(double lr) {
   return text;
 }
 
-// The schedule is a function of max_steps: another max_steps on resume
-// reshapes it from the resumed step on, which no one asked for in words.
+}  // namespace
+
 std::string max_steps_note(const RunConfig& c, const ResumePoint& point) {
   const std::int64_t before = point.prior_max_steps, now = c.max_steps;
-  if (before <= 0 || before == now) return "";
+  if (before <= 0 || before == now || point.step >= now) return "";  // the last: nothing left to train
   const optim::Schedule schedule = schedule_of(c);
   std::ostringstream m;
   m << "resume: max_steps changes from " << before << " (the run that wrote " << point.directory << ") to " << now;
@@ -79,6 +79,8 @@ std::string max_steps_note(const RunConfig& c, const ResumePoint& point) {
   m << "; to continue the old curve, resume with max_steps " << before << "\n";
   return m.str();
 }
+
+namespace {
 
 std::string resumed_message(const RunConfig& c, const ckpt::LoadedInfo& loaded, const ResumePoint& point,
                             const std::string& written_precision, int shard_group, std::int64_t global_batch,
@@ -128,6 +130,7 @@ ResumePoint plan_resume(const RunConfig& c, bool is_root, ckpt::ResumePlan& plan
     }
     check_seed(c, found, info.seed);
     point.step = info.step;
+    point.prior_max_steps = info.max_steps;
     point.directory = found;
     break;
   }

@@ -25,13 +25,19 @@ struct ResumePoint {
   std::int64_t prior_max_steps = 0;    // max_steps of the deck that wrote it (0 = unknown)
 };
 
-// Rank 0 (is_root) decides which checkpoint `resume` takes, so ranks that
+// Rank 0 (is_root) decides which checkpoint `resume` takes (its step and
+// the max_steps it was written under), so ranks that
 // see the file system differently cannot disagree; the others only check
 // the deck. The first candidate's rank-0 file must open (a damaged
 // superblock shows here): resume auto falls back along the lineage, resume
 // PATH stops. A checkpoint at max_steps is a finished run, which the caller
 // reports as "nothing left to train". UserErrors name the resume line.
 ResumePoint plan_resume(const RunConfig& c, bool is_root, ckpt::ResumePlan& plan);
+
+// The schedule is a function of max_steps: when the deck's differs from the
+// one `point` was written under, what that does to the learning rate from
+// the resumed step on ("resume: max_steps changes from ...\n"); else "".
+std::string max_steps_note(const RunConfig& c, const ResumePoint& point);
 
 // Every rank loads the checkpoint rank 0 planned (the plan is shared first);
 // a candidate that fails to load on any rank is skipped by all of them

@@ -185,6 +185,9 @@ void check_inputs_and_outputs(State& s, ProblemList& problems) {
   });
   if (!c.resume.from.empty())
     problems.check([&] { s.resume = plan_resume(c, s.is_root(), s.resume_plan); });
+  // The run says it on resuming; --check says it before the job is queued.
+  if (const std::string note = max_steps_note(c, s.resume); s.options.check_only && !note.empty())
+    s.config.warnings.push_back(note.substr(0, note.size() - 1));
   // At --check nothing is created; before a real run every output directory
   // exists and takes a write, so a read-only or full location fails now,
   // once, naming the deck line, rather than at the first save.

@@ -17,8 +17,9 @@ Scenarios:
                      another vocabulary and an integer tensor, fails naming
                      each (file and tensor), without any step run.
   resume_max_steps   a run stopped at step 4 of 8 and resumed with
-                     max_steps 12: the resume says max_steps changes from
-                     8 to 12 and what it does to the cosine schedule.
+                     max_steps 12: --check warns, and the resume says,
+                     that max_steps changes from 8 to 12 and what it does
+                     to the cosine schedule.
   resume_deleted     `keep 2` deleted step_2; `resume ck/step_2` says that
                      checkpoint does not exist and lists the steps that do
                      (not "manifest.json is missing").
@@ -147,9 +148,13 @@ def scenario_resume_max_steps(e):
     rc, out = run(e, base + [deck])
     if rc != 0 or "stopped after step 4" not in out:
         fail(f"first run: exit {rc}:\n{out}")
-    rc, out = run(e, base + ["-var", "stop", "10", "-var", "max", "12", deck])
     want = ("resume: max_steps changes from 8 (the run that wrote ck_max/step_4) to 12: the cosine schedule is "
             "recomputed over 12 steps, so the learning rate at step 5 is ")
+    rc, out = run(e, base + ["--check", "-var", "stop", "10", "-var", "max", "12", deck])
+    if rc != 0 or "warning: " + want not in out:
+        fail(f"--check of the resume with another max_steps: exit {rc}, expected the warning\n  {want}\ngot:\n{out}")
+    print("ok: --check warns before the job runs")
+    rc, out = run(e, base + ["-var", "stop", "10", "-var", "max", "12", deck])
     line = next((l for l in out.splitlines() if l.startswith("resume: max_steps")), "")
     if rc != 0 or not line.startswith(want) or "where the old run's schedule had " not in line:
         fail(f"resume with another max_steps: exit {rc}, expected a line starting\n  {want}\ngot:\n{out}")
