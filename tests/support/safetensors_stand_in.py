@@ -8,7 +8,9 @@ model expects with its shape; the stand-in then declares exactly those, as
 BF16. Its data is a hole (a sparse file: a 70B stand-in takes no disk
 space), which --check never reads.
 
-Python 3 standard library only.
+Python 3 standard library only. As a command:
+
+    safetensors_stand_in.py PATH -- FTRAIN --check [-var ...] DECK
 """
 
 import json
@@ -16,6 +18,7 @@ import os
 import re
 import struct
 import subprocess
+import sys
 
 MISSING = re.compile(r"has no tensor '([^']+)' \(shape \[([0-9, ]*)\]\)")
 
@@ -46,3 +49,9 @@ def write_stand_in(path, check_command, cwd=None, env=None):
         raise RuntimeError("--check with an empty safetensors file named no missing tensor:\n" + p.stdout + p.stderr)
     write_header(path, tensors)
     return len(tensors)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 4 or sys.argv[2] != "--":
+        sys.exit("usage: safetensors_stand_in.py PATH -- FTRAIN --check [-var ...] DECK")
+    print(f"safetensors stand-in {sys.argv[1]}: {write_stand_in(sys.argv[1], sys.argv[3:])} tensors")

@@ -575,12 +575,14 @@ namespace ftrain::cuda {
 
 // ---- FP8 scale pointers -----------------------------------------------------------------
 //
-// On an H100 (cuBLAS 13) cublasLtMatmul refused every algorithm for FP8
-// GEMMs whose A/B scale pointers pointed into the recipe's packed f32[3]
-// scale_inv (4 bytes apart), while the same values in their own allocation
-// ran. The executor copies a scale that is not at this alignment into a slot
-// of its own first (two 4-byte copies on the compute stream).
-inline constexpr std::uint32_t kFp8ScalePointerAlignment = 256;
+// On an H100 (cuBLAS 13) cublasLtMatmul refuses every algorithm (NOT_SUPPORTED)
+// for an FP8 GEMM whose A or B scale pointer is 4 bytes past a 16-byte
+// boundary, as the weight's and the gradient's scale_inv are inside the
+// recipe's packed f32[3]; at 16, 32, 64, 128 and 256 bytes it runs and gives
+// the same output bit for bit (CudaFp8.ForwardRunsWithScalesPackedAtAnyOffset,
+// share/doc/gpu-runs/). The executor copies a scale below this alignment
+// into a slot of its own first (a 4-byte copy on the compute stream).
+inline constexpr std::uint32_t kFp8ScalePointerAlignment = 16;
 
 inline bool fp8_scale_needs_staging(const void* scale) {
   return address_alignment(scale) < kFp8ScalePointerAlignment;
