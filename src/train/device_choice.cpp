@@ -13,8 +13,9 @@ namespace ftrain {
 
 namespace {
 constexpr const char* kAutoStaysOnHost =
-    "`auto` stays on the host until a GPU run has confirmed the CUDA backend (share/doc/gpu-runs/ has no "
-    "passing report yet; share/doc/decisions.md); `device cuda` runs the engine on it";
+    "`auto` stays on the host until the CUDA backend has trained on a multi-GPU node (it has run on one GPU; "
+    "NCCL inside the engine has not run on a GPU: share/doc/status.md, decisions.md); `device cuda` runs the "
+    "engine on it";
 
 // FTRAIN_CUDA_BACKEND naming a library: that library's registration decides
 // whether a device is usable (the real one probes the GPU itself; the

@@ -7,8 +7,8 @@
 // whether a GPU is usable and, if not, why (no driver, no device, driver too
 // old); without the library the answer is that this ftrain has none.
 // `cuda` with a usable GPU runs the FSDP engine on the CUDA backend (ops it
-// has no kernel for throw naming the op); `auto` stays on the host until a
-// GPU run has confirmed the CUDA backend (decisions.md), and says so. FTRAIN_CUDA_BACKEND naming a
+// has no kernel for throw naming the op); `auto` stays on the host until the
+// CUDA backend has trained on a multi-GPU node (decisions.md), and says so. FTRAIN_CUDA_BACKEND naming a
 // library skips the driver probe: that library's registration decides (the
 // test-only simulated device, tests/support/sim_device_backend.cpp).
 #pragma once

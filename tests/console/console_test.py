@@ -461,6 +461,16 @@ def scenario_gpu_plan(e):
         p = subprocess.run(cmd, cwd=e.dir, capture_output=True, text=True, env=env, timeout=120)
         return p.returncode, p.stdout + p.stderr
 
+    # The shipped template's window holds a step plus a save; one with the
+    # common two-minute window does not.
+    rc, out = run([e.args.ftrain, "--check", "--ranks", "16", "--ranks-per-node", "8", "--gpu", "h100-80gb",
+                   "--job-script", sbatch, *stand_ins, recipe])
+    if rc != 0 or "stop window: 600 s" not in out or "warning: the stop window" in out:
+        fail(f"--check with the shipped {sbatch}: expected its 600 s window and no window warning:\n{out}")
+    print("ok: the shipped sbatch's 600 s stop window holds a 70B step plus a save")
+    with open(sbatch) as f:
+        two_minutes = f.read().replace("#SBATCH --signal=B:USR1@600", "#SBATCH --signal=B:USR1@120")
+    sbatch = write(e, "llama70b_two_minutes.sbatch", two_minutes)
     rc, out = run([e.args.ftrain, "--check", "--ranks", "16", "--ranks-per-node", "8", "--gpu", "h100-80gb",
                    "--job-script", sbatch, *stand_ins, recipe])
     if rc != 0:
