@@ -540,11 +540,13 @@ def scenario_gpu_plan(e):
         fail(f"LoRA's checkpoint ({planned['lora']} bytes per rank) should hold the adapters only")
 
 def scenario_offload_plan(e):
-    open(os.path.join(e.dir, "stand_in.safetensors"), "wb").close()
     stand_ins = ["-var", "hf_weights", "stand_in.safetensors", "-var", "train_tokens", "tiny_train.tok",
                  "-var", "eval_tokens", "tiny_eval.tok", "-var", "run_dir", "runs/offload_plan"]
     recipe = os.path.join(e.args.repo, "inputs", "llama70b_8gpu.in")
     env = e.environment(FTRAIN_CUDA_BACKEND="/nonexistent/libftrain_cuda.so")
+    # --check reads the weights' header: a stand-in with the 70B's tensors.
+    safetensors_stand_in.write_stand_in(os.path.join(e.dir, "stand_in.safetensors"),
+                                        [e.args.ftrain, "--check", *stand_ins, recipe], cwd=e.dir, env=env)
 
     def run(cmd):
         p = subprocess.run(cmd, cwd=e.dir, capture_output=True, text=True, env=env, timeout=120)
