@@ -52,4 +52,11 @@ for np in 1 2; do
   run_one "$np" fp32 "lora r8 all-linear" "lora rank 8 alpha 16 targets all-linear"
   run_one "$np" bf16 "lora r8 q,v (base bf16)" "lora rank 8 alpha 16 targets q_proj,v_proj"
   run_one "$np" bf16 "lora r8 q,v (base_dtype f32)" "lora rank 8 alpha 16 targets q_proj,v_proj base_dtype f32"
+  # The storage dtype must not change training: the same loss bits.
+  python3 - "$WORK/run_${np}_bf16_lora_r8_q_v_(base_bf16)/metrics.jsonl" \
+    "$WORK/run_${np}_bf16_lora_r8_q_v_(base_dtype_f32)/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f) if '"loss"' in l] for f in sys.argv[1:])
+print(f"    bf16 base vs f32 base: losses {'identical' if a == b and a else 'DIFFER'} ({a} / {b})")
+PY
 done

@@ -263,31 +263,49 @@ void FsdpEngine::init_from(const ParameterSource& source) {
   for (auto& flat : flats_) fill_master_from(*flat, source);
 }
 
-// The host fills an f32 host copy of the shard, which then goes to the
-// device (on the host, an f32 shard itself: no copy).
+// The host fills the shard in f32: in place when it is a host f32 shard,
+// else through a bounded f32 host buffer, piece by piece (a bf16 or device
+// shard then never costs a whole f32 copy of the largest unit, which the
+// host allocator would keep cached after load). Sources read any slice.
 void FsdpEngine::fill_master_from(FlatParameter& flat, const ParameterSource& source) {
+  const std::int64_t n = flat.shard_numel();
   const bool in_place = flat.master.device() == Device::host && flat.master.dtype() == DType::f32;
-  Tensor host = in_place ? flat.master
-                         : Tensor::empty(flat.master.shape(), DType::f32, Device::host, flat.unit_name() + ".master_init");
-  float* master = host.data_as<float>();
-  std::fill(master, master + flat.shard_numel(), 0.0f);  // padding stays zero
-  flat.for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
-    source(flat.entries()[static_cast<std::size_t>(e)], first, count, master + at);
-  });
-  store_master(flat, host);
+  constexpr std::int64_t kStagingElements = std::int64_t{1} << 22;  // 16 MiB of f32
+  const std::int64_t chunk = in_place ? n : std::min(n, kStagingElements);
+  Tensor staging = in_place ? flat.master : Tensor::empty({chunk}, DType::f32, Device::host, flat.unit_name() + ".master_init");
+  float* values = staging.data_as<float>();
+  for (std::int64_t lo = 0; lo < n; lo += chunk) {
+    const std::int64_t len = std::min(chunk, n - lo);
+    std::fill(values, values + len, 0.0f);  // padding stays zero
+    flat.for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
+      const std::int64_t begin = std::max(at, lo), end = std::min(at + count, lo + len);
+      if (begin < end) source(flat.entries()[static_cast<std::size_t>(e)], first + (begin - at), end - begin,
+                              values + (begin - lo));
+    });
+    Tensor part = flat.master.view({len}, lo, flat.master.name());
+    store_values(staging.view({len}, 0, staging.name()), part);  // waits: the buffer is refilled next
+  }
+  flat.gathered_valid = false;
+  flat.gathered = Tensor();
+}
+
+// Copies `values` (any float dtype, host or the engine's device) into `dst`,
+// converting to dst's dtype, and waits until it is done.
+void FsdpEngine::store_values(const Tensor& values, Tensor& dst) {
+  if (values.dtype() == dst.dtype()) {
+    copy_tensor(values, dst);
+    return;
+  }
+  const Tensor src = values.device() == dst.device() ? values : to_device(values, dst.device());
+  ops::cast(exec_, src, dst);
+  exec_.synchronize();  // src is released (or refilled) on return
 }
 
 // A frozen base stored in bf16 is rounded here, once, by the cast op that
 // made its gathered copies from an f32 master every step: the gathered bits
 // are the same as with an f32 master.
 void FsdpEngine::store_master(FlatParameter& flat, const Tensor& values) {
-  if (values.dtype() == flat.master.dtype()) {
-    copy_tensor(values, flat.master);
-  } else {
-    const Tensor src = values.device() == flat.master.device() ? values : to_device(values, flat.master.device());
-    ops::cast(exec_, src, flat.master);
-    exec_.synchronize();  // src is released on return
-  }
+  store_values(values, flat.master);
   flat.gathered_valid = false;
   flat.gathered = Tensor();
 }

@@ -293,6 +293,7 @@ class FsdpEngine {
   void reduce_flat(FlatParameter& f);
   void init_adapters(std::uint64_t seed);
   void fill_master_from(FlatParameter& flat, const ParameterSource& source);
+  void store_values(const Tensor& values, Tensor& dst);
   Batch on_device(const Batch& batch) const;
   void ensure_gathered(int u);
   void release(int u);
