@@ -323,4 +323,31 @@ TEST(LoraEngineBaseDtype, Bf16BaseTrainsAsAnF32BaseOnAnyRankCount) {
                                                                 << " rank(s) vs 1";
 }
 
+// Every element of the bf16 base is its f32 value rounded once (round to
+// nearest even, as the gather's cast did), across the 16 MiB staging pieces
+// the shard is filled through: an embedding of 70000 x 64 = 4.48M elements
+// is two pieces on one rank.
+TEST(LoraEngineBaseDtype, EveryElementOfTheBf16BaseIsItsF32ValueRoundedOnce) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  auto model = PluginLoader().create_model("llama", "tiny",
+                                           {{"hidden_size", "64"}, {"intermediate_size", "64"},
+                                            {"num_hidden_layers", "1"}, {"vocab_size", "70000"},
+                                            {"num_attention_heads", "4"}, {"num_key_value_heads", "2"}});
+  FsdpOptions o = lora_options(ShardingStrategy::full_shard, world.size());
+  o.param_dtype = DType::bf16;
+  FsdpEngine bf16_base(*model, world, o);
+  o.lora_base_f32 = true;
+  FsdpEngine f32_base(*model, world, o);
+  bf16_base.init_random(3);
+  f32_base.init_random(3);
+  ASSERT_EQ(bf16_base.units().size(), f32_base.units().size());
+  for (std::size_t u = 0; u < f32_base.units().size(); ++u) {
+    const FlatParameter& f = *f32_base.units()[u];
+    const Tensor rounded = from_floats(f.master.shape(), to_float_vector(f.master), DType::bf16);
+    const std::vector<float> want = to_float_vector(rounded), got = to_float_vector(bf16_base.units()[u]->master);
+    ASSERT_EQ(got.size(), want.size()) << f.unit_name();
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << f.unit_name();
+  }
+}
+
 }  // namespace
