@@ -1185,9 +1185,10 @@ class Renderer {
         return out;
       }
     }
-    if (op == "*" && l.is_string() && r.is_number_integer()) {
+    if (op == "*" && (l.is_string() && r.is_number_integer() || l.is_number_integer() && r.is_string())) {
+      const std::string& unit = (l.is_string() ? l : r).get_ref<const std::string&>();
       std::string out;
-      for (std::int64_t i = 0; i < r.get<std::int64_t>(); ++i) out += l.get<std::string>();
+      for (std::int64_t i = 0; i < (l.is_string() ? r : l).get<std::int64_t>(); ++i) out += unit;
       return out;
     }
     if (!l.is_number() || !r.is_number() || l.is_boolean() || r.is_boolean())
