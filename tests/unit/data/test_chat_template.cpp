@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -266,6 +268,61 @@ TEST_F(ChatTemplateTest, WithoutATemplateChatSaysWhereItLookedAndWhatToDo) {
   const PrepResult z = run_prep({"instruct", "--tokenizer", "bytes", "--template", "zephyr", "--out",
                                  path("z.tok"), path("in.jsonl")});
   EXPECT_EQ(z.status, 0) << z.err;
+}
+
+// Llama 2's template through a SentencePiece model (Llama 2's tokenizer is
+// one): <s> and </s> in the text are the bos and eos ids, not the letters,
+// the stretches between them are encoded as SentencePiece encodes them, and
+// the template's final </s> is the writer's eos, not a second one.
+TEST_F(ChatTemplateTest, Llama2ThroughSentencePieceUsesTheSpecialIds) {
+  if (std::system("command -v spm_train > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "spm_train not found (Debian package 'sentencepiece'); SentencePiece test skipped";
+  {
+    std::ofstream corpus(path("corpus.txt"));
+    const char* words[] = {"what", "is", "two", "and", "four", "six", "three", "be", "brief", "INST", "SYS"};
+    for (int line = 0; line < 300; ++line) {
+      for (int w = 0; w < 6; ++w) corpus << (w ? " " : "") << words[(line * 3 + w * 7 + line / 5) % 11];
+      corpus << " [/INST] <<SYS>>\n";
+    }
+  }
+  const std::string command = "spm_train --input=" + path("corpus.txt") + " --model_prefix=" + path("tiny") +
+                              " --vocab_size=60 --model_type=bpe --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=-1"
+                              " --minloglevel=2 > " + path("spm_train.log") + " 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << "spm_train failed; see " << path("spm_train.log");
+  const auto spm = load_sentencepiece_tokenizer(path("tiny.model"));
+  const std::string text = "<s>[INST] what is two [/INST] four </s><s>[INST] six [/INST] three </s>";
+  std::vector<std::uint32_t> ids, part;
+  std::vector<std::size_t> ends;
+  spm->encode_special(text, ids, ends);
+  std::vector<std::uint32_t> want{1};
+  spm->encode("[INST] what is two [/INST] four ", part);
+  want.insert(want.end(), part.begin(), part.end());
+  want.insert(want.end(), {2, 1});
+  spm->encode("[INST] six [/INST] three ", part);
+  want.insert(want.end(), part.begin(), part.end());
+  want.push_back(2);
+  EXPECT_EQ(ids, want);
+  ASSERT_EQ(ends.size(), ids.size());
+  EXPECT_EQ(ends.back(), text.size());
+  EXPECT_TRUE(std::is_sorted(ends.begin(), ends.end()));
+
+  const char* conversation =
+      R"({"messages": [{"role": "user", "content": "what is two"}, {"role": "assistant", "content": "four"}, )"
+      R"({"role": "user", "content": "six"}, {"role": "assistant", "content": "three"}]})";
+  write_text(path("in.jsonl"), std::string(conversation) + "\n");
+  const PrepResult r = run_prep({"instruct", "--tokenizer", "spm", "--model", path("tiny.model"), "--template", "chat",
+                                 "--chat-template", kTemplates + "/llama2_chat/tokenizer_config.json", "--out",
+                                 path("out.tok"), path("in.jsonl")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Document d = documents(path("out.tok")).at(0);
+  EXPECT_EQ(d.ids, want) << "the text above is what the template renders for this conversation";
+  // Trained: " four </s>" and " three </s>" (the final </s> is the writer's).
+  std::vector<std::uint32_t> trained;
+  for (std::size_t i = 0; i < d.ids.size(); ++i)
+    if (d.trained[i]) trained.push_back(d.ids[i]);
+  EXPECT_EQ(std::count(trained.begin(), trained.end(), 2u), 2);
+  EXPECT_EQ(std::count(trained.begin(), trained.end(), 1u), 0);
+  EXPECT_EQ(d.trained.front(), 0);
 }
 
 // A model directory whose config.json names another eos than the tokenizer's.
