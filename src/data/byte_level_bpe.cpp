@@ -226,13 +226,14 @@ void ByteLevelBpeTokenizer::encode_special(std::string_view text, std::vector<st
   std::size_t offset = 0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::uint32_t id = ids[i];
-    std::size_t length = 0;
-    if (const auto it = std::find_if(model_.added_tokens.begin(), model_.added_tokens.end(),
-                                     [&](const BpeAddedToken& a) { return a.id == id; });
-        it != model_.added_tokens.end())
+    // Vocabulary tokens are nearly all of them; an added token is looked up.
+    std::size_t length = id < model_.id_to_bytes.size() ? model_.id_to_bytes[id].size() : 0;
+    if (length == 0) {
+      const auto it = std::find_if(model_.added_tokens.begin(), model_.added_tokens.end(),
+                                   [&](const BpeAddedToken& a) { return a.id == id; });
+      FT_CHECK(it != model_.added_tokens.end()) << model_.source << ": id " << id << " has no text";
       length = it->content.size();
-    else
-      length = model_.id_to_bytes[id].size();
+    }
     offset += length;
     ends[i] = offset;
   }

@@ -768,9 +768,11 @@ struct LoopControl {
 
 class Renderer {
  public:
-  Renderer(const std::string& origin, const json& context) : origin_(origin) {
+  // `context` is read in place (the messages are not copied per render); the
+  // template's own variables live in scopes_ above it.
+  Renderer(const std::string& origin, const json& context, bool neighbours)
+      : origin_(origin), context_(context), neighbours_(neighbours) {
     scopes_.emplace_back();
-    for (const auto& [k, v] : context.items()) scopes_.back()[k] = v;
   }
 
   void render(const std::vector<Node>& body, std::string& out, LoopControl* loop) {
@@ -806,6 +808,49 @@ class Renderer {
       if (const auto found = it->find(name); found != it->end()) return &found->second;
     return nullptr;
   }
+  const json* lookup_read(const std::string& name) {
+    if (const json* v = lookup(name)) return v;
+    const auto it = context_.find(name);
+    return it == context_.end() ? nullptr : &*it;
+  }
+
+  // The value a variable, or a key or index of one, names, without copying
+  // it; null for an expression that computes a new value.
+  const json* ref(const Expr& e) {
+    static const json kUndefined = undefined();
+    if (e.kind == Expr::name) {
+      const json* v = lookup_read(e.text);
+      return v ? v : &kUndefined;
+    }
+    if (e.kind != Expr::attr && e.kind != Expr::item) return nullptr;
+    const json* base = ref(*e.args[0]);
+    if (base == nullptr) return nullptr;
+    if (is_undefined(*base)) fail(e, e.kind == Expr::attr ? "'" + e.text + "' of an undefined value" : "subscript of an undefined value");
+    if (e.kind == Expr::attr || base->is_object()) {
+      if (!base->is_object()) return &kUndefined;
+      std::string key = e.text;
+      if (e.kind == Expr::item) {
+        const json k = eval(*e.args[1]);
+        if (!k.is_string()) return &kUndefined;
+        key = k.get<std::string>();
+      }
+      const auto it = base->find(key);
+      return it == base->end() ? &kUndefined : &*it;
+    }
+    if (!base->is_array()) return nullptr;  // a string's character is a new value
+    const json k = eval(*e.args[1]);
+    if (!k.is_number_integer()) return &kUndefined;
+    std::int64_t i = k.get<std::int64_t>();
+    const auto n = static_cast<std::int64_t>(base->size());
+    if (i < 0) i += n;
+    return i < 0 || i >= n ? &kUndefined : &(*base)[static_cast<std::size_t>(i)];
+  }
+
+  const json& value_of(const Expr& e, json& storage) {
+    if (const json* r = ref(e)) return *r;
+    storage = eval(e);
+    return storage;
+  }
 
   void assign(const Node& n) {
     json value = eval(*n.exprs[0]);
@@ -819,9 +864,10 @@ class Renderer {
   }
 
   void render_for(const Node& n, std::string& out) {
-    const json iterable = eval(*n.exprs[0]);
+    json storage;
+    const json& iterable = value_of(*n.exprs[0], storage);
     json items = json::array();
-    if (iterable.is_array()) items = iterable;
+    if (iterable.is_array()) items = &iterable == &storage ? std::move(storage) : iterable;
     else if (iterable.is_object()) for (const auto& [k, v] : iterable.items()) items.push_back(k);
     else if (iterable.is_string()) for (const char c : iterable.get<std::string>()) items.push_back(std::string(1, c));
     else if (!is_undefined(iterable) && !iterable.is_null())
@@ -841,8 +887,10 @@ class Renderer {
       json loop = {{"index0", i},          {"index", i + 1},         {"first", i == 0},
                    {"last", i + 1 == length}, {"length", length},      {"revindex", length - i},
                    {"revindex0", length - i - 1}};
-      loop["previtem"] = i > 0 ? items[static_cast<std::size_t>(i - 1)] : undefined();
-      loop["nextitem"] = i + 1 < length ? items[static_cast<std::size_t>(i + 1)] : undefined();
+      if (neighbours_) {  // copies of two messages per iteration: only for templates that read them
+        loop["previtem"] = i > 0 ? items[static_cast<std::size_t>(i - 1)] : undefined();
+        loop["nextitem"] = i + 1 < length ? items[static_cast<std::size_t>(i + 1)] : undefined();
+      }
       scope["loop"] = std::move(loop);
       LoopControl control;
       render(n.bodies[0], out, &control);
@@ -855,7 +903,7 @@ class Renderer {
     switch (e.kind) {
       case Expr::literal: return e.value;
       case Expr::name: {
-        const json* v = lookup(e.text);
+        const json* v = lookup_read(e.text);
         return v ? *v : undefined();
       }
       case Expr::list: {
@@ -863,8 +911,14 @@ class Renderer {
         for (const auto& a : e.args) out.push_back(eval(*a));
         return out;
       }
-      case Expr::attr: return get_attr(e, eval(*e.args[0]), e.text);
-      case Expr::item: return get_item(e, eval(*e.args[0]), eval(*e.args[1]));
+      case Expr::attr: {
+        json storage;
+        return get_attr(e, value_of(*e.args[0], storage), e.text);
+      }
+      case Expr::item: {
+        json storage;
+        return get_item(e, value_of(*e.args[0], storage), eval(*e.args[1]));
+      }
       case Expr::slice: return slice(e);
       case Expr::call: return call(e);
       case Expr::filter: return filter(e);
@@ -1008,7 +1062,8 @@ class Renderer {
   json call(const Expr& e) {
     const Expr& callee = *e.args[0];
     if (callee.kind == Expr::attr) {
-      const json object = eval(*callee.args[0]);
+      json storage;
+      const json& object = value_of(*callee.args[0], storage);
       const std::vector<json> args = positional(e, 1);
       if (object.is_string()) return string_method(e, object.get<std::string>(), callee.text, args);
       if (object.is_object()) {
@@ -1027,7 +1082,7 @@ class Renderer {
       fail(e, "method '" + callee.text + "' of a " + type_name(object) + " is not supported");
     }
     if (callee.kind != Expr::name) fail(e, "only named functions and methods can be called");
-    if (lookup(callee.text) == nullptr) {
+    if (lookup_read(callee.text) == nullptr) {
       if (callee.text == "raise_exception") {
         const std::vector<json> args = positional(e, 1);
         FT_USER_ERROR() << origin_ << ": line " << e.at.line << ": the chat template raised an exception: "
@@ -1060,7 +1115,8 @@ class Renderer {
   }
 
   json filter(const Expr& e) {
-    const json v = eval(*e.args[0]);
+    json storage;
+    const json& v = value_of(*e.args[0], storage);
     const std::vector<json> args = positional(e, 1);
     const std::string& f = e.text;
     const auto need_string = [&]() -> std::string {
@@ -1123,7 +1179,8 @@ class Renderer {
   }
 
   bool test(const Expr& e) {
-    const json v = eval(*e.args[0]);
+    json storage;
+    const json& v = value_of(*e.args[0], storage);
     const std::string& t = e.text;
     if (t == "defined") return !is_undefined(v);
     if (t == "undefined") return is_undefined(v);
@@ -1158,7 +1215,9 @@ class Renderer {
       json l = eval(*e.args[0]);
       return truthy(l) ? l : eval(*e.args[1]);
     }
-    const json l = eval(*e.args[0]), r = eval(*e.args[1]);
+    json left_storage, right_storage;
+    const json& l = value_of(*e.args[0], left_storage);
+    const json& r = value_of(*e.args[1], right_storage);
     if (op == "==") return python_equal(l, r);
     if (op == "!=") return !python_equal(l, r);
     if (op == "~") return to_text(l) + to_text(r);
@@ -1217,12 +1276,16 @@ class Renderer {
   }
 
   const std::string& origin_;
+  const json& context_;
+  bool neighbours_;  // loop.previtem / loop.nextitem
   std::vector<std::map<std::string, json>> scopes_;
 };
 
 }  // namespace
 
-ChatTemplate::ChatTemplate(const std::string& source, std::string origin) : origin_(std::move(origin)) {
+ChatTemplate::ChatTemplate(const std::string& source, std::string origin)
+    : origin_(std::move(origin)),
+      neighbours_(source.find("previtem") != std::string::npos || source.find("nextitem") != std::string::npos) {
   body_ = TemplateParser(split_tags(source, origin_), origin_).parse_all();
 }
 ChatTemplate::~ChatTemplate() = default;
@@ -1232,7 +1295,7 @@ ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 std::string ChatTemplate::render(const json& context) const {
   FT_CHECK(context.is_object()) << "chat template context must be a JSON object";
   std::string out;
-  Renderer(origin_, context).render(body_, out, nullptr);
+  Renderer(origin_, context, neighbours_).render(body_, out, nullptr);
   return out;
 }
 
@@ -1332,33 +1395,48 @@ RenderedChat render_model_chat(const json& messages, const ModelChatTemplate& mo
   json context = model.special_tokens;
   context["tools"] = nullptr;  // apply_chat_template passes them, as None without tools
   context["documents"] = nullptr;
-  const auto render = [&](std::size_t n, bool generation_prompt) {
-    context["messages"] = json(std::vector<json>(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(n)));
+  context["messages"] = json::array();
+  json& shown = context["messages"];  // the conversation so far: grows message by message
+  const auto render = [&](bool generation_prompt) {
     context["add_generation_prompt"] = generation_prompt;
     try {
       return model.chat_template->render(context);
     } catch (const UserError& e) {
-      FT_USER_ERROR() << where << ": rendering the first " << n << " message(s): " << e.what();
+      FT_USER_ERROR() << where << ": rendering the first " << shown.size() << " message(s): " << e.what();
     }
   };
+  // Each assistant turn is what adding it adds to the conversation before it
+  // (rendered with the generation prompt when the template writes that
+  // before the answer, so the assistant header stays untrained).
+  std::vector<std::pair<std::size_t, std::string>> turns;  // (message, rendering up to and with it)
   RenderedChat out;
-  out.text = render(messages.size(), false);
   for (std::size_t m = 0; m < messages.size(); ++m) {
-    if (messages[m].value("role", "") != "assistant") continue;
-    if (m == 0) FT_USER_ERROR() << where << ": message 0 is the assistant's; a conversation starts with a user or system message";
-    // The turn is what rendering it adds to the conversation before it
-    // (with the generation prompt, when the template writes that before the
-    // answer, so the assistant header stays untrained).
-    const std::string with_turn = render(m + 1, false);
-    std::string before = render(m, true);
-    if (with_turn.rfind(before, 0) != 0) before = render(m, false);
-    if (with_turn.rfind(before, 0) != 0 || out.text.rfind(with_turn, 0) != 0)
+    const bool assistant = messages[m].is_object() && messages[m].value("role", "") == "assistant";
+    if (assistant && m == 0)
+      FT_USER_ERROR() << where << ": message 0 is the assistant's; a conversation starts with a user or system message";
+    std::string before = assistant ? render(true) : std::string();
+    shown.push_back(messages[m]);
+    if (!assistant) continue;
+    std::string with_turn = render(false);
+    if (with_turn.rfind(before, 0) != 0) {
+      shown.erase(shown.size() - 1);
+      before = render(false);
+      shown.push_back(messages[m]);
+    }
+    if (with_turn.rfind(before, 0) != 0)
+      FT_USER_ERROR() << where << ": message " << m << ": the chat template (" << model.path
+                      << ") renders the conversation before this assistant turn differently from the beginning of "
+                      << "the conversation with it, so the turn's text cannot be told apart for the loss mask";
+    // The turn's end marker (eos, <|eot_id|>, <|im_end|>\n) is part of what it adds.
+    if (with_turn.size() > before.size()) out.trained.emplace_back(before.size(), with_turn.size());
+    turns.emplace_back(m, std::move(with_turn));
+  }
+  out.text = !turns.empty() && turns.back().first + 1 == messages.size() ? turns.back().second : render(false);
+  for (const auto& [m, text] : turns)
+    if (out.text.rfind(text, 0) != 0)
       FT_USER_ERROR() << where << ": message " << m << ": the chat template (" << model.path
                       << ") renders the conversation up to this assistant turn differently from the beginning of the "
                       << "whole conversation, so the turn's text cannot be told apart for the loss mask";
-    // The turn's end marker (eos, <|eot_id|>, <|im_end|>\n) is part of what it adds.
-    if (with_turn.size() > before.size()) out.trained.emplace_back(before.size(), with_turn.size());
-  }
   return out;
 }
 

@@ -53,6 +53,7 @@ class ChatTemplate {
 
  private:
   std::string origin_;
+  bool neighbours_ = false;  // the source names loop.previtem or loop.nextitem
   std::vector<Node> body_;
 };
 

@@ -119,6 +119,7 @@ std::vector<TemplatePiece> render_instruction(std::string_view json_line, const 
       break;
     case InstructionTemplate::chat:
       FT_CHECK(false) << "the model's chat template renders text, not pieces: encode_example";
+      break;
     default:
       FT_CHECK(false) << "unknown instruction template " << static_cast<int>(options.format);
   }
