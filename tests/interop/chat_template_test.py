@@ -3,9 +3,10 @@
 
     chat_template_test.py --prep FTRAIN_PREP --workdir DIR
 
-For each model template in chat_templates/ (Llama 2 chat, Llama 3 Instruct,
-Mistral Instruct in its one-line and multi-line forms, Qwen2 Instruct and
-Zephyr; each tokenizer_config.json says where its chat_template comes from)
+For each model template in chat_templates/ (Llama 2 chat, Llama 3 and 3.1
+Instruct, Mistral Instruct in its one-line and multi-line forms, Qwen2 and
+Qwen2.5 Instruct, and Zephyr; each tokenizer_config.json says where its
+chat_template comes from)
 and a set of multi-turn conversations (with and without a system message,
 whitespace at the edges of contents, non-ASCII text, newlines):
 
@@ -45,12 +46,15 @@ BASE_TOKENIZER = os.path.join(HERE, "..", "unit", "data", "fixtures", "llama3_st
 # Special token renames that give the base tokenizer each model's markers.
 RENAMES = {
     "llama3_instruct": {},
+    "llama3_1_instruct": {},
     "llama2_chat": {"<|begin_of_text|>": "<s>", "<|end_of_text|>": "</s>"},
     "mistral_instruct_v01": {"<|begin_of_text|>": "<s>", "<|end_of_text|>": "</s>"},
     "mistral_instruct_multiline": {"<|begin_of_text|>": "<s>", "<|end_of_text|>": "</s>"},
     "zephyr": {"<|begin_of_text|>": "<s>", "<|end_of_text|>": "</s>"},
     "qwen2_instruct": {"<|end_of_text|>": "<|endoftext|>", "<|reserved_special_token_0|>": "<|im_start|>",
                        "<|reserved_special_token_1|>": "<|im_end|>"},
+    "qwen2_5_instruct": {"<|end_of_text|>": "<|endoftext|>", "<|reserved_special_token_0|>": "<|im_start|>",
+                         "<|reserved_special_token_1|>": "<|im_end|>"},
 }
 
 
