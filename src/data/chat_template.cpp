@@ -151,7 +151,6 @@ std::vector<Token> lex_expression(std::string_view s, Position start, const std:
             const std::size_t digits = e == 'u' ? 4 : 2;
             if (j + digits >= s.size())
               fail_at(origin, advance(start, s.substr(0, j)), "incomplete \\" + std::string(1, e) + " escape");
-            value.clear();
             append_utf8(value, static_cast<std::uint32_t>(std::stoul(std::string(s.substr(j + 1, digits)), nullptr, 16)));
             j += digits;
             break;

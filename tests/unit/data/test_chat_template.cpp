@@ -109,7 +109,7 @@ TEST(ChatTemplateInterpreter, RendersAsJinjaDoesWithTransformersSettings) {
   const json context = json::parse(
       R"({"messages": [{"role": "system", "content": "  S  "}, {"role": "user", "content": "U1"}, )"
       R"({"role": "assistant", "content": "A1"}], "bos_token": "<s>", "n": 7, "flag": true, "empty": ""})");
-  const std::vector<std::pair<std::string, std::string>> cases = {
+  std::vector<std::pair<std::string, std::string>> cases = {
       {R"J({% for m in messages %}{{ loop.index0 }}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.length }}:{{ m['role'] }}/{{ m.content }};{% endfor %})J",
        R"J(01TrueFalse3:system/  S  ;12FalseFalse3:user/U1;23FalseTrue3:assistant/A1;)J"},
       {R"J({% for m in messages %}
@@ -159,6 +159,8 @@ Yab)J"},
       {R"J({% if messages[0]['role'] == 'system' %}{% set sys = messages[0]['content'] %}{% endif %}{{ sys | trim }}{{ bos_token + 'x' }})J",
        R"J(S<s>x)J"},
   };
+  // String escapes as Jinja decodes them (Python's unicode-escape).
+  cases.emplace_back(R"J({{ 'a\u00e9b\x41\t|' ~ "q\"q" ~ 'it\'s' }})J", "a\xc3\xa9" "bA\t|q\"qit's");
   for (const auto& [source, expected] : cases) {
     std::string got;
     try {
