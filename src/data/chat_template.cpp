@@ -997,11 +997,31 @@ class Renderer {
     return out;
   }
 
-  static std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
+  // Python's str.strip: `chars` null strips Unicode whitespace (str.isspace:
+  // NBSP and U+3000 too, not only ASCII), else the bytes of `chars`.
+  static std::string strip(const std::string& s, const std::string* chars, bool left, bool right) {
     std::size_t b = 0, end = s.size();
-    const auto in = [&](char c) { return chars.find(c) != std::string::npos; };
-    if (left) while (b < end && in(s[b])) ++b;
-    if (right) while (end > b && in(s[end - 1])) --end;
+    if (chars != nullptr) {
+      const auto in = [&](char c) { return chars->find(c) != std::string::npos; };
+      if (left) while (b < end && in(s[b])) ++b;
+      if (right) while (end > b && in(s[end - 1])) --end;
+      return s.substr(b, end - b);
+    }
+    static const char* kSpaces[] = {" ", "\t", "\n", "\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x1f",
+                                    "\xc2\x85", "\xc2\xa0", "\xe1\x9a\x80", "\xe2\x80\x80", "\xe2\x80\x81",
+                                    "\xe2\x80\x82", "\xe2\x80\x83", "\xe2\x80\x84", "\xe2\x80\x85", "\xe2\x80\x86",
+                                    "\xe2\x80\x87", "\xe2\x80\x88", "\xe2\x80\x89", "\xe2\x80\x8a", "\xe2\x80\xa8",
+                                    "\xe2\x80\xa9", "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80"};
+    const auto space_at = [&](std::size_t i, bool backwards) -> std::size_t {  // its length, or 0
+      for (const char* sp : kSpaces) {
+        const std::size_t n = std::char_traits<char>::length(sp);
+        if (backwards ? (i >= b + n && s.compare(i - n, n, sp) == 0) : (i + n <= end && s.compare(i, n, sp) == 0))
+          return n;
+      }
+      return 0;
+    };
+    if (left) for (std::size_t n; b < end && (n = space_at(b, false)) > 0;) b += n;
+    if (right) for (std::size_t n; end > b && (n = space_at(end, true)) > 0;) end -= n;
     return s.substr(b, end - b);
   }
 
@@ -1022,10 +1042,11 @@ class Renderer {
       if (!args[i].is_string()) fail(e, method + "() expects a string argument");
       return args[i].get<std::string>();
     };
-    static const std::string kSpace = " \t\n\r\v\f";
-    if (method == "strip") return strip(s, arg_string(0, kSpace), true, true);
-    if (method == "lstrip") return strip(s, arg_string(0, kSpace), true, false);
-    if (method == "rstrip") return strip(s, arg_string(0, kSpace), false, true);
+    if (method == "strip" || method == "lstrip" || method == "rstrip") {
+      const std::string chars = arg_string(0, "");
+      const bool given = !args.empty() && !args[0].is_null();
+      return strip(s, given ? &chars : nullptr, method != "rstrip", method != "lstrip");
+    }
     if (method == "lower") return case_map(s, 0);
     if (method == "upper") return case_map(s, 1);
     if (method == "title") return case_map(s, 2);
@@ -1122,7 +1143,10 @@ class Renderer {
       if (!v.is_string()) fail(e, "filter '" + f + "' on a " + type_name(v) + ", expected a string");
       return v.get<std::string>();
     };
-    if (f == "trim") return strip(need_string(), args.empty() ? " \t\n\r\v\f" : to_text(args[0]), true, true);
+    if (f == "trim") {
+      const std::string chars = args.empty() || args[0].is_null() ? std::string() : to_text(args[0]);
+      return strip(need_string(), args.empty() || args[0].is_null() ? nullptr : &chars, true, true);
+    }
     if (f == "upper") return case_map(need_string(), 1);
     if (f == "lower") return case_map(need_string(), 0);
     if (f == "title") return case_map(need_string(), 2);
