@@ -10,6 +10,7 @@ chat_template comes from)
 and a set of multi-turn conversations (with and without a system message,
 whitespace at the edges of contents, non-ASCII text, newlines):
 
+  * and 40 random ones (seeded: whitespace and non-ASCII in every position);
   * transformers 4.47 renders each conversation with
     apply_chat_template(tokenize=False); a conversation the template refuses
     (its raise_exception) must make ftrain-prep fail with that message too;
@@ -21,8 +22,11 @@ whitespace at the edges of contents, non-ASCII text, newlines):
   * decoding ftrain-prep's ids gives transformers' text exactly (the
     byte-level BPE is lossless, so this compares the rendered text byte for
     byte);
-  * the trained tokens hold every assistant answer and none of the system or
-    user text, and the masked tokens hold no answer.
+  * the mask is the documented rule computed independently from
+    transformers' renderings of each conversation's prefixes and tokenizers'
+    offsets, and (for the hand-written conversations) the trained tokens hold
+    every assistant answer and none of the system or user text, and the
+    masked tokens hold no answer.
 
 The tokenizer is the committed Llama 3-shaped BPE of tests/unit/data/fixtures
 with its special tokens renamed to the model's (<s> and </s> for Llama 2,
@@ -76,6 +80,24 @@ CONVERSATIONS = [
 ]
 
 
+
+def random_conversations(n, seed=36):
+    """Alternating turns with an optional system message; contents with
+    whitespace at the edges, newlines, tabs, non-ASCII and numbers."""
+    import random
+    rng = random.Random(seed)
+    pieces = ["Hello", "wörld", "日本", "  ", "\n", "\t", "42", "x-y", "Ünïcode ✓", "emoji 😀", "\u00a0", "end.",
+              "a\n\nb", "{json: 1}", "[INST]?", "'quote'", '"dq"']
+    out = []
+    for _ in range(n):
+        text = lambda: "".join(rng.choice(pieces) for _ in range(rng.randint(1, 6)))  # noqa: E731
+        conversation = [msg("system", text())] if rng.random() < 0.5 else []
+        for _ in range(rng.randint(1, 4)):
+            conversation += [msg("user", text()), msg("assistant", text())]
+        out.append(conversation)
+    return out
+
+
 def read_token_file(path):
     data = open(path, "rb").read()
     if data[:8] != b"FTRNTOK1":
@@ -118,7 +140,7 @@ def check_template(name, prep, workdir):
     d, config = model_dir(name, workdir)
     tok = hf_tokenizer(d, config)
     accepted, refused = [], []
-    for conversation in CONVERSATIONS:
+    for conversation in CONVERSATIONS + random_conversations(40):
         try:
             accepted.append((conversation, tok.apply_chat_template(conversation, tokenize=False)))
         except Exception as e:  # jinja2's TemplateError from raise_exception
@@ -153,8 +175,11 @@ def check_template(name, prep, workdir):
                               clean_up_tokenization_spaces=False)
         if rendered != text:
             fail(f"{name}: conversation {k}: ftrain-prep's text\n  {rendered!r}\ntransformers'\n  {text!r}")
-        if mask[-1] != 1:
-            fail(f"{name}: conversation {k}: the final eos is not trained")
+        if mask != oracle_mask(tok, conversation, text, len(ids)):
+            fail(f"{name}: conversation {k}: the mask differs from the rule applied to transformers' renderings\n"
+                 f"  ftrain {mask}\n  oracle {oracle_mask(tok, conversation, text, len(ids))}\n  text {text!r}")
+        if not any(conversation is c for c in CONVERSATIONS):
+            continue  # random contents repeat across turns: the checks below need unique ones
         trained = tok.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=False,
                              clean_up_tokenization_spaces=False)
         masked = tok.decode([t for t, m in zip(ids, mask) if not m], skip_special_tokens=False,
@@ -168,7 +193,7 @@ def check_template(name, prep, workdir):
                 fail(f"{name}: conversation {k}: {m['role']} text {content!r} is trained: {trained!r}")
     print(f"ok: {name}: {len(accepted)} conversations, {n_ids} ids, text and ids identical to transformers'"
           f" apply_chat_template; answers trained, prompts masked")
-    for conversation, reason in refused:
+    for conversation, reason in refused[:3]:  # each is an ftrain-prep run of its own
         jsonl = os.path.join(workdir, f"{name}_refused.jsonl")
         with open(jsonl, "w", encoding="utf-8") as f:
             f.write(json.dumps({"messages": conversation}) + "\n")
@@ -177,6 +202,28 @@ def check_template(name, prep, workdir):
         if r.returncode != 1 or f"raised an exception: {reason}" not in r.stderr or f"{jsonl}:1" not in r.stderr:
             fail(f"{name}: transformers refused a conversation ({reason}); ftrain-prep said ({r.returncode}): {r.stderr}")
         print(f"ok: {name}: refuses what transformers refuses: {reason}")
+    if len(refused) > 3:
+        print(f"    ({len(refused)} refused by transformers, the first 3 run through ftrain-prep)")
+
+
+def oracle_mask(tok, conversation, text, n_ids):
+    """The documented rule (data.md, "The model's chat template") computed
+    from transformers' own renderings and tokenizers' offsets: an assistant
+    turn is what rendering it adds to the conversation before it (with the
+    generation prompt when that is a prefix); a token overlapping a turn is
+    trained; so is the final eos."""
+    spans = []
+    for m, message in enumerate(conversation):
+        if message["role"] != "assistant":
+            continue
+        with_turn = tok.apply_chat_template(conversation[:m + 1], tokenize=False)
+        before = tok.apply_chat_template(conversation[:m], tokenize=False, add_generation_prompt=True)
+        if not with_turn.startswith(before):
+            before = tok.apply_chat_template(conversation[:m], tokenize=False)
+        spans.append((len(before), len(with_turn)))
+    offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    mask = [int(any(a < end and start < b for a, b in spans)) for start, end in offsets]
+    return mask[:n_ids - 1] + [1]  # the last id is the eos: the template's, or the one the writer appended
 
 
 def text_lacks_final_eos(tok, text, eos):
