@@ -483,7 +483,20 @@ std::vector<Tag> split_tags(std::string source, const std::string& origin) {
     std::size_t begin = open + 2;
     if (begin < source.size() && source[begin] == '-') tag.strip_before = true, ++begin;
     else if (begin < source.size() && source[begin] == '+') tag.keep_before = true, ++begin;
-    const std::size_t end = source.find(close, begin);
+    // The close outside string literals: `{{ '}}' }}` is one tag, as in Jinja.
+    std::size_t end = begin;
+    for (char quote = 0; end < source.size(); ++end) {
+      const char c = source[end];
+      if (quote != 0) {
+        if (c == '\\') ++end;
+        else if (c == quote) quote = 0;
+      } else if (tag.kind != Tag::comment && (c == '\'' || c == '"')) {
+        quote = c;
+      } else if (source.compare(end, 2, close) == 0) {
+        break;
+      }
+    }
+    if (end >= source.size()) end = std::string::npos;
     if (end == std::string::npos)
       fail_at(origin, pos, "'" + source.substr(open, 2) + "' is never closed by '" + close + "'");
     std::size_t content_end = end;

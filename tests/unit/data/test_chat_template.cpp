@@ -163,6 +163,8 @@ Yab)J"},
   cases.emplace_back(R"J({{ 'a\u00e9b\x41\t|' ~ "q\"q" ~ 'it\'s' }})J", "a\xc3\xa9" "bA\t|q\"qit's");
   // Python's whitespace is Unicode's: trim and strip() remove NBSP and U+3000 too.
   cases.emplace_back("{{ '\xc2\xa0 x\xe3\x80\x80' | trim }}|{{ '\xc2\xa0 x\xe3\x80\x80'.rstrip() }}", "x|\xc2\xa0 x");
+  // A tag ends at its close outside string literals.
+  cases.emplace_back(R"J({{ '}}' ~ "%}" }}{% if '%}' %}y{% endif %}{# '}} #})J", "}}%}y");
   for (const auto& [source, expected] : cases) {
     std::string got;
     try {
