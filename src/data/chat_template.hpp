@@ -16,7 +16,8 @@
 //               ~, == != < <= > >=, in / not in, and / or / not,
 //               a if c else b, is [not] defined/undefined/none/string/number/
 //               integer/boolean/mapping/iterable/sequence/true/false/even/odd
-//   calls       raise_exception(msg), namespace(k=v, ...), range(...);
+//   calls       raise_exception(msg), namespace(k=v, ...), range(...),
+//               strftime_now(format) (the local time, as transformers has it);
 //               string methods strip/lstrip/rstrip/upper/lower/title/
 //               capitalize/startswith/endswith/split/replace; dict items/keys/
 //               values/get

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -165,6 +166,14 @@ Yab)J"},
   cases.emplace_back("{{ '\xc2\xa0 x\xe3\x80\x80' | trim }}|{{ '\xc2\xa0 x\xe3\x80\x80'.rstrip() }}", "x|\xc2\xa0 x");
   // A tag ends at its close outside string literals.
   cases.emplace_back(R"J({{ '}}' ~ "%}" }}{% if '%}' %}y{% endif %}{# '}} #})J", "}}%}y");
+  // transformers' globals are defined; strftime_now is the local time.
+  {
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    cases.emplace_back("{{ strftime_now is defined }} {{ strftime_now('%Y') }}",
+                       "True " + std::to_string(1900 + local.tm_year));
+  }
   for (const auto& [source, expected] : cases) {
     std::string got;
     try {
