@@ -683,6 +683,8 @@ class TemplateParser {
       ++pos_;
       return n;
     }
+    if (keyword == "elif" || keyword == "else" || keyword.rfind("end", 0) == 0)
+      fail_at(origin_, tag.at, "{% " + keyword + " %} without the block it would close");
     fail_at(origin_, tag.at,
             "{% " + (keyword.empty() ? tag.content : keyword) +
                 " %} is not supported (ftrain-prep renders the Jinja subset of chat templates: if/elif/else, for, "

@@ -196,6 +196,8 @@ TEST(ChatTemplateInterpreter, UnsupportedSyntaxNamesTheTemplateAndPosition) {
   EXPECT_NE(m.find("line 1, column 13: filter 'tojson' is not supported"), std::string::npos) << m;
   m = message("{% if x %}unclosed");
   EXPECT_NE(m.find("ends inside a block; expected {% elif %}"), std::string::npos) << m;
+  m = message("x{% endfor %}");
+  EXPECT_NE(m.find("line 1, column 4: {% endfor %} without the block it would close"), std::string::npos) << m;
   m = message("{{ 'a' + 1 }}");
   EXPECT_NE(m.find("line 1, column 8: unsupported operand types for +: string and int"), std::string::npos) << m;
   m = message("text {{ x");
