@@ -32,6 +32,8 @@
 #include "deck/parser.hpp"
 #include "ftrain_build_paths.hpp"
 #include "plugin/loader.hpp"
+#include "train/gpu_models.hpp"
+#include "train/plan_budget.hpp"
 #include "train/plan_fit.hpp"
 #include "train/trainer.hpp"
 
@@ -47,8 +49,15 @@ constexpr const char* kUsage =
     "  -var NAME VALUE     set deck variable NAME (repeatable; overrides the deck and the environment)\n"
     "  --check             validate the deck, load the model plugin, print the plan, and exit\n"
     "    --ranks N           plan for N ranks without starting them (e.g. the cluster job, from a laptop)\n"
-    "    --ranks-per-node M  ranks per node of that job (default: all N on one node)\n"
-    "    --device-memory S   memory of one target device, e.g. 80GB or 80GiB: says whether the plan fits\n"
+    "    --ranks-per-node M  ranks per node of that job (default: all N on one node, and --check says so)\n"
+    "    --gpu NAME          plan for this GPU (memory and dense peak), no GPU needed: h100-80gb,\n"
+    "                        h100-94gb (h100-nvl), h200-141gb, a100-80gb, a100-40gb\n"
+    "    --device-memory S   memory of one target device, e.g. 80GB or 80GiB (overrides --gpu's):\n"
+    "                        says whether the plan fits, activations and CUDA/NCCL allowance included\n"
+    "    --job-script FILE   read the stop window from FILE (#SBATCH --signal=B:USR1@120, or a PBS\n"
+    "                        script's FTRAIN_WARNING_S) and warn when a step plus a save do not fit it\n"
+    "    --fs-bandwidth R    checkpoint write rate per node for the save time (default 2GB/s)\n"
+    "    --mfu F             model FLOPs utilisation for the step time (default 0.4)\n"
     "  --list-models       list the model plugins found and their presets\n"
     "  --deck-reference    print the deck command reference (Markdown)\n"
     "  --version           print the version\n"
@@ -69,7 +78,26 @@ struct CommandLine {
   bool check = false, list_models = false, deck_reference = false, version = false, help = false;
   int ranks = 0, ranks_per_node = 0;  // --check --ranks N [--ranks-per-node M]
   std::string device_memory;          // --check --device-memory 80GB
+  std::string gpu, fs_bandwidth, mfu, job_script;  // --check --gpu h100-80gb --fs-bandwidth 5GB/s --mfu 0.35 --job-script F
 };
+
+std::string text_option(int argc, char** argv, int i, const char* example) {
+  if (i + 1 >= argc) FT_USER_ERROR() << "command line: " << argv[i] << " needs a value, e.g. " << example;
+  return argv[i + 1];
+}
+
+double parse_mfu(const std::string& text) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !(v > 0 && v <= 1))
+    FT_USER_ERROR() << "command line: --mfu expects a fraction in (0, 1], e.g. 0.4, got '" << text << "'";
+  return v;
+}
 
 int positive_option(int argc, char** argv, int i) {
   const std::string a = argv[i];
@@ -105,6 +133,14 @@ CommandLine parse_command_line(int argc, char** argv) {
     } else if (a == "--device-memory") {
       if (i + 1 >= argc) FT_USER_ERROR() << "command line: --device-memory needs a size, e.g. 80GB";
       cl.device_memory = argv[++i];
+    } else if (a == "--gpu") {
+      cl.gpu = text_option(argc, argv, i++, "h100-80gb");
+    } else if (a == "--fs-bandwidth") {
+      cl.fs_bandwidth = text_option(argc, argv, i++, "5GB/s");
+    } else if (a == "--mfu") {
+      cl.mfu = text_option(argc, argv, i++, "0.4");
+    } else if (a == "--job-script") {
+      cl.job_script = text_option(argc, argv, i++, "jobs/slurm/llama70b.sbatch");
     } else if (a == "--list-models") {
       cl.list_models = true;
     } else if (a == "--deck-reference") {
@@ -121,8 +157,10 @@ CommandLine parse_command_line(int argc, char** argv) {
       FT_USER_ERROR() << "command line: more than one deck given ('" << cl.deck << "' and '" << a << "')";
     }
   }
-  if (!cl.check && (cl.ranks > 0 || cl.ranks_per_node > 0 || !cl.device_memory.empty()))
-    FT_USER_ERROR() << "command line: --ranks, --ranks-per-node and --device-memory plan a run: use them with --check";
+  if (!cl.check && (cl.ranks > 0 || cl.ranks_per_node > 0 || !cl.device_memory.empty() || !cl.gpu.empty() ||
+                    !cl.fs_bandwidth.empty() || !cl.mfu.empty() || !cl.job_script.empty()))
+    FT_USER_ERROR() << "command line: --ranks, --ranks-per-node, --gpu, --device-memory, --job-script, "
+                       "--fs-bandwidth and --mfu plan a run: use them with --check";
   if (cl.ranks_per_node > 0 && cl.ranks == 0)
     FT_USER_ERROR() << "command line: --ranks-per-node needs --ranks N";
   if (!cl.help && !cl.version && !cl.list_models && !cl.deck_reference && cl.deck.empty())
@@ -222,8 +260,16 @@ int main(int argc, char** argv) {
         options.check_only = cl.check;
         options.plan_ranks = cl.ranks;
         options.plan_ranks_per_node = cl.ranks_per_node;
+        if (!cl.gpu.empty()) {
+          options.plan_gpu = cl.gpu;
+          options.device_memory_bytes = ftrain::find_gpu_model(cl.gpu).memory_bytes;
+        }
         if (!cl.device_memory.empty())
           options.device_memory_bytes = ftrain::parse_memory_size(cl.device_memory, "--device-memory");
+        if (!cl.fs_bandwidth.empty())
+          options.fs_bandwidth_bytes_per_s = ftrain::parse_bandwidth(cl.fs_bandwidth, "--fs-bandwidth");
+        if (!cl.mfu.empty()) options.plan_mfu = parse_mfu(cl.mfu);
+        options.job_script = cl.job_script;
         trainer = std::make_unique<ftrain::Trainer>(config, world, options);
       }
     });

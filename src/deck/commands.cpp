@@ -195,7 +195,7 @@ std::vector<Command> build_table() {
               "without a usable GPU (no driver, no device, too old a driver, no CUDA build) the run stops "
               "before anything else with the cause; with one, the training engine runs there (an op the CUDA "
               "backend has no kernel for yet stops the run naming it; share/doc/status.md). `auto`: the host "
-              "until a GPU run has confirmed the CUDA backend (decisions.md), CUDA after; it asks only the driver (libcuda), never "
+              "until the CUDA backend has trained on a multi-GPU node (decisions.md), CUDA after; it asks only the driver (libcuda), never "
               "loading the CUDA libraries into a host run, and the run header says what was chosen and why.",
       .maps_to = "Accelerate `cpu` / `TrainingArguments.use_cpu`",
       .forms = {Form{.word = "",

@@ -13,8 +13,9 @@ namespace ftrain {
 
 namespace {
 constexpr const char* kAutoStaysOnHost =
-    "`auto` stays on the host until a GPU run has confirmed the CUDA backend (share/doc/gpu-runs/ has no "
-    "passing report yet; share/doc/decisions.md); `device cuda` runs the engine on it";
+    "`auto` stays on the host until the CUDA backend has trained on a multi-GPU node (it has run on one GPU; "
+    "NCCL inside the engine has not run on a GPU: share/doc/status.md, decisions.md); `device cuda` runs the "
+    "engine on it";
 
 // FTRAIN_CUDA_BACKEND naming a library: that library's registration decides
 // whether a device is usable (the real one probes the GPU itself; the
@@ -75,6 +76,28 @@ DeviceChoice choose_device(deck::DeviceKind requested, const DeckLocation& where
   }
   FT_THROW() << "unhandled deck device " << static_cast<int>(requested);
   return {};
+}
+
+DeviceChoice choose_device_for_check(deck::DeviceKind requested, const DeckLocation& where, const CudaProbes& probes) {
+  if (requested != deck::DeviceKind::cuda) return choose_device(requested, where, probes);
+  try {
+    return choose_device(requested, where, probes);
+  } catch (const UserError& e) {
+    // "run.in:12: device cuda: no usable CUDA GPU: <why>": the cause is kept for the header.
+    std::string why = e.what();
+    const std::string head = "no usable CUDA GPU: ";
+    if (const auto at = why.find(head); at != std::string::npos) why = why.substr(at + head.size());
+    DeviceChoice planned{Device::cuda, "device cuda, planned: no usable CUDA GPU here (" + why + ")"};
+    planned.planned_without_gpu = true;
+    return planned;
+  }
+}
+
+std::string unchecked_without_gpu() {
+  return "not checked without a GPU: that libftrain_cuda.so loads and finds the driver and a device; the kernels' "
+         "plans (cuBLASLt GEMMs, cuDNN attention), chosen at the first step; NCCL's start-up and transport "
+         "(device_comm nccl); each rank's GPU binding (node-local rank, CUDA_VISIBLE_DEVICES); device memory as "
+         "measured (the fit is a plan). A real run meets each of these before its first step ends";
 }
 
 }  // namespace ftrain

@@ -4,10 +4,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 #include <vector>
 
 #include "base/error.hpp"
+#include "train/plan_activations.hpp"
 
 namespace ftrain {
 
@@ -41,27 +43,118 @@ double parse_memory_size(const std::string& text, const std::string& option) {
   return value * scale;
 }
 
+GpuProcessAllowance gpu_process_allowance(const FsdpOptions& o, int world_size) {
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  // Measured on an H100 80GB HBM3 (CUDA 12, CUDA_MODULE_LOADING=LAZY, as
+  // nvidia-smi reports the process): the context 518 MiB, with a cuBLASLt
+  // handle and a 32 MiB workspace 552 MiB, with a cuDNN handle 562 MiB;
+  // ftrain's own kernel modules and the allocator's pool slack come on top.
+  // NCCL keeps per-channel send/receive buffers (NCCL_BUFFSIZE 4 MiB x
+  // channels x peers of its rings and trees): a few hundred MiB.
+  GpuProcessAllowance a;
+  a.context = 1.0 * kGiB;
+  a.nccl = world_size > 1 && o.device_comm == DeviceComm::nccl ? 0.5 * kGiB : 0.0;
+  return a;
+}
+
+namespace {
+
+// Everything a rank of `plan` needs besides what changes with the plan.
+struct FitTerms {
+  double activations = 0;  // as the deck sets activation_checkpointing (0 when unknown)
+  GpuProcessAllowance allowance;
+  double fixed() const { return activations + allowance.total(); }
+};
+
+constexpr double kTight = 0.15;  // less than this fraction left: "tight"
+
+std::string verdict_line(const RunPlan& plan, const FitTerms& t, const ActivationEstimate& a, double device_bytes) {
+  std::ostringstream r;
+  const double planned = planned_bytes(plan), need = planned + t.fixed(), left = device_bytes - need;
+  r << "fit on " << human_bytes(device_bytes) << " per device: " << human_bytes(planned)
+    << " sharded state + gathered units";
+  if (a.known) r << " + " << human_bytes(t.activations) << " activations (estimate)";
+  r << " + " << human_bytes(t.allowance.context) << " CUDA context and workspaces";
+  if (t.allowance.nccl > 0) r << " + " << human_bytes(t.allowance.nccl) << " NCCL buffers";
+  r << " = " << human_bytes(need) << " per rank (" << percent(need, device_bytes) << ")";
+  if (left < 0) {
+    r << ": DOES NOT FIT, " << human_bytes(-left) << " over\n";
+  } else {
+    r << ", " << human_bytes(left) << " left for kernel temporaries and fragmentation"
+      << (left < kTight * device_bytes ? ": tight" : "") << "\n";
+  }
+  if (!a.known) r << "  (no activation estimate for this model: they come on top)\n";
+  return r.str();
+}
+
+// The fewest ranks (whole nodes) whose full_shard plan passes the verdict's
+// own test: fits when over, not tight when tight.
+void suggest_rank_count(const std::function<RunPlan(const FsdpOptions&, int)>& replan, const FsdpOptions& o,
+                        const RunPlan& plan, int ranks_per_node, const FitTerms& t, double device_bytes, bool over,
+                        const std::function<void(const std::string&, const RunPlan&)>& consider) {
+  FsdpOptions f = o;
+  f.strategy = ShardingStrategy::full_shard;
+  const int step = std::max(1, ranks_per_node);
+  const double limit = over ? device_bytes : (1.0 - kTight) * device_bytes;
+  for (int world = step; world <= 65536; world += step) {
+    if (world <= plan.world_size) continue;
+    const RunPlan more = replan(f, world);
+    // The NCCL allowance is there from 2 ranks on; the plan above had them.
+    if (planned_bytes(more) + t.activations + gpu_process_allowance(f, world).total() <= limit) {
+      consider("--ranks " + std::to_string(world) + " (" + std::to_string(world / step) + " node(s) of " +
+                   std::to_string(step) + ") with full_shard",
+               more);
+      return;
+    }
+  }
+}
+
+// The changes that shrink the activations, with the estimate for each.
+std::string activation_advice(Model& model, const RunConfig& c, const ActivationEstimate& a) {
+  std::vector<std::string> ideas;
+  auto with = [&](const std::string& change, const RunConfig& changed) {
+    const ActivationEstimate e = estimate_activations(model, changed);
+    ideas.push_back(change + (e.known ? " (" + human_bytes(e.planned_bytes) + ")" : ""));
+  };
+  if (c.activation_checkpointing != deck::ActivationCheckpointing::on) {
+    RunConfig changed = c;
+    changed.activation_checkpointing = deck::ActivationCheckpointing::on;
+    with("activation_checkpointing on", changed);
+  }
+  if (c.batch.micro_batch > 1) {
+    RunConfig changed = c;
+    changed.batch.micro_batch = c.batch.micro_batch / 2;
+    with("batch micro " + std::to_string(c.batch.micro_batch / 2) + " accumulate " +
+             std::to_string(c.batch.grad_accum * 2) + " (same global batch)",
+         changed);
+  }
+  if (c.precision != deck::Precision::fp8) ideas.push_back("precision fp8 (FP8 copies of the linears' inputs)");
+  if (ideas.empty()) return "";
+  std::string line = "activations (" + (a.known ? human_bytes(a.planned_bytes) + " estimated" : std::string("not estimated")) +
+                     ") shrink with:";
+  for (std::size_t i = 0; i < ideas.size(); ++i) line += (i == 0 ? " " : "; ") + ideas[i];
+  return line + "\n";
+}
+
+}  // namespace
+
 std::string plan_fit_report(Model& model, const RunConfig& c, const FsdpOptions& o, const RunPlan& plan,
                             int ranks_per_node, double device_bytes) {
+  const ActivationEstimate a = estimate_activations(model, c);
+  FitTerms t;
+  t.activations = a.known ? a.planned_bytes : 0.0;
+  t.allowance = gpu_process_allowance(o, plan.world_size);
   std::ostringstream r;
-  const double need = planned_bytes(plan);
-  const double left = device_bytes - need;
-  r << "fit on " << human_bytes(device_bytes) << " per device: " << human_bytes(need)
-    << " planned per rank (sharded state + gathered units, " << percent(need, device_bytes) << ")";
-  if (left < 0) {
-    r << ": DOES NOT FIT, " << human_bytes(-left) << " over before any activation\n";
-  } else {
-    r << ", " << human_bytes(left) << " left for activations and workspace"
-      << (left < 0.15 * device_bytes ? ": tight" : "") << "\n";
-  }
-  if (left >= 0.15 * device_bytes) return r.str();
+  r << verdict_line(plan, t, a, device_bytes);
+  const double need = planned_bytes(plan) + t.fixed(), left = device_bytes - need;
+  if (left >= kTight * device_bytes) return r.str();
 
   // Suggestions, each re-planned with one change; a change is listed when it
   // fits (or, when the plan fits tightly, when it frees memory).
   const bool over = left < 0;
   std::vector<std::string> ideas;
   auto consider = [&](const std::string& change, const RunPlan& changed) {
-    const double bytes = planned_bytes(changed);
+    const double bytes = planned_bytes(changed) + t.activations + gpu_process_allowance(o, changed.world_size).total();
     if (over ? bytes <= device_bytes : bytes < need)
       ideas.push_back(change + ": " + human_bytes(bytes) + " per rank (" + percent(bytes, device_bytes) + ")");
   };
@@ -84,38 +177,11 @@ std::string plan_fit_report(Model& model, const RunConfig& c, const FsdpOptions&
     f.limit_all_gathers = 1;
     consider("fsdp ... limit_all_gathers 1 (less overlap)", replan(f, plan.world_size));
   }
-  {
-    // The fewest ranks (whole nodes) whose full_shard plan leaves a quarter
-    // of the device for activations.
-    FsdpOptions f = o;
-    f.strategy = ShardingStrategy::full_shard;
-    const int step = std::max(1, ranks_per_node);
-    for (int world = step; world <= 65536; world += step) {
-      if (world <= plan.world_size) continue;
-      const RunPlan more = replan(f, world);
-      if (planned_bytes(more) <= 0.75 * device_bytes) {
-        consider("--ranks " + std::to_string(world) + " (" + std::to_string(world / step) + " node(s) of " +
-                     std::to_string(step) + ") with full_shard",
-                 more);
-        break;
-      }
-    }
-  }
+  suggest_rank_count(replan, o, plan, ranks_per_node, t, device_bytes, over, consider);
   r << (over ? "to make it fit, one of:\n" : "to leave more room, one of:\n");
   for (const auto& idea : ideas) r << "  - " << idea << "\n";
   if (ideas.empty()) r << "  (no single change to strategy, dtype, gathers or rank count is enough)\n";
-  // Activations are not in the numbers above; these shrink them.
-  std::vector<std::string> activations;
-  if (c.activation_checkpointing != deck::ActivationCheckpointing::on) activations.push_back("activation_checkpointing on");
-  if (c.batch.micro_batch > 1)
-    activations.push_back("batch micro " + std::to_string(c.batch.micro_batch / 2) + " accumulate " +
-                          std::to_string(c.batch.grad_accum * 2) + " (same global batch)");
-  if (c.precision != deck::Precision::fp8) activations.push_back("precision fp8 (FP8 copies of the linears' inputs)");
-  if (!activations.empty()) {
-    r << "activations (measured at run time, not above) shrink with:";
-    for (std::size_t i = 0; i < activations.size(); ++i) r << (i == 0 ? " " : "; ") << activations[i];
-    r << "\n";
-  }
+  r << activation_advice(model, c, a);
   return r.str();
 }
 

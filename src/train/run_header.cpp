@@ -14,6 +14,7 @@
 #include "runtime/attention_backend.hpp"
 #include "runtime/execution_context.hpp"
 #include "train/gpu_sized_deck.hpp"
+#include "train/plan_activations.hpp"
 #include "train/plan_fit.hpp"
 #include "train/run_settings.hpp"
 
@@ -28,6 +29,9 @@ std::string device_header(const DeviceChoice& choice, AttentionBackend attention
     h << "host [" << choice.reason << "; " << describe_attention_choice(attention_backend, Device::host)
       << "] (Kokkos; " << blas_kernel_description() << ", " << blas_threads
       << " thread(s) per rank)";
+  } else if (choice.planned_without_gpu) {
+    h << device_name(choice.device) << " [" << choice.reason << "; "
+      << describe_attention_choice(attention_backend, choice.device) << "] (ops backend: not loaded, planned only)";
   } else {
     const OpTable* table = find_backend(choice.device);
     h << device_name(choice.device) << " [" << choice.reason << "; "
@@ -118,12 +122,14 @@ std::string run_header(const RunHeaderFacts& f) {
     h << stop_instructions(process_environment, !c.checkpoint.dir.empty()) << "\n";
   }
   write_settings_part(h, f);
-  h << format_plan(f.plan);
+  h << format_plan(f.plan) << format_activation_estimate(estimate_activations(f.model, c), c);
   // A planned cluster's nodes are not this one: only its own rules apply.
   const double node_bytes = f.planned_ranks ? 0.0 : node_memory_bytes();
-  h << gpu_sized_deck_warning(f.plan, c.precision, HostFacts{node_bytes, f.ranks_per_node, f.peak.flops_per_second});
+  if (f.device_choice.device == Device::host)
+    h << gpu_sized_deck_warning(f.plan, c.precision, HostFacts{node_bytes, f.ranks_per_node, f.peak.flops_per_second});
   if (f.device_memory_bytes > 0)
     h << plan_fit_report(f.model, c, f.fsdp, f.plan, f.ranks_per_node, f.device_memory_bytes);
+  h << f.check_report;
   h << "resolved deck:\n";
   for (const auto& line : c.resolved_lines) h << "  " << line << "\n";
   return h.str();

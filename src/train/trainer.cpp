@@ -22,12 +22,14 @@
 #include "plugin/loader.hpp"
 #include "runtime/attention_backend.hpp"
 #include "train/batch_sources.hpp"
+#include "train/check_plan.hpp"
 #include "train/checkpointing.hpp"
 #include "train/console.hpp"
 #include "train/cpu_binding.hpp"
 #include "train/device_choice.hpp"
 #include "train/device_peak.hpp"
 #include "train/health.hpp"
+#include "train/job_signal_window.hpp"
 #include "train/metrics.hpp"
 #include "train/output_locations.hpp"
 #include "train/plan.hpp"
@@ -234,8 +236,10 @@ Trainer::~Trainer() = default;
 void Trainer::prepare() {
   State& s = *state_;
   const RunConfig& c = s.config;
-  // First: `device cuda` without a usable GPU stops here, naming the cause.
-  s.device_choice = choose_device(c.device, c.device_where, real_cuda_probes());
+  // First: `device cuda` without a usable GPU stops here, naming the cause
+  // (--check plans for the GPU instead: a login node has none).
+  s.device_choice = s.options.check_only ? choose_device_for_check(c.device, c.device_where, real_cuda_probes())
+                                         : choose_device(c.device, c.device_where, real_cuda_probes());
   // Before the first collective of the run: every later one is watched.
   set_collective_timeout(c.collective_timeout_seconds);
   const int ranks_here = s.world.split_node()->size();  // collective: every rank calls it
@@ -247,6 +251,11 @@ void Trainer::prepare() {
     if (plan_world % s.ranks_per_node != 0)
       FT_USER_ERROR() << "command line: --ranks-per-node " << s.ranks_per_node << " does not divide --ranks "
                       << plan_world;
+    if (s.options.plan_ranks_per_node == 0 && plan_world > 1)
+      s.config.warnings.push_back(
+          "--ranks " + std::to_string(plan_world) + " without --ranks-per-node: planned as ONE node of " +
+          std::to_string(plan_world) + " ranks; for nodes of M ranks (M GPUs each) give --ranks-per-node M: "
+          "hybrid_shard's groups, the node count in the fit advice and the save time per node follow it");
   }
   try {
     s.model = PluginLoader().create_model(c.model.name, c.model.preset, c.model.overrides);
@@ -268,9 +277,13 @@ void Trainer::prepare() {
   if (s.is_root()) {
     problems.check(
         [&] { s.peak = resolve_host_peak(c.peak_tflops, process_environment, std::min(cores_per_rank, s.blas_threads)); });
+    // --check of a GPU run: the host's benchmark says nothing about the GPU.
+    if (s.options.check_only && s.device_choice.device == Device::cuda)
+      s.peak = planned_gpu_peak(c, s.options, std::move(s.peak));
   }
   check_inputs_and_outputs(s, problems);
   if (s.options.check_only) check_data_files(s, problems);
+  if (s.options.check_only) problems.check([&] { find_signal_window(s.options.job_script, process_environment); });
   problems.throw_if_any(c.warnings);
   if (s.options.check_only) return;
   // One owner per run_dir and checkpoint dir (train/run_dir_lock.hpp): rank 0
@@ -620,11 +633,16 @@ int Trainer::run() {
   State& s = *state_;
   const RunConfig& c = s.config;
   s.peak.flops_per_second = s.world.all_reduce_max(s.peak.flops_per_second);  // rank 0's; the others hold 0
-  if (s.is_root())
+  if (s.is_root()) {
+    const std::string check_report =
+        s.options.check_only ? check_plan_report(CheckPlanFacts{c, *s.model, s.plan, s.fsdp, s.device_choice, s.peak,
+                                                                s.options, s.ranks_per_node})
+                             : std::string();
     s.out.say(run_header(RunHeaderFacts{c, *s.model, s.plan, s.fsdp, s.device_choice, s.peak, s.out.progress_line(),
                                         s.ranks_per_node, s.blas_threads, s.cpu_binding_text, s.cpu_binding_warning,
                                         s.options.plan_ranks > 0, s.options.check_only,
-                                        s.options.device_memory_bytes}));
+                                        s.options.device_memory_bytes, check_report}));
+  }
   // A finished run started again (a requeue after the last step, a rerun of
   // the same job script) is not an error: there is simply nothing to do.
   // Rank 0 alone planned the resume (prepare()); every rank learns its step.

@@ -33,6 +33,13 @@ struct TrainerOptions {
   int plan_ranks = 0;
   int plan_ranks_per_node = 0;
   double device_memory_bytes = 0;
+  // --check --gpu NAME (train/gpu_models.hpp): the target GPU's memory (unless
+  // --device-memory) and peak; --fs-bandwidth, --mfu and --job-script feed the
+  // time budget (train/plan_budget.hpp). 0 / "": the stated defaults.
+  std::string plan_gpu;
+  double fs_bandwidth_bytes_per_s = 0;
+  double plan_mfu = 0;
+  std::string job_script;
 };
 
 // Phase 1: resolve the model, validate the configuration and the output

@@ -45,7 +45,20 @@ Scenarios:
               as a real `mpirun -np 4 ftrain --check`, for the 70B recipe and
               for hybrid_shard with `--ranks-per-node 2` (against
               shard_group_size 2); `--device-memory 80GB` says the 70B plan
-              on 4 ranks does not fit and that 24 ranks would.
+              on 4 ranks does not fit and that 20 ranks would; 16 ranks of 8
+              fit 80GiB; 8 ranks of 8 on 80GiB are advised 2 nodes (16 ranks,
+              which the verdict says fit), not 3; `--ranks 16` alone says it
+              planned one node of 16.
+  gpu_plan    `--check` as a cluster planner on a machine without a GPU:
+              the 70B recipe with `-var device cuda --gpu h100-80gb` plans
+              for the GPU (header, fit with activations and the CUDA/NCCL
+              allowance, what it could not check) where a real run still
+              stops; with `--job-script jobs/slurm/llama70b.sbatch` it prints
+              the checkpoint size, save and step times, and warns that the
+              120 s window cannot hold a step plus a save. The checkpoint
+              bytes per rank --check prints for a tiny deck are the bytes a
+              real save of that deck writes (its rank file, less HDF5
+              metadata).
 """
 import argparse
 import json
@@ -53,6 +66,7 @@ import os
 import pty
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -406,17 +420,114 @@ def scenario_plan_ranks(e):
                  "\n  planned: " + "\n           ".join(got))
         print(f"ok: {what}: --ranks prints the plan of the real mpirun --check ({len(want)} lines)")
     out = check([e.args.ftrain, "--check", "--ranks", "4", "--device-memory", "80GB", *stand_ins, recipe])
-    if "DOES NOT FIT" not in out or "--ranks 24 (6 node(s) of 4) with full_shard" not in out:
-        fail("--device-memory 80GB: expected 'DOES NOT FIT' and the --ranks 24 suggestion:\n" + out)
-    out = check([e.args.ftrain, "--check", "--ranks", "16", "--ranks-per-node", "8", "--device-memory", "80GB",
+    if "DOES NOT FIT" not in out or "--ranks 20 (5 node(s) of 4) with full_shard" not in out:
+        fail("--device-memory 80GB: expected 'DOES NOT FIT' and the --ranks 20 suggestion:\n" + out)
+    out = check([e.args.ftrain, "--check", "--ranks", "16", "--ranks-per-node", "8", "--device-memory", "80GiB",
                  *stand_ins, recipe])
     if "DOES NOT FIT" in out or "16 rank(s), 8 per node (planned with --ranks" not in out:
-        fail("16 ranks on 80GB: expected a fit and the planned geometry in the header:\n" + out)
-    print("ok: --device-memory 80GB: 4 ranks do not fit (24 would), 16 ranks of 8 per node fit")
+        fail("16 ranks on 80GiB: expected a fit and the planned geometry in the header:\n" + out)
+    print("ok: --device-memory 80GB: 4 ranks do not fit (20 would), 16 ranks of 8 per node fit 80GiB")
+    # The advice passes the verdict's own test: 16 ranks of 8 fit 80GiB (above),
+    # so 8 ranks of 8 are told 2 nodes, not 3.
+    out = check([e.args.ftrain, "--check", "--ranks", "8", "--ranks-per-node", "8", "--device-memory", "80GiB",
+                 *stand_ins, recipe])
+    if "--ranks 16 (2 node(s) of 8) with full_shard" not in out or "--ranks 24" in out:
+        fail("8 ranks of 8 on 80GiB: expected the advice --ranks 16 (2 nodes), which fit:\n" + out)
+    for needed in ("activations (estimate)", "CUDA context and workspaces", "NCCL buffers"):
+        if needed not in out:
+            fail(f"the fit does not count '{needed}':\n" + out)
+    print("ok: 8 ranks of 8 on 80GiB: advised 2 nodes (16 ranks), the fit counting activations and CUDA/NCCL")
+    out = check([e.args.ftrain, "--check", "--ranks", "16", *stand_ins, recipe])
+    if "--ranks 16 without --ranks-per-node: planned as ONE node of 16 ranks" not in out:
+        fail("--ranks 16 alone: expected it to say it planned one node of 16:\n" + out)
+    print("ok: --ranks 16 without --ranks-per-node says it planned one node of 16")
 
+
+def scenario_gpu_plan(e):
+    open(os.path.join(e.dir, "stand_in.safetensors"), "wb").close()
+    stand_ins = ["-var", "hf_weights", "stand_in.safetensors", "-var", "train_tokens", "tiny_train.tok",
+                 "-var", "eval_tokens", "tiny_eval.tok", "-var", "run_dir", "runs/gpu_plan", "-var", "device", "cuda"]
+    recipe = os.path.join(e.args.repo, "inputs", "llama70b.in")
+    sbatch = os.path.join(e.args.repo, "jobs", "slurm", "llama70b.sbatch")
+    # Whatever this machine has, the backend cannot load: a login node.
+    env = e.environment(FTRAIN_CUDA_BACKEND="/nonexistent/libftrain_cuda.so")
+
+    def run(cmd):
+        p = subprocess.run(cmd, cwd=e.dir, capture_output=True, text=True, env=env, timeout=120)
+        return p.returncode, p.stdout + p.stderr
+
+    # The shipped template's window holds a step plus a save; one with the
+    # common two-minute window does not.
+    rc, out = run([e.args.ftrain, "--check", "--ranks", "16", "--ranks-per-node", "8", "--gpu", "h100-80gb",
+                   "--job-script", sbatch, *stand_ins, recipe])
+    if rc != 0 or "stop window: 600 s" not in out or "warning: the stop window" in out:
+        fail(f"--check with the shipped {sbatch}: expected its 600 s window and no window warning:\n{out}")
+    print("ok: the shipped sbatch's 600 s stop window holds a 70B step plus a save")
+    with open(sbatch) as f:
+        two_minutes = f.read().replace("#SBATCH --signal=B:USR1@600", "#SBATCH --signal=B:USR1@120")
+    sbatch = write(e, "llama70b_two_minutes.sbatch", two_minutes)
+    rc, out = run([e.args.ftrain, "--check", "--ranks", "16", "--ranks-per-node", "8", "--gpu", "h100-80gb",
+                   "--job-script", sbatch, *stand_ins, recipe])
+    if rc != 0:
+        fail(f"--check of the recipe with device cuda and --gpu h100-80gb: exit {rc}, expected a plan:\n{out}")
+    wanted = ["device: cuda [device cuda, planned: no usable CUDA GPU here", "not checked without a GPU",
+              "NCCL", "cuDNN", "target GPU: h100-80gb", "fit on 79.65 GiB per device",
+              "CUDA context and workspaces", "activations       ",
+              "checkpoint: 48.18 GiB (51732486144 bytes) per rank, 770.87 GiB in all",
+              "save time ~207 s", "at 2 GB/s per node (assumed", "step time ~2.2 s",
+              "at 40% MFU (assumed", "stop window: 120 s", "#SBATCH --signal=B:USR1@120",
+              "warning: the stop window (120 s (2.0 min)) is shorter than a step plus a save"]
+    missing = [w for w in wanted if w not in out]
+    if missing:
+        fail("--check --gpu h100-80gb --job-script: missing\n  " + "\n  ".join(missing) + "\n" + out)
+    print("ok: --check plans the device cuda recipe for an h100-80gb without a GPU and says what it could not check")
+    print("ok: checkpoint 770.87 GiB, save ~207 s at 2 GB/s per node, step ~2.2 s: the 120 s window is too short")
+    rc, out = run([e.args.ftrain, "--check", "--ranks", "16", "--ranks-per-node", "8", "--gpu", "h100-80gb",
+                   "--fs-bandwidth", "50GB/s", "--mfu", "0.5", "--job-script", sbatch, *stand_ins, recipe])
+    if rc != 0 or "warning: the stop window" in out or "at 50 GB/s per node (--fs-bandwidth" not in out \
+            or "at 50% MFU (--mfu)" not in out:
+        fail(f"--fs-bandwidth 50GB/s --mfu 0.5: expected no window warning and the stated rates:\n{out}")
+    print("ok: --fs-bandwidth 50GB/s and --mfu 0.5: a step plus a save fit the window, no warning")
+    # A real run (no --check) of the same deck still stops with the reason.
+    rc, out = run([e.args.ftrain, *stand_ins, recipe])
+    if rc == 0 or "device cuda: no usable CUDA GPU" not in out:
+        fail(f"a real run with device cuda and no GPU: exit {rc}, expected the stop with its reason:\n{out}")
+    print("ok: a real run of the same deck still stops: device cuda: no usable CUDA GPU")
+    rc, out = run([e.args.ftrain, "--check", "--gpu", "h10-80gb", *stand_ins, recipe])
+    if rc == 0 or "did you mean 'h100-80gb'" not in out:
+        fail(f"--gpu h10-80gb: exit {rc}, expected an unknown-GPU error with a suggestion:\n{out}")
+    print("ok: --gpu h10-80gb: unknown, did you mean 'h100-80gb'")
+    # The checkpoint bytes --check prints are the bytes a save writes, on 2
+    # ranks (shards padded to the group), for a full fine-tune and for LoRA
+    # (the adapters only: the frozen base is referenced, not saved).
+    base = f"{SMALL_MODEL}\ndata tokens tiny_train.tok\nbatch micro 2 seq_len 32\nmax_steps 2\ninit random std 0.02\n"
+    planned = {}
+    for name, extra in (("full", ""), ("lora", "lora rank 4 alpha 8 targets all-linear\n")):
+        deck = write(e, f"ckpt_{name}.in", base + extra +
+                     f"run_dir runs/ckpt_{name}\ncheckpoint every 2 dir runs/ckpt_{name}/checkpoints\n")
+        rc, out = run([e.args.ftrain, "--check", "--ranks", "2", deck])
+        m = re.search(r"checkpoint: .*? \((\d+) bytes\) per rank", out)
+        if rc != 0 or not m:
+            fail(f"--check of {deck}: exit {rc}, no 'checkpoint: ... (N bytes) per rank':\n{out}")
+        planned[name] = int(m.group(1))
+        shutil.rmtree(os.path.join(e.dir, "runs", f"ckpt_{name}"), ignore_errors=True)
+        rc, out = run(e.mpi_argv(2) + [e.args.ftrain, deck])
+        files = sorted(os.path.join(r, f) for r, _, fs in os.walk(os.path.join(e.dir, "runs", f"ckpt_{name}", "checkpoints"))
+                       for f in fs if f.endswith(".h5"))
+        if rc != 0 or len(files) != 2:
+            fail(f"the 2-rank {name} run: exit {rc}, rank files {files}:\n{out}")
+        for path in files:
+            written = os.path.getsize(path)
+            if not planned[name] <= written <= planned[name] + 64 * 1024:
+                fail(f"{name}: --check said {planned[name]} bytes per rank, the save wrote {written} ({path})")
+        print(f"ok: {name}: --check's checkpoint bytes per rank ({planned[name]}) are what the save wrote "
+              f"({', '.join(str(os.path.getsize(f)) for f in files)}: HDF5 metadata on top)")
+    if not planned["lora"] < planned["full"] / 4:
+        fail(f"LoRA's checkpoint ({planned['lora']} bytes per rank) should hold the adapters only")
 
 SCENARIOS = {
     "plan_ranks": scenario_plan_ranks,
+    "gpu_plan": scenario_gpu_plan,
     "check": scenario_check,
     "resume": scenario_resume,
     "mfu": scenario_mfu,

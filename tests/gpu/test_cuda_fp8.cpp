@@ -285,45 +285,54 @@ TEST(CudaFp8, GemmsMatchTheDequantisedReference) {
   EXPECT_LT(relative_difference(dbg, dbh), 1e-5) << "bias gradient";
 }
 
-// The H100 refused every heuristic candidate for the tiny Llama's first FP8
-// GEMM (forward, m 64 n 128 k 64, E4M3 x E4M3 -> bf16, TN; its scale_inv
-// pointers sit 4 bytes apart inside the per-layer scale tensors) while
-// GemmsMatchTheDequantisedReference (m 384 n 128 k 256, each scale_inv its
-// own allocation) ran. This runs the forward over both shapes and both
-// scale layouts, reports which ran, and fails naming every combination
-// cuBLASLt refused: one GPU run tells shape from scale-pointer alignment.
-TEST(CudaFp8, ForwardRunsForSmallShapesAndPackedScales) {
+// The H100 refused every heuristic candidate for FP8 GEMMs whose scale_inv
+// pointers sit inside one tensor (the recipe's per-layer f32[3] scale_inv)
+// and ran the same GEMMs with each scale_inv in its own allocation, at 4-
+// and 16-byte offsets alike. The executor now copies such a scale into an
+// aligned slot first. Per placement (its own shape, so its own algorithm
+// cache entry): the forward with the scales in their own allocations, then
+// with the same values at that offset of one tensor; the two outputs must be
+// equal bit for bit. Under FTRAIN_CUBLASLT_FP8_SCALE_STAGING=off the test
+// shows which placements cuBLASLt itself refuses.
+TEST(CudaFp8, ForwardRunsWithScalesPackedAtAnyOffset) {
   REQUIRE_GPU();
-  struct Shape3 {
-    std::int64_t rows, in, out;
-  };
-  const Shape3 shapes[] = {{128, 64, 64}, {128, 256, 384}, {128, 64, 384}, {128, 256, 64}};
-  std::string refused;
-  for (const Shape3& sh : shapes)
-    for (bool packed : {false, true}) {
-      const Tensor x = random_host({sh.rows, sh.in}, 11, 1.0f, DType::bf16), w = random_host({sh.out, sh.in}, 12, 0.05f, DType::bf16);
-      Fp8Tensor xg = descriptor(Device::cuda, x.shape(), DType::fp8_e4m3, 2.0f, false, false);
-      Fp8Tensor wg = descriptor(Device::cuda, w.shape(), DType::fp8_e4m3, 8.0f, false, false);
-      ops::cast_to_fp8(gpu_context(), to_device(x, Device::cuda), xg);
-      ops::cast_to_fp8(gpu_context(), to_device(w, Device::cuda), wg);
-      if (packed) {  // scale_inv at element 1 and 2 of one tensor, as the recipe's per-layer state holds them
-        Tensor shared = to_device(from_floats({4}, {0.0f, 0.5f, 0.125f, 0.0f}), Device::cuda);
-        xg.scale_inv = shared.view({1}, 1);
-        wg.scale_inv = shared.view({1}, 2);
-      }
-      Tensor y = Tensor::empty({sh.rows, sh.out}, DType::bf16, Device::cuda);
-      const std::string what = "m " + std::to_string(sh.out) + " n " + std::to_string(sh.rows) + " k " +
-                               std::to_string(sh.in) + (packed ? ", packed scale_inv" : ", own scale_inv");
-      try {
-        ops::fp8_linear_forward(gpu_context(), xg, wg, nullptr, y);
-        gpu_context().synchronize();
-        std::printf("fp8 forward ran:     %s\n", what.c_str());
-      } catch (const std::exception& e) {
-        std::printf("fp8 forward REFUSED: %s: %s\n", what.c_str(), e.what());
-        refused += "\n  " + what;
-      }
+  const std::int64_t offsets_in_floats[] = {1, 4, 8, 16, 32, 64};  // 4 to 256 bytes
+  std::string refused, differ;
+  for (std::size_t i = 0; i < std::size(offsets_in_floats); ++i) {
+    const std::int64_t at = offsets_in_floats[i], rows = 128, in = 64 + 16 * static_cast<std::int64_t>(i), out = 64;
+    const Tensor x = random_host({rows, in}, 11, 1.0f, DType::bf16), w = random_host({out, in}, 12, 0.05f, DType::bf16);
+    Fp8Tensor xg = descriptor(Device::cuda, x.shape(), DType::fp8_e4m3, 2.0f, false, false);
+    Fp8Tensor wg = descriptor(Device::cuda, w.shape(), DType::fp8_e4m3, 8.0f, false, false);
+    ops::cast_to_fp8(gpu_context(), to_device(x, Device::cuda), xg);
+    ops::cast_to_fp8(gpu_context(), to_device(w, Device::cuda), wg);
+    Tensor y_own = Tensor::empty({rows, out}, DType::bf16, Device::cuda);
+    ops::fp8_linear_forward(gpu_context(), xg, wg, nullptr, y_own);
+    // The same scale_inv values at `at` and 3 * `at` floats into one tensor
+    // (3 is odd: both keep the offset's alignment).
+    std::vector<float> packed(static_cast<std::size_t>(3 * at + 1), 0.0f);
+    packed[static_cast<std::size_t>(at)] = scalar(xg.scale_inv);
+    packed[static_cast<std::size_t>(3 * at)] = scalar(wg.scale_inv);
+    Tensor shared = to_device(from_floats({3 * at + 1}, packed), Device::cuda);
+    xg.scale_inv = shared.view({1}, at);
+    wg.scale_inv = shared.view({1}, 3 * at);
+    Tensor y_packed = Tensor::empty({rows, out}, DType::bf16, Device::cuda);
+    const std::string what = "m " + std::to_string(out) + " n " + std::to_string(rows) + " k " + std::to_string(in) +
+                             ", scale_inv " + std::to_string(4 * at) + " bytes into one tensor";
+    try {
+      ops::fp8_linear_forward(gpu_context(), xg, wg, nullptr, y_packed);
+      gpu_context().synchronize();
+    } catch (const std::exception& e) {
+      std::printf("fp8 forward REFUSED: %s: %s\n", what.c_str(), e.what());
+      refused += "\n  " + what;
+      continue;
     }
+    const std::vector<float> a = to_float_vector(host_of(y_own)), b = to_float_vector(host_of(y_packed));
+    const bool equal = a == b;
+    std::printf("fp8 forward ran:     %s, %s the own-allocation output\n", what.c_str(), equal ? "equal to" : "DIFFERS from");
+    if (!equal) differ += "\n  " + what;
+  }
   EXPECT_TRUE(refused.empty()) << "cuBLASLt refused:" << refused;
+  EXPECT_TRUE(differ.empty()) << "output differs from the scales in their own allocations:" << differ;
 }
 
 namespace {

@@ -1,7 +1,9 @@
 #include "kernels/cuda/cublaslt_fp8.hpp"
 
 #include <cublasLt.h>
+#include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,6 +49,25 @@ std::unique_ptr<CachedMatmul> make_fp8_matmul(const Fp8GemmPlan& plan) {
   return made;
 }
 
+// FTRAIN_CUBLASLT_FP8_SCALE_STAGING=off passes every scale pointer to
+// cuBLASLt as it is: how a GPU test shows which placements cuBLASLt refuses.
+bool scale_staging_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("FTRAIN_CUBLASLT_FP8_SCALE_STAGING");
+    return v == nullptr || std::string(v) != "off";
+  }();
+  return enabled;
+}
+
+// `scale`, or its value copied (stream-ordered) into slot `slot` when
+// cuBLASLt would refuse it where it is.
+const float* placed_scale(const float* scale, const BlasResources& blas, int slot, cudaStream_t stream) {
+  if (!scale_staging_enabled() || !fp8_scale_needs_staging(scale)) return scale;
+  float* staged = blas.fp8_scale_slots + static_cast<std::size_t>(slot) * (kFp8ScalePointerAlignment / sizeof(float));
+  FTRAIN_CUDA_CHECK(cudaMemcpyAsync(staged, scale, sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  return staged;
+}
+
 }  // namespace
 
 void execute_fp8_gemm_plan(ExecutionContext& ctx, const Fp8GemmPlan& unplaced, const Fp8GemmOperands& operands) {
@@ -66,7 +87,10 @@ void execute_fp8_gemm_plan(ExecutionContext& ctx, const Fp8GemmPlan& unplaced, c
   const BlasResources blas = blas_resources(ctx);
   auto stream = static_cast<cudaStream_t>(ctx.compute().native_handle());
 
+  // Under the lock: the slots are reused by the next FP8 GEMM on this stream.
   std::lock_guard<std::mutex> lock(*blas.mutex);
+  const float* a_scale = placed_scale(operands.a_scale, blas, 0, stream);
+  const float* b_scale = placed_scale(operands.b_scale, blas, 1, stream);
   GemmAlgorithmKey key = gemm_algorithm_key(p);
   key.fast_accum = plan.fast_accum;
   key.d_amax = operands.d_amax != nullptr;  // the amax output can narrow the algorithms
@@ -74,16 +98,16 @@ void execute_fp8_gemm_plan(ExecutionContext& ctx, const Fp8GemmPlan& unplaced, c
   if (matmul == nullptr) {
     std::unique_ptr<CachedMatmul> made = make_fp8_matmul(plan);
     // The heuristic sees the pointer attributes' presence: set them first.
-    set(made->descriptors.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, operands.a_scale);
-    set(made->descriptors.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, operands.b_scale);
+    set(made->descriptors.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale);
+    set(made->descriptors.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale);
     if (operands.d_amax != nullptr) set(made->descriptors.op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, operands.d_amax);
     made->candidates = choose_algorithms(blas, made->descriptors, p, "FP8");
     matmul = &blas.matmuls->insert(key, p, std::move(made));
   }
   const LtDescriptors& d = matmul->descriptors;
   // The dequantisation factors (scale_inv) by device pointer: no host read.
-  set(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, operands.a_scale);
-  set(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, operands.b_scale);
+  set(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale);
+  set(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale);
   if (operands.d_amax != nullptr) set(d.op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, operands.d_amax);
   if (has_bias) set(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, operands.bias);
   FTRAIN_CUBLAS_CHECK(matmul_with_fallback(*matmul, "FP8", p, [&](const cublasLtMatmulAlgo_t& algorithm) {

@@ -36,6 +36,7 @@ constexpr int kHeuristicResults = 8;
 struct BlasState {
   cublasLtHandle_t handle = nullptr;
   std::shared_ptr<void> workspace;
+  std::shared_ptr<void> fp8_scale_slots;  // kFp8ScaleSlots slots of kFp8ScalePointerAlignment bytes
   std::mutex mutex;
   GemmPlanCache<CachedMatmul> matmuls;  // destroyed before the handle
   ~BlasState() {
@@ -50,6 +51,10 @@ BlasState& blas_state(ExecutionContext& ctx) {
     auto state = std::make_shared<BlasState>();
     FTRAIN_CUBLAS_CHECK(cublasLtCreate(&state->handle));
     state->workspace = ctx.allocator().allocate(kWorkspaceBytes);
+    state->fp8_scale_slots = ctx.allocator().allocate(std::size_t{kFp8ScaleSlots} * kFp8ScalePointerAlignment);
+    FT_CHECK(!fp8_scale_needs_staging(state->fp8_scale_slots.get()))
+        << "the device allocator returned FP8 scale slots aligned to "
+        << address_alignment(state->fp8_scale_slots.get()) << " bytes, not " << kFp8ScalePointerAlignment;
     libs.blas = state.get();
     // One owner slot for every library's state: keep what is there (cuDNN's, if attention ran first).
     libs.owner = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<BlasState>>>(libs.owner, state);
@@ -81,7 +86,8 @@ std::unique_ptr<CachedMatmul> make_matmul(const GemmPlan& plan) {
 
 BlasResources blas_resources(ExecutionContext& ctx) {
   BlasState& state = blas_state(ctx);
-  return {static_cast<void*>(state.handle), state.workspace.get(), kWorkspaceBytes, &state.matmuls, &state.mutex};
+  return {static_cast<void*>(state.handle), state.workspace.get(), kWorkspaceBytes, &state.matmuls, &state.mutex,
+          static_cast<float*>(state.fp8_scale_slots.get())};
 }
 
 void create_layouts(LtDescriptors& d, const GemmPlan& plan) {

@@ -88,7 +88,11 @@ struct BlasResources {
   std::size_t workspace_bytes = 0;
   GemmPlanCache<CachedMatmul>* matmuls = nullptr;
   std::mutex* mutex = nullptr;
+  // kFp8ScaleSlots device slots, kFp8ScalePointerAlignment bytes apart, for
+  // FP8 scales cuBLASLt would refuse where they are (cublaslt_plan.hpp).
+  float* fp8_scale_slots = nullptr;
 };
+inline constexpr int kFp8ScaleSlots = 2;
 BlasResources blas_resources(ExecutionContext& ctx);
 
 // The A, B and C/D layouts of a plan (both executors).

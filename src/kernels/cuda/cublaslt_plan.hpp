@@ -570,3 +570,22 @@ inline std::string fp8_gemm_plan_problem(const Fp8GemmPlan& f) {
 }
 
 }  // namespace ftrain::cuda
+
+namespace ftrain::cuda {
+
+// ---- FP8 scale pointers -----------------------------------------------------------------
+//
+// On an H100 (cuBLAS 13) cublasLtMatmul refuses every algorithm (NOT_SUPPORTED)
+// for an FP8 GEMM whose A or B scale pointer is 4 bytes past a 16-byte
+// boundary, as the weight's and the gradient's scale_inv are inside the
+// recipe's packed f32[3]; at 16, 32, 64, 128 and 256 bytes it runs and gives
+// the same output bit for bit (CudaFp8.ForwardRunsWithScalesPackedAtAnyOffset,
+// share/doc/gpu-runs/). The executor copies a scale below this alignment
+// into a slot of its own first (a 4-byte copy on the compute stream).
+inline constexpr std::uint32_t kFp8ScalePointerAlignment = 16;
+
+inline bool fp8_scale_needs_staging(const void* scale) {
+  return address_alignment(scale) < kFp8ScalePointerAlignment;
+}
+
+}  // namespace ftrain::cuda

@@ -403,3 +403,17 @@ TEST(CublasLtFp8Plan, PlanCheckRefusesWhatCublasLtRefuses) {
   EXPECT_TRUE(refused([](Fp8GemmPlan& q) { q.gemm.bias_type = GemmElement::f32; }, "bias epilogue without a bf16 bias"));
   EXPECT_TRUE(refused([](Fp8GemmPlan& q) { q.gemm.alignment.bias = 4; }, "bias alignment 4 bytes"));
 }
+
+// The recipe keeps a linear layer's three scale_inv values in one f32[3]
+// (fp8/recipe.hpp): the weight's and the gradient's sit 4 and 8 bytes into
+// it, where cuBLASLt refuses an FP8 GEMM (seen on an H100), so those two are
+// staged into aligned slots; 16 bytes and more are passed as they are.
+TEST(CublasLtFp8Plan, ScalesInsideThePackedScaleInvAreStaged) {
+  alignas(256) static float packed[64] = {};
+  EXPECT_FALSE(fp8_scale_needs_staging(&packed[0]));  // the input's, at the allocation's start
+  EXPECT_TRUE(fp8_scale_needs_staging(&packed[1]));   // the weight's
+  EXPECT_TRUE(fp8_scale_needs_staging(&packed[2]));   // the gradient's
+  EXPECT_TRUE(fp8_scale_needs_staging(&packed[3]));
+  for (int at : {4, 8, 16, 32, 64 - 4}) EXPECT_FALSE(fp8_scale_needs_staging(&packed[at])) << at * 4 << " bytes";
+  EXPECT_EQ(kFp8ScalePointerAlignment % sizeof(float), 0u);
+}

@@ -81,3 +81,18 @@ TEST(DeviceChoice, TheRealProbesGiveACauseOrAGpu) {
   // This test links the static engine, so it finds no libftrain_cuda.so beside it.
   EXPECT_NE(probe_cuda_backend().find("libftrain_cuda.so"), std::string::npos);
 }
+
+// `ftrain --check` on a login node (issue 36): `device cuda` without a GPU is
+// planned for, not refused; the reason stays in the header. A real run still
+// stops (choose_device, above).
+TEST(DeviceChoice, CheckPlansCudaWithoutAGpu) {
+  const DeviceChoice c = choose_device_for_check(deck::DeviceKind::cuda, kWhere, kNoGpu);
+  EXPECT_EQ(c.device, Device::cuda);
+  EXPECT_TRUE(c.planned_without_gpu);
+  EXPECT_NE(c.reason.find("planned"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("cudaErrorNoDevice"), std::string::npos) << c.reason;
+  EXPECT_FALSE(choose_device_for_check(deck::DeviceKind::cuda, kWhere, kGpu).planned_without_gpu);
+  EXPECT_EQ(choose_device_for_check(deck::DeviceKind::automatic, kWhere, kNoGpu).device, Device::host);
+  for (const char* unchecked : {"libftrain_cuda.so", "cuDNN", "NCCL", "CUDA_VISIBLE_DEVICES"})
+    EXPECT_NE(unchecked_without_gpu().find(unchecked), std::string::npos) << unchecked;
+}

@@ -1,0 +1,98 @@
+#include "train/plan_activations.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <sstream>
+
+#include "train/plan.hpp"
+
+namespace ftrain {
+
+namespace {
+
+// A config value as a number; 0 when absent or not a number.
+double number(const std::map<std::string, std::string>& config, const std::string& key) {
+  const auto it = config.find(key);
+  if (it == config.end()) return 0;
+  try {
+    return std::stod(it->second);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+struct BlockShape {
+  double layers = 0;
+  double tokens = 0;        // per sample
+  double block_elements = 0;  // stored elements of one block, one sample (compute dtype)
+  double block_f32 = 0;       // f32 elements of one block, one sample (softmax statistics)
+  double input_elements = 0;  // one block's input, one sample
+  double head_f32 = 0;        // once per sample: logits and their gradient for one chunk
+};
+
+BlockShape block_shape(const Model& model, const RunConfig& c) {
+  const auto config = model.config();
+  BlockShape b;
+  if (model.architecture() == "llama") {
+    const double h = number(config, "hidden_size"), f = number(config, "intermediate_size");
+    const double heads = number(config, "num_attention_heads"), kv_heads = number(config, "num_key_value_heads");
+    const double head_dim = number(config, "head_dim"), vocab = number(config, "vocab_size");
+    const double q = heads * head_dim, kv = kv_heads * head_dim;
+    b.layers = number(config, "num_hidden_layers");
+    b.tokens = static_cast<double>(c.batch.seq_len);
+    b.block_elements = b.tokens * (3 * h + q + 2 * kv + q + 4 * f);
+    b.block_f32 = b.tokens * heads;
+    b.input_elements = b.tokens * h;
+    b.head_f32 = 2 * b.tokens * std::min(vocab, static_cast<double>(std::max<std::int64_t>(1, c.vocab_chunk)));
+  } else if (model.architecture() == "vit") {
+    const double h = number(config, "embed_dim"), m = number(config, "mlp_dim"), heads = number(config, "num_heads");
+    b.layers = number(config, "depth");
+    b.tokens = number(config, "num_patches") + 1;  // + the class token
+    b.block_elements = b.tokens * (8 * h + 2 * m);
+    b.block_f32 = b.tokens * heads;
+    b.input_elements = b.tokens * h;
+  }
+  return b;
+}
+
+}  // namespace
+
+ActivationEstimate estimate_activations(const Model& model, const RunConfig& c) {
+  ActivationEstimate e;
+  const BlockShape b = block_shape(model, c);
+  if (b.layers <= 0 || b.block_elements <= 0) return e;
+  e.known = true;
+  e.element_bytes = c.precision == deck::Precision::fp32 ? 4 : 2;
+  const double micro = static_cast<double>(c.batch.micro_batch);
+  const double block = b.block_elements * e.element_bytes + 4 * b.block_f32;
+  const double input = b.input_elements * e.element_bytes;
+  const double head = 4 * b.head_f32;
+  e.stored_bytes = micro * (b.layers * block + head);
+  // Checkpointed: every block keeps its input; one block is recomputed at a time.
+  e.checkpointed_bytes = micro * (b.layers * input + block + head);
+  double checkpointed_layers = 0;
+  switch (c.activation_checkpointing) {
+    case deck::ActivationCheckpointing::off: checkpointed_layers = 0; break;
+    case deck::ActivationCheckpointing::on: checkpointed_layers = b.layers; break;
+    case deck::ActivationCheckpointing::every:
+      checkpointed_layers = std::floor(b.layers / static_cast<double>(std::max<std::int64_t>(1, c.activation_checkpointing_every)));
+      break;
+  }
+  const double kept_layers = b.layers - checkpointed_layers;
+  e.planned_bytes = micro * (kept_layers * block + checkpointed_layers * input + (checkpointed_layers > 0 ? block : 0) + head);
+  return e;
+}
+
+std::string format_activation_estimate(const ActivationEstimate& e, const RunConfig& c) {
+  if (!e.known) return "";
+  std::ostringstream s;
+  s << "  activations       " << human_bytes(e.planned_bytes) << " per micro batch of " << c.batch.micro_batch
+    << " (estimate, " << (e.element_bytes == 4 ? "f32" : "bf16") << "; "
+    << human_bytes(e.stored_bytes) << " with every block's activations kept, " << human_bytes(e.checkpointed_bytes)
+    << " with activation_checkpointing on)\n";
+  return s.str();
+}
+
+}  // namespace ftrain

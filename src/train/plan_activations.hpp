@@ -1,0 +1,43 @@
+// An estimate of one rank's activation memory, from the model's shapes (its
+// config: hidden size, layers, heads, sequence length), for `ftrain --check`
+// on a machine that cannot run the model. The numbers are a plan: the run
+// header's memory lines are the measurement.
+//
+// Counted, per block and sample, for a Llama decoder (T = seq_len tokens):
+// the block's input and the two norms' outputs (3 x T x hidden), q, k and v
+// (T x (q + 2 kv)), the attention output (T x q), the MLP's gate, up,
+// silu(gate) and their product (4 x T x intermediate), in the compute dtype
+// (f32 for precision fp32, else bf16), plus the attention's softmax
+// statistics (f32, T x heads). Attention is taken as fused: no T x T score
+// matrix is kept. For a ViT block (T = patches + 1): the two norms' inputs
+// and outputs, q, k, v, the attention output (8 x T x embed) and the MLP's
+// two hidden tensors (2 x T x mlp_dim). On top, once: the cross entropy's
+// f32 logits and their gradient for one vocabulary chunk (T x vocab_chunk;
+// Llama only). With activation checkpointing a checkpointed block keeps
+// only its input (T x hidden) and one block's full set is live during its
+// recomputation. (share/bench/llama_bench_plan.py counts the same block
+// tensors; scripts_llama_bench_plan holds the two together.) Not counted: temporaries inside kernels and the
+// allocator's fragmentation (the fit report leaves room for them).
+#pragma once
+
+#include <string>
+
+#include "deck/config.hpp"
+#include "plugin/model.hpp"
+
+namespace ftrain {
+
+struct ActivationEstimate {
+  bool known = false;                     // false: no shape rule for this architecture
+  double stored_bytes = 0;                // per micro batch, every block's activations kept
+  double checkpointed_bytes = 0;          // per micro batch, every block checkpointed
+  double planned_bytes = 0;               // per micro batch, as the deck sets activation_checkpointing
+  int element_bytes = 2;                  // the compute dtype's size
+};
+
+ActivationEstimate estimate_activations(const Model& model, const RunConfig& config);
+
+// The plan's "activations" line (ends in a newline; "" when unknown).
+std::string format_activation_estimate(const ActivationEstimate& estimate, const RunConfig& config);
+
+}  // namespace ftrain
