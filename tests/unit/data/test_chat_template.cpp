@@ -342,6 +342,36 @@ TEST_F(ChatTemplateTest, Llama2ThroughSentencePieceUsesTheSpecialIds) {
   EXPECT_EQ(d.trained.front(), 0);
 }
 
+// Where a template can come from: a list of named templates ("default" is
+// taken), chat_template.jinja beside a tokenizer_config.json without one
+// (transformers' newer layout, special tokens from the config), and nowhere.
+TEST_F(ChatTemplateTest, TemplateSources) {
+  write_text(path("named.json"), R"({"eos_token": "</s>", "chat_template": [{"name": "tool_use", "template": "T"}, )"
+                                 R"({"name": "default", "template": "{{ messages[0].content }}{{ eos_token }}"}]})");
+  const json one = json::parse(R"([{"role": "user", "content": "hi"}])");
+  ModelChatTemplate named = load_model_chat_template(path("named.json"));
+  json context = named.special_tokens;
+  context["messages"] = one;
+  EXPECT_EQ(named.chat_template->render(context), "hi</s>");
+
+  fs::create_directories(path("model"));
+  write_text(path("model/tokenizer_config.json"), R"({"bos_token": {"content": "<B>", "lstrip": false}})");
+  write_text(path("model/chat_template.jinja"), "{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}\n");
+  std::string looked_in;
+  const auto found = find_model_chat_template(path("model/tokenizer.json"), looked_in);
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(looked_in, path("model"));
+  context = found->special_tokens;
+  context["messages"] = one;
+  EXPECT_EQ(found->chat_template->render(context), "<B>[hi]");  // the file's last newline dropped, as Jinja does
+
+  fs::remove(path("model/chat_template.jinja"));
+  EXPECT_EQ(find_model_chat_template(path("model"), looked_in), nullptr);
+  write_text(path("bad.json"), R"({"chat_template": "{% for %}"})");
+  const std::string m = error_of([&] { load_model_chat_template(path("bad.json")); });
+  EXPECT_NE(m.find(path("bad.json") + " chat_template: line 1, column 8: expected a name, found the end of the tag"), std::string::npos) << m;
+}
+
 // A model directory whose config.json names another eos than the tokenizer's.
 TEST_F(ChatTemplateTest, WarnsWhenConfigJsonEosDiffersFromTheTokenizers) {
   fs::create_directories(path("model"));
