@@ -810,7 +810,12 @@ class Renderer {
           if (!loop) fail_at(origin_, n.at, "{% break %} or {% continue %} outside a loop");
           (n.kind == Node::break_ ? loop->break_ : loop->continue_) = true;
           return;
-        case Node::block: render(n.bodies[0], out, loop); break;
+        case Node::block: {
+          const std::size_t start = out.size();
+          render(n.bodies[0], out, loop);
+          if (generation_ != nullptr && out.size() > start) generation_->emplace_back(start, out.size());
+          break;
+        }
       }
     }
   }
@@ -1333,24 +1338,41 @@ class Renderer {
   const std::string& origin_;
   const json& context_;
   bool neighbours_;  // loop.previtem / loop.nextitem
+ public:
+  std::vector<std::pair<std::size_t, std::size_t>>* generation_ = nullptr;  // {% generation %} output, when asked
+ private:
   std::vector<std::map<std::string, json>> scopes_;
 };
 
+}  // namespace
+
+namespace {
+bool contains_block(const std::vector<Node>& body) {
+  for (const Node& n : body) {
+    if (n.kind == Node::block) return true;
+    for (const auto& b : n.bodies)
+      if (contains_block(b)) return true;
+  }
+  return false;
+}
 }  // namespace
 
 ChatTemplate::ChatTemplate(const std::string& source, std::string origin)
     : origin_(std::move(origin)),
       neighbours_(source.find("previtem") != std::string::npos || source.find("nextitem") != std::string::npos) {
   body_ = TemplateParser(split_tags(source, origin_), origin_).parse_all();
+  generation_blocks_ = contains_block(body_);
 }
 ChatTemplate::~ChatTemplate() = default;
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 
-std::string ChatTemplate::render(const json& context) const {
+std::string ChatTemplate::render(const json& context, std::vector<std::pair<std::size_t, std::size_t>>* generation) const {
   FT_CHECK(context.is_object()) << "chat template context must be a JSON object";
   std::string out;
-  Renderer(origin_, context, neighbours_).render(body_, out, nullptr);
+  Renderer renderer(origin_, context, neighbours_);
+  renderer.generation_ = generation;
+  renderer.render(body_, out, nullptr);
   return out;
 }
 
@@ -1460,6 +1482,19 @@ RenderedChat render_model_chat(const json& messages, const ModelChatTemplate& mo
       FT_USER_ERROR() << where << ": rendering the first " << shown.size() << " message(s): " << e.what();
     }
   };
+  if (model.chat_template->has_generation_blocks()) {
+    // The template marks what the assistant generates: that is trained, as
+    // transformers' return_assistant_tokens_mask has it.
+    for (const json& m : messages) shown.push_back(m);
+    RenderedChat out;
+    context["add_generation_prompt"] = false;
+    try {
+      out.text = model.chat_template->render(context, &out.trained);
+    } catch (const UserError& e) {
+      FT_USER_ERROR() << where << ": rendering the " << shown.size() << " message(s): " << e.what();
+    }
+    return out;
+  }
   // Each assistant turn is what adding it adds to the conversation before it
   // (rendered with the generation prompt when the template writes that
   // before the answer, so the assistant header stays untrained).

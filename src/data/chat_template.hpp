@@ -9,7 +9,8 @@
 //               {% for x in xs %} and {% for k, v in d.items() %} with loop.index0,
 //               index, first, last, length, revindex, revindex0, previtem,
 //               nextitem; {% break %}, {% continue %}; {% set x = ... %},
-//               {% set ns.x = ... %}; {% generation %} (rendered as its body);
+//               {% set ns.x = ... %}; {% generation %} (its body; what it writes
+//               is what render_model_chat trains);
 //               comments; whitespace control {%- -%} {{- -}} {#- -#}
 //   expressions strings, integers, floats, true/false/none (either case),
 //               lists, names, x.attr, x['key'], x[i], x[a:b:c], + - * / // % **
@@ -47,7 +48,11 @@ class ChatTemplate {
   // The text for the variables of `context` (a JSON object: messages,
   // bos_token, add_generation_prompt, ...). raise_exception(msg) and errors
   // of evaluation are UserErrors naming the origin and the position.
-  std::string render(const nlohmann::json& context) const;
+  // `generation`, when given, gets the byte ranges of the output that
+  // {% generation %} blocks wrote.
+  std::string render(const nlohmann::json& context,
+                     std::vector<std::pair<std::size_t, std::size_t>>* generation = nullptr) const;
+  bool has_generation_blocks() const { return generation_blocks_; }
   const std::string& origin() const { return origin_; }
 
   struct Node;
@@ -55,6 +60,7 @@ class ChatTemplate {
  private:
   std::string origin_;
   bool neighbours_ = false;  // the source names loop.previtem or loop.nextitem
+  bool generation_blocks_ = false;
   std::vector<Node> body_;
 };
 
@@ -82,7 +88,9 @@ std::unique_ptr<ModelChatTemplate> find_model_chat_template(const std::string& t
 // A conversation rendered by a model's template, with the byte ranges
 // [first, second) of the text that are trained: each assistant turn as the
 // template writes it (its content and the end marker that follows, up to the
-// next turn), found by rendering prefixes of the conversation.
+// next turn), found by rendering prefixes of the conversation; or, for a
+// template with {% generation %} blocks, what those blocks write (as
+// transformers' return_assistant_tokens_mask).
 struct RenderedChat {
   std::string text;
   std::vector<std::pair<std::size_t, std::size_t>> trained;

@@ -6,7 +6,8 @@
 For each model template in chat_templates/ (Llama 2 chat, Llama 3 and 3.1
 Instruct, Mistral Instruct in its one-line and multi-line forms, Qwen2 and
 Qwen2.5 Instruct, and Zephyr; each tokenizer_config.json says where its
-chat_template comes from)
+chat_template comes from; and Llama 3's format with {% generation %} blocks,
+whose mask transformers' return_assistant_tokens_mask gives)
 and a set of multi-turn conversations (with and without a system message,
 whitespace at the edges of contents, non-ASCII text, newlines):
 
@@ -50,6 +51,7 @@ BASE_TOKENIZER = os.path.join(HERE, "..", "unit", "data", "fixtures", "llama3_st
 # Special token renames that give the base tokenizer each model's markers.
 RENAMES = {
     "llama3_instruct": {},
+    "llama3_instruct_generation": {},
     "llama3_1_instruct": {},
     "llama2_chat": {"<|begin_of_text|>": "<s>", "<|end_of_text|>": "</s>"},
     "mistral_instruct_v01": {"<|begin_of_text|>": "<s>", "<|end_of_text|>": "</s>"},
@@ -211,7 +213,20 @@ def oracle_mask(tok, conversation, text, n_ids):
     from transformers' own renderings and tokenizers' offsets: an assistant
     turn is what rendering it adds to the conversation before it (with the
     generation prompt when that is a prefix); a token overlapping a turn is
-    trained; so is the final eos."""
+    trained; so is the final eos. A template with {% generation %} blocks:
+    the character ranges those blocks wrote, as transformers' own tracker
+    finds them for return_assistant_tokens_mask (whose token mask itself
+    leaves out the last byte-level pieces of an answer ending in a character
+    split over several tokens: it marks up to char_to_token(end - 1) only)."""
+    if "{% generation %}" in tok.chat_template:
+        from transformers.utils.chat_template_utils import _compile_jinja_template, _render_with_assistant_indices
+        rendered, spans = _render_with_assistant_indices(_compile_jinja_template(tok.chat_template), conversation,
+                                                         None, None, False, **tok.special_tokens_map)
+        if rendered != text:
+            fail("transformers' tracker renders another text than apply_chat_template")
+        offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        mask = [int(any(a < end and start < b for a, b in spans)) for start, end in offsets]
+        return mask[:n_ids - 1] + [1]
     spans = []
     for m, message in enumerate(conversation):
         if message["role"] != "assistant":

@@ -230,6 +230,20 @@ TEST_F(ChatTemplateTest, Llama2ChatTextAndMask) {
   EXPECT_NE(m.find("raised an exception: Conversation roles must alternate user/assistant"), std::string::npos) << m;
 }
 
+// A template with {% generation %} blocks: what they write is trained, not
+// the whole turn (transformers' return_assistant_tokens_mask).
+TEST_F(ChatTemplateTest, GenerationBlocksDecideTheMask) {
+  write_text(path("gen.json"),
+             R"({"chat_template": "{% for m in messages %}{% if m.role == 'assistant' %}A:{% generation %}{{ m.content }})"
+             R"({% endgeneration %}|{% else %}U:{{ m.content }}|{% endif %}{% endfor %}"})");
+  const ModelChatTemplate model = load_model_chat_template(path("gen.json"));
+  const json messages = json::parse(R"([{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}, )"
+                                    R"({"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}])");
+  const RenderedChat chat = render_model_chat(messages, model, "in.jsonl:1");
+  EXPECT_EQ(chat.text, "U:q1|A:a1|U:q2|A:a2|");
+  EXPECT_EQ(chat.trained, (std::vector<std::pair<std::size_t, std::size_t>>{{7, 9}, {17, 19}}));
+}
+
 // `--template chat` with a Llama 3 model directory (tokenizer.json and its
 // tokenizer_config.json): Llama 3 Instruct's own format, not Zephyr's
 // markers; the template's bos once, no bos added by the tokenizer; the
