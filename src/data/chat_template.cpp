@@ -1493,6 +1493,7 @@ RenderedChat render_model_chat(const json& messages, const ModelChatTemplate& mo
     } catch (const UserError& e) {
       FT_USER_ERROR() << where << ": rendering the " << shown.size() << " message(s): " << e.what();
     }
+    std::sort(out.trained.begin(), out.trained.end());  // a block inside another closes first
     return out;
   }
   // Each assistant turn is what adding it adds to the conversation before it
