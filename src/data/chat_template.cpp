@@ -28,7 +28,7 @@ struct Position {
 };
 
 struct Expr {
-  enum Kind { literal, name, attr, item, slice, call, filter, test, unary, binary, cond, list } kind = literal;
+  enum Kind { literal, name, attr, item, slice, call, filter, test, unary, binary, cond, list, dict } kind = literal;
   std::string text;  // name, attribute, operator, filter or test name
   json value;        // literal
   bool negated = false;  // test: `is not`
@@ -357,7 +357,18 @@ class ExprParser {
       expect_op("]");
       return e;
     }
-    if (t.kind == Token::op && t.text == "{") fail_at(origin_, t.at, "dict literals are not supported");
+    if (t.kind == Token::op && t.text == "{") {  // args: key, value, key, value, ...
+      auto e = make(Expr::dict, t.at);
+      while (!is_op("}")) {
+        e->args.push_back(expression());
+        expect_op(":");
+        e->args.push_back(expression());
+        if (!is_op(",")) break;
+        ++pos_;
+      }
+      expect_op("}");
+      return e;
+    }
     fail_at(origin_, t.at, "expected a value, found " + describe(t));
   }
   void call_arguments(Expr& call) {
@@ -933,6 +944,15 @@ class Renderer {
         for (const auto& a : e.args) out.push_back(eval(*a));
         return out;
       }
+      case Expr::dict: {
+        json out = json::object();
+        for (std::size_t k = 0; k + 1 < e.args.size(); k += 2) {
+          const json key = eval(*e.args[k]);
+          if (!key.is_string()) fail(*e.args[k], "dict keys must be strings here, got a " + type_name(key));
+          out[key.get<std::string>()] = eval(*e.args[k + 1]);
+        }
+        return out;
+      }
       case Expr::attr: {
         json storage;
         return get_attr(e, value_of(*e.args[0], storage), e.text);
@@ -1230,12 +1250,60 @@ class Renderer {
         return 0;
       }
     }
+    if (f == "tojson") {
+      // transformers' tojson is json.dumps(x, ensure_ascii=False, indent=indent): the key order of a mapping is
+      // its insertion order there, which the JSON read here does not keep; such values are refused.
+      std::optional<int> indent;
+      const std::size_t first_kw = e.args.size() - e.kwarg_names.size();
+      for (std::size_t k = 0; k < e.kwarg_names.size(); ++k) {
+        const json v = eval(*e.args[first_kw + k]);
+        if (e.kwarg_names[k] != "indent" || !(v.is_number_integer() || v.is_null()))
+          fail(e, "tojson takes only indent=N here");
+        if (v.is_number_integer()) indent = static_cast<int>(v.get<std::int64_t>());
+      }
+      if (!args.empty()) indent = args[0].is_number_integer() ? std::optional<int>(static_cast<int>(args[0].get<std::int64_t>())) : std::nullopt;
+      std::string out;
+      python_dumps(e, v, indent, 0, out);
+      return out;
+    }
     if (f == "default" || f == "d") {
       const bool boolean = args.size() > 1 && truthy(args[1]);
       if (is_undefined(v) || (boolean && !truthy(v))) return args.empty() ? json("") : args[0];
       return v;
     }
     fail(e, "filter '" + f + "' is not supported");
+  }
+
+  void python_dumps(const Expr& e, const json& v, std::optional<int> indent, int depth, std::string& out) {
+    const auto newline = [&](int level) {
+      if (indent) out += "\n" + std::string(static_cast<std::size_t>(*indent * level), ' ');
+    };
+    if (v.is_object() && v.size() > 1)
+      fail(e, "tojson of a mapping with several keys: their order (Python keeps insertion order) is not kept here");
+    if (is_undefined(v)) fail(e, "tojson of an undefined value");
+    if (v.is_array() || v.is_object()) {
+      const bool array = v.is_array();
+      out += array ? "[" : "{";
+      if (v.empty()) {
+        out += array ? "]" : "}";
+        return;
+      }
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        out += first ? "" : indent ? "," : ", ";
+        first = false;
+        newline(depth + 1);
+        if (!array) out += json(it.key()).dump(-1, ' ', false, json::error_handler_t::strict) + ": ";
+        python_dumps(e, *it, indent, depth + 1, out);
+      }
+      newline(depth);
+      out += array ? "]" : "}";
+      return;
+    }
+    if (v.is_boolean()) out += v.get<bool>() ? "true" : "false";
+    else if (v.is_null()) out += "null";
+    else if (v.is_number_float()) out += python_float(v.get<double>());
+    else out += v.dump(-1, ' ', false, json::error_handler_t::strict);  // strings: Python's escapes with ensure_ascii off
   }
 
   bool test(const Expr& e) {

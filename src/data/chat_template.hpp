@@ -13,7 +13,7 @@
 //               is what render_model_chat trains);
 //               comments; whitespace control {%- -%} {{- -}} {#- -#}
 //   expressions strings, integers, floats, true/false/none (either case),
-//               lists, names, x.attr, x['key'], x[i], x[a:b:c], + - * / // % **
+//               lists, {'key': value} dicts, names, x.attr, x['key'], x[i], x[a:b:c], + - * / // % **
 //               ~, == != < <= > >=, in / not in, and / or / not,
 //               a if c else b, is [not] defined/undefined/none/string/number/
 //               integer/boolean/mapping/iterable/sequence/true/false/even/odd
@@ -23,7 +23,9 @@
 //               capitalize/startswith/endswith/split/replace; dict items/keys/
 //               values/get
 //   filters     trim, length/count, upper, lower, title, capitalize, first,
-//               last, string, int, join, default/d, replace, list, reverse
+//               last, string, int, join, default/d, replace, list, reverse,
+//               tojson (json.dumps as transformers calls it; a mapping of
+//               several keys is refused: the order Python keeps is lost here)
 // Scoping follows Jinja: a {% set %} inside a for body does not outlive the
 // iteration (use namespace()); an if body shares its enclosing scope.
 // Anything else is a UserError naming the template's origin, line and column.

@@ -164,6 +164,14 @@ Yab)J"},
   cases.emplace_back(R"J({{ 'a\u00e9b\x41\t|' ~ "q\"q" ~ 'it\'s' }})J", "a\xc3\xa9" "bA\t|q\"qit's");
   // Python's whitespace is Unicode's: trim and strip() remove NBSP and U+3000 too.
   cases.emplace_back("{{ '\xc2\xa0 x\xe3\x80\x80' | trim }}|{{ '\xc2\xa0 x\xe3\x80\x80'.rstrip() }}", "x|\xc2\xa0 x");
+  // Dict literals, and tojson as transformers defines it (json.dumps, ensure_ascii off).
+  cases.emplace_back(R"J({{ 'a"b\né' | tojson }}|{{ [1, 2.5, true, none, 'x'] | tojson }}|{{ {'k': [1, {'n': 'v'}]} | tojson }}|{{ {'k': [1, 2]} | tojson(indent=2) }}|{{ [] | tojson }}|{% set d = {'role': 'x'} %}{{ d.role }})J",
+                     R"J("a\"b\né"|[1, 2.5, true, null, "x"]|{"k": [1, {"n": "v"}]}|{
+  "k": [
+    1,
+    2
+  ]
+}|[]|x)J");
   // A tag ends at its close outside string literals.
   cases.emplace_back(R"J({{ '}}' ~ "%}" }}{% if '%}' %}y{% endif %}{# '}} #})J", "}}%}y");
   // transformers' globals are defined; strftime_now is the local time.
@@ -192,12 +200,14 @@ TEST(ChatTemplateInterpreter, UnsupportedSyntaxNamesTheTemplateAndPosition) {
   std::string m = message("ok\n  {% macro f() %}{% endmacro %}");
   EXPECT_NE(m.find("models/x/tokenizer_config.json chat_template: line 2, column 5: {% macro %} is not supported"),
             std::string::npos) << m;
-  m = message("{{ messages | tojson }}");
-  EXPECT_NE(m.find("line 1, column 13: filter 'tojson' is not supported"), std::string::npos) << m;
+  m = message("{{ messages | selectattr('role') }}");
+  EXPECT_NE(m.find("line 1, column 13: filter 'selectattr' is not supported"), std::string::npos) << m;
   m = message("{% if x %}unclosed");
   EXPECT_NE(m.find("ends inside a block; expected {% elif %}"), std::string::npos) << m;
   m = message("x{% endfor %}");
   EXPECT_NE(m.find("line 1, column 4: {% endfor %} without the block it would close"), std::string::npos) << m;
+  m = message("{{ {'b': 1, 'a': 2} | tojson }}");
+  EXPECT_NE(m.find("tojson of a mapping with several keys"), std::string::npos) << m;
   m = message("{{ 'a' + 1 }}");
   EXPECT_NE(m.find("line 1, column 8: unsupported operand types for +: string and int"), std::string::npos) << m;
   m = message("text {{ x");
