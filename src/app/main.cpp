@@ -255,7 +255,9 @@ int main(int argc, char** argv) {
     attempt([&] {
       cl = parse_command_line(argc, argv);
       if (!cl.help && !cl.version && !cl.list_models && !cl.deck_reference) {
-        config = ftrain::parse_deck_file(cl.deck, cl.vars);
+        // Missing input files go to the trainer, which reports them with
+        // every other problem it finds (--check: all of them in one pass).
+        config = ftrain::parse_deck_file(cl.deck, cl.vars, ftrain::MissingPaths::defer);
         ftrain::TrainerOptions options;
         options.check_only = cl.check;
         options.plan_ranks = cl.ranks;

@@ -276,7 +276,30 @@ ResumePlan plan_resume_auto(const std::string& dir) {
   return plan;
 }
 
+namespace {
+
+// `resume DIR/step_N` of a directory that is not there (`keep` deleted it,
+// or a typo): say so, and which checkpoints DIR does hold.
+[[noreturn]] void no_such_checkpoint(const std::string& step_dir) {
+  const fs::path parent = fs::path(step_dir).lexically_normal().parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    FT_USER_ERROR() << "checkpoint " << step_dir << " does not exist, nor does its directory " << dir;
+  std::string steps;
+  for (const CheckpointRecord& r : scan_checkpoints(dir))
+    if (r.has_manifest) steps += (steps.empty() ? "" : ", ") + name_of(r);
+  if (steps.empty())
+    FT_USER_ERROR() << "checkpoint " << step_dir << " does not exist; " << dir << " holds no complete checkpoint";
+  FT_USER_ERROR() << "checkpoint " << step_dir << " does not exist; " << dir << " holds " << steps
+                  << " (resume one of them, or `resume auto` for the newest)";
+}
+
+}  // namespace
+
 ResumePlan plan_resume_path(const std::string& step_dir) {
+  std::error_code ec;
+  if (!fs::exists(step_dir, ec)) no_such_checkpoint(step_dir);
   verify_step_directory(step_dir);
   ResumePlan plan;
   plan.candidates.push_back(step_dir);

@@ -76,7 +76,9 @@ struct ResumePlan {
 // off the lineage are noted. Not collective.
 ResumePlan plan_resume_auto(const std::string& dir);
 
-// `resume PATH`: PATH only, verified (throws UserError), no fall-back.
+// `resume PATH`: PATH only, verified (throws UserError), no fall-back. A
+// PATH that does not exist (deleted by `keep`) is said to, with the
+// checkpoints its directory holds.
 ResumePlan plan_resume_path(const std::string& step_dir);
 
 // Step directories `keep K` deletes after committing the checkpoint at step

@@ -159,6 +159,18 @@ bool parse_st_dtype(std::string_view name, StDType& out) {
   return false;
 }
 
+bool st_dtype_is_float(StDType t) {
+  switch (t) {
+    case StDType::F32:
+    case StDType::F64:
+    case StDType::BF16:
+    case StDType::F16:
+    case StDType::F8_E4M3:
+    case StDType::F8_E5M2: return true;
+    default: return false;
+  }
+}
+
 bool to_ftrain_dtype(StDType t, DType& out) {
   switch (t) {
     case StDType::F32: out = DType::f32; return true;

@@ -42,6 +42,9 @@ bool parse_st_dtype(std::string_view name, StDType& out);
 // The ftrain DType with the same bit layout; false if there is none.
 bool to_ftrain_dtype(StDType t, DType& out);
 StDType from_ftrain_dtype(DType t);
+// The floating-point dtypes read_into converts to f32 (F32, F64, BF16, F16,
+// F8_E4M3, F8_E5M2); weights of any other dtype are refused.
+bool st_dtype_is_float(StDType t);
 
 struct SafetensorsTensorInfo {
   std::string name;

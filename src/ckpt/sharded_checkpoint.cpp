@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <cstdlib>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -359,7 +360,7 @@ LoadedInfo read_checkpoint_info(const std::string& step_dir) {
   check_file_version(h5::read_attr_i64(file.id(), "format_version", path), path);
   info.step = h5::read_attr_i64(file.id(), "step", path);
   info.seed = h5::read_attr_u64(file.id(), "seed", path);
-  // The writing deck's precision, for the resume note when it changes.
+  // The writing deck's precision and max_steps, for the resume notes when they change.
   if (H5Lexists(file.id(), "deck", H5P_DEFAULT) > 0) {
     std::istringstream deck(h5::read_string(file.id(), "deck", path));
     info.precision = "fp32";
@@ -370,6 +371,7 @@ LoadedInfo read_checkpoint_info(const std::string& step_dir) {
       if (!(words >> command)) continue;
       if (command.back() == ':' && !(words >> command)) continue;
       if (command == "precision" && words >> value) info.precision = value;
+      if (command == "max_steps" && words >> value) info.max_steps = std::strtoll(value.c_str(), nullptr, 10);
     }
   }
   // Scalars are optional and extensible (older checkpoints lack the newer ones).

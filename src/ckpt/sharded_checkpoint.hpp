@@ -85,6 +85,9 @@ struct LoadedInfo {
   // read_checkpoint_info: the `precision` of the deck that wrote it (fp32
   // when it has none: the default); "" when rank 0's file holds no deck.
   std::string precision;
+  // read_checkpoint_info: the writing deck's max_steps (its schedule's
+  // length); 0 when rank 0's file holds no deck.
+  std::int64_t max_steps = 0;
 };
 
 // "DIR/step_<N>" for a step.

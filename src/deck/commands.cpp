@@ -1139,15 +1139,7 @@ Value convert(const Param& param, const std::string& word, std::string_view labe
       value.flag = word == "on";
       break;
     }
-    case ValueKind::existing_path: {
-      if (word.empty()) fail_value(where, label, param, word);
-      std::error_code ec;
-      if (!std::filesystem::exists(std::filesystem::path(word), ec)) {
-        fail_at(where, "file " + quote_word(word) + " given to '" + std::string(label) +
-                           "' does not exist (a relative path starts from the current directory)");
-      }
-      break;
-    }
+    case ValueKind::existing_path:  // whether it exists: parse_command, which collects every missing one
     case ValueKind::path:
       if (word.empty()) fail_value(where, label, param, word);
       break;
@@ -1158,6 +1150,17 @@ Value convert(const Param& param, const std::string& word, std::string_view labe
       break;
   }
   return value;
+}
+
+// A path that must exist and does not is not a parse error: the parse goes
+// on, so `ftrain --check` names every missing file of a deck at once.
+void note_missing_path(const Param& param, const std::string& word, std::string_view label, ParsedCommand& parsed) {
+  if (param.kind != ValueKind::existing_path) return;
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(word), ec)) return;
+  parsed.missing_paths.push_back(parsed.where.str() + ": file " + quote_word(word) + " given to '" +
+                                 std::string(label) +
+                                 "' does not exist (a relative path starts from the current directory)");
 }
 
 }  // namespace
@@ -1306,6 +1309,7 @@ ParsedCommand parse_command(const Command& command, const std::vector<std::strin
                          "), got nothing");
     }
     parsed.values.emplace_back(&param, convert(param, words[next], label, where));
+    note_missing_path(param, words[next], label, parsed);
     ++next;
   }
 
@@ -1343,6 +1347,7 @@ ParsedCommand parse_command(const Command& command, const std::vector<std::strin
     const std::string& word = words[next + 1];
     if (param != nullptr) {
       parsed.values.emplace_back(param, convert(*param, word, param->name, where));
+      note_missing_path(*param, word, param->name, parsed);
     } else {
       if (!is_variable_name(keyword)) {
         fail_at(where, "'" + label + "' expects KEY VALUE pairs with KEY a name (letters, digits "

@@ -120,6 +120,9 @@ struct ParsedCommand {
   std::vector<std::pair<const Param*, Value>> values;
   std::vector<std::pair<std::string, std::string>> extra;
   DeckLocation where;
+  // "FILE:LINE: file 'x' given to '...' does not exist ...", one per
+  // existing_path value that does not exist (collected, not thrown).
+  std::vector<std::string> missing_paths;
 
   const Value* find(std::string_view param_name) const;
 };
@@ -130,7 +133,8 @@ std::vector<std::string_view> command_names();
 
 // Validates words[1..] against the command's table entry (words[0] names the
 // command, already looked up). Throws UserError "FILE:LINE: ..." on the first
-// problem. Paths of kind existing_path are checked here.
+// problem; a path of kind existing_path that does not exist is noted in
+// missing_paths instead.
 ParsedCommand parse_command(const Command& command, const std::vector<std::string>& words,
                             const DeckLocation& where);
 

@@ -200,6 +200,10 @@ struct RunConfig {
   // Things that are not errors but likely mistakes (a -var the deck never
   // reads); the run header and --check print them.
   std::vector<std::string> warnings;
+  // Input paths the deck names that do not exist, one "FILE:LINE: ..."
+  // message each; filled only when the parse was asked to defer them
+  // (MissingPaths::defer), for the trainer to report with its own checks.
+  std::vector<std::string> missing_paths;
 };
 
 }  // namespace ftrain

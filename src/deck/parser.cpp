@@ -116,7 +116,7 @@ class DeckReader {
     chain_.pop_back();
   }
 
-  RunConfig finish(const std::string& deck_path) {
+  RunConfig finish(const std::string& deck_path, MissingPaths missing_paths) {
     for (const Command& command : command_table()) {
       if (command.required && seen_.find(command.name) == seen_.end()) {
         fail_at(end_of_deck_, "missing required command '" + std::string(command.name) +
@@ -146,6 +146,7 @@ class DeckReader {
       config_.warnings.push_back("command line: -var " + name + " is never read by the deck (no ${" + name +
                                  "} in it), so it changes nothing" + did_you_mean(name, read_names));
     }
+    if (missing_paths == MissingPaths::fail) throw_all(config_.missing_paths);
     config_.deck_path = deck_path;
     return std::move(config_);
   }
@@ -203,6 +204,8 @@ class DeckReader {
       }
     }
     const ParsedCommand parsed = parse_command(*command, words, where);
+    config_.missing_paths.insert(config_.missing_paths.end(), parsed.missing_paths.begin(),
+                                 parsed.missing_paths.end());
     check_command(parsed);
     if (!command->repeatable) seen_.emplace(once_key, where);
     config_.resolved_lines.push_back(where.str() + ": " + render_words(words));
@@ -272,20 +275,29 @@ class DeckReader {
 }  // namespace
 }  // namespace deck
 
-RunConfig parse_deck_file(const std::string& path, const DeckVariables& command_line_vars) {
+void throw_all(const std::vector<std::string>& messages) {
+  if (messages.empty()) return;
+  if (messages.size() == 1) throw UserError(messages[0]);
+  std::string all = std::to_string(messages.size()) + " problems:";
+  for (const auto& m : messages) all += "\n  " + m;
+  throw UserError(all);
+}
+
+RunConfig parse_deck_file(const std::string& path, const DeckVariables& command_line_vars,
+                          MissingPaths missing_paths) {
   namespace fs = std::filesystem;
   deck::DeckReader reader(command_line_vars);
   const fs::path file(path);
   const std::string text = deck::read_deck_file(file, path, std::nullopt);
   reader.read_text(text, path, deck::identity_of(file), file.parent_path());
-  return reader.finish(path);
+  return reader.finish(path, missing_paths);
 }
 
 RunConfig parse_deck_string(std::string_view text, const std::string& virtual_file_name,
-                            const DeckVariables& command_line_vars) {
+                            const DeckVariables& command_line_vars, MissingPaths missing_paths) {
   deck::DeckReader reader(command_line_vars);
   reader.read_text(text, virtual_file_name, deck::identity_of(virtual_file_name), {});
-  return reader.finish(virtual_file_name);
+  return reader.finish(virtual_file_name, missing_paths);
 }
 
 }  // namespace ftrain

@@ -1,9 +1,12 @@
 #include "train/resume.hpp"
 
+#include <cstdio>
 #include <sstream>
 
 #include "ckpt/sharded_checkpoint.hpp"
 #include "base/error.hpp"
+#include "optim/lr_schedule.hpp"
+#include "train/run_settings.hpp"
 #include "train/weights.hpp"
 
 namespace ftrain {
@@ -30,7 +33,7 @@ void check_lora_base(const RunConfig& c, const ckpt::LoadedInfo& loaded, std::ui
 // manifest; every rank saves elapsed_s in its next checkpoint). Returns the
 // precision it was written under (rank 0's, "" elsewhere).
 std::string read_prior_run(Communicator& world, const std::string& directory, ResumePoint& point) {
-  double prior[3] = {0, 0, 0};
+  double prior[4] = {0, 0, 0, 0};
   std::string written_precision;
   if (world.rank() == 0) {
     const auto info = ckpt::read_checkpoint_info(directory);
@@ -38,12 +41,46 @@ std::string read_prior_run(Communicator& world, const std::string& directory, Re
     if (const auto it = info.scalars.find("elapsed_s"); it != info.scalars.end()) prior[0] = it->second;
     if (const auto it = info.scalars.find("global_batch"); it != info.scalars.end()) prior[1] = it->second;
     prior[2] = info.world_size;
+    prior[3] = static_cast<double>(info.max_steps);
   }
   point.prior_elapsed = world.all_reduce_max(prior[0]);
   point.prior_global_batch = static_cast<std::int64_t>(world.all_reduce_max(prior[1]));
   point.prior_world = static_cast<int>(world.all_reduce_max(prior[2]));
+  point.prior_max_steps = static_cast<std::int64_t>(world.all_reduce_max(prior[3]));
   return written_precision;
 }
+
+std::string lr_text(double lr) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3e", lr);  // as the step line prints it
+  return text;
+}
+
+}  // namespace
+
+std::string max_steps_note(const RunConfig& c, const ResumePoint& point) {
+  const std::int64_t before = point.prior_max_steps, now = c.max_steps;
+  if (before <= 0 || before == now || point.step >= now) return "";  // the last: nothing left to train
+  const optim::Schedule schedule = schedule_of(c);
+  std::ostringstream m;
+  m << "resume: max_steps changes from " << before << " (the run that wrote " << point.directory << ") to " << now;
+  const double old_lr = optim::learning_rate(schedule, c.optimizer.lr, point.step, before);
+  const double new_lr = optim::learning_rate(schedule, c.optimizer.lr, point.step, now);
+  const std::int64_t old_warmup = optim::warmup_steps(schedule, before), new_warmup = optim::warmup_steps(schedule, now);
+  if (schedule.kind == optim::ScheduleKind::constant && old_warmup == new_warmup) {
+    m << ": the constant schedule does not depend on it; the run trains to step " << now << "\n";
+    return m.str();
+  }
+  m << ": the " << c.schedule.kind << " schedule is recomputed over " << now << " steps, so the learning rate at step "
+    << point.step + 1 << " is " << lr_text(new_lr) << " where the old run's schedule had " << lr_text(old_lr);
+  if (old_warmup != new_warmup) m << ", warmup is " << new_warmup << " steps instead of " << old_warmup;
+  if (schedule.kind != optim::ScheduleKind::constant)
+    m << ", and it decays to min_lr " << c.schedule.min_lr << " at step " << now << " instead of " << before;
+  m << "; to continue the old curve, resume with max_steps " << before << "\n";
+  return m.str();
+}
+
+namespace {
 
 std::string resumed_message(const RunConfig& c, const ckpt::LoadedInfo& loaded, const ResumePoint& point,
                             const std::string& written_precision, int shard_group, std::int64_t global_batch,
@@ -64,6 +101,7 @@ std::string resumed_message(const RunConfig& c, const ckpt::LoadedInfo& loaded, 
       << c.batch.micro_batch << " x accumulate " << c.batch.grad_accum << "): step " << point.step + 1
       << " starts at another sample than the old run's would have, so some samples repeat or are skipped; keep "
          "micro x accumulate x ranks equal to continue the same data order\n";
+  m << max_steps_note(c, point);
   return m.str();
 }
 
@@ -92,6 +130,7 @@ ResumePoint plan_resume(const RunConfig& c, bool is_root, ckpt::ResumePlan& plan
     }
     check_seed(c, found, info.seed);
     point.step = info.step;
+    point.prior_max_steps = info.max_steps;
     point.directory = found;
     break;
   }

@@ -1,7 +1,7 @@
 // Resuming a run: which checkpoint (rank 0 plans it before any collective,
 // walking `resume auto`'s lineage back past damaged checkpoints), then, once
 // the engine exists, loading it on every rank and saying what changed since
-// the run that wrote it (precision, global batch, the shard group).
+// the run that wrote it (precision, global batch, max_steps, the shard group).
 #pragma once
 
 #include <cstdint>
@@ -22,15 +22,22 @@ struct ResumePoint {
   double prior_elapsed = 0;            // training seconds of the runs before this one (scalar elapsed_s)
   std::int64_t prior_global_batch = 0; // samples per step of the run that wrote it (0 = unknown)
   int prior_world = 0;
+  std::int64_t prior_max_steps = 0;    // max_steps of the deck that wrote it (0 = unknown)
 };
 
-// Rank 0 (is_root) decides which checkpoint `resume` takes, so ranks that
+// Rank 0 (is_root) decides which checkpoint `resume` takes (its step and
+// the max_steps it was written under), so ranks that
 // see the file system differently cannot disagree; the others only check
 // the deck. The first candidate's rank-0 file must open (a damaged
 // superblock shows here): resume auto falls back along the lineage, resume
 // PATH stops. A checkpoint at max_steps is a finished run, which the caller
 // reports as "nothing left to train". UserErrors name the resume line.
 ResumePoint plan_resume(const RunConfig& c, bool is_root, ckpt::ResumePlan& plan);
+
+// The schedule is a function of max_steps: when the deck's differs from the
+// one `point` was written under, what that does to the learning rate from
+// the resumed step on ("resume: max_steps changes from ...\n"); else "".
+std::string max_steps_note(const RunConfig& c, const ResumePoint& point);
 
 // Every rank loads the checkpoint rank 0 planned (the plan is shared first);
 // a candidate that fails to load on any rank is skipped by all of them

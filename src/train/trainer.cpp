@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <sstream>
@@ -69,6 +70,7 @@ std::string with_model_suggestion(const std::string& message, const std::string&
 // round trip, not one error per attempt).
 class ProblemList {
  public:
+  void add(const std::string& message) { messages_.push_back(message); }
   bool check(const std::function<void()>& run_check) {
     try {
       run_check();
@@ -127,6 +129,11 @@ namespace {
 
 using State = Trainer::State;
 
+bool path_exists(const std::string& path) {
+  std::error_code ec;
+  return !path.empty() && std::filesystem::exists(path, ec);
+}
+
 // The FSDP options, the LR schedule, the progress line and the plan.
 void check_settings(State& s, ProblemList& problems, int plan_world) {
   const RunConfig& c = s.config;
@@ -162,10 +169,17 @@ int bind_host_threads(State& s, int ranks_here) {
   return cores_per_rank;
 }
 
-// `init hdf5`, stop_after, the resume plan and the output locations.
+// `init hdf5` and `init safetensors`, stop_after, the resume plan and each output location.
 void check_inputs_and_outputs(State& s, ProblemList& problems) {
   const RunConfig& c = s.config;
-  if (c.init.kind == deck::InitKind::hdf5) problems.check([&] { check_consolidated_init(c, *s.model); });
+  // A missing file is already on the list (the deck's parse named it).
+  const bool init_file = (c.init.kind == deck::InitKind::hdf5 || c.init.kind == deck::InitKind::safetensors) &&
+                         path_exists(c.init.path);
+  if (init_file && c.init.kind == deck::InitKind::hdf5) problems.check([&] { check_consolidated_init(c, *s.model); });
+  // Every tensor's name, shape and dtype from the headers (no tensor data is
+  // read): a mismatch is found here, at --check too, not when the job loads.
+  if (init_file && c.init.kind == deck::InitKind::safetensors)
+    problems.check([&] { check_safetensors_init(c, *s.model); });
   problems.check([&] {
     if (c.checkpoint.stop_after > 0 && c.checkpoint.stop_after >= c.max_steps)
       FT_USER_ERROR() << c.checkpoint.where.str() << ": stop_after " << c.checkpoint.stop_after
@@ -173,10 +187,14 @@ void check_inputs_and_outputs(State& s, ProblemList& problems) {
   });
   if (!c.resume.from.empty())
     problems.check([&] { s.resume = plan_resume(c, s.is_root(), s.resume_plan); });
+  // The run says it on resuming; --check says it before the job is queued.
+  if (const std::string note = max_steps_note(c, s.resume); s.options.check_only && !note.empty())
+    s.config.warnings.push_back(note.substr(0, note.size() - 1));
   // At --check nothing is created; before a real run every output directory
   // exists and takes a write, so a read-only or full location fails now,
   // once, naming the deck line, rather than at the first save.
-  problems.check([&] { check_output_locations(output_locations(c), /*create=*/!s.options.check_only); });
+  for (const OutputLocation& location : output_locations(c))
+    problems.check([&] { check_output_locations({location}, /*create=*/!s.options.check_only); });
 }
 
 // --check: what the run would read first. The token files' headers (a
@@ -189,6 +207,7 @@ void check_data_files(State& s, ProblemList& problems) {
     const bool eval = role == DataRole::evaluation;
     const std::string& path = eval ? c.eval.path : c.data.path;
     const deck::DataKind kind = eval ? c.eval.kind : c.data.kind;
+    if (!path_exists(path) && path != "(synthetic)") continue;  // the deck's parse named it
     if (kind == deck::DataKind::tokens && !path.empty()) {
       problems.check([&] {
         std::optional<data::TokenFile> file;
@@ -257,13 +276,16 @@ void Trainer::prepare() {
           std::to_string(plan_world) + " ranks; for nodes of M ranks (M GPUs each) give --ranks-per-node M: "
           "hybrid_shard's groups, the node count in the fit advice and the save time per node follow it");
   }
+  // The deck's missing input files (the parse deferred them) are reported
+  // with everything else found below, all in one error.
+  ProblemList problems;
+  for (const std::string& missing : c.missing_paths) problems.add(missing);
   try {
     s.model = PluginLoader().create_model(c.model.name, c.model.preset, c.model.overrides);
   } catch (const UserError& e) {
-    FT_USER_ERROR() << c.model.where.str() << ": " << with_model_suggestion(e.what(), c.model.name);
+    problems.add(c.model.where.str() + ": " + with_model_suggestion(e.what(), c.model.name));
+    problems.throw_if_any(c.warnings);  // everything below needs the model
   }
-  // Everything below needs the model; the checks after it are collected.
-  ProblemList problems;
   check_settings(s, problems, plan_world);
   const int cores_per_rank = bind_host_threads(s, ranks_here);
   // precision fp8 on the host is an emulation kept for its numerics (the
@@ -291,9 +313,6 @@ void Trainer::prepare() {
   // rank through the start-up agreement, before anything is written.
   if (s.is_root()) s.directory_locks = lock_run_directories(output_locations(c), &s.config.warnings);
   open_data(s);
-  // Validate names and shapes before any collective, so a bad file is one
-  // clear message rather than a hang.
-  if (c.init.kind == deck::InitKind::safetensors) check_safetensors_init(c, *s.model);
 }
 
 namespace {

@@ -44,6 +44,38 @@ void check_consolidated_init(const RunConfig& c, Model& model) {
   }
 }
 
+namespace {
+
+// What does not fit in one tensor of the file, or "" when it fits.
+std::string tensor_mismatch(const RunConfig& c, const Model& model, const ckpt::SafetensorsSource& file,
+                            const ParamSpec& spec) {
+  if (!file.contains(spec.name))
+    return c.init.path + " has no tensor '" + spec.name + "' (shape " + shape_string(spec.shape) + ")";
+  const ckpt::SafetensorsTensorInfo* found = nullptr;
+  try {
+    found = &file.tensor(spec.name);  // opens the shard that holds it: its header only
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  const std::string where = file.file_of(spec.name) + ": tensor '" + spec.name + "'";
+  if (!ckpt::st_dtype_is_float(found->dtype))
+    return where + " has dtype " + std::string(ckpt::st_dtype_name(found->dtype)) + ", not a floating-point type";
+  if (found->shape == spec.shape) return "";
+  std::string m = where + " has shape " + shape_string(found->shape) + ", the model expects " + shape_string(spec.shape);
+  // [vocab, hidden] rows that differ only in the vocabulary: the weights
+  // were trained with another tokenizer, or the model line's vocab_size is wrong.
+  const bool vocabulary_rows = model.data_kind() == DataKind::tokens && spec.shape.size() == 2 &&
+                               found->shape.size() == 2 && spec.shape[0] == model.output_size() &&
+                               found->shape[1] == spec.shape[1];
+  if (vocabulary_rows)
+    m += " (a vocabulary of " + std::to_string(found->shape[0]) + ": set `vocab_size " +
+         std::to_string(found->shape[0]) + "` on the model line (" + c.model.where.str() +
+         "), or use the tokenizer these weights were trained with)";
+  return m;
+}
+
+}  // namespace
+
 void check_safetensors_init(const RunConfig& c, Model& model) {
   std::optional<ckpt::SafetensorsSource> source;
   try {
@@ -51,25 +83,18 @@ void check_safetensors_init(const RunConfig& c, Model& model) {
   } catch (const UserError& e) {
     FT_USER_ERROR() << c.init.where.str() << ": " << e.what();
   }
-  auto& file = *source;
+  std::vector<std::string> mismatches;
   for (int u = 0; u < model.num_units(); ++u) {
     for (const auto& spec : model.unit(u).params()) {
       if (!spec.tied_to.empty()) continue;
-      if (!file.contains(spec.name))
-        FT_USER_ERROR() << c.init.where.str() << ": " << c.init.path << " has no tensor '" << spec.name
-                        << "' (shape " << shape_string(spec.shape) << ")";
-      const ckpt::SafetensorsTensorInfo* found = nullptr;
-      try {
-        found = &file.tensor(spec.name);
-      } catch (const UserError& e) {
-        FT_USER_ERROR() << c.init.where.str() << ": " << e.what();
-      }
-      const auto& info = *found;
-      if (info.shape != spec.shape)
-        FT_USER_ERROR() << c.init.where.str() << ": " << c.init.path << ": tensor '" << spec.name << "' has shape "
-                        << shape_string(info.shape) << ", the model expects " << shape_string(spec.shape);
+      if (std::string m = tensor_mismatch(c, model, *source, spec); !m.empty()) mismatches.push_back(std::move(m));
     }
   }
+  if (mismatches.empty()) return;
+  std::string all = c.init.where.str() + ": " + c.init.path + ": " + std::to_string(mismatches.size()) +
+                    " tensor(s) do not fit the model:";
+  for (const auto& m : mismatches) all += "\n  " + m;
+  throw UserError(all);
 }
 
 namespace {

@@ -27,9 +27,12 @@ std::string checksum_hex(std::uint64_t checksum);
 // (UserError naming the init line).
 void check_consolidated_init(const RunConfig& c, Model& model);
 
-// `init safetensors PATH`: every parameter's name and shape is in the file
-// or directory (only the index and each shard's header are read), so a bad
-// file is one clear message rather than a hang in a collective.
+// `init safetensors PATH`: every parameter's name, shape and dtype is in
+// the file or directory (only the index and each shard's JSON header are
+// read, never tensor data), so `--check` finds a bad file and a run stops
+// before any collective. One UserError naming the init line and every
+// tensor that does not fit, each with the file that holds it (a vocabulary
+// mismatch says which vocab_size the weights have).
 void check_safetensors_init(const RunConfig& c, Model& model);
 
 // Fills the engine's master shards as the deck's `init` says, unless a

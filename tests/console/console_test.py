@@ -74,6 +74,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 import ftrain_test  # noqa: E402
+import safetensors_stand_in  # noqa: E402
 from ftrain_test import fail  # noqa: E402
 
 SCRUBBED = ("SLURM_JOB_ID", "PBS_JOBID", "FTRAIN_PROGRESS")
@@ -391,10 +392,12 @@ def plan_lines(out):
 
 
 def scenario_plan_ranks(e):
-    open(os.path.join(e.dir, "stand_in.safetensors"), "wb").close()
     stand_ins = ["-var", "hf_weights", "stand_in.safetensors", "-var", "train_tokens", "tiny_train.tok",
                  "-var", "eval_tokens", "tiny_eval.tok", "-var", "run_dir", "runs/plan"]
     recipe = os.path.join(e.args.repo, "inputs", "llama70b.in")
+    # --check reads the weights' header: a stand-in with the 70B's tensors.
+    safetensors_stand_in.write_stand_in(os.path.join(e.dir, "stand_in.safetensors"),
+                                        [e.args.ftrain, "--check", *stand_ins, recipe], cwd=e.dir, env=e.environment())
     # Shard groups = the ranks per node by default; the real 4-rank run on
     # this one node states the group of 2 that --ranks-per-node 2 implies.
     hybrid = write(e, "hybrid.in", f"{SMALL_MODEL}\ndata tokens tiny_train.tok\n"
@@ -444,13 +447,15 @@ def scenario_plan_ranks(e):
 
 
 def scenario_gpu_plan(e):
-    open(os.path.join(e.dir, "stand_in.safetensors"), "wb").close()
     stand_ins = ["-var", "hf_weights", "stand_in.safetensors", "-var", "train_tokens", "tiny_train.tok",
                  "-var", "eval_tokens", "tiny_eval.tok", "-var", "run_dir", "runs/gpu_plan", "-var", "device", "cuda"]
     recipe = os.path.join(e.args.repo, "inputs", "llama70b.in")
     sbatch = os.path.join(e.args.repo, "jobs", "slurm", "llama70b.sbatch")
     # Whatever this machine has, the backend cannot load: a login node.
     env = e.environment(FTRAIN_CUDA_BACKEND="/nonexistent/libftrain_cuda.so")
+    # --check reads the weights' header: a stand-in with the 70B's tensors.
+    safetensors_stand_in.write_stand_in(os.path.join(e.dir, "stand_in.safetensors"),
+                                        [e.args.ftrain, "--check", *stand_ins, recipe], cwd=e.dir, env=env)
 
     def run(cmd):
         p = subprocess.run(cmd, cwd=e.dir, capture_output=True, text=True, env=env, timeout=120)

@@ -11,9 +11,10 @@ this machine):
     (vocab 256: --check compares the file's vocabulary with the model's, and
     256 ids fit every deck's model, the tiny demo's included); data_dir holds
     it under the names tiny_llama.in uses too;
-  * hf_weights: an EMPTY file. --check validates that the path exists but
-    does not open the weights (names and shapes are checked at the start of
-    a real run), so nothing bigger is needed;
+  * hf_weights: a header-only safetensors stand-in declaring every tensor
+    the deck's model expects (tests/support/safetensors_stand_in.py: --check
+    reads the header and holds each name, shape and dtype to the model; the
+    data is a hole in a sparse file, never read);
   * run_dir: a directory under the work directory.
 
 A deck whose comments record a plan (lines `#   parameters ...`, `#   ranks
@@ -29,6 +30,9 @@ import re
 import resource
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import safetensors_stand_in  # noqa: E402
 
 PLAN_KEYS = ("parameters", "trainable", "ranks", "global batch", "FLOPs per step", "memory per rank")
 # --check builds no model-sized tensor: a 70B plan in a few MiB. The limit is
@@ -73,6 +77,9 @@ def main():
     open(weights, "wb").close()
     variables = {"data_dir": data, "train_tokens": train, "eval_tokens": evalf, "hf_weights": weights,
                  "run_dir": os.path.join(a.workdir, "run")}
+    if "init safetensors ${hf_weights}" in deck_text:
+        one_rank = [a.ftrain, "--check"] + [w for k, v in variables.items() for w in ("-var", k, v)] + [a.deck]
+        safetensors_stand_in.write_stand_in(weights, one_rank)
 
     cmd = [a.mpiexec, *a.mpi_flag, a.numproc_flag, str(ranks), a.ftrain, "--check"]
     for k, v in variables.items():

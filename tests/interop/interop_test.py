@@ -23,7 +23,9 @@ the plugin's units forward on a fixed batch):
                      h5-to-safetensors (several shards + index + config.json),
                      LlamaForCausalLM.from_pretrained with no missing or
                      unexpected keys (llama3: with --tokenizer, the tokenizer
-                     and bos/eos ids pass through; else the ids are null);
+                     and bos/eos ids pass through, and huggingface.md's
+                     generate() snippet runs on the export as written;
+                     else the ids are null);
                      its log_softmax(logits) on a fixed 2x32 batch equals
                      ftrain's within 1e-5 relative.
   hf_to_ftrain       a random LlamaForCausalLM (GQA, llama3 rope, untied)
@@ -55,6 +57,7 @@ the plugin's units forward on a fixed batch):
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -212,6 +215,45 @@ def check_tokenizer_passed_through(out, tokenizer_src, config):
           f"{config.bos_token_id}/{config.eos_token_id}")
 
 
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "share", "doc")
+
+
+def documented_block(page, marker):
+    """The ```python block right after `<!-- interop: MARKER -->` in share/doc/PAGE."""
+    text = open(os.path.join(DOCS, page)).read()
+    m = re.search(r"<!-- interop: " + re.escape(marker) + r" -->\s*```python\n(.*?)```", text, re.S)
+    if not m:
+        fail(f"share/doc/{page} has no ```python block after <!-- interop: {marker} -->")
+    return m.group(1)
+
+
+def run_generate_snippet(env, export_dir):
+    """huggingface.md's generate() block, run as it stands (its "out" is the export) in a fresh
+    interpreter; its text must continue the prompt with the tokens a greedy loop over logits picks."""
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+    code = documented_block("huggingface.md", "generate")
+    cwd = env.path("snippet")
+    os.makedirs(cwd, exist_ok=True)
+    if not os.path.lexists(os.path.join(cwd, "out")):
+        os.symlink(export_dir, os.path.join(cwd, "out"))
+    p = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        fail(f"the documented generate() snippet failed (exit {p.returncode}):\n{code}\n{p.stderr[-3000:]}")
+    model = LlamaForCausalLM.from_pretrained(export_dir, torch_dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(export_dir)
+    ids = tokenizer("the quick brown fox", return_tensors="pt").input_ids
+    with torch.no_grad():
+        for _ in range(20):
+            ids = torch.cat([ids, model(ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+            if ids[0, -1].item() == tokenizer.eos_token_id:
+                break
+    want = tokenizer.decode(ids[0], skip_special_tokens=True)
+    if p.stdout.strip() != want.strip():
+        fail(f"the documented generate() printed {p.stdout.strip()!r}; a greedy loop gives {want!r}")
+    print(f"ok: huggingface.md's generate() snippet runs on the export: {want!r}")
+
+
 def scenario_to_hf(env, name):
     from transformers import LlamaForCausalLM
     config = LLAMA_CONFIGS[name]
@@ -258,6 +300,8 @@ run_dir run
         fail(f"config.json torch_dtype: {model.config.torch_dtype}")
     print(f"ok: from_pretrained: {len(shards)} shards, no missing/unexpected keys, config as trained")
     check_tokenizer_passed_through(out, tokenizer_src, model.config)
+    if tokenizer_src:
+        run_generate_snippet(env, out)
     model.eval()
 
     tokens = fixed_tokens(vocab)

@@ -495,6 +495,30 @@ TEST(DeckErrors, BadNumbers) {
                {"'activation_checkpointing every' expects a positive integer, got '0'"});
 }
 
+// Every missing input path of a deck is named at once, not the first only:
+// the parse goes on past one (ftrain --check fixes a deck in one round trip).
+TEST(DeckErrors, EveryMissingFileAtOnce) {
+  const std::string deck = kRequired + "data tokens /no/such/train.bin\neval tokens /no/such/eval.bin every 2\n"
+                                       "init safetensors /no/such/hf\n";
+  try {
+    parse_deck_string(deck, "tiny.in", {});
+    ADD_FAILURE() << "three missing files parsed without an error";
+  } catch (const UserError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("3 problems:\n", 0), 0u) << message;
+    for (const char* line : {"tiny.in:3: file '/no/such/train.bin' given to 'data tokens' does not exist",
+                             "tiny.in:4: file '/no/such/eval.bin' given to 'eval tokens' does not exist",
+                             "tiny.in:5: file '/no/such/hf' given to 'init safetensors' does not exist"})
+      EXPECT_NE(message.find(line), std::string::npos) << "expected '" << line << "' in: " << message;
+  }
+  // Deferred (what ftrain does): the parse succeeds and hands them over.
+  const RunConfig c = parse_deck_string(deck, "tiny.in", {}, MissingPaths::defer);
+  ASSERT_EQ(c.missing_paths.size(), 3u);
+  EXPECT_EQ(c.missing_paths[2].rfind("tiny.in:5: file '/no/such/hf' given to 'init safetensors'", 0), 0u)
+      << c.missing_paths[2];
+  EXPECT_TRUE(parse(kRequired).missing_paths.empty());
+}
+
 TEST(DeckErrors, MissingFile) {
   expect_error(kRequired + "data tokens /no/such/train.bin\n", 3,
                {"file '/no/such/train.bin' given to 'data tokens' does not exist"});
