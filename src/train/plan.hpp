@@ -31,8 +31,10 @@ struct RunPlan {
   std::int64_t state_bytes_per_rank = 0;  // f32 master + grad + 2 AdamW moments
   std::int64_t gathered_bytes_peak = 0;   // gathered units in flight (+ their f32 gradient)
   // LoRA: the adapters are the trainable parameters; the base is frozen
-  // (f32 master only). Without LoRA trainable_parameters == parameters.
+  // (its shards only, in frozen_base_dtype: the compute dtype unless the deck
+  // says lora base_dtype f32). Without LoRA trainable_parameters == parameters.
   bool lora = false;
+  DType frozen_base_dtype = DType::f32;
   std::int64_t trainable_parameters = 0;
   std::int64_t adapted_linears = 0;
 };
