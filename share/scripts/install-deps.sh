@@ -20,7 +20,7 @@ packages=(
   # Debian's PyTorch 1.13 and the Python packages the pinned HF libraries need.
   python3-venv python3-torch python3-torchvision
   python3-packaging python3-yaml python3-psutil python3-requests python3-typing-extensions
-  python3-jinja2  # PEFT's save_pretrained writes a model card with it
+  python3-jinja2  # PEFT's save_pretrained writes a model card with it; transformers' apply_chat_template renders with it (interop_chat_templates)
 )
 
 missing=()

@@ -107,7 +107,7 @@ void write_consolidated(FsdpEngine& engine, Communicator& world, const std::stri
         const hsize_t mem_dims[1] = {static_cast<hsize_t>(std::max<std::int64_t>(1, count))};
         memory = h5::Handle(H5Screate_simple(1, mem_dims, nullptr), H5Sclose);
         if (count == 0) H5Sselect_none(memory.id());
-        if (count > 0 && !master.defined()) master = host_readable(flat->master);  // a device shard: one copy per unit
+        if (count > 0 && !master.defined()) master = master_host_f32(*flat);  // a device or bf16 shard: one copy per unit
         const float* src = count > 0 ? master.data_as<float>() + piece[e][2] : &dummy;
         buffer = src;
         if (bf16_bits) {

@@ -206,7 +206,9 @@ void merge_adapter(FsdpEngine& engine) {
       const std::string module = a.name.substr(0, a.name.size() - std::string(".lora_A.weight").size());
       by_module[module + ".weight"] = {&a, &b};
     }
-    Tensor host = host_readable(base.master);  // merged on the host, copied back below
+    // Merged on the host in f32, then stored back: a bf16 frozen base is
+    // rounded to bf16 once more (PEFT's merge_and_unload on a bf16 model).
+    Tensor host = master_host_f32(base);
     float* master = host.data_as<float>();
     base.for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
       const FlatEntry& w = base.entries()[static_cast<std::size_t>(e)];
@@ -227,9 +229,7 @@ void merge_adapter(FsdpEngine& engine) {
         master[at + i] += static_cast<float>(scale * delta);
       }
     });
-    copy_tensor(host, base.master);
-    base.gathered_valid = false;
-    base.gathered = Tensor();
+    engine.store_master(base, host);
   }
 }
 

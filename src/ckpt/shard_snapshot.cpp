@@ -71,6 +71,7 @@ ShardSnapshot take_shard_snapshot(FsdpEngine& engine, Communicator& world, const
   s.lora = engine.lora();
   s.base_checksum = info.base_checksum;
   s.base_init = info.base_init;
+  s.base_dtype = std::string(dtype_name(engine.frozen_base_dtype()));
   s.num_units = static_cast<std::int64_t>(engine.units().size());
   nlohmann::json names = nlohmann::json::array();
   for (const auto& flat : engine.units()) names.push_back(flat->unit_name());
@@ -154,6 +155,7 @@ std::vector<h5::DeferredF32> create_shard_file(const std::string& path, const Sh
   if (s.lora) {
     h5::write_attr_u64(root, "base_checksum", s.base_checksum, path);
     h5::write_string(root, "base_init", s.base_init, path);
+    h5::write_string(root, "base_dtype", s.base_dtype, path);
   }
   h5::write_string(root, "unit_names", s.unit_names_json, path);
   {

@@ -46,6 +46,7 @@ struct ShardSnapshot {
   bool lora = false;            // then the frozen base is referenced, not saved:
   std::uint64_t base_checksum = 0;
   std::string base_init;
+  std::string base_dtype;       // the frozen base's storage dtype, which its checksum hashes ("f32", "bf16")
   std::uint64_t seed = 0;
   std::string strategy, deck_text, unit_names_json;
   std::vector<std::pair<std::string, double>> scalars;

@@ -453,6 +453,7 @@ static LoadedInfo load_sharded_local(FsdpEngine& engine, const std::string& step
     if (info.lora) {
       info.base_checksum = h5::read_attr_u64(root, "base_checksum", first.path);
       info.base_init = h5::read_string(root, "base_init", first.path);
+      if (H5Lexists(root, "base_dtype", H5P_DEFAULT) > 0) info.base_dtype = h5::read_string(root, "base_dtype", first.path);
     }
   }
 

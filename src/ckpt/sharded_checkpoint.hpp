@@ -82,6 +82,7 @@ struct LoadedInfo {
   bool lora = false;
   std::uint64_t base_checksum = 0;
   std::string base_init;
+  std::string base_dtype = "f32";  // what the checksum hashed (checkpoints before bf16 bases: f32)
   // read_checkpoint_info: the `precision` of the deck that wrote it (fp32
   // when it has none: the default); "" when rank 0's file holds no deck.
   std::string precision;

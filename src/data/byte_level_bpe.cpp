@@ -218,6 +218,28 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(ByteLevelBpeModel model) : model_(s
   FT_CHECK(regex_->match != nullptr) << "pcre2_match_data_create_from_pattern";
 }
 
+void ByteLevelBpeTokenizer::encode_special(std::string_view text, std::vector<std::uint32_t>& ids,
+                                           std::vector<std::size_t>& ends) const {
+  encode(text, ids);  // added tokens are matched in the text already
+  ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(model_.prefix_ids.size()));
+  ends.resize(ids.size());
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::uint32_t id = ids[i];
+    // Vocabulary tokens are nearly all of them; an added token is looked up.
+    std::size_t length = id < model_.id_to_bytes.size() ? model_.id_to_bytes[id].size() : 0;
+    if (length == 0) {
+      const auto it = std::find_if(model_.added_tokens.begin(), model_.added_tokens.end(),
+                                   [&](const BpeAddedToken& a) { return a.id == id; });
+      FT_CHECK(it != model_.added_tokens.end()) << model_.source << ": id " << id << " has no text";
+      length = it->content.size();
+    }
+    offset += length;
+    ends[i] = offset;
+  }
+  FT_CHECK(offset == text.size()) << model_.source << ": token bytes add up to " << offset << " of " << text.size();
+}
+
 std::string ByteLevelBpeTokenizer::describe() const { return "byte-level BPE " + model_.source; }
 
 std::int64_t ByteLevelBpeTokenizer::id_of(std::string_view token) const {

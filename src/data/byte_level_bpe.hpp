@@ -93,6 +93,8 @@ class ByteLevelBpeTokenizer final : public TextTokenizer {
   std::uint32_t eos_id() const override { return model_.eos_id; }
   void encode(std::string_view text, std::vector<std::uint32_t>& ids) const override;
   std::size_t document_prefix_length() const override { return model_.prefix_ids.size(); }
+  void encode_special(std::string_view text, std::vector<std::uint32_t>& ids,
+                      std::vector<std::size_t>& ends) const override;
   std::string decode(const std::vector<std::uint32_t>& ids) const override;
   std::string describe() const override;
 

@@ -32,8 +32,10 @@ const std::string& string_field(const nlohmann::json& object, const std::string&
   return it->get_ref<const std::string&>();
 }
 
-void render_chat(const nlohmann::json& record, const InstructionPrepOptions& options, const std::string& where,
-                 std::vector<TemplatePiece>& pieces) {
+// The messages of a chat example, checked: objects with string role and
+// content, roles system/user/assistant, the last the assistant's.
+const nlohmann::json& chat_messages(const nlohmann::json& record, const InstructionPrepOptions& options,
+                                    const std::string& where) {
   const auto it = record.find(options.messages_field);
   if (it == record.end() || !it->is_array())
     FT_USER_ERROR() << where << ": no array field '" << options.messages_field << "' of chat messages";
@@ -43,32 +45,29 @@ void render_chat(const nlohmann::json& record, const InstructionPrepOptions& opt
     const std::string at = where + ": message " + std::to_string(m);
     if (!messages[m].is_object()) FT_USER_ERROR() << at << " is not a JSON object";
     const std::string& role = string_field(messages[m], "role", at);
-    const std::string& content = string_field(messages[m], "content", at);
+    string_field(messages[m], "content", at);
     if (role != "system" && role != "user" && role != "assistant")
       FT_USER_ERROR() << at << " has role '" << role << "'; expected system, user or assistant";
-    const bool assistant = role == "assistant";
-    pieces.push_back({"<|" + role + "|>\n", false, false});
-    pieces.push_back({content, false, assistant});
-    const bool last = m + 1 == messages.size();
-    if (last && !assistant)
+    if (m + 1 == messages.size() && role != "assistant")
       FT_USER_ERROR() << at << " (the last) has role '" << role
                       << "'; a conversation must end with an assistant message, the response that is trained";
-    if (!last) pieces.push_back({"", true, assistant});  // the last eos is the writer's
+  }
+  return messages;
+}
+
+void render_zephyr(const nlohmann::json& record, const InstructionPrepOptions& options, const std::string& where,
+                   std::vector<TemplatePiece>& pieces) {
+  const nlohmann::json& messages = chat_messages(record, options, where);
+  for (std::size_t m = 0; m < messages.size(); ++m) {
+    const std::string& role = messages[m]["role"].get_ref<const std::string&>();
+    const bool assistant = role == "assistant";
+    pieces.push_back({"<|" + role + "|>\n", false, false});
+    pieces.push_back({messages[m]["content"].get<std::string>(), false, assistant});
+    if (m + 1 < messages.size()) pieces.push_back({"", true, assistant});  // the last eos is the writer's
   }
 }
 
-}  // namespace
-
-bool parse_instruction_template(std::string_view name, InstructionTemplate& out) {
-  if (name == "fields") out = InstructionTemplate::fields;
-  else if (name == "alpaca") out = InstructionTemplate::alpaca;
-  else if (name == "chat") out = InstructionTemplate::chat;
-  else return false;
-  return true;
-}
-
-std::vector<TemplatePiece> render_instruction(std::string_view json_line, const InstructionPrepOptions& options,
-                                              const std::string& where) {
+nlohmann::json parse_record(std::string_view json_line, const std::string& where) {
   nlohmann::json record;
   try {
     record = nlohmann::json::parse(json_line);
@@ -76,6 +75,23 @@ std::vector<TemplatePiece> render_instruction(std::string_view json_line, const 
     FT_USER_ERROR() << where << ": malformed JSON (" << e.what() << ")";
   }
   if (!record.is_object()) FT_USER_ERROR() << where << ": expected a JSON object, got " << record.type_name();
+  return record;
+}
+
+}  // namespace
+
+bool parse_instruction_template(std::string_view name, InstructionTemplate& out) {
+  if (name == "fields") out = InstructionTemplate::fields;
+  else if (name == "alpaca") out = InstructionTemplate::alpaca;
+  else if (name == "zephyr") out = InstructionTemplate::zephyr;
+  else if (name == "chat") out = InstructionTemplate::chat;
+  else return false;
+  return true;
+}
+
+std::vector<TemplatePiece> render_instruction(std::string_view json_line, const InstructionPrepOptions& options,
+                                              const std::string& where) {
+  const nlohmann::json record = parse_record(json_line, where);
   std::vector<TemplatePiece> pieces;
   switch (options.format) {
     case InstructionTemplate::fields:
@@ -98,8 +114,11 @@ std::vector<TemplatePiece> render_instruction(std::string_view json_line, const 
       pieces.push_back({output, false, true});
       break;
     }
+    case InstructionTemplate::zephyr:
+      render_zephyr(record, options, where, pieces);
+      break;
     case InstructionTemplate::chat:
-      render_chat(record, options, where, pieces);
+      FT_CHECK(false) << "the model's chat template renders text, not pieces: encode_example";
       break;
     default:
       FT_CHECK(false) << "unknown instruction template " << static_cast<int>(options.format);
@@ -132,6 +151,36 @@ void encode_instruction(const std::vector<TemplatePiece>& pieces, const TextToke
   }
 }
 
+void encode_rendered_chat(const RenderedChat& chat, const TextTokenizer& tokenizer, std::vector<std::uint32_t>& ids,
+                          std::vector<std::uint8_t>& trained) {
+  std::vector<std::size_t> ends;
+  tokenizer.encode_special(chat.text, ids, ends);
+  trained.assign(ids.size(), 0);
+  std::size_t span = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::size_t begin = i == 0 ? 0 : ends[i - 1], end = ends[i];
+    while (span < chat.trained.size() && chat.trained[span].second <= begin) ++span;
+    // Any byte of the token inside an assistant turn: every response byte is trained.
+    if (span < chat.trained.size() && chat.trained[span].first < end && begin < end) trained[i] = 1;
+  }
+  if (!ids.empty() && ids.back() == tokenizer.eos_id()) {  // the writer appends it, trained
+    ids.pop_back();
+    trained.pop_back();
+  }
+}
+
+void encode_example(std::string_view json_line, const InstructionPrepOptions& options, const TextTokenizer& tokenizer,
+                    const std::string& where, std::vector<std::uint32_t>& ids, std::vector<std::uint8_t>& trained) {
+  if (options.format != InstructionTemplate::chat) {
+    encode_instruction(render_instruction(json_line, options, where), tokenizer, ids, trained);
+    return;
+  }
+  FT_CHECK(options.chat_template != nullptr) << "--template chat without the model's chat template";
+  const nlohmann::json record = parse_record(json_line, where);
+  encode_rendered_chat(render_model_chat(chat_messages(record, options, where), *options.chat_template, where),
+                       tokenizer, ids, trained);
+}
+
 InstructionPrepStats prepare_instructions(const std::vector<std::string>& inputs, const TextTokenizer& tokenizer,
                                           const InstructionPrepOptions& options) {
   FT_CHECK(!inputs.empty()) << "no input files";
@@ -154,7 +203,7 @@ InstructionPrepStats prepare_instructions(const std::vector<std::string>& inputs
       ++line_number;
       if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
       const std::string where = path + ":" + std::to_string(line_number);
-      encode_instruction(render_instruction(line, options, where), tokenizer, ids, trained);
+      encode_example(line, options, tokenizer, where, ids, trained);
       ++stats.examples;
       const auto n = static_cast<std::int64_t>(ids.size()) + 1;  // + the trained eos
       stats.tokens += n;

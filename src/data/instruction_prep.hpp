@@ -25,7 +25,7 @@
 //             [Below is an instruction that describes a task. Write a response
 //              that appropriately completes the request.\n\n### Instruction:\n
 //              {instruction}\n\n### Response:]{output}<eos>
-//   chat    a list of messages {"role": ..., "content": ...} in the field
+//   zephyr  a list of messages {"role": ..., "content": ...} in the field
 //           named by --messages-field (default "messages"), roles system,
 //           user and assistant, with Zephyr's role markers; per message:
 //             [<|{role}|>\n]{content}<eos>       role assistant
@@ -33,11 +33,24 @@
 //           The conversation must end with an assistant message (its eos is
 //           the writer's). Every assistant turn is trained; eos inside the
 //           document is fine (the version 2 document index delimits examples).
+//   chat    the same messages, rendered by the model's own chat template
+//           (chat_template.hpp: tokenizer_config.json's chat_template, as
+//           transformers' apply_chat_template renders it). The whole text is
+//           encoded at once as Hugging Face encodes it (special tokens in the
+//           text are their ids, no bos added: the template writes its own);
+//           a token is trained when any of its bytes lies in an assistant
+//           turn (its content and the end marker the template writes after
+//           it). A final eos the template wrote is the writer's; a template
+//           that ends a turn otherwise (<|eot_id|>, <|im_end|>\n) gets the
+//           tokenizer's eos after it, trained.
 //
 // Tokenization: each piece is encoded on its own and the ids concatenated, so
 // the mask falls exactly on piece boundaries (a SentencePiece tokenizer puts
 // its word-start marker at the start of each piece, as Meta's Llama chat code
-// does by encoding each turn separately). No bos is added (as `text`).
+// does by encoding each turn separately). The example starts with a bos
+// exactly when `text` puts one before each document: the tokenizer's own
+// (Llama 3's tokenizer.json and rank file add <|begin_of_text|>, untrained;
+// SentencePiece and bytes add none). With chat, the template decides.
 //
 // Split and memory as in text_prep.hpp: example N, 2N, ... goes to the eval
 // file; one example is held at a time (the mask and document index of the
@@ -51,13 +64,16 @@
 #include <string_view>
 #include <vector>
 
+#include <memory>
+
+#include "data/chat_template.hpp"
 #include "data/text_tokenizer.hpp"
 
 namespace ftrain::data {
 
-enum class InstructionTemplate { fields, alpaca, chat };
+enum class InstructionTemplate { fields, alpaca, zephyr, chat };
 
-// "fields", "alpaca", "chat"; false for anything else.
+// "fields", "alpaca", "zephyr", "chat"; false for anything else.
 bool parse_instruction_template(std::string_view name, InstructionTemplate& out);
 
 struct InstructionPrepOptions {
@@ -67,7 +83,8 @@ struct InstructionPrepOptions {
   InstructionTemplate format = InstructionTemplate::alpaca;
   std::string prompt_field = "prompt";      // fields
   std::string response_field = "response";  // fields
-  std::string messages_field = "messages";  // chat
+  std::string messages_field = "messages";  // zephyr, chat
+  std::shared_ptr<const ModelChatTemplate> chat_template;  // chat: the model's
 };
 
 // One piece of a rendered example: text, or (eos) the tokenizer's eos id.
@@ -86,6 +103,15 @@ std::vector<TemplatePiece> render_instruction(std::string_view json_line, const 
 // Encodes pieces into ids and per-id trained flags (1 = trained).
 void encode_instruction(const std::vector<TemplatePiece>& pieces, const TextTokenizer& tokenizer,
                         std::vector<std::uint32_t>& ids, std::vector<std::uint8_t>& trained);
+
+// Encodes a conversation the model's template rendered: ids and trained
+// flags, without the final eos (the writer's).
+void encode_rendered_chat(const RenderedChat& chat, const TextTokenizer& tokenizer, std::vector<std::uint32_t>& ids,
+                          std::vector<std::uint8_t>& trained);
+
+// One example (the JSON object on `json_line`) in any template, encoded.
+void encode_example(std::string_view json_line, const InstructionPrepOptions& options, const TextTokenizer& tokenizer,
+                    const std::string& where, std::vector<std::uint32_t>& ids, std::vector<std::uint8_t>& trained);
 
 struct InstructionPrepStats {
   std::int64_t examples = 0;        // written, train + eval

@@ -1,6 +1,7 @@
 // ftrain-prep command line (see prep_cli.hpp).
 #include "data/prep_cli.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +13,10 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/chat_template.hpp"
 #include "data/instruction_prep.hpp"
 #include "data/synthetic_corpus.hpp"
 #include "data/text_prep.hpp"
@@ -30,7 +35,7 @@ constexpr const char* kUsage =
     "                        [--jsonl [--text-field NAME]] [--doc-per-line]\n"
     "                        [--eval-out PATH [--eval-every N]] INPUT...\n"
     "       ftrain-prep instruct --out PATH (--tokenizer FILE | --tokenizer bytes | --tokenizer spm --model FILE)\n"
-    "                            --template fields|alpaca|chat\n"
+    "                            --template fields|alpaca|zephyr|chat [--chat-template FILE]\n"
     "                            [--prompt-field NAME --response-field NAME] [--messages-field NAME]\n"
     "                            [--eval-out PATH [--eval-every N]] INPUT...\n"
     "       ftrain-prep info PATH\n"
@@ -70,11 +75,18 @@ constexpr const char* kUsage =
     "           after each example are trained. Templates (share/doc/data.md):\n"
     "  --template fields   [prompt]response<eos> from two string fields\n"
     "  --template alpaca   Stanford Alpaca's prompt over instruction/input/output\n"
-    "  --template chat     a messages list of {role, content} (system, user,\n"
-    "                      assistant); every assistant turn and its eos is trained\n"
+    "  --template zephyr   a messages list of {role, content} (system, user,\n"
+    "                      assistant) with Zephyr's <|role|> markers; every\n"
+    "                      assistant turn and its eos is trained\n"
+    "  --template chat     the same messages in the model's own chat template:\n"
+    "                      tokenizer_config.json's chat_template next to the\n"
+    "                      tokenizer (or --chat-template FILE, a\n"
+    "                      tokenizer_config.json or .jinja file), rendered as\n"
+    "                      transformers' apply_chat_template; every assistant\n"
+    "                      turn and the end marker after it is trained\n"
     "  --prompt-field NAME     fields: the prompt field (default \"prompt\")\n"
     "  --response-field NAME   fields: the response field (default \"response\")\n"
-    "  --messages-field NAME   chat: the messages field (default \"messages\")\n"
+    "  --messages-field NAME   zephyr, chat: the messages field (default \"messages\")\n"
     "  --tokenizer, --model, --eval-out, --eval-every as for text (every N-th example)\n"
     "info       validates a token file and prints its header\n";
 
@@ -189,6 +201,41 @@ void parse_eval_split(const std::map<std::string, std::string>& options, const s
   }
 }
 
+// The tokenizer file or directory the options name (--model for spm), or ""
+// for the byte tokenizer: the model directory holds it, with config.json and
+// tokenizer_config.json.
+std::string tokenizer_location(const std::map<std::string, std::string>& options) {
+  const std::string& kind = options.at("--tokenizer");
+  if (kind == "bytes") return {};
+  return kind == "spm" ? options.at("--model") : kind;
+}
+
+// A warning when the model's config.json (beside the tokenizer) names an
+// eos other than the tokenizer's: every document of the token file ends with
+// the tokenizer's, and a model that learns to end with it does not stop
+// where generation with that config.json expects.
+void warn_on_eos_mismatch(const TextTokenizer& tokenizer, const std::string& location) {
+  if (location.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::is_directory(location) ? fs::path(location) : fs::path(location).parent_path();
+  const fs::path config = (dir.empty() ? fs::path(".") : dir) / "config.json";
+  std::ifstream in(config);
+  if (!in) return;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) return;
+  const nlohmann::json& eos = j["eos_token_id"];
+  std::vector<std::uint64_t> ids;
+  for (const nlohmann::json& id : eos.is_array() ? eos : nlohmann::json::array({eos}))
+    if (id.is_number_unsigned()) ids.push_back(id.get<std::uint64_t>());
+  if (std::find(ids.begin(), ids.end(), tokenizer.eos_id()) != ids.end()) return;
+  std::fprintf(stderr,
+               "ftrain-prep: warning: the tokenizer's eos id is %u, but %s has eos_token_id %s: every document in "
+               "the token file ends with %u, and a model trained on it learns to stop with a token that generation "
+               "with this config.json does not stop at. Use the tokenizer of that model, or check that this is "
+               "intended.\n",
+               tokenizer.eos_id(), config.string().c_str(), eos.dump().c_str(), tokenizer.eos_id());
+}
+
 // --tokenizer / --model, shared by text and instruct.
 std::unique_ptr<TextTokenizer> tokenizer_from(const std::map<std::string, std::string>& options) {
   // --tokenizer names a kind (bytes, spm + --model) or a tokenizer file.
@@ -196,9 +243,30 @@ std::unique_ptr<TextTokenizer> tokenizer_from(const std::map<std::string, std::s
   if (kind != "spm" && kind != "bytes" && !std::filesystem::exists(kind))
     usage_error("--tokenizer must be bytes, spm or a tokenizer file; '" + kind + "' is neither (no such file)");
   if ((kind == "spm") != (options.count("--model") != 0)) usage_error("--model goes with --tokenizer spm (only)");
-  if (kind == "spm") return load_sentencepiece_tokenizer(options.at("--model"));
-  if (kind == "bytes") return make_byte_tokenizer();
-  return load_tokenizer_file(kind);
+  std::unique_ptr<TextTokenizer> tokenizer;
+  if (kind == "spm") tokenizer = load_sentencepiece_tokenizer(options.at("--model"));
+  else if (kind == "bytes") tokenizer = make_byte_tokenizer();
+  else tokenizer = load_tokenizer_file(kind);
+  warn_on_eos_mismatch(*tokenizer, tokenizer_location(options));
+  return tokenizer;
+}
+
+// --template chat: --chat-template FILE, else the template beside the tokenizer.
+std::shared_ptr<const ModelChatTemplate> model_chat_template(const std::map<std::string, std::string>& options) {
+  if (options.count("--chat-template") != 0)
+    return std::make_shared<const ModelChatTemplate>(load_model_chat_template(options.at("--chat-template")));
+  const std::string location = tokenizer_location(options);
+  std::string looked_in;
+  std::unique_ptr<ModelChatTemplate> found;
+  if (!location.empty()) found = find_model_chat_template(location, looked_in);
+  if (!found)
+    FT_USER_ERROR() << "--template chat renders the model's own chat template, but "
+                    << (location.empty() ? std::string("--tokenizer bytes has no model directory")
+                                         : "there is no chat_template in " + looked_in +
+                                               "/tokenizer_config.json (nor a chat_template.jinja there)")
+                    << "; give --chat-template FILE (the model's tokenizer_config.json), or --template zephyr for "
+                    << "Zephyr's <|role|> markers";
+  return std::shared_ptr<const ModelChatTemplate>(std::move(found));
 }
 
 int run_instruct(const std::vector<std::string>& args) {
@@ -212,17 +280,21 @@ int run_instruct(const std::vector<std::string>& args) {
       inputs.push_back(args[i]);
     }
   }
-  const auto options = parse_options(valued, {"--out", "--tokenizer", "--model", "--template", "--prompt-field",
-                                              "--response-field", "--messages-field", "--eval-out", "--eval-every"});
+  const auto options =
+      parse_options(valued, {"--out", "--tokenizer", "--model", "--template", "--prompt-field", "--response-field",
+                             "--messages-field", "--chat-template", "--eval-out", "--eval-every"});
   InstructionPrepOptions prep;
   prep.out_path = required(options, "--out");
   const std::string& name = required(options, "--template");
   if (!parse_instruction_template(name, prep.format))
-    usage_error("--template must be fields, alpaca or chat, got '" + name + "'");
+    usage_error("--template must be fields, alpaca, zephyr or chat, got '" + name + "'");
   const bool fields = prep.format == InstructionTemplate::fields, chat = prep.format == InstructionTemplate::chat;
+  const bool messages = chat || prep.format == InstructionTemplate::zephyr;
   for (const char* key : {"--prompt-field", "--response-field"})
     if (options.count(key) != 0 && !fields) usage_error(std::string(key) + " goes with --template fields");
-  if (options.count("--messages-field") != 0 && !chat) usage_error("--messages-field goes with --template chat");
+  if (options.count("--messages-field") != 0 && !messages)
+    usage_error("--messages-field goes with --template chat or zephyr");
+  if (options.count("--chat-template") != 0 && !chat) usage_error("--chat-template goes with --template chat");
   if (options.count("--prompt-field") != 0) prep.prompt_field = options.at("--prompt-field");
   if (options.count("--response-field") != 0) prep.response_field = options.at("--response-field");
   if (options.count("--messages-field") != 0) prep.messages_field = options.at("--messages-field");
@@ -232,6 +304,10 @@ int run_instruct(const std::vector<std::string>& args) {
   if (inputs.empty()) usage_error("instruct needs at least one INPUT file (JSON lines)");
 
   const std::unique_ptr<TextTokenizer> tokenizer = tokenizer_from(options);
+  if (chat) {
+    prep.chat_template = model_chat_template(options);
+    std::printf("chat template: %s\n", prep.chat_template->chat_template->origin().c_str());
+  }
   const InstructionPrepStats s = prepare_instructions(inputs, *tokenizer, prep);
   std::printf("tokenizer %s: vocab %llu, eos id %u\n", tokenizer->describe().c_str(),
               static_cast<unsigned long long>(tokenizer->vocab_size()), tokenizer->eos_id());

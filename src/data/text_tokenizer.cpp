@@ -21,6 +21,12 @@ class ByteTokenizer final : public TextTokenizer {
     ids.resize(text.size());
     for (std::size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
   }
+  void encode_special(std::string_view text, std::vector<std::uint32_t>& ids,
+                      std::vector<std::size_t>& ends) const override {
+    encode(text, ids);  // no byte spells the eos (256)
+    ends.resize(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) ends[i] = i + 1;
+  }
   std::string decode(const std::vector<std::uint32_t>& ids) const override {
     std::string text;
     text.reserve(ids.size());
@@ -51,6 +57,41 @@ class SentencePieceTokenizer final : public TextTokenizer {
     FT_CHECK(status.ok()) << path_ << ": SentencePiece encode failed: " << status.ToString();
     ids.resize(scratch_.size());
     for (std::size_t i = 0; i < scratch_.size(); ++i) ids[i] = static_cast<std::uint32_t>(scratch_[i]);
+  }
+  void encode_special(std::string_view text, std::vector<std::uint32_t>& ids,
+                      std::vector<std::size_t>& ends) const override {
+    // The bos and eos pieces spelled in the text are their ids; each stretch
+    // between them is encoded on its own (with its word-start marker, as
+    // Hugging Face's Llama 2 tokenizer does after a special token).
+    std::vector<std::pair<std::string, std::uint32_t>> specials;
+    for (const int id : {processor_.bos_id(), processor_.eos_id()})
+      if (id >= 0) specials.emplace_back(processor_.IdToPiece(id), static_cast<std::uint32_t>(id));
+    ids.clear();
+    ends.clear();
+    std::size_t start = 0;
+    while (start <= text.size()) {
+      std::size_t next = text.size(), length = 0;
+      std::uint32_t special_id = 0;
+      for (const auto& [piece, id] : specials) {
+        const std::size_t at = text.find(piece, start);
+        if (at != std::string_view::npos && (at < next || (at == next && piece.size() > length))) {
+          next = at;
+          length = piece.size();
+          special_id = id;
+        }
+      }
+      if (next > start) {
+        const auto spt = processor_.EncodeAsImmutableProto(text.substr(start, next - start));
+        for (const auto& p : spt.pieces()) {
+          ids.push_back(p.id());
+          ends.push_back(start + p.end());
+        }
+      }
+      if (length == 0) break;
+      ids.push_back(special_id);
+      ends.push_back(next + length);
+      start = next + length;
+    }
   }
   std::string decode(const std::vector<std::uint32_t>& ids) const override {
     const std::vector<int> as_int(ids.begin(), ids.end());

@@ -45,6 +45,13 @@ class TextTokenizer {
   // How many ids encode() puts before every text (Llama 3's bos); callers
   // that encode one document in several pieces keep them on the first only.
   virtual std::size_t document_prefix_length() const { return 0; }
+  // Encodes `text` as Hugging Face encodes a chat template's output
+  // (add_special_tokens=False): special tokens spelled in the text become
+  // their ids (a byte-level BPE's added tokens; a SentencePiece model's bos
+  // and eos pieces, Llama 2's <s> and </s>) and nothing is added before or
+  // after. ends[i] is the byte offset in `text` just past token i.
+  virtual void encode_special(std::string_view text, std::vector<std::uint32_t>& ids,
+                              std::vector<std::size_t>& ends) const = 0;
   // The text of `ids` (eos excluded by the caller); for tests and inspection.
   virtual std::string decode(const std::vector<std::uint32_t>& ids) const = 0;
   // "bytes" or "sentencepiece <path>", for messages.

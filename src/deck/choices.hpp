@@ -36,6 +36,7 @@ enum class Fp8Format : std::uint8_t { hybrid, e4m3 };
 enum class AmaxAlgo : std::uint8_t { max, most_recent };
 enum class ActivationCheckpointing : std::uint8_t { off, on, every };
 enum class LoraInit : std::uint8_t { kaiming, gaussian };
+enum class LoraBaseDtype : std::uint8_t { compute, f32 };  // lora base_dtype
 
 template <class E>
 struct ChoiceWords;  // static constexpr std::array<std::string_view, N> words, in enum order
@@ -67,6 +68,7 @@ FTRAIN_DECK_CHOICE_WORDS(Fp8Format, "hybrid", "e4m3");
 FTRAIN_DECK_CHOICE_WORDS(AmaxAlgo, "max", "most_recent");
 FTRAIN_DECK_CHOICE_WORDS(ActivationCheckpointing, "off", "on", "every");
 FTRAIN_DECK_CHOICE_WORDS(LoraInit, "kaiming", "gaussian");
+FTRAIN_DECK_CHOICE_WORDS(LoraBaseDtype, "compute", "f32");
 
 #undef FTRAIN_DECK_CHOICE_WORDS
 

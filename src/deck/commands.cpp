@@ -939,7 +939,17 @@ std::vector<Command> build_table() {
                     .maps_to = "`init_lora_weights`",
                     .choices = choices_of<LoraInit>({"True", "\"gaussian\""}),
                     .set = [](RunConfig& c, const Value& v) { c.lora.init = v.as<LoraInit>(); },
-                    .default_of = [](const RunConfig& c) { return word_text(c.lora.init); }}},
+                    .default_of = [](const RunConfig& c) { return word_text(c.lora.init); }},
+              Param{.name = "base_dtype", .kind = ValueKind::choice,
+                    .help = "storage of the frozen base's shards: compute keeps them in the dtype they are "
+                            "gathered in (fsdp param_dtype: bf16 under precision bf16, 2 bytes per parameter; "
+                            "f32 under fp32); f32 keeps 4 bytes per parameter (a merge_adapter then adds the "
+                            "adapters to f32 weights instead of bf16 ones). The forward and backward are the "
+                            "same either way: they compute with the gathered copy",
+                    .maps_to = "`from_pretrained(torch_dtype=...)` of the base model",
+                    .choices = choices_of<LoraBaseDtype>({"the compute dtype", "torch.float32"}),
+                    .set = [](RunConfig& c, const Value& v) { c.lora.base_dtype = v.as<LoraBaseDtype>(); },
+                    .default_of = [](const RunConfig& c) { return word_text(c.lora.base_dtype); }}},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
             if (!c.lora.enabled) c.lora.where = p.where;
             c.lora.enabled = true;

@@ -136,7 +136,7 @@ struct Fp8Section {  // fp8 [format hybrid|e4m3] [amax_history N] [margin M] [am
   DeckLocation where;
 };
 
-// lora [rank R] [alpha A] [dropout P] [targets LIST|all-linear] [init kaiming|gaussian]
+// lora [rank R] [alpha A] [dropout P] [targets LIST|all-linear] [init kaiming|gaussian] [base_dtype compute|f32]
 // (repeatable: later lines set what they name) and rslora on|off.
 struct LoraSection {
   bool enabled = false;  // any lora line
@@ -147,6 +147,9 @@ struct LoraSection {
   bool all_linear = false;                // targets all-linear
   deck::LoraInit init = deck::LoraInit::kaiming;  // kaiming is PEFT init_lora_weights=True
   bool rslora = false;                    // rslora on
+  // The frozen base's storage: compute = fsdp param_dtype (bf16 under
+  // precision bf16, f32 under fp32), f32 = always f32 (4 bytes per parameter).
+  deck::LoraBaseDtype base_dtype = deck::LoraBaseDtype::compute;
   DeckLocation where;                     // the first lora line
   std::string adapter_path;               // init adapter DIR: start from a PEFT adapter
   DeckLocation adapter_where;

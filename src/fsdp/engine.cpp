@@ -134,9 +134,10 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
     // Every shard lives on the training device; the host touches it only
     // through explicit copies (init, checkpoints).
     const Device device = exec_.device();
-    auto allocate = [device](FlatParameter& f, bool trainable) {
+    const DType frozen_dtype = frozen_base_dtype();
+    auto allocate = [device, frozen_dtype](FlatParameter& f, bool trainable) {
       const Shape shard_shape{f.shard_numel()};
-      f.master = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".master");
+      f.master = Tensor::zeros(shard_shape, trainable ? DType::f32 : frozen_dtype, device, f.unit_name() + ".master");
       if (!trainable) return;  // frozen: no gradient, no optimizer state
       f.grad = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".grad");
       f.exp_avg = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".exp_avg");
@@ -262,18 +263,49 @@ void FsdpEngine::init_from(const ParameterSource& source) {
   for (auto& flat : flats_) fill_master_from(*flat, source);
 }
 
-// The host fills a host copy of the shard, which then goes to the device
-// (on the host, the shard itself: no copy).
+// The host fills the shard in f32: in place when it is a host f32 shard,
+// else through a bounded f32 host buffer, piece by piece (a bf16 or device
+// shard then never costs a whole f32 copy of the largest unit, which the
+// host allocator would keep cached after load). Sources read any slice.
 void FsdpEngine::fill_master_from(FlatParameter& flat, const ParameterSource& source) {
-  Tensor host = flat.master.device() == Device::host
-                    ? flat.master
-                    : Tensor::empty(flat.master.shape(), DType::f32, Device::host, flat.unit_name() + ".master_init");
-  float* master = host.data_as<float>();
-  std::fill(master, master + flat.shard_numel(), 0.0f);  // padding stays zero
-  flat.for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
-    source(flat.entries()[static_cast<std::size_t>(e)], first, count, master + at);
-  });
-  copy_tensor(host, flat.master);
+  const std::int64_t n = flat.shard_numel();
+  const bool in_place = flat.master.device() == Device::host && flat.master.dtype() == DType::f32;
+  constexpr std::int64_t kStagingElements = std::int64_t{1} << 22;  // 16 MiB of f32
+  const std::int64_t chunk = in_place ? n : std::min(n, kStagingElements);
+  Tensor staging = in_place ? flat.master : Tensor::empty({chunk}, DType::f32, Device::host, flat.unit_name() + ".master_init");
+  float* values = staging.data_as<float>();
+  for (std::int64_t lo = 0; lo < n; lo += chunk) {
+    const std::int64_t len = std::min(chunk, n - lo);
+    std::fill(values, values + len, 0.0f);  // padding stays zero
+    flat.for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
+      const std::int64_t begin = std::max(at, lo), end = std::min(at + count, lo + len);
+      if (begin < end) source(flat.entries()[static_cast<std::size_t>(e)], first + (begin - at), end - begin,
+                              values + (begin - lo));
+    });
+    Tensor part = flat.master.view({len}, lo, flat.master.name());
+    store_values(staging.view({len}, 0, staging.name()), part);  // waits: the buffer is refilled next
+  }
+  flat.gathered_valid = false;
+  flat.gathered = Tensor();
+}
+
+// Copies `values` (any float dtype, host or the engine's device) into `dst`,
+// converting to dst's dtype, and waits until it is done.
+void FsdpEngine::store_values(const Tensor& values, Tensor& dst) {
+  if (values.dtype() == dst.dtype()) {
+    copy_tensor(values, dst);
+    return;
+  }
+  const Tensor src = values.device() == dst.device() ? values : to_device(values, dst.device());
+  ops::cast(exec_, src, dst);
+  exec_.synchronize();  // src is released (or refilled) on return
+}
+
+// A frozen base stored in bf16 is rounded here, once, by the cast op that
+// made its gathered copies from an f32 master every step: the gathered bits
+// are the same as with an f32 master.
+void FsdpEngine::store_master(FlatParameter& flat, const Tensor& values) {
+  store_values(values, flat.master);
   flat.gathered_valid = false;
   flat.gathered = Tensor();
 }
@@ -315,17 +347,20 @@ void FsdpEngine::init_from_root(const ParameterSource& source) {
       for (const auto& entry : flat->entries()) source(entry, 0, entry.numel, dst + entry.offset);
     }
     if (exec_.device() != Device::host) full = to_device(full, exec_.device());  // the collectives run on device buffers
+    // The sum runs in f32 (x + 0 exact); a bf16 frozen base is rounded after it.
+    Tensor shard = flat->master.dtype() == DType::f32
+                       ? flat->master
+                       : Tensor::empty(flat->master.shape(), DType::f32, exec_.device(), flat->unit_name() + ".sync_shard");
     Request scattered, replicated;
     if (shard_comm_->size() > 1) {
-      scattered = shard_comm_->reduce_scatter_sum(full, flat->master);
+      scattered = shard_comm_->reduce_scatter_sum(full, shard);
     } else {
-      copy_tensor(full.view(flat->master.shape()), flat->master);
+      copy_tensor(full.view(shard.shape()), shard);
     }
-    if (replica_comm_) replicated = replica_comm_->all_reduce_sum(flat->master);  // stream order: after the scatter
+    if (replica_comm_) replicated = replica_comm_->all_reduce_sum(shard);  // stream order: after the scatter
     scattered.wait();
     replicated.wait();
-    flat->gathered_valid = false;
-    flat->gathered = Tensor();
+    store_master(*flat, shard);
   }
 }
 
@@ -370,7 +405,10 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
     f.gathered_valid = true;
     return true;
   }
-  if (shard_comm_->size() == 1 && dt == DType::f32) {
+  // A master already in the param dtype (f32 runs; a LoRA frozen base) is
+  // gathered as it is.
+  const bool as_stored = f.master.dtype() == dt;
+  if (shard_comm_->size() == 1 && as_stored) {
     f.gathered = f.master.view(f.master.shape(), 0, f.unit_name() + ".gathered");  // no copy needed
   } else if (shard_comm_->size() == 1) {
     f.gathered = Tensor::empty({f.padded_numel()}, dt, exec_.device(), f.unit_name() + ".gathered");
@@ -378,7 +416,7 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
   } else {
     limit_gathers_in_flight();
     f.gathered = Tensor::empty({f.padded_numel()}, dt, exec_.device(), f.unit_name() + ".gathered");
-    if (dt == DType::f32) {
+    if (as_stored) {
       f.gather_send = f.master;
     } else {
       // The cast writes this rank's block of the gathered buffer and the
@@ -884,7 +922,10 @@ std::uint64_t FsdpEngine::base_checksum() {
   exec_.synchronize();
   std::uint64_t sum = 0;
   for (auto& f : flats_) {
-    const Tensor host = host_readable(f->master);
+    // The f32 bits of each value: a bf16 base widens exactly, so a base whose
+    // values are bf16 already (most released weights) sums the same stored
+    // either way.
+    const Tensor host = master_host_f32(*f);
     const float* master = host.data_as<float>();
     f->for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
       const std::uint64_t stream = rng::hash_name(f->entries()[static_cast<std::size_t>(e)].name);
@@ -909,11 +950,19 @@ std::int64_t FsdpEngine::trainable_parameters() const {
   return n;
 }
 
-// master, plus gradient and both AdamW moments where trainable (f32 each).
 std::int64_t FsdpEngine::shard_state_bytes() const {
   std::int64_t n = 0;
-  for (FlatParameter* f : all_flats()) n += (f->trainable() ? 4 * 4 : 4) * f->shard_numel();
+  for (FlatParameter* f : all_flats()) {
+    n += static_cast<std::int64_t>(f->master.nbytes());
+    if (f->trainable()) n += 3 * 4 * f->shard_numel();
+  }
   return n;
 }
+
+DType frozen_base_dtype(const FsdpOptions& o) {
+  return o.lora.enabled && !o.lora_base_f32 ? o.param_dtype : DType::f32;
+}
+
+DType FsdpEngine::frozen_base_dtype() const { return ftrain::frozen_base_dtype(options_); }
 
 }  // namespace ftrain

@@ -23,7 +23,9 @@
 //
 // LoRA (options.lora, layers/lora.hpp): every base flat parameter is frozen
 // (master only: no gradient, no optimizer state, gathered and released as
-// without LoRA) and each unit with adapted linears gets a second, trainable
+// without LoRA; the master is stored in param_dtype unless lora_base_f32,
+// so a bf16 run gathers it without a cast and holds 2 bytes per base
+// parameter, not 4) and each unit with adapted linears gets a second, trainable
 // flat parameter holding its lora_A / lora_B matrices (which ones:
 // layers/lora_adapters.hpp), sharded over the same
 // shard group as the base (share/doc/fsdp.md "LoRA": sharded, not
@@ -86,6 +88,11 @@ struct FsdpOptions {
   // where decide_fp8_all_gather says (full_shard / hybrid_shard, fp8, >1 rank per shard group).
   bool fp8_all_gather = true;
   lora::Config lora;         // enabled: frozen base + trainable adapters
+  // LoRA: the frozen base's shards are stored in param_dtype (the dtype its
+  // gathered copies have anyway: 2 bytes per parameter under bf16, PEFT's
+  // torch_dtype=bfloat16 base); true keeps them in f32 (deck `lora base_dtype
+  // f32`), as trainable masters are. Without LoRA every master is f32.
+  bool lora_base_f32 = false;
   std::uint64_t seed = 0;    // the run's seed: LoRA adapter init and dropout masks
   // Where every shard, gathered buffer, gradient, activation and batch copy
   // lives (deck `device`): the engine's execution context runs there. The
@@ -106,6 +113,10 @@ struct FsdpOptions {
   bool no_sync = false;
   Offload offload = Offload::none;
 };
+
+// The dtype a frozen LoRA base's shards are stored in under `o` (f32 without
+// LoRA): the plan, the run header and the engine share this rule.
+DType frozen_base_dtype(const FsdpOptions& o);
 
 // Test and proof only (FTRAIN_DEBUG_DROP_WAIT=<which>): the engine leaves out
 // one of its event waits so that ThreadSanitizer must report the race it
@@ -221,7 +232,11 @@ class FsdpEngine {
   std::int64_t num_parameters() const;  // unique parameters of the model (base, without adapters)
   // Parameters the optimizer updates: the adapters under LoRA, else all.
   std::int64_t trainable_parameters() const;
+  // This rank's sharded state: masters (frozen ones in their storage dtype),
+  // plus f32 gradient and AdamW moments of the trainable flats.
   std::int64_t shard_state_bytes() const;
+  // The dtype the frozen base's shards are stored in (LoRA; f32 without).
+  DType frozen_base_dtype() const;
   const std::vector<std::unique_ptr<FlatParameter>>& units() const { return flats_; }
   // LoRA: per unit, its adapters' flat parameter (null: none adapted), and
   // every adapted linear's module name in unit order.
@@ -239,6 +254,10 @@ class FsdpEngine {
   // LoRA: sets the adapters from `source` (init adapter DIR); every rank
   // fills its own shard.
   void init_adapters_from(const ParameterSource& source);
+  // Sets a flat's master from `values` (shard-shaped, any float dtype, host
+  // or the engine's device), rounding to the master's dtype (a bf16 frozen
+  // base), and drops any gathered copy. Host code writes masters this way.
+  void store_master(FlatParameter& flat, const Tensor& values);
   Communicator& shard_comm() { return *shard_comm_; }
   Communicator* replica_comm() { return replica_comm_.get(); }
   const FsdpOptions& options() const { return options_; }
@@ -280,6 +299,7 @@ class FsdpEngine {
   void reduce_flat(FlatParameter& f);
   void init_adapters(std::uint64_t seed);
   void fill_master_from(FlatParameter& flat, const ParameterSource& source);
+  void store_values(const Tensor& values, Tensor& dst);
   Batch on_device(const Batch& batch) const;
   void ensure_gathered(int u);
   void release(int u);

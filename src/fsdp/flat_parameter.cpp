@@ -29,4 +29,12 @@ FlatParameter::FlatParameter(int unit_index, std::string unit_name, const std::v
   shard_offset_ = shard_rank * shard_numel_;
 }
 
+Tensor master_host_f32(const FlatParameter& flat) {
+  Tensor host = host_readable(flat.master);
+  if (host.dtype() == DType::f32) return host;
+  Tensor wide = Tensor::empty(host.shape(), DType::f32, Device::host, flat.unit_name() + ".master_f32");
+  copy_convert(host, wide);
+  return wide;
+}
+
 }  // namespace ftrain

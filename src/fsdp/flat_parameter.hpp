@@ -62,9 +62,11 @@ class FlatParameter {
     }
   }
 
-  // Sharded state (f32, shard_numel elements each). A frozen flat (the base
-  // model under LoRA) has a master only: grad, exp_avg and exp_avg_sq stay
-  // undefined, and its units receive undefined gradient tensors.
+  // Sharded state (shard_numel elements each, f32). A frozen flat (the base
+  // model under LoRA) has a master only, stored in the engine's
+  // frozen_base_dtype() (bf16 under precision bf16): grad, exp_avg and
+  // exp_avg_sq stay undefined, and its units receive undefined gradient
+  // tensors.
   Tensor master, grad, exp_avg, exp_avg_sq;
   bool trainable() const { return grad.defined(); }
   // grad holds zeros (zero_grad) and nothing was added since: the first
@@ -93,5 +95,10 @@ class FlatParameter {
   std::int64_t shard_numel_ = 0;
   std::int64_t shard_offset_ = 0;
 };
+
+// The master shard's values as a host f32 tensor (the master itself when it
+// is host f32; else a copy, widened from a bf16 frozen base): how host code
+// (checkpoints, merges, checksums) reads a master whatever its dtype.
+Tensor master_host_f32(const FlatParameter& flat);
 
 }  // namespace ftrain

@@ -38,6 +38,8 @@ RunPlan make_plan(Model& model, const RunConfig& c, const FsdpOptions& o, int wo
   p.shard_group_size = shard_group_size_for(o, world_size, ranks_per_node);
   const std::int64_t s = p.shard_group_size;
   p.lora = o.lora.enabled;
+  p.frozen_base_dtype = frozen_base_dtype(o);
+  const std::int64_t frozen_bytes = static_cast<std::int64_t>(dtype_size(p.frozen_base_dtype));
   std::int64_t largest_adapter = 0;
   for (int u = 0; u < model.num_units(); ++u) {
     UnitPlan up;
@@ -56,9 +58,9 @@ RunPlan make_plan(Model& model, const RunConfig& c, const FsdpOptions& o, int wo
     p.parameters += up.numel;
     p.largest_unit = std::max(p.largest_unit, up.numel);
     if (p.lora) {
-      // frozen base: f32 master only; adapters: master + grad + AdamW m, v
+      // frozen base: its shard only, in its storage dtype; adapters: f32 master + grad + AdamW m, v
       const std::int64_t adapter_shard = adapter_numel > 0 ? (adapter_numel + s - 1) / s : 0;
-      p.state_bytes_per_rank += 4 * up.shard_numel + 16 * adapter_shard;
+      p.state_bytes_per_rank += frozen_bytes * up.shard_numel + 16 * adapter_shard;
       p.trainable_parameters += adapter_numel;
       largest_adapter = std::max(largest_adapter, adapter_numel);
     } else {
@@ -125,6 +127,15 @@ void plan_offload(RunPlan& p, const FsdpOptions& o) {
     largest_shard = std::max(largest_shard, u.shard_numel);
   }
   const std::int64_t param_bytes = static_cast<std::int64_t>(dtype_size(o.param_dtype));
+  const std::int64_t staged = std::max(1, o.limit_all_gathers) * param_bytes * largest_shard;
+  if (p.lora) {
+    const std::int64_t base = static_cast<std::int64_t>(dtype_size(p.frozen_base_dtype)) * shard_numel;
+    const std::int64_t adapters = p.state_bytes_per_rank - base;  // f32 master + grad + AdamW m, v
+    const bool moved = o.offload != Offload::none, base_moved = o.offload == Offload::all;
+    p.device_state_bytes_per_rank = (moved ? 0 : adapters) + (base_moved ? staged : base);
+    p.host_state_bytes_per_rank = (moved ? adapters : 0) + (base_moved ? base : 0);
+    return;
+  }
   const std::int64_t compute_shard = param_bytes * shard_numel;
   // The reduce-scatter's f32 output of the unit whose backward just ended,
   // until its copy to the host completes.
@@ -139,9 +150,8 @@ void plan_offload(RunPlan& p, const FsdpOptions& o) {
       p.host_state_bytes_per_rank = p.state_bytes_per_rank;
       break;
     case Offload::all: {
-      // Each unit's compute shard is staged on the device for its all-gather:
-      // as many as limit_all_gathers lets gather at once.
-      const std::int64_t staged = std::max(1, o.limit_all_gathers) * param_bytes * largest_shard;
+      // Each unit's compute shard is staged on the device for its all-gather
+      // (`staged`: as many as limit_all_gathers lets gather at once).
       p.device_state_bytes_per_rank = staged + reduced_grad_in_flight;
       p.host_state_bytes_per_rank = p.state_bytes_per_rank + compute_shard;
       break;
@@ -184,8 +194,9 @@ std::string format_plan(const RunPlan& p) {
   std::snprintf(flops, sizeof flops, "%.4g", p.flops_per_step);
   s << "  FLOPs per step    " << flops << " (forward + backward, model FLOPs)\n";
   s << "  memory per rank   " << human_bytes(static_cast<double>(p.state_bytes_per_rank))
-    << (p.lora ? " sharded state (frozen base: f32 master; adapters: master + grad + AdamW m, v) + "
-               : " sharded state (f32 master + grad + AdamW m, v) + ")
+    << (p.lora ? " sharded state (frozen base: " + std::string(dtype_name(p.frozen_base_dtype)) +
+                     " shards; adapters: f32 master + grad + AdamW m, v) + "
+               : std::string(" sharded state (f32 master + grad + AdamW m, v) + "))
     << human_bytes(static_cast<double>(p.gathered_bytes_peak))
     << " gathered units in flight; activations are measured at run time\n";
   if (p.offload != Offload::none)

@@ -37,8 +37,10 @@ struct RunPlan {
   std::int64_t device_state_bytes_per_rank = 0;
   std::int64_t host_state_bytes_per_rank = 0;
   // LoRA: the adapters are the trainable parameters; the base is frozen
-  // (f32 master only). Without LoRA trainable_parameters == parameters.
+  // (its shards only, in frozen_base_dtype: the compute dtype unless the deck
+  // says lora base_dtype f32). Without LoRA trainable_parameters == parameters.
   bool lora = false;
+  DType frozen_base_dtype = DType::f32;
   std::int64_t trainable_parameters = 0;
   std::int64_t adapted_linears = 0;
 };
@@ -49,11 +51,12 @@ struct RunPlan {
 // shard on the device (what the all-gather sends) plus one unit's f32
 // reduced-gradient shard awaiting its copy to the host; all moves the
 // compute-dtype shard to the host too, staging one unit's on the device
-// before its all-gather. Under LoRA the frozen base is offloaded like the
-// trainable state (the engine never updates it, so a compute copy suffices
-// on the device for optimizer). The adapters' compute copies (a fraction of
-// a percent of the base) are not counted. Sets the three offload fields of
-// `plan` from its units and state_bytes_per_rank.
+// before its all-gather. Under LoRA only the adapters have optimizer state:
+// optimizer moves theirs (16 bytes per adapter shard element) and leaves the
+// frozen base shard on the device as it is; all moves the base shard too.
+// The adapters' compute copies and gradient shard (a fraction of a percent
+// of the base) are not counted. Sets the three offload fields of `plan`
+// from its units, frozen_base_dtype and state_bytes_per_rank.
 void plan_offload(RunPlan& plan, const FsdpOptions& options);
 
 RunPlan make_plan(Model& model, const RunConfig& config, const FsdpOptions& options, int world_size,

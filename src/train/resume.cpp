@@ -19,13 +19,26 @@ void check_seed(const RunConfig& c, const std::string& directory, std::uint64_t 
                     << ", the deck says seed " << c.seed << " (data order depends on it)";
 }
 
-// The adapters only fit the base they were trained on.
-void check_lora_base(const RunConfig& c, const ckpt::LoadedInfo& loaded, std::uint64_t base) {
+// The adapters only fit the base they were trained on. The checksum hashes
+// the base as stored: a checkpoint whose base was stored in another dtype
+// (an f32 base resumed under bf16, or the reverse) is compared by how the
+// base was initialised instead, and the run says so.
+void check_lora_base(const RunConfig& c, const ckpt::LoadedInfo& loaded, std::uint64_t base,
+                     const std::string& base_dtype, RunOutput& out) {
   if (base == loaded.base_checksum) return;
+  if (loaded.base_dtype != base_dtype && loaded.base_init == base_init_text(c)) {
+    out.say("resume: LoRA checkpoint " + loaded.directory + " was trained on the same base (" + loaded.base_init +
+            ") stored in " + loaded.base_dtype + ", this run stores it in " + base_dtype +
+            ": checksums of different dtypes do not compare, so the base was checked by its init line only\n");
+    return;
+  }
   FT_USER_ERROR() << c.resume.where.str() << ": LoRA checkpoint " << loaded.directory
                   << " was trained on a base model (" << loaded.base_init << ", checksum "
                   << checksum_hex(loaded.base_checksum) << ") that differs from the one this deck loads ("
                   << base_init_text(c) << ", checksum " << checksum_hex(base)
+                  << (loaded.base_dtype != base_dtype ? " of its " + base_dtype + " storage (the checkpoint's: " +
+                                                            loaded.base_dtype + ")"
+                                                      : std::string())
                   << "); the adapters only fit their base: restore it or start afresh";
 }
 
@@ -153,7 +166,8 @@ ResumePoint resume_training(FsdpEngine& engine, Communicator& world, const RunCo
     return point;
   }
   const auto loaded = ckpt::load_resume(engine, world, plan);
-  if (loaded.lora) check_lora_base(c, loaded, engine.base_checksum());
+  if (loaded.lora)
+    check_lora_base(c, loaded, engine.base_checksum(), std::string(dtype_name(engine.frozen_base_dtype())), out);
   check_seed(c, loaded.directory, loaded.seed);
   point.directory = loaded.directory;
   point.step = loaded.step;

@@ -104,7 +104,7 @@ void write_settings_part(std::ostream& h, const RunHeaderFacts& f) {
       << ") dropout " << l.dropout << " targets " << l.targets_text() << " init "
       << c.lora.init << "; trainable parameters "
       << f.plan.trainable_parameters << " of " << f.plan.parameters + f.plan.trainable_parameters
-      << " (base frozen: no gradients, no optimizer state)\n";
+      << " (base frozen in " << dtype_name(frozen_base_dtype(f.fsdp)) << ": no gradients, no optimizer state)\n";
   }
 }
 

@@ -130,6 +130,7 @@ FsdpOptions resolve_fsdp_options(const RunConfig& c, Device device) {
     o.lora.alpha = c.lora.alpha;
     o.lora.dropout = c.lora.dropout;
     o.lora.rslora = c.lora.rslora;
+    o.lora_base_f32 = c.lora.base_dtype == deck::LoraBaseDtype::f32;
     o.lora.init = c.lora.init == deck::LoraInit::gaussian ? lora::AInit::gaussian : lora::AInit::kaiming;
     o.lora.all_linear = c.lora.all_linear;
     o.lora.targets = c.lora.all_linear ? std::vector<std::string>{} : c.lora.targets;

@@ -13,6 +13,11 @@ Scenarios:
   lora         LoRA: the checkpoint holds adapters + optimizer state only;
                resume bit-identical (np 2), resharded to np 4 within 1e-5;
                a changed base is refused.
+  lora_bf16    LoRA under precision bf16 (the frozen base stored in bf16):
+               resume bit-identical (np 2); the checkpoint records the
+               base's dtype; an fp32 LoRA checkpoint resumes under bf16
+               (the base checked by its init line, said so); merge_adapter
+               + save_final work on a bf16 base.
   fp8_same_world  the same under precision fp8: the FP8 scaling state is
                checkpointed, so the resumed curve is identical; the FP8
                all-gather (on by default) saves the same datasets as with it
@@ -242,6 +247,41 @@ def scenario_lora(r):
     if p.returncode == 0 or "was trained on a base model" not in p.stdout:
         fail("resuming LoRA adapters onto another base must be refused:\n" + p.stdout)
     print("ok: LoRA checkpoints hold adapters + optimizer state; a changed base is refused")
+
+
+def scenario_lora_bf16(r):
+    # Issue 36: under precision bf16 the frozen base is stored in bf16. Its
+    # checksum hashes the stored values, and the checkpoint says which dtype
+    # they had, so a resume across storage dtypes compares the init line.
+    lora = "precision bf16\nlora rank 4 alpha 8 dropout 0.05 targets q_proj,v_proj\n"
+    full = r.deck("full.in", lora)
+    part = r.deck("part.in", lora + "checkpoint every 5 dir ck stop_after 10\n")
+    cont = r.deck("cont.in", lora + "checkpoint every 5 dir ck\nresume auto\n")
+    out = r.run(2, full, run="full").stdout
+    if "base frozen in bf16" not in out:
+        fail("a bf16 LoRA run must store (and say it stores) the frozen base in bf16:\n" + out)
+    r.run(2, part, run="res")
+    out = r.run(2, cont, run="res").stdout
+    if "resumed from ck/step_10 at step 10" not in out or "frozen base bit-identical" not in out:
+        fail("bf16 LoRA resume did not take step_10 or did not keep the base:\n" + out)
+    compare(os.path.join(r.dir, "full/metrics.jsonl"), os.path.join(r.dir, "res/metrics.jsonl"), 0.0)
+    h5dump = shutil.which("h5dump")
+    if h5dump:
+        dumped = subprocess.run([h5dump, "-d", "base_dtype", os.path.join(r.dir, "ck/step_10/rank_0.h5")],
+                                capture_output=True, text=True).stdout
+        if '"bf16"' not in dumped:
+            fail("a bf16 LoRA checkpoint must record base_dtype bf16:\n" + dumped)
+    # An fp32 LoRA checkpoint (f32 base, its checksum over f32 values) under bf16.
+    f32 = "lora rank 4 alpha 8 dropout 0.05 targets q_proj,v_proj\n"
+    r.run(2, r.deck("part32.in", f32 + "checkpoint every 5 dir ck32 stop_after 10\n"), run="res32")
+    out = r.run(2, r.deck("cont32.in", lora + "resume ck32/step_10\n"), run="res32").stdout
+    if "stored in f32, this run stores it in bf16" not in out or "resumed from ck32/step_10" not in out:
+        fail("resuming an fp32 LoRA checkpoint under bf16 must compare the base by its init line and say so:\n" + out)
+    # merge_adapter folds the adapters into the bf16 base; save_final writes it.
+    out = r.run(2, r.deck("merge.in", lora + "merge_adapter on\nsave_final merged.h5\n"), run="merged").stdout
+    if "merge_adapter: W +=" not in out or not os.path.exists(os.path.join(r.dir, "merged.h5")):
+        fail("merge_adapter + save_final on a bf16 base failed:\n" + out)
+    print("ok: bf16-base LoRA resumes bit-identically, records its base dtype, resumes fp32 checkpoints, merges")
 
 
 def scenario_fp8_same_world(r):
@@ -924,6 +964,8 @@ def main():
             scenario_reshard(r, 2, 2, "full_shard", strategy_from="no_shard")
         elif args.scenario == "lora":
             scenario_lora(r)
+        elif args.scenario == "lora_bf16":
+            scenario_lora_bf16(r)
         elif args.scenario == "fp8_same_world":
             scenario_fp8_same_world(r)
         elif args.scenario == "damaged":

@@ -12,8 +12,9 @@ of that memory, so its curves must equal the host's BIT FOR BIT.
 
 Scenarios (each compares `device cuda` on the simulated device with the same
 deck on `device host`, exactly: loss, lr, grad_norm, eval_loss of every step):
-  llama_np1    tiny Llama, 1 rank: fp32 with sync_module_states; bf16 no_shard; fp8; LoRA (save_adapter and
-               merge_adapter + save_final, whose files must be byte-identical);
+  llama_np1    tiny Llama, 1 rank: fp32 with sync_module_states; bf16 no_shard; fp8; LoRA in fp32 and in
+               bf16 (a bf16 frozen base) (save_adapter and merge_adapter + save_final, whose files must be
+               byte-identical);
                activation checkpointing + forward prefetch + backward_post +
                limit_all_gathers 1; fp8 + prefetch on asynchronous host streams
                (FTRAIN_HOST_STREAM=async) with the debug allocator.
@@ -249,6 +250,10 @@ def llama_configs(np):
          dict(micro=micro, max_steps=8, checkpointing="on", forward_prefetch="on", backward_prefetch="backward_post",
               limit_all_gathers=1, accumulate=1)),
         ("lora", LORA_DECK, "merge_adapter on\nsave_final ${run_dir}/final.h5\n", dict(micro=micro, max_steps=8)),
+        # The frozen base stored in bf16 on the device: filled from rank 0's f32 values by a cast there
+        # (init_from_root), gathered without one, merged and written through host copies.
+        ("lora_bf16", LORA_DECK, "merge_adapter on\nsave_final ${run_dir}/final.h5\n",
+         dict(micro=micro, max_steps=8, precision="bf16", fsdp_extra="sync_module_states on")),
         # Ops on stream worker threads, the debug allocator (poison + quarantine), FP8 and prefetch:
         # a host read that races the device's queued work, or of a released block, shows here.
         ("fp8_async_debug_alloc", LLAMA_DECK, "",
@@ -281,7 +286,7 @@ def scenario_llama(r, np):
         same_curve(host, dev, f"llama {name} np {np}")
         if name.startswith("fp8") and np > 1:
             same_fp8_all_gather(host, dev, f"llama {name} np {np}")
-        if name == "lora":
+        if name.startswith("lora"):
             same_file(os.path.join(host, "adapter", "adapter_model.safetensors"),
                       os.path.join(dev, "adapter", "adapter_model.safetensors"), "save_adapter")
             same_h5(os.path.join(host, "final.h5"), os.path.join(dev, "final.h5"), "merge_adapter + save_final")

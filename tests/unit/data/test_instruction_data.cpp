@@ -291,13 +291,13 @@ TEST_F(InstructionDataTest, AlpacaTemplateWithAndWithoutInput) {
                              {no_input + "Wave.\n\n### Response:", 0}, {"o/", 1}, {"\x01", 1}}));
 }
 
-TEST_F(InstructionDataTest, ChatTemplateTrainsEveryAssistantTurn) {
+TEST_F(InstructionDataTest, ZephyrTemplateTrainsEveryAssistantTurn) {
   const Prepared got = prepare(
       dir_.string(),
       "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": "
       "\"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hey\"}, {\"role\": \"user\", \"content\": \"Bye\"}, "
       "{\"role\": \"assistant\", \"content\": \"Ciao\"}]}\n",
-      {"--template", "chat"});
+      {"--template", "zephyr"});
   expect_same(got, expected({{"<|system|>\nBe brief.", 0}, {"\x01", 0},
                              {"<|user|>\nHi", 0}, {"\x01", 0},
                              {"<|assistant|>\n", 0}, {"Hey", 1}, {"\x01", 1},
@@ -375,7 +375,7 @@ TEST_F(InstructionDataTest, ByteLevelBpeBosStartsTheExampleOnce) {
 
 TEST_F(InstructionDataTest, TemplateErrorsNameFileLineAndField) {
   InstructionPrepOptions o;
-  o.format = InstructionTemplate::chat;
+  o.format = InstructionTemplate::zephyr;
   expect_user_error(
       [&] { render_instruction(R"({"messages": [{"role": "user", "content": "x"}]})", o, "f.jsonl:3"); },
       "f.jsonl:3: message 0", "must end with an assistant message");

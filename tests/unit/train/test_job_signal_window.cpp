@@ -35,15 +35,15 @@ TEST(JobSignalWindow, SbatchSignalForms) {
   EXPECT_FALSE(sbatch_signal_seconds("").has_value());
 }
 
-TEST(JobSignalWindow, TheTemplatesGiveTwoMinutes) {
+TEST(JobSignalWindow, TheTemplatesGiveTenMinutes) {
   g_env.clear();
   const auto slurm = find_signal_window(FTRAIN_SOURCE_DIR "/jobs/slurm/llama70b.sbatch", fake_env);
   ASSERT_TRUE(slurm.has_value());
-  EXPECT_EQ(slurm->seconds, 120.0);
-  EXPECT_NE(slurm->source.find("#SBATCH --signal=B:USR1@120"), std::string::npos) << slurm->source;
+  EXPECT_EQ(slurm->seconds, 600.0);
+  EXPECT_NE(slurm->source.find("#SBATCH --signal=B:USR1@600"), std::string::npos) << slurm->source;
   const auto pbs = find_signal_window(FTRAIN_SOURCE_DIR "/jobs/pbs/llama70b.pbs", fake_env);
   ASSERT_TRUE(pbs.has_value());
-  EXPECT_EQ(pbs->seconds, 120.0);
+  EXPECT_EQ(pbs->seconds, 600.0);
   EXPECT_NE(pbs->source.find("FTRAIN_WARNING_S"), std::string::npos) << pbs->source;
 }
 

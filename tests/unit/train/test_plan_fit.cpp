@@ -42,3 +42,24 @@ TEST(PlanFit, OffloadMovesTheShardedStateToTheHost) {
   EXPECT_EQ(p.host_state_bytes_per_rank, 16 * 300 + 2 * 300);
   EXPECT_EQ(p.offload, Offload::all);
 }
+
+// Under LoRA only the adapters have optimizer state: optimizer moves theirs
+// and keeps the frozen base (bf16 here) on the device; all moves the base too.
+TEST(PlanFit, OffloadUnderLoraMovesTheAdaptersState) {
+  RunPlan p;
+  p.lora = true;
+  p.frozen_base_dtype = DType::bf16;
+  p.units = {UnitPlan{"a", 800, 100}, UnitPlan{"b", 1600, 200}};
+  p.state_bytes_per_rank = 2 * 300 + 16 * 10;  // base shards + 10 adapter shard elements
+  FsdpOptions o;
+  o.param_dtype = DType::bf16;
+  o.limit_all_gathers = 1;
+  o.offload = Offload::optimizer;
+  plan_offload(p, o);
+  EXPECT_EQ(p.device_state_bytes_per_rank, 2 * 300);
+  EXPECT_EQ(p.host_state_bytes_per_rank, 16 * 10);
+  o.offload = Offload::all;
+  plan_offload(p, o);
+  EXPECT_EQ(p.device_state_bytes_per_rank, 2 * 200);
+  EXPECT_EQ(p.host_state_bytes_per_rank, 16 * 10 + 2 * 300);
+}

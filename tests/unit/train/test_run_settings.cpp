@@ -120,3 +120,19 @@ TEST(RunSettings, OffloadIsANoOpOnTheHostAndRefusedOnADevice) {
   }
   EXPECT_EQ(resolve_fsdp_options(parse("fsdp full_shard offload none\n"), Device::cuda).offload, Offload::none);
 }
+
+// The LoRA frozen base takes the compute dtype (issue 36): bf16 under
+// precision bf16 (or fsdp param_dtype bf16), f32 under fp32 (the fp32
+// goldens stay as they are), and `lora base_dtype f32` keeps f32.
+TEST(RunSettings, TheLoraFrozenBaseIsStoredInTheComputeDtype) {
+  const auto base_dtype = [](const std::string& body) {
+    return frozen_base_dtype(resolve_fsdp_options(parse(body), Device::host));
+  };
+  EXPECT_EQ(base_dtype("precision bf16\nlora rank 4\n"), DType::bf16);
+  EXPECT_EQ(base_dtype("precision fp32\nlora rank 4\n"), DType::f32);
+  EXPECT_EQ(base_dtype("precision fp32\nfsdp full_shard param_dtype bf16\nlora rank 4\n"), DType::bf16);
+  EXPECT_EQ(base_dtype("precision bf16\nlora rank 4 base_dtype f32\n"), DType::f32);
+  EXPECT_EQ(base_dtype("precision bf16\nlora rank 4\nlora base_dtype f32\n"), DType::f32);
+  EXPECT_EQ(base_dtype("precision bf16\n"), DType::f32) << "without LoRA every master is f32";
+  EXPECT_NE(error_of("lora base_dtype f16\n").find("base_dtype"), std::string::npos);
+}
