@@ -47,6 +47,10 @@ case "${1:-}" in
     head -n 3 "$WORK/loader.out"
     grep -q "device: $DEVICE \\[" "$WORK/loader.out" ||
       { echo "gpu-train-check loader: the run header does not say 'device: $DEVICE ['"; exit 1; }
+    # --check plans `device cuda` even where no GPU is usable: the backend
+    # must have loaded, not only been planned for.
+    [[ "$DEVICE" == host ]] || grep -q "(ops backend: $DEVICE)" "$WORK/loader.out" ||
+      { echo "gpu-train-check loader: the CUDA backend did not load (the header does not say '(ops backend: $DEVICE)')"; exit 1; }
     ;;
   memcheck-step)
     wrap "$FTRAIN_ROOT/tests/regression/decks/tiny.in" "$WORK/tiny_device.in"

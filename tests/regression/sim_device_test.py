@@ -41,6 +41,7 @@ import argparse
 import filecmp
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -136,13 +137,18 @@ def close_curve(host_dir, device_dir, what, rel_loss, rel_norm):
 
 
 def gpu_usable(r):
-    """The reason no GPU is usable, or None (ftrain --check with device cuda decides, as a run would)."""
+    """The reason no GPU is usable, or None (ftrain --check with device cuda
+    decides, as a run would: without a usable GPU it plans for one and its
+    header says why none is usable here)."""
     deck = os.path.join(r.dir, "probe.in")
     with open(deck, "w") as f:
         f.write(f"device cuda\ninclude {LLAMA_DECK}\n")
     p = subprocess.run([r.args.ftrain, "--check", "-var", "data_dir", r.dir, "-var", "run_dir", r.dir, deck],
                        cwd=r.dir, capture_output=True, text=True, timeout=120)
     out = p.stdout + p.stderr
+    planned_only = re.search(r"planned: (no usable CUDA GPU here \(.*?\));", out)
+    if p.returncode == 0 and planned_only:
+        return planned_only.group(1)
     if p.returncode != 0 and "no usable CUDA GPU" in out:
         return out.strip().splitlines()[-1]
     if p.returncode != 0:
