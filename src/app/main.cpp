@@ -53,7 +53,9 @@ constexpr const char* kUsage =
     "    --gpu NAME          plan for this GPU (memory and dense peak), no GPU needed: h100-80gb,\n"
     "                        h100-94gb (h100-nvl), h200-141gb, a100-80gb, a100-40gb\n"
     "    --device-memory S   memory of one target device, e.g. 80GB or 80GiB (overrides --gpu's):\n"
-    "                        says whether the plan fits, activations and CUDA/NCCL allowance included\n"
+    "                        says whether the plan fits, activations and CUDA/NCCL allowance included,\n"
+    "                        and which `fsdp ... offload` settings fit\n"
+    "    --host-memory S     host memory of one node, e.g. 2TiB: checks the offloaded state against it\n"
     "    --job-script FILE   read the stop window from FILE (#SBATCH --signal=B:USR1@120, or a PBS\n"
     "                        script's FTRAIN_WARNING_S) and warn when a step plus a save do not fit it\n"
     "    --fs-bandwidth R    checkpoint write rate per node for the save time (default 2GB/s)\n"
@@ -78,6 +80,7 @@ struct CommandLine {
   bool check = false, list_models = false, deck_reference = false, version = false, help = false;
   int ranks = 0, ranks_per_node = 0;  // --check --ranks N [--ranks-per-node M]
   std::string device_memory;          // --check --device-memory 80GB
+  std::string host_memory;            // --check --host-memory 2TiB
   std::string gpu, fs_bandwidth, mfu, job_script;  // --check --gpu h100-80gb --fs-bandwidth 5GB/s --mfu 0.35 --job-script F
 };
 
@@ -133,6 +136,8 @@ CommandLine parse_command_line(int argc, char** argv) {
     } else if (a == "--device-memory") {
       if (i + 1 >= argc) FT_USER_ERROR() << "command line: --device-memory needs a size, e.g. 80GB";
       cl.device_memory = argv[++i];
+    } else if (a == "--host-memory") {
+      cl.host_memory = text_option(argc, argv, i++, "2TiB");
     } else if (a == "--gpu") {
       cl.gpu = text_option(argc, argv, i++, "h100-80gb");
     } else if (a == "--fs-bandwidth") {
@@ -158,9 +163,12 @@ CommandLine parse_command_line(int argc, char** argv) {
     }
   }
   if (!cl.check && (cl.ranks > 0 || cl.ranks_per_node > 0 || !cl.device_memory.empty() || !cl.gpu.empty() ||
-                    !cl.fs_bandwidth.empty() || !cl.mfu.empty() || !cl.job_script.empty()))
-    FT_USER_ERROR() << "command line: --ranks, --ranks-per-node, --gpu, --device-memory, --job-script, "
-                       "--fs-bandwidth and --mfu plan a run: use them with --check";
+                    !cl.host_memory.empty() || !cl.fs_bandwidth.empty() || !cl.mfu.empty() || !cl.job_script.empty()))
+    FT_USER_ERROR() << "command line: --ranks, --ranks-per-node, --gpu, --device-memory, --host-memory, "
+                       "--job-script, --fs-bandwidth and --mfu plan a run: use them with --check";
+  if (!cl.host_memory.empty() && cl.device_memory.empty() && cl.gpu.empty())
+    FT_USER_ERROR() << "command line: --host-memory checks the offload plan, which needs the device's memory: "
+                       "give --device-memory S or --gpu NAME too";
   if (cl.ranks_per_node > 0 && cl.ranks == 0)
     FT_USER_ERROR() << "command line: --ranks-per-node needs --ranks N";
   if (!cl.help && !cl.version && !cl.list_models && !cl.deck_reference && cl.deck.empty())
@@ -268,6 +276,8 @@ int main(int argc, char** argv) {
         }
         if (!cl.device_memory.empty())
           options.device_memory_bytes = ftrain::parse_memory_size(cl.device_memory, "--device-memory");
+        if (!cl.host_memory.empty())
+          options.host_memory_bytes = ftrain::parse_memory_size(cl.host_memory, "--host-memory");
         if (!cl.fs_bandwidth.empty())
           options.fs_bandwidth_bytes_per_s = ftrain::parse_bandwidth(cl.fs_bandwidth, "--fs-bandwidth");
         if (!cl.mfu.empty()) options.plan_mfu = parse_mfu(cl.mfu);

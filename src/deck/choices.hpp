@@ -30,6 +30,7 @@ enum class OptimizerKind : std::uint8_t { adamw };
 enum class ShardingStrategy : std::uint8_t { full_shard, shard_grad_op, no_shard, hybrid_shard };
 enum class BackwardPrefetch : std::uint8_t { backward_pre, backward_post, none };
 enum class CommDtype : std::uint8_t { bf16, fp32 };  // fsdp param_dtype / reduce_dtype
+enum class Offload : std::uint8_t { none, optimizer, all };  // fsdp offload
 enum class SavedDtype : std::uint8_t { f32, bf16 };  // save_final dtype
 enum class Fp8Format : std::uint8_t { hybrid, e4m3 };
 enum class AmaxAlgo : std::uint8_t { max, most_recent };
@@ -61,6 +62,7 @@ FTRAIN_DECK_CHOICE_WORDS(OptimizerKind, "adamw");
 FTRAIN_DECK_CHOICE_WORDS(ShardingStrategy, "full_shard", "shard_grad_op", "no_shard", "hybrid_shard");
 FTRAIN_DECK_CHOICE_WORDS(BackwardPrefetch, "backward_pre", "backward_post", "none");
 FTRAIN_DECK_CHOICE_WORDS(CommDtype, "bf16", "fp32");
+FTRAIN_DECK_CHOICE_WORDS(Offload, "none", "optimizer", "all");
 FTRAIN_DECK_CHOICE_WORDS(SavedDtype, "f32", "bf16");
 FTRAIN_DECK_CHOICE_WORDS(Fp8Format, "hybrid", "e4m3");
 FTRAIN_DECK_CHOICE_WORDS(AmaxAlgo, "max", "most_recent");

@@ -733,7 +733,22 @@ std::vector<Command> build_table() {
                             "only)",
                     .maps_to = "`model.no_sync()` around the non-final micro-steps (Accelerate's `accumulate`)",
                     .set = [](RunConfig& c, const Value& v) { c.fsdp.no_sync = v.flag; },
-                    .default_of = [](const RunConfig& c) { return on_off(c.fsdp.no_sync); }}},
+                    .default_of = [](const RunConfig& c) { return on_off(c.fsdp.no_sync); }},
+              Param{.name = "offload", .kind = ValueKind::choice,
+                    .help = "ZeRO-Offload on a device backend: `optimizer` keeps the f32 master shard, its "
+                            "gradient shard and the AdamW moments in host memory (AdamW runs on the CPU); `all` "
+                            "the compute-dtype parameter shard too. No effect on the host backend (the run "
+                            "header says so); --check --device-memory plans each setting (share/doc/fsdp.md "
+                            "\"Offload\"). Device backends: not implemented yet, refused",
+                    .maps_to = "PyTorch FSDP `CPUOffload(offload_params=...)`, FSDP2 `CPUOffloadPolicy`; DeepSpeed "
+                               "`offload_optimizer` / `offload_param`",
+                    .choices = choices_of<Offload>(
+                        {"`CPUOffload(offload_params=False)`; DeepSpeed no offload",
+                         "DeepSpeed `offload_optimizer: {device: cpu}` (PyTorch FSDP has no optimizer-only form)",
+                         "`CPUOffload(offload_params=True)` / `CPUOffloadPolicy()`; DeepSpeed `offload_optimizer` + "
+                         "`offload_param` `{device: cpu}`"}),
+                    .set = [](RunConfig& c, const Value& v) { c.fsdp.offload = v.as<Offload>(); },
+                    .default_of = [](const RunConfig& c) { return word_text(c.fsdp.offload); }}},
           .apply = [](RunConfig& c, const ParsedCommand& p) { c.fsdp.where = p.where; }}},
       .example = "fsdp full_shard backward_prefetch backward_pre limit_all_gathers 2",
   });

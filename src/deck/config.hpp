@@ -101,6 +101,7 @@ struct FsdpSection {  // fsdp STRATEGY [keyword value]...
   deck::CommDtype reduce_dtype = deck::CommDtype::fp32;
   bool sync_module_states = false;
   bool no_sync = false;                    // no_sync on: reduce once per step (no_shard, shard_grad_op)
+  deck::Offload offload = deck::Offload::none;  // what lives in host memory on a device backend
   DeckLocation where;
 };
 

@@ -64,6 +64,11 @@ enum class BackwardPrefetch : std::uint8_t { none, backward_pre, backward_post }
 // Deck `host_streams`: how the host backend runs the engine's streams.
 // from_environment reads FTRAIN_HOST_STREAM (sync by default).
 enum class HostStreams : std::uint8_t { from_environment, sync, async };
+// Deck `fsdp ... offload` (ZeRO-Offload): what a device backend keeps in host
+// memory. optimizer: the f32 master shard, its gradient shard and the AdamW
+// moments; all: the compute-dtype parameter shard too. On the host backend
+// everything already is host memory and it changes nothing.
+enum class Offload : std::uint8_t { none, optimizer, all };
 
 const char* sharding_strategy_name(ShardingStrategy s);
 
@@ -106,6 +111,7 @@ struct FsdpOptions {
   // last micro-step. Refused for full_shard / hybrid_shard (it would keep a
   // full gradient per unit, defeating the sharding) and with LoRA.
   bool no_sync = false;
+  Offload offload = Offload::none;
 };
 
 // The dtype a frozen LoRA base's shards are stored in under `o` (f32 without

@@ -115,7 +115,48 @@ RunPlan make_plan(Model& model, const RunConfig& c, const FsdpOptions& o, int wo
   // Under LoRA the f32 gradient buffer is the adapters' only (the base has none).
   const std::int64_t grad_numel = p.lora ? largest_adapter : p.largest_unit;
   p.gathered_bytes_peak = static_cast<std::int64_t>(in_flight * p.largest_unit * param_bytes) + 4 * grad_numel;
+  plan_offload(p, o);
   return p;
+}
+
+void plan_offload(RunPlan& p, const FsdpOptions& o) {
+  p.offload = o.offload;
+  std::int64_t shard_numel = 0, largest_shard = 0;
+  for (const UnitPlan& u : p.units) {
+    shard_numel += u.shard_numel;
+    largest_shard = std::max(largest_shard, u.shard_numel);
+  }
+  const std::int64_t param_bytes = static_cast<std::int64_t>(dtype_size(o.param_dtype));
+  const std::int64_t staged = std::max(1, o.limit_all_gathers) * param_bytes * largest_shard;
+  if (p.lora) {
+    const std::int64_t base = static_cast<std::int64_t>(dtype_size(p.frozen_base_dtype)) * shard_numel;
+    const std::int64_t adapters = p.state_bytes_per_rank - base;  // f32 master + grad + AdamW m, v
+    const bool moved = o.offload != Offload::none, base_moved = o.offload == Offload::all;
+    p.device_state_bytes_per_rank = (moved ? 0 : adapters) + (base_moved ? staged : base);
+    p.host_state_bytes_per_rank = (moved ? adapters : 0) + (base_moved ? base : 0);
+    return;
+  }
+  const std::int64_t compute_shard = param_bytes * shard_numel;
+  // The reduce-scatter's f32 output of the unit whose backward just ended,
+  // until its copy to the host completes.
+  const std::int64_t reduced_grad_in_flight = 4 * largest_shard;
+  switch (o.offload) {
+    case Offload::none:
+      p.device_state_bytes_per_rank = p.state_bytes_per_rank;
+      p.host_state_bytes_per_rank = 0;
+      break;
+    case Offload::optimizer:
+      p.device_state_bytes_per_rank = compute_shard + reduced_grad_in_flight;
+      p.host_state_bytes_per_rank = p.state_bytes_per_rank;
+      break;
+    case Offload::all: {
+      // Each unit's compute shard is staged on the device for its all-gather
+      // (`staged`: as many as limit_all_gathers lets gather at once).
+      p.device_state_bytes_per_rank = staged + reduced_grad_in_flight;
+      p.host_state_bytes_per_rank = p.state_bytes_per_rank + compute_shard;
+      break;
+    }
+  }
 }
 
 std::string human_count(double n) {
@@ -158,6 +199,13 @@ std::string format_plan(const RunPlan& p) {
                : std::string(" sharded state (f32 master + grad + AdamW m, v) + "))
     << human_bytes(static_cast<double>(p.gathered_bytes_peak))
     << " gathered units in flight; activations are measured at run time\n";
+  if (p.offload != Offload::none)
+    s << "  offload           " << (p.offload == Offload::all ? "all" : "optimizer") << " on a device backend: "
+      << human_bytes(static_cast<double>(p.device_state_bytes_per_rank)) << " of the state on the device ("
+      << (p.offload == Offload::all ? "compute-dtype shards staged for their all-gathers"
+                                    : "the compute-dtype shard")
+      << " + one unit's reduced f32 gradient shard), "
+      << human_bytes(static_cast<double>(p.host_state_bytes_per_rank)) << " in host memory per rank\n";
   return s.str();
 }
 

@@ -15,7 +15,11 @@ namespace ftrain {
 
 namespace {
 
-double planned_bytes(const RunPlan& p) { return static_cast<double>(p.state_bytes_per_rank + p.gathered_bytes_peak); }
+// What the plan puts in device memory: under offload, only the part of the
+// sharded state the device keeps (RunPlan::device_state_bytes_per_rank).
+double planned_bytes(const RunPlan& p) {
+  return static_cast<double>(p.device_state_bytes_per_rank + p.gathered_bytes_peak);
+}
 
 std::string percent(double part, double whole) {
   char buf[32];
@@ -68,11 +72,22 @@ struct FitTerms {
 
 constexpr double kTight = 0.15;  // less than this fraction left: "tight"
 
+const char* offload_word(Offload o) {
+  switch (o) {
+    case Offload::none: return "none";
+    case Offload::optimizer: return "optimizer";
+    case Offload::all: return "all";
+  }
+  return "?";
+}
+
 std::string verdict_line(const RunPlan& plan, const FitTerms& t, const ActivationEstimate& a, double device_bytes) {
   std::ostringstream r;
   const double planned = planned_bytes(plan), need = planned + t.fixed(), left = device_bytes - need;
-  r << "fit on " << human_bytes(device_bytes) << " per device: " << human_bytes(planned)
-    << " sharded state + gathered units";
+  r << "fit on " << human_bytes(device_bytes) << " per device: " << human_bytes(planned) << " sharded state"
+    << (plan.offload != Offload::none ? std::string(" (the device's part under offload ") + offload_word(plan.offload) + ")"
+                                      : std::string())
+    << " + gathered units";
   if (a.known) r << " + " << human_bytes(t.activations) << " activations (estimate)";
   r << " + " << human_bytes(t.allowance.context) << " CUDA context and workspaces";
   if (t.allowance.nccl > 0) r << " + " << human_bytes(t.allowance.nccl) << " NCCL buffers";
@@ -136,16 +151,69 @@ std::string activation_advice(Model& model, const RunConfig& c, const Activation
   return line + "\n";
 }
 
+// Each offload setting re-planned: device memory per rank against the
+// device's, host memory per rank and per node against --host-memory, and
+// the settings that fit both. Host bytes are the offloaded state alone
+// (pinned buffers of the same size on a GPU); the process, the data loader
+// and the MPI buffers come on top.
+std::string offload_table(const std::function<RunPlan(const FsdpOptions&, int)>& replan, const FsdpOptions& o,
+                          const RunPlan& plan, int ranks_per_node, const FitTerms& t, double device_bytes,
+                          double host_bytes_per_node) {
+  std::ostringstream r;
+  const int per_node = std::max(1, std::min(ranks_per_node, plan.world_size));
+  r << "offload (fsdp ... offload) on " << human_bytes(device_bytes) << " per device and "
+    << (host_bytes_per_node > 0 ? human_bytes(host_bytes_per_node) + " of host memory per node (--host-memory)"
+                                : std::string("host memory not checked (--host-memory S gives a node's)"))
+    << ", " << per_node << " rank(s) per node:\n";
+  std::vector<std::string> fitting, failing;
+  for (const Offload setting : {Offload::none, Offload::optimizer, Offload::all}) {
+    FsdpOptions f = o;
+    f.offload = setting;
+    const RunPlan changed = setting == o.offload ? plan : replan(f, plan.world_size);
+    const double device = planned_bytes(changed) + t.fixed();
+    const double host_rank = static_cast<double>(changed.host_state_bytes_per_rank), host_node = host_rank * per_node;
+    const bool device_fits = device <= device_bytes;
+    const bool host_fits = host_bytes_per_node <= 0 || host_node <= host_bytes_per_node;
+    char name[16];
+    std::snprintf(name, sizeof name, "%-10s", offload_word(setting));
+    r << "  " << name << " device " << human_bytes(device) << " per rank (" << percent(device, device_bytes) << "): "
+      << (!device_fits ? "DOES NOT FIT" : device_bytes - device < kTight * device_bytes ? "fits, tight" : "fits")
+      << "; host ";
+    if (host_rank <= 0) {
+      r << "no offloaded state";
+    } else {
+      r << human_bytes(host_rank) << " per rank, " << human_bytes(host_node) << " per node";
+      if (host_bytes_per_node > 0) r << (host_fits ? ": fits" : ": DOES NOT FIT");
+    }
+    r << (setting == o.offload ? "   <- this deck" : "") << "\n";
+    (device_fits && host_fits ? fitting : failing).push_back(offload_word(setting));
+  }
+  auto joined = [](const std::vector<std::string>& words) {
+    std::string text;
+    for (std::size_t i = 0; i < words.size(); ++i) text += (i == 0 ? "" : ", ") + words[i];
+    return text;
+  };
+  if (fitting.empty()) r << "  fits with no offload setting";
+  else r << "  fits with offload " << joined(fitting);
+  if (!failing.empty()) r << "; does not fit with offload " << joined(failing);
+  r << (host_bytes_per_node > 0 ? "" : " (device memory only)") << "\n";
+  return r.str();
+}
+
 }  // namespace
 
 std::string plan_fit_report(Model& model, const RunConfig& c, const FsdpOptions& o, const RunPlan& plan,
-                            int ranks_per_node, double device_bytes) {
+                            int ranks_per_node, double device_bytes, double host_bytes_per_node) {
   const ActivationEstimate a = estimate_activations(model, c);
   FitTerms t;
   t.activations = a.known ? a.planned_bytes : 0.0;
   t.allowance = gpu_process_allowance(o, plan.world_size);
   std::ostringstream r;
   r << verdict_line(plan, t, a, device_bytes);
+  auto replan = [&](const FsdpOptions& changed, int world) {
+    return make_plan(model, c, changed, world, std::min(ranks_per_node, world));
+  };
+  r << offload_table(replan, o, plan, ranks_per_node, t, device_bytes, host_bytes_per_node);
   const double need = planned_bytes(plan) + t.fixed(), left = device_bytes - need;
   if (left >= kTight * device_bytes) return r.str();
 
@@ -157,9 +225,6 @@ std::string plan_fit_report(Model& model, const RunConfig& c, const FsdpOptions&
     const double bytes = planned_bytes(changed) + t.activations + gpu_process_allowance(o, changed.world_size).total();
     if (over ? bytes <= device_bytes : bytes < need)
       ideas.push_back(change + ": " + human_bytes(bytes) + " per rank (" + percent(bytes, device_bytes) + ")");
-  };
-  auto replan = [&](const FsdpOptions& changed, int world) {
-    return make_plan(model, c, changed, world, std::min(ranks_per_node, world));
   };
   if (o.strategy != ShardingStrategy::full_shard) {
     FsdpOptions f = o;
@@ -176,6 +241,15 @@ std::string plan_fit_report(Model& model, const RunConfig& c, const FsdpOptions&
     FsdpOptions f = o;
     f.limit_all_gathers = 1;
     consider("fsdp ... limit_all_gathers 1 (less overlap)", replan(f, plan.world_size));
+  }
+  if (o.offload == Offload::none) {
+    FsdpOptions f = o;
+    f.offload = Offload::optimizer;
+    const RunPlan offloaded = replan(f, plan.world_size);
+    consider("fsdp ... offload optimizer (f32 state and AdamW in host memory: " +
+                 human_bytes(static_cast<double>(offloaded.host_state_bytes_per_rank)) + " per rank; device "
+                 "backends: not implemented yet)",
+             offloaded);
   }
   suggest_rank_count(replan, o, plan, ranks_per_node, t, device_bytes, over, consider);
   r << (over ? "to make it fit, one of:\n" : "to leave more room, one of:\n");

@@ -38,8 +38,11 @@ struct GpuProcessAllowance {
 GpuProcessAllowance gpu_process_allowance(const FsdpOptions& options, int world_size);
 
 // The fit paragraph for `plan` on devices of `device_bytes`, ending in a
-// newline. Re-plans `model` with other options/rank counts for suggestions.
+// newline: the verdict for the deck's settings, then each `fsdp ... offload`
+// setting's device memory per rank and host memory per rank and per node
+// (against `host_bytes_per_node` when > 0, --host-memory) and which of them
+// fit. Re-plans `model` with other options/rank counts for suggestions.
 std::string plan_fit_report(Model& model, const RunConfig& config, const FsdpOptions& options, const RunPlan& plan,
-                            int ranks_per_node, double device_bytes);
+                            int ranks_per_node, double device_bytes, double host_bytes_per_node = 0);
 
 }  // namespace ftrain

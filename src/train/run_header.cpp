@@ -128,7 +128,7 @@ std::string run_header(const RunHeaderFacts& f) {
   if (f.device_choice.device == Device::host)
     h << gpu_sized_deck_warning(f.plan, c.precision, HostFacts{node_bytes, f.ranks_per_node, f.peak.flops_per_second});
   if (f.device_memory_bytes > 0)
-    h << plan_fit_report(f.model, c, f.fsdp, f.plan, f.ranks_per_node, f.device_memory_bytes);
+    h << plan_fit_report(f.model, c, f.fsdp, f.plan, f.ranks_per_node, f.device_memory_bytes, f.host_memory_bytes);
   h << f.check_report;
   h << "resolved deck:\n";
   for (const auto& line : c.resolved_lines) h << "  " << line << "\n";

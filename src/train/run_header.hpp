@@ -32,6 +32,7 @@ struct RunHeaderFacts {
   bool planned_ranks = false;       // --check --ranks: the geometry is planned, not started
   bool check_only = false;
   double device_memory_bytes = 0;   // --check --device-memory: report the fit (0 = none)
+  double host_memory_bytes = 0;     // --check --host-memory: a node's, for the offload plan (0 = not checked)
   std::string check_report;         // --check: printed after the plan and the fit (train/check_plan.hpp)
 };
 

@@ -35,6 +35,25 @@ BackwardPrefetch engine_prefetch(deck::BackwardPrefetch p) {
   return BackwardPrefetch::backward_pre;
 }
 
+Offload engine_offload(deck::Offload o) {
+  switch (o) {
+    case deck::Offload::none: return Offload::none;
+    case deck::Offload::optimizer: return Offload::optimizer;
+    case deck::Offload::all: return Offload::all;
+  }
+  FT_THROW() << "unhandled deck offload " << static_cast<int>(o);
+  return Offload::none;
+}
+
+// What `offload` does where the run computes, for the fsdp header line.
+std::string describe_offload(const RunConfig& c, const FsdpOptions& o) {
+  if (o.offload == Offload::none) return "";
+  const std::string setting = ", offload " + std::string(deck::word(c.fsdp.offload));
+  if (o.device == Device::host)
+    return setting + " (no effect on the host backend: the sharded state already is host memory)";
+  return setting;
+}
+
 DType comm_dtype(deck::CommDtype d) { return d == deck::CommDtype::bf16 ? DType::bf16 : DType::f32; }
 
 AttentionBackend engine_attention(deck::AttentionBackend a) {
@@ -117,6 +136,17 @@ FsdpOptions resolve_fsdp_options(const RunConfig& c, Device device) {
     o.lora.targets = c.lora.all_linear ? std::vector<std::string>{} : c.lora.targets;
   }
   o.device = device;
+  o.offload = engine_offload(c.fsdp.offload);
+  // The device engine's host-resident state, its copy stream and the CPU
+  // AdamW are not built yet: a device run that asked for them would quietly
+  // keep everything on the device, and a plan that only fits with offload
+  // would run out of memory at step 1. --check still plans every setting
+  // (plan_fit.hpp) on a host deck.
+  if (o.offload != Offload::none && device != Device::host)
+    FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp ... offload " << c.fsdp.offload << " on device "
+                    << device_name(device) << " is not implemented yet (host-resident optimizer state on a "
+                    << "device backend); use offload none there, or device host, where the state already is "
+                    << "host memory";
   o.attention_backend = engine_attention(c.attention_backend);
   o.device_comm = c.device_comm == deck::DeviceComm::mpi ? DeviceComm::mpi : DeviceComm::nccl;
   return o;
@@ -171,7 +201,7 @@ std::string describe_settings(const RunConfig& c, const FsdpOptions& o, int shar
             ? " " + std::to_string(c.activation_checkpointing_every)
             : "")
     << (o.fp8 ? ", fp8 all_gather " + decide_fp8_all_gather(o, shard_group_size).text : "")
-    << (o.no_sync ? ", no_sync on (gradients reduced once per step)" : "") << "\n";
+    << (o.no_sync ? ", no_sync on (gradients reduced once per step)" : "") << describe_offload(c, o) << "\n";
   h << "training: batch micro " << c.batch.micro_batch << " accumulate " << c.batch.grad_accum << " seq_len "
     << c.batch.seq_len << " | optimizer " << c.optimizer.name << " lr " << c.optimizer.lr << " beta1 "
     << c.optimizer.beta1 << " beta2 " << c.optimizer.beta2 << " eps " << c.optimizer.eps << " weight_decay "

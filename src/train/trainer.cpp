@@ -660,7 +660,8 @@ int Trainer::run() {
     s.out.say(run_header(RunHeaderFacts{c, *s.model, s.plan, s.fsdp, s.device_choice, s.peak, s.out.progress_line(),
                                         s.ranks_per_node, s.blas_threads, s.cpu_binding_text, s.cpu_binding_warning,
                                         s.options.plan_ranks > 0, s.options.check_only,
-                                        s.options.device_memory_bytes, check_report}));
+                                        s.options.device_memory_bytes, s.options.host_memory_bytes,
+                                        check_report}));
   }
   // A finished run started again (a requeue after the last step, a rerun of
   // the same job script) is not an error: there is simply nothing to do.

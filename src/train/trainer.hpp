@@ -33,6 +33,7 @@ struct TrainerOptions {
   int plan_ranks = 0;
   int plan_ranks_per_node = 0;
   double device_memory_bytes = 0;
+  double host_memory_bytes = 0;  // --check --host-memory: a node's, for the offload plan
   // --check --gpu NAME (train/gpu_models.hpp): the target GPU's memory (unless
   // --device-memory) and peak; --fs-bandwidth, --mfu and --job-script feed the
   // time budget (train/plan_budget.hpp). 0 / "": the stated defaults.

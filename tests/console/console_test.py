@@ -59,6 +59,15 @@ Scenarios:
               bytes per rank --check prints for a tiny deck are the bytes a
               real save of that deck writes (its rank file, less HDF5
               metadata).
+  offload_plan `fsdp ... offload` (issue 37) planned by --check: the
+              8-rank 70B recipe (inputs/llama70b_8gpu.in) fits 80GiB with
+              offload optimizer and all and not with none (which -var
+              offload none shows as the deck's verdict, advising offload);
+              --host-memory checks the offloaded state per node (1 TiB:
+              512GiB is too little, 2TiB holds it); on the host backend the
+              header says offload changes nothing; with device cuda a run
+              stops at the fsdp line (the device engine does not offload
+              yet); --host-memory needs --check and a device size.
 """
 import argparse
 import json
@@ -530,9 +539,79 @@ def scenario_gpu_plan(e):
     if not planned["lora"] < planned["full"] / 4:
         fail(f"LoRA's checkpoint ({planned['lora']} bytes per rank) should hold the adapters only")
 
+def scenario_offload_plan(e):
+    stand_ins = ["-var", "hf_weights", "stand_in.safetensors", "-var", "train_tokens", "tiny_train.tok",
+                 "-var", "eval_tokens", "tiny_eval.tok", "-var", "run_dir", "runs/offload_plan"]
+    recipe = os.path.join(e.args.repo, "inputs", "llama70b_8gpu.in")
+    env = e.environment(FTRAIN_CUDA_BACKEND="/nonexistent/libftrain_cuda.so")
+    # --check reads the weights' header: a stand-in with the 70B's tensors.
+    safetensors_stand_in.write_stand_in(os.path.join(e.dir, "stand_in.safetensors"),
+                                        [e.args.ftrain, "--check", *stand_ins, recipe], cwd=e.dir, env=env)
+
+    def run(cmd):
+        p = subprocess.run(cmd, cwd=e.dir, capture_output=True, text=True, env=env, timeout=120)
+        return p.returncode, p.stdout + p.stderr
+
+    def check(*extra):
+        rc, out = run([e.args.ftrain, "--check", "--ranks", "8", "--ranks-per-node", "8", *extra, *stand_ins, recipe])
+        if rc != 0:
+            fail(f"--check {' '.join(extra)} of {recipe}: exit {rc}:\n{out}")
+        return out
+
+    def expect(what, out, wanted, unwanted=()):
+        missing = [w for w in wanted if w not in out]
+        present = [u for u in unwanted if u in out]
+        if missing or present:
+            fail(f"{what}: missing {missing}, unexpected {present}:\n{out}")
+
+    out = check("--device-memory", "80GiB")
+    verdict = next((l for l in out.splitlines() if l.startswith("fit on 80.00 GiB per device")), "")
+    if not verdict or "DOES NOT FIT" in verdict or "(the device's part under offload optimizer)" not in verdict:
+        fail("the 8-rank recipe with offload optimizer on 80GiB: expected a fit verdict for the device's part:\n" + out)
+    expect("the offload table on 80GiB", out,
+           ["offload (fsdp ... offload) on 80.00 GiB per device and host memory not checked",
+            "  none       device ", "  optimizer  device ", "<- this deck",
+            "128.48 GiB per rank, 1027.83 GiB per node",
+            "fits with offload optimizer, all; does not fit with offload none (device memory only)",
+            "offload           optimizer on a device backend: 16.46 GiB of the state on the device",
+            ", offload optimizer (no effect on the host backend: the sharded state already is host memory)"])
+    none_line = next(l for l in out.splitlines() if l.startswith("  none       device "))
+    if "DOES NOT FIT" not in none_line:
+        fail("offload none on 8 ranks of 80GiB should not fit:\n" + out)
+    print("ok: llama70b_8gpu.in on 8 ranks of 80GiB fits with offload optimizer (and all), not with none")
+    out = check("--device-memory", "80GiB", "-var", "offload", "none")
+    verdict = next((l for l in out.splitlines() if l.startswith("fit on 80.00 GiB per device")), "")
+    expect("the recipe with -var offload none", verdict + "\n" + out,
+           ["DOES NOT FIT", "to make it fit, one of:", "  - fsdp ... offload optimizer (f32 state and AdamW in host "
+            "memory: 128.48 GiB per rank; device backends: not implemented yet)"])
+    print("ok: -var offload none: the deck's verdict is DOES NOT FIT and the advice names offload optimizer")
+    out = check("--gpu", "h100-80gb", "--host-memory", "512GiB")
+    expect("--host-memory 512GiB", out,
+           ["host memory per node (--host-memory)", "1027.83 GiB per node: DOES NOT FIT", "fits with no offload setting"])
+    out = check("--gpu", "h100-80gb", "--host-memory", "2TiB")
+    expect("--host-memory 2TiB", out,
+           ["2048.00 GiB of host memory per node", "1027.83 GiB per node: fits", "fits with offload optimizer, all; "
+            "does not fit with offload none\n"])
+    print("ok: --host-memory: 1 TiB of offloaded state per node does not fit 512GiB and fits 2TiB")
+    rc, out = run([e.args.ftrain, "--check", "--ranks", "8", "--gpu", "h100-80gb", *stand_ins, "-var", "device",
+                   "cuda", recipe])
+    if rc == 0 or not re.search(r"llama70b_8gpu\.in:\d+: fsdp \.\.\. offload optimizer on device cuda is not "
+                                r"implemented yet", out):
+        fail(f"offload optimizer with device cuda: exit {rc}, expected the refusal naming the fsdp line:\n{out}")
+    print("ok: device cuda with offload optimizer stops at the fsdp line: not implemented yet on a device")
+    rc, out = run([e.args.ftrain, "--host-memory", "2TiB", *stand_ins, recipe])
+    if rc == 0 or "--host-memory" not in out or "use them with --check" not in out:
+        fail(f"--host-memory without --check: exit {rc}:\n{out}")
+    rc, out = run([e.args.ftrain, "--check", "--host-memory", "2TiB", *stand_ins, recipe])
+    if rc == 0 or "give --device-memory S or --gpu NAME too" not in out:
+        fail(f"--host-memory without a device size: exit {rc}:\n{out}")
+    print("ok: --host-memory needs --check and a device size")
+
+
 SCENARIOS = {
     "plan_ranks": scenario_plan_ranks,
     "gpu_plan": scenario_gpu_plan,
+    "offload_plan": scenario_offload_plan,
     "check": scenario_check,
     "resume": scenario_resume,
     "mfu": scenario_mfu,

@@ -25,6 +25,11 @@ deck on `device host`, exactly: loss, lr, grad_norm, eval_loss of every step):
                resumes on the host, and one saved on the host resumes on the
                simulated device; both continuations equal the uninterrupted
                host run bit for bit (fp32 and fp8 state).
+  offload      `fsdp ... offload` (issue 37), 1 rank: on the host backend
+               offload optimizer and all train bit for bit as offload none
+               and the header says they change nothing; on the simulated
+               device offload optimizer is refused at the fsdp line (the
+               device engine does not offload yet) before any step.
   gpu          (no --sim-device: the real CUDA backend; label gpu) tiny Llama
                and tiny ViT, fp32, 1 rank, `device cuda` against the same deck
                on the host within a stated tolerance (GEMM and reduction
@@ -316,6 +321,33 @@ def scenario_vit(r):
             same_curve(host, dev, f"vit {name} np {np}")
 
 
+def scenario_offload(r):
+    base = r.run(1, LLAMA_DECK, "host", "offload_none_host", max_steps=6)
+    for setting in ("optimizer", "all"):
+        run_dir = r.run(1, LLAMA_DECK, "host", f"offload_{setting}_host", max_steps=6,
+                        fsdp_extra=f"offload {setting}")
+        header = open(os.path.join(run_dir, "stdout.txt")).read()
+        if f", offload {setting} (no effect on the host backend" not in header:
+            fail(f"offload {setting} on the host: the fsdp header line does not say it changes nothing:\n"
+                 + header[:3000])
+        same_curve(base, run_dir, f"host offload {setting} against offload none")
+    # A device run that asked for offload must not quietly keep its state on the device.
+    name = "offload_optimizer_device"
+    os.makedirs(os.path.join(r.dir, name), exist_ok=True)
+    wrapper = r.write(os.path.join(name, "deck.in"), f"device cuda\ndevice_comm mpi\ninclude {LLAMA_DECK}\n")
+    argv = r.ftrain_argv(wrapper, {"data_dir": r.dir, "run_dir": os.path.join(r.dir, name),
+                                   "fsdp_extra": "offload optimizer", "max_steps": 6})
+    p = ftrain_test.Runner.run(r, 1, argv, env={"FTRAIN_CUDA_BACKEND": r.args.sim_device}, timeout=240,
+                               merge_output=True, what=f"{name}: ftrain device cuda offload optimizer")
+    out = p.stdout + (p.stderr or "")
+    if p.returncode == 0 or "tiny.in:" not in out or \
+            "fsdp ... offload optimizer on device cuda is not implemented yet" not in out:
+        fail(f"{name}: exit {p.returncode}, expected the refusal naming the fsdp line:\n{out[-3000:]}")
+    if os.path.exists(os.path.join(r.dir, name, "metrics.jsonl")):
+        fail(f"{name}: the refused run wrote metrics.jsonl")
+    print("ok: offload optimizer on the simulated device stops at the fsdp line: not implemented yet")
+
+
 def scenario_checkpoint(r):
     # checkpoint dir per direction; the uninterrupted run on the host is the reference.
     for precision in ("fp32", "fp8"):
@@ -356,6 +388,8 @@ def main():
             scenario_llama(r, 2)
         elif args.scenario == "vit_np12":
             scenario_vit(r)
+        elif args.scenario == "offload":
+            scenario_offload(r)
         elif args.scenario == "checkpoint":
             scenario_checkpoint(r)
         elif args.scenario == "gpu":

@@ -93,6 +93,34 @@ TEST(RunSettings, TheHeaderPrintsTheResolvedValues) {
   EXPECT_NE(text.find("| precision bf16 |"), std::string::npos) << text;
 }
 
+// fsdp ... offload (issue 37): on the host backend the state already is host
+// memory, so it resolves, changes nothing and the header says so; a device
+// backend refuses it (the device engine does not offload yet), naming the
+// fsdp line, instead of keeping everything on the device.
+TEST(RunSettings, OffloadIsANoOpOnTheHostAndRefusedOnADevice) {
+  EXPECT_EQ(resolve_fsdp_options(parse(""), Device::host).offload, Offload::none);
+  const RunConfig optimizer = parse("fsdp full_shard offload optimizer\n");
+  const FsdpOptions o = resolve_fsdp_options(optimizer, Device::host);
+  EXPECT_EQ(o.offload, Offload::optimizer);
+  EXPECT_EQ(resolve_fsdp_options(parse("fsdp full_shard offload all\n"), Device::host).offload, Offload::all);
+  const std::string text = describe_settings(optimizer, o, 2);
+  EXPECT_NE(text.find(", offload optimizer (no effect on the host backend: the sharded state already is host "
+                      "memory)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(describe_settings(parse(""), resolve_fsdp_options(parse(""), Device::host), 2).find("offload"),
+            std::string::npos);
+  try {
+    resolve_fsdp_options(parse("fsdp full_shard offload all\n"), Device::cuda);
+    ADD_FAILURE() << "offload all on device cuda resolved";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("run.in:3: fsdp ... offload all on device cuda is not implemented yet"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(resolve_fsdp_options(parse("fsdp full_shard offload none\n"), Device::cuda).offload, Offload::none);
+}
+
 // The LoRA frozen base takes the compute dtype (issue 36): bf16 under
 // precision bf16 (or fsdp param_dtype bf16), f32 under fp32 (the fp32
 // goldens stay as they are), and `lora base_dtype f32` keeps f32.
