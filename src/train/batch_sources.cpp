@@ -71,7 +71,8 @@ std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRol
       FT_USER_ERROR() << where.str() << ": " << e.what();
     }
   }
-  FT_USER_ERROR() << where.str() << ": data kind '" << kind << "' is not supported by this ftrain";
+  // Both kinds return above; the deck parser admits no other.
+  FT_THROW() << where.str() << ": data kind " << static_cast<int>(kind) << " is not one the deck parser admits";
 }
 
 void report_example_truncation(const RunConfig& c, const data::TokenFile& file, std::vector<std::string>& warnings) {
