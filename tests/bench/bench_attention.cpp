@@ -49,10 +49,10 @@ void run(std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t D, int rep
   Tensor lse = Tensor::empty({B, H, T}, DType::f32);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 
-  host::attention_forward(q, k, v, causal, scale, out, lse);  // warm-up
-  const double t_fwd = best_seconds(repeats, [&] { host::attention_forward(q, k, v, causal, scale, out, lse); });
+  host::attention_forward(q, k, v, causal, nullptr, scale, out, lse);  // warm-up
+  const double t_fwd = best_seconds(repeats, [&] { host::attention_forward(q, k, v, causal, nullptr, scale, out, lse); });
   const double t_bwd = best_seconds(
-      repeats, [&] { host::attention_backward(q, k, v, out, lse, dout, causal, scale, dq, dk, dv); });
+      repeats, [&] { host::attention_backward(q, k, v, out, lse, dout, causal, nullptr, scale, dq, dk, dv); });
 
   const double fwd_flops = 4.0 * static_cast<double>(B * H * D) * static_cast<double>(T * T) * (causal ? 0.5 : 1.0);
   const double bwd_flops = 2.5 * fwd_flops;

@@ -96,9 +96,9 @@ Reference reference_attention(const Case& c, const std::vector<double>& q, const
 void run_forward(const Case& c, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse) {
   const auto scale = static_cast<float>(c.scale());
   if (c.use_public_entry) {
-    ops::attention_forward(backend_ctx(), q, k, v, c.causal, scale, out, lse);
+    ops::attention_forward(backend_ctx(), q, k, v, c.causal, nullptr, scale, out, lse);
   } else {
-    host::detail::attention_forward_tiled(q, k, v, c.causal, scale, out, lse, c.tiles);
+    host::detail::attention_forward_tiled(q, k, v, c.causal, nullptr, scale, out, lse, c.tiles);
   }
 }
 
@@ -106,9 +106,9 @@ void run_backward(const Case& c, const Tensor& q, const Tensor& k, const Tensor&
                   const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
   const auto scale = static_cast<float>(c.scale());
   if (c.use_public_entry) {
-    ops::attention_backward(backend_ctx(), q, k, v, out, lse, dout, c.causal, scale, dq, dk, dv);
+    ops::attention_backward(backend_ctx(), q, k, v, out, lse, dout, c.causal, nullptr, scale, dq, dk, dv);
   } else {
-    host::detail::attention_backward_tiled(q, k, v, out, lse, dout, c.causal, scale, dq, dk, dv, c.tiles);
+    host::detail::attention_backward_tiled(q, k, v, out, lse, dout, c.causal, nullptr, scale, dq, dk, dv, c.tiles);
   }
 }
 
@@ -244,7 +244,7 @@ TEST(AttentionHostTiles, TileSizeDoesNotChangeResult) {
   for (host::detail::AttentionTiles tiles :
        {host::detail::AttentionTiles{64, 64}, host::detail::AttentionTiles{1, 1}, host::detail::AttentionTiles{7, 5}}) {
     Tensor out = Tensor::empty(base.q_shape(), DType::f32), lse = Tensor::empty({1, 2, 45}, DType::f32);
-    host::detail::attention_forward_tiled(q, k, v, true, 0.25f, out, lse, tiles);
+    host::detail::attention_forward_tiled(q, k, v, true, nullptr, 0.25f, out, lse, tiles);
     outs.push_back(to_doubles(out));
   }
   EXPECT_LT(relative_error(outs[1], outs[0]), 1e-6);
@@ -255,17 +255,17 @@ TEST_P(Attention, RejectsBadShapes) {
   Tensor q = Tensor::zeros({1, 4, 3, 8}, DType::f32, Device::host, "q");
   Tensor k = Tensor::zeros({1, 4, 2, 8}, DType::f32, Device::host, "k");  // 3 % 2 != 0
   Tensor out = Tensor::zeros({1, 4, 3, 8}, DType::f32), lse = Tensor::zeros({1, 3, 4}, DType::f32);
-  EXPECT_THROW({ ops::attention_forward(backend_ctx(), q, k, k, true, 1.0f, out, lse); backend_synchronize(); }, Error);
+  EXPECT_THROW({ ops::attention_forward(backend_ctx(), q, k, k, true, nullptr, 1.0f, out, lse); backend_synchronize(); }, Error);
 
   Tensor k_ok = Tensor::zeros({1, 4, 1, 8}, DType::f32);
   Tensor bad_lse = Tensor::zeros({1, 4, 3}, DType::f32, Device::host, "lse");
   try {
-    ops::attention_forward(backend_ctx(), q, k_ok, k_ok, true, 1.0f, out, bad_lse);
+    ops::attention_forward(backend_ctx(), q, k_ok, k_ok, true, nullptr, 1.0f, out, bad_lse);
     backend_synchronize();
     FAIL() << "expected a throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("lse"), std::string::npos) << e.what();
   }
   Tensor int_q = Tensor::zeros({1, 4, 3, 8}, DType::i32);
-  EXPECT_THROW({ ops::attention_forward(backend_ctx(), int_q, k_ok, k_ok, true, 1.0f, out, lse); backend_synchronize(); }, Error);
+  EXPECT_THROW({ ops::attention_forward(backend_ctx(), int_q, k_ok, k_ok, true, nullptr, 1.0f, out, lse); backend_synchronize(); }, Error);
 }
