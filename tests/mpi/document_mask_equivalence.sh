@@ -56,6 +56,18 @@ run 2 np2_packed_mask
 run 2 np2_packed_nomask -var mask off
 run 2 np2_rows -var mask off -var packing off -var micro 2
 
+# On a device (the simulated one, when the build has it): the ids travel
+# with the batch and the curve is the host's bit for bit.
+if [ -n "${FTRAIN_TEST_SIM_DEVICE:-}" ]; then
+  { cat deck.in; echo "device cuda"; echo "device_comm mpi"; } > deck_device.in
+  FTRAIN_CUDA_BACKEND=$FTRAIN_TEST_SIM_DEVICE "$mpiexec" "${mpi_flags[@]}" -np 1 "$ftrain" deck_device.in \
+    -var run_dir device_mask > device_mask.log 2>&1 ||
+    { cat device_mask.log; echo "FAIL: document_mask on the simulated device"; exit 1; }
+  cmp <(grep -o '"loss": *[^,}]*' np1_packed_mask/metrics.jsonl) <(grep -o '"loss": *[^,}]*' device_mask/metrics.jsonl) ||
+    { echo "FAIL: the simulated device's curve is not the host's"; exit 1; }
+  echo "simulated device: the host's curve bit for bit"
+fi
+
 # The option's refusals name the deck line.
 if "$ftrain" deck.in -var packing off -var micro 4 -var run_dir refused > refused.log 2>&1; then
   echo "FAIL: document_mask on with packing off ran"; exit 1
