@@ -21,6 +21,17 @@ std::vector<std::int64_t> shuffle_permutation(std::int64_t n, std::uint64_t seed
   return perm;
 }
 
+std::string document_mask_problem(const TokenFile& file, const TokenDatasetOptions& options) {
+  if (!options.document_mask) return {};
+  if (!options.packing)
+    return "data " + file.path() + ": document_mask on needs packing on (with packing off every row already holds "
+           "one document)";
+  if (!file.has_document_index())
+    return "data " + file.path() + ": document_mask on needs a token file with a document index (version 2, made "
+           "by ftrain-prep); this one has none";
+  return {};
+}
+
 ExampleTruncation count_example_truncation(const TokenFile& file, std::int64_t seq_len) {
   FT_CHECK(file.has_document_index() && seq_len >= 1) << file.path() << " seq_len " << seq_len;
   ExampleTruncation count;
@@ -59,12 +70,8 @@ void TokenDataset::init() {
     FT_USER_ERROR() << "data " << file_->path() << ": the global batch must be at least 1, not "
                     << options_.global_batch;
   const std::int64_t n = file_->n_tokens();
-  if (options_.document_mask && !options_.packing)
-    FT_USER_ERROR() << "data " << file_->path() << ": document_mask on needs packing on (with packing off every "
-                    << "row already holds one document)";
-  if (options_.document_mask && !file_->has_document_index())
-    FT_USER_ERROR() << "data " << file_->path() << ": document_mask on needs a token file with a document index "
-                    << "(version 2, made by ftrain-prep); this one has none";
+  if (const std::string problem = document_mask_problem(*file_, options_); !problem.empty())
+    FT_USER_ERROR() << problem;
   if (options_.packing) {
     n_windows_ = n >= 1 ? (n - 1) / T : 0;
     if (n_windows_ == 0)

@@ -146,6 +146,10 @@ struct ExampleTruncation {
   std::int64_t untrained = 0;       // no trained target left within the window
   std::int64_t longest_tokens = 0;  // the longest example
 };
+// Why `options.document_mask` cannot run on `file` (needs packing and a
+// document index), or "" when it can: the dataset's refusal, and --check's.
+std::string document_mask_problem(const TokenFile& file, const TokenDatasetOptions& options);
+
 // Requires file.has_document_index().
 ExampleTruncation count_example_truncation(const TokenFile& file, std::int64_t seq_len);
 

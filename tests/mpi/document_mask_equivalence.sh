@@ -73,6 +73,11 @@ if "$ftrain" deck.in -var packing off -var micro 4 -var run_dir refused > refuse
   echo "FAIL: document_mask on with packing off ran"; exit 1
 fi
 grep -q "deck.in:9: .*document_mask on needs packing on" refused.log || { cat refused.log; echo "FAIL: refusal text"; exit 1; }
+if "$ftrain" --check deck.in -var packing off > refused_check.log 2>&1; then
+  echo "FAIL: --check passed document_mask on with packing off"; exit 1
+fi
+grep -q "deck.in:9: .*document_mask on needs packing on" refused_check.log ||
+  { cat refused_check.log; echo "FAIL: --check refusal text"; exit 1; }
 
 python3 - <<'PY'
 import json, sys
