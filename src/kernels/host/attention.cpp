@@ -3,6 +3,9 @@
 // Layout: q[B,T,Hq,D], k,v[B,T,Hkv,D], out[B,T,Hq,D], lse f32[B,Hq,T].
 // Query head h reads kv head h / (Hq / Hkv) (GQA; MHA when Hq == Hkv).
 // lse[b,h,i] = log(sum_j exp(scale * q_i . k_j)) over the visible keys j.
+// With document ids (a packed window), key j is visible only within query
+// i's document: key tiles wholly outside the query tile's documents are
+// skipped in both passes, so the work follows the documents' lengths.
 //
 // Forward: one task per (batch, query head, query tile). The task keeps its
 // Q tile (pre-scaled), an f32 output accumulator and the running row max m
