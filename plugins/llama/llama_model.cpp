@@ -74,6 +74,10 @@ ParamSpec norm_weight(const std::string& name, std::int64_t size) {
 // Token rows of a [B, T] batch tensor.
 std::int64_t token_rows(const Tensor& tokens) { return tokens.numel(); }
 
+// The packed window's document ids when the deck asks for the document mask
+// (data ... document_mask on), else none: attention over the whole window.
+const Tensor* documents_of(const Batch& batch) { return batch.documents.defined() ? &batch.documents : nullptr; }
+
 // A block projection: a linear LoRA may adapt (layers/lora.hpp).
 ParamSpec projection(const std::string& name, Shape shape, const LlamaConfig& c) {
   ParamSpec p = matrix(name, std::move(shape), c);
@@ -178,7 +182,8 @@ class DecoderLayerUnit final : public Unit {
 
     Tensor attn = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor lse = f32_tensor(ctx, {d.b, d.hq, d.t});
-    ops::attention_forward(ctx.execution(), q4, k4, v4, /*causal=*/true, softmax_scale(), attn, lse);
+    ops::attention_forward(ctx.execution(), q4, k4, v4, /*causal=*/true, documents_of(batch), softmax_scale(), attn,
+                           lse);
 
     Tensor h1 = activation(ctx, {d.n, d.c});
     linear_forward(ctx, kO, attn.reshape({d.n, d.hq * d.hd}), p[kO], h1);
@@ -253,7 +258,7 @@ class DecoderLayerUnit final : public Unit {
     Tensor dk = activation(ctx, {d.b, d.t, d.hkv, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.hkv, d.hd});
     ops::attention_backward(ctx.execution(), s[kQRot], s[kKRot], s[kVal], s[kAttn], s[kLse], dattn, /*causal=*/true,
-                            softmax_scale(), dq, dk, dv);
+                            documents_of(batch), softmax_scale(), dq, dk, dv);
     ops::rope_backward(ctx.execution(), dq, inv_freq(ctx), batch.position_offset, dq);
     ops::rope_backward(ctx.execution(), dk, inv_freq(ctx), batch.position_offset, dk);
 

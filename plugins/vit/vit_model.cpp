@@ -210,7 +210,7 @@ class BlockUnit final : public Unit {
     }
     Tensor attn = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor lse = f32_tensor(ctx, {d.b, d.h, d.t});
-    ops::attention_forward(ctx.execution(), q, k, v, /*causal=*/false, softmax_scale(), attn, lse);
+    ops::attention_forward(ctx.execution(), q, k, v, /*causal=*/false, /*documents=*/nullptr, softmax_scale(), attn, lse);
 
     Tensor h1 = activation(ctx, {d.n, d.c});
     linear_forward(ctx, kProjLayer, attn.reshape({d.n, d.c}), p[kProjW], &p[kProjB], h1);
@@ -265,7 +265,7 @@ class BlockUnit final : public Unit {
     Tensor dq = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor dk = activation(ctx, {d.b, d.t, d.h, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.h, d.hd});
-    ops::attention_backward(ctx.execution(), s[kQ], s[kK], s[kV], s[kAttn], s[kLse], dattn, /*causal=*/false,
+    ops::attention_backward(ctx.execution(), s[kQ], s[kK], s[kV], s[kAttn], s[kLse], dattn, /*causal=*/false, /*documents=*/nullptr,
                             softmax_scale(), dq, dk, dv);
 
     Tensor xn1 = activation(ctx, {d.n, d.c});

@@ -16,6 +16,10 @@ struct Batch {
   Tensor inputs;   // i32 [B, T] tokens (language) or f32 [B, H, W, C] images (vision)
   Tensor targets;  // i32 [B, T] next tokens (kIgnoreIndex = padding) or i32 [B] labels
   std::int64_t position_offset = 0;  // position of column 0 (always 0 in training windows)
+  // i32 [B, T] document id of each input token of a packed window
+  // (`document_mask on`): attention stays within a document. Undefined when
+  // off: attention sees the whole causal window, as it always did.
+  Tensor documents;
   // Index of inputs' first sample in the run's sample order (step * global
   // batch + its place in the step): keys LoRA's dropout mask, so the mask of
   // a sample does not depend on the rank or micro-batch that computes it.

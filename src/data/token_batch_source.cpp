@@ -14,6 +14,10 @@ void TokenBatchSource::fill_batch(std::int64_t step, std::int64_t first_sample, 
   batch.inputs = Tensor::empty({count, T}, DType::i32);
   batch.targets = Tensor::empty({count, T}, DType::i32);
   dataset_.fill_batch(step, first_sample, count, batch.inputs, batch.targets);
+  if (dataset_.options().document_mask) {
+    batch.documents = Tensor::empty({count, T}, DType::i32);
+    dataset_.fill_batch_documents(step, first_sample, count, batch.documents);
+  }
 }
 
 void TokenBatchSource::fill_eval(std::int64_t first, std::int64_t count, std::int64_t rows, Batch& batch) {
@@ -27,6 +31,14 @@ void TokenBatchSource::fill_eval(std::int64_t first, std::int64_t count, std::in
     Tensor in = batch.inputs.view({count, T});
     Tensor tg = batch.targets.view({count, T});
     dataset_.fill_windows(first, count, in, tg);
+  }
+  if (dataset_.options().document_mask) {
+    // Padding rows (beyond count) are one document each: ids 0.
+    batch.documents = Tensor::zeros({rows, T}, DType::i32);
+    if (count > 0) {
+      Tensor docs = batch.documents.view({count, T});
+      dataset_.fill_window_documents(first, count, docs);
+    }
   }
 }
 

@@ -21,6 +21,17 @@ std::vector<std::int64_t> shuffle_permutation(std::int64_t n, std::uint64_t seed
   return perm;
 }
 
+std::string document_mask_problem(const TokenFile& file, const TokenDatasetOptions& options) {
+  if (!options.document_mask) return {};
+  if (!options.packing)
+    return "data " + file.path() + ": document_mask on needs packing on (with packing off every row already holds "
+           "one document)";
+  if (!file.has_document_index())
+    return "data " + file.path() + ": document_mask on needs a token file with a document index (version 2, made "
+           "by ftrain-prep); this one has none";
+  return {};
+}
+
 ExampleTruncation count_example_truncation(const TokenFile& file, std::int64_t seq_len) {
   FT_CHECK(file.has_document_index() && seq_len >= 1) << file.path() << " seq_len " << seq_len;
   ExampleTruncation count;
@@ -59,6 +70,8 @@ void TokenDataset::init() {
     FT_USER_ERROR() << "data " << file_->path() << ": the global batch must be at least 1, not "
                     << options_.global_batch;
   const std::int64_t n = file_->n_tokens();
+  if (const std::string problem = document_mask_problem(*file_, options_); !problem.empty())
+    FT_USER_ERROR() << problem;
   if (options_.packing) {
     n_windows_ = n >= 1 ? (n - 1) / T : 0;
     if (n_windows_ == 0)
@@ -157,6 +170,44 @@ void TokenDataset::fill_window(std::int64_t window, std::int32_t* inputs, std::i
   const auto pad = static_cast<std::int32_t>(file_->header().eos_id);
   std::fill(inputs + used, inputs + T, pad);
   std::fill(targets + used, targets + T, kIgnoreTarget);
+}
+
+std::int64_t TokenDataset::document_of_token(std::int64_t i) const {
+  // The last d with document_begin(d) <= i (the index increases).
+  std::int64_t lo = 0, hi = static_cast<std::int64_t>(file_->header().n_documents) - 1;
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo + 1) / 2;
+    if (file_->document_begin(mid) <= i) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+void TokenDataset::fill_documents(std::int64_t window, std::int32_t* documents) const {
+  const std::int64_t T = options_.seq_len, first = window * T;
+  const std::int64_t first_document = document_of_token(first);
+  const auto n_documents = static_cast<std::int64_t>(file_->header().n_documents);
+  std::int64_t d = first_document;
+  for (std::int64_t t = 0; t < T; ++t) {
+    while (d + 1 < n_documents && file_->document_begin(d + 1) <= first + t) ++d;
+    documents[t] = static_cast<std::int32_t>(d - first_document);
+  }
+}
+
+void TokenDataset::fill_batch_documents(std::int64_t step, std::int64_t first_sample, std::int64_t count,
+                                        Tensor& documents) {
+  FT_CHECK(options_.document_mask && first_sample + count <= options_.global_batch);
+  check_batch_tensors(count, documents, documents);
+  const std::int64_t T = options_.seq_len;
+  std::int32_t* out = documents.data_as<std::int32_t>();
+  for (std::int64_t r = 0; r < count; ++r) fill_documents(window_of_sample(step, first_sample + r), out + r * T);
+}
+
+void TokenDataset::fill_window_documents(std::int64_t first_window, std::int64_t count, Tensor& documents) const {
+  FT_CHECK(options_.document_mask && first_window + count <= n_windows_);
+  check_batch_tensors(count, documents, documents);
+  const std::int64_t T = options_.seq_len;
+  std::int32_t* out = documents.data_as<std::int32_t>();
+  for (std::int64_t r = 0; r < count; ++r) fill_documents(first_window + r, out + r * T);
 }
 
 void TokenDataset::fill_batch(std::int64_t step, std::int64_t first_sample, std::int64_t count, Tensor& inputs,

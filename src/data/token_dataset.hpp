@@ -30,6 +30,13 @@
 // boundary (share/doc/decisions.md, "Packing instruction data"); packing off
 // gives each example a row of its own.
 //
+// Document mask (`document_mask on`, packing on, version 2 files). Input t
+// of a packed window is file token w*T + t; its document id is d - d0, where
+// d is the document of the file's index holding that token and d0 the one
+// holding the window's first token (so ids start at 0 in every row and never
+// decrease). Attention then lets a token see only the earlier tokens of its
+// own document.
+//
 // Sample order. Sample k (0 <= k < B) of 0-based global step s has the global
 // index g = s*B + k; epoch e = g / n_windows, position p = g mod n_windows.
 //  * shuffle off: window p.
@@ -69,6 +76,9 @@ struct TokenDatasetOptions {
   std::int64_t seq_len = 128;       // T
   std::int64_t global_batch = 1;    // B, samples per optimizer step over all ranks
   bool packing = true;
+  // Per-token document ids for the attention mask; needs packing and a
+  // version 2 file (its document index).
+  bool document_mask = false;
   bool shuffle = false;
   std::uint64_t seed = 0;
 };
@@ -93,9 +103,16 @@ class TokenDataset {
                   Tensor& targets);
   // Windows first_window .. first_window+count-1 in file order (evaluation).
   void fill_windows(std::int64_t first_window, std::int64_t count, Tensor& inputs, Tensor& targets) const;
+  // document_mask: the document ids (above) of the same samples / windows
+  // into a host i32 tensor of shape [count, T].
+  void fill_batch_documents(std::int64_t step, std::int64_t first_sample, std::int64_t count, Tensor& documents);
+  void fill_window_documents(std::int64_t first_window, std::int64_t count, Tensor& documents) const;
 
  private:
   void fill_window(std::int64_t window, std::int32_t* inputs, std::int32_t* targets) const;
+  void fill_documents(std::int64_t window, std::int32_t* documents) const;
+  // The document of the file's index that holds token i.
+  std::int64_t document_of_token(std::int64_t i) const;
   // targets[t] = kIgnoreTarget where file token first_target_token + t is
   // untrained (version 2 loss mask); no-op for version 1 files.
   void apply_loss_mask(std::int64_t first_target_token, std::int64_t count, std::int32_t* targets) const;
@@ -129,6 +146,10 @@ struct ExampleTruncation {
   std::int64_t untrained = 0;       // no trained target left within the window
   std::int64_t longest_tokens = 0;  // the longest example
 };
+// Why `options.document_mask` cannot run on `file` (needs packing and a
+// document index), or "" when it can: the dataset's refusal, and --check's.
+std::string document_mask_problem(const TokenFile& file, const TokenDatasetOptions& options);
+
 // Requires file.has_document_index().
 ExampleTruncation count_example_truncation(const TokenFile& file, std::int64_t seq_len);
 

@@ -389,6 +389,15 @@ std::vector<Command> build_table() {
                              .maps_to = "TRL `SFTConfig.packing`",
                              .set = [](RunConfig& c, const Value& v) { c.data.packing = v.flag; },
                              .default_of = [](const RunConfig& c) { return on_off(c.data.packing); }},
+                       Param{.name = "document_mask", .kind = ValueKind::on_off,
+                             .help = "on: attention in a packed window is causal and limited to each token's own "
+                                     "document (needs packing on and a token file with a document index, as "
+                                     "ftrain-prep writes for instruction data); RoPE positions run on across the "
+                                     "window (scores depend only on i - j, so within a document they are those of "
+                                     "the document alone)",
+                             .maps_to = "TRL `SFTConfig.padding_free`",
+                             .set = [](RunConfig& c, const Value& v) { c.data.document_mask = v.flag; },
+                             .default_of = [](const RunConfig& c) { return on_off(c.data.document_mask); }},
                        data_shuffle_param(),
                        Param{.name = "allow_untrained_steps", .kind = ValueKind::on_off,
                              .help = "off: a step with no trained target token (instruction data whose "

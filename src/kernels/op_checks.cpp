@@ -242,6 +242,17 @@ void check_attention(const char* op, const Tensor& q, const Tensor& k, const Ten
       << op << ": lse " << lse.describe() << " must be f32[" << batch << ", " << q_heads << ", " << seq << "]";
 }
 
+// The packed window's document ids: i32 [B, T] on q's device. That they do
+// not decrease along T is the host kernel's check (it reads them).
+void check_documents(const char* op, const Tensor& q, const Tensor* documents) {
+  if (documents == nullptr) return;
+  checks::require_defined(op, *documents, "documents");
+  FT_CHECK(documents->dtype() == DType::i32 && documents->shape() == Shape({q.dim(0), q.dim(1)}) &&
+           documents->device() == q.device())
+      << op << ": documents " << documents->describe() << " must be i32[" << q.dim(0) << ", " << q.dim(1)
+      << "] on q's device (q " << q.describe() << ")";
+}
+
 // An output or gradient of `like`'s shape.
 void check_like(const char* op, const Tensor& like, const char* like_role, const Tensor& t, const char* role) {
   require_float(op, t, role);
@@ -250,18 +261,20 @@ void check_like(const char* op, const Tensor& like, const char* like_role, const
 
 }  // namespace
 
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool /*causal*/, float /*softmax_scale*/,
-                       Tensor& out, Tensor& lse) {
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool /*causal*/, const Tensor* documents,
+                       float /*softmax_scale*/, Tensor& out, Tensor& lse) {
   constexpr const char* op = "attention_forward";
   check_attention(op, q, k, v, lse);
+  check_documents(op, q, documents);
   check_like(op, q, "q", out, "out");
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        const Tensor& dout, bool /*causal*/, float /*softmax_scale*/, Tensor& dq, Tensor& dk,
-                        Tensor& dv) {
+                        const Tensor& dout, bool /*causal*/, const Tensor* documents, float /*softmax_scale*/,
+                        Tensor& dq, Tensor& dk, Tensor& dv) {
   constexpr const char* op = "attention_backward";
   check_attention(op, q, k, v, lse);
+  check_documents(op, q, documents);
   check_like(op, q, "q", out, "out");
   check_like(op, q, "q", dout, "dout");
   check_like(op, q, "q", dq, "dq");

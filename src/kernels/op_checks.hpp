@@ -76,10 +76,11 @@ void adamw_update_chunks(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v
 void adamw_update_chunks_guarded(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& chunks,
                                  float lr, float beta1, float beta2, float eps, float weight_decay,
                                  std::int64_t step, const Tensor& grad_scale, const Tensor& diverged_step);
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float softmax_scale,
-                       Tensor& out, Tensor& lse);
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* documents,
+                       float softmax_scale, Tensor& out, Tensor& lse);
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        const Tensor& dout, bool causal, float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv);
+                        const Tensor& dout, bool causal, const Tensor* documents, float softmax_scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv);
 void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
                            std::int64_t vocab_chunk, Tensor& losses, Tensor& lse);
 void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,

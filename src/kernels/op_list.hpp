@@ -100,16 +100,18 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
   X(void, slice_rows_backward, (const Tensor& dout, std::int64_t first, Tensor& dx), (dout, first, dx), dout)    \
   /* Flash attention (tiled, online softmax; never materialises T x T).                                          \
      q[B,T,Hq,D], k,v[B,T,Hkv,D] with Hq % Hkv == 0 (GQA); out[B,T,Hq,D]; lse f32[B,Hq,T] (natural log).         \
-     causal: key j visible to query i iff j <= i. */                                                              \
+     causal: key j visible to query i iff j <= i. documents (nullptr = none): i32[B,T] document id of each       \
+     token, non-decreasing along T (a packed window); key j is then visible only if also                         \
+     documents[b,j] == documents[b,i]. */                                                                         \
   X(void, attention_forward,                                                                                      \
-    (const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float softmax_scale, Tensor& out,            \
-     Tensor& lse),                                                                                                \
-    (q, k, v, causal, softmax_scale, out, lse), q)                                                                \
+    (const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* documents, float softmax_scale, \
+     Tensor& out, Tensor& lse),                                                                                   \
+    (q, k, v, causal, documents, softmax_scale, out, lse), q)                                                     \
   /* dq, dk, dv written (=); recomputes probabilities from lse */                                                 \
   X(void, attention_backward,                                                                                     \
     (const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout,  \
-     bool causal, float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv),                                       \
-    (q, k, v, out, lse, dout, causal, softmax_scale, dq, dk, dv), q)                                              \
+     bool causal, const Tensor* documents, float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv),              \
+    (q, k, v, out, lse, dout, causal, documents, softmax_scale, dq, dk, dv), q)                                   \
   /* Fused linear head + softmax cross entropy, chunked over the vocabulary so full logits are never            \
      materialised: logits = h[N,C] . w[V,C]^T (+ bias[V]). targets i32[N] (kIgnoreIndex rows give 0 loss).      \
      losses f32[N] = lse - logit[target]; lse f32[N]. */                                                          \

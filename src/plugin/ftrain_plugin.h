@@ -32,8 +32,11 @@ extern "C" {
  *      (export_hf_config, import_hf_config; ftrain-convert);
  *      Model::image_shape; the linear
  *      layer and LoRA in layers/ (ftrain::layers::LinearLayers), Batch in
- *      data/batch.hpp. */
-#define FTRAIN_PLUGIN_ABI_VERSION 4
+ *      data/batch.hpp.
+ *   5  Batch::documents (a packed window's per-token document ids) and the
+ *      attention ops' optional `documents` argument (kernels/op_list.hpp).
+ *      Issue 39. */
+#define FTRAIN_PLUGIN_ABI_VERSION 5
 #define FTRAIN_PLUGIN_ENTRY_SYMBOL "ftrain_plugin_entry"
 
 typedef struct ftrain_kv {

@@ -33,6 +33,7 @@ std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRol
     d.seq_len = c.batch.seq_len;
     d.global_batch = global_batch;
     d.packing = c.data.packing;
+    d.document_mask = c.data.document_mask;
     d.shuffle = shuffle;
     d.seed = c.seed;
     try {

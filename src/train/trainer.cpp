@@ -217,6 +217,9 @@ void check_data_files(State& s, ProblemList& problems) {
           FT_USER_ERROR() << (eval ? c.eval.where : c.data.where).str() << ": " << e.what();
         }
         check_label_space(c, role, static_cast<std::int64_t>(file->header().vocab_size), *s.model);
+        data::TokenDatasetOptions mask{.packing = c.data.packing, .document_mask = c.data.document_mask};
+        if (const std::string problem = data::document_mask_problem(*file, mask); !problem.empty())
+          FT_USER_ERROR() << (eval ? c.eval.where : c.data.where).str() << ": " << problem;
         if (!eval) report_example_truncation(c, *file, s.config.warnings);
       });
     }

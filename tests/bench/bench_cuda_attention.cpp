@@ -67,9 +67,9 @@ void run(const std::string& backend, std::int64_t B, std::int64_t T, std::int64_
          dv = Tensor::zeros(ks, DType::bf16, Device::cuda);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const double t_fwd =
-      seconds_per_call(ctx, repeats, [&] { ops::attention_forward(ctx, q, k, v, causal, scale, out, lse); });
+      seconds_per_call(ctx, repeats, [&] { ops::attention_forward(ctx, q, k, v, causal, nullptr, scale, out, lse); });
   const double t_bwd = seconds_per_call(
-      ctx, repeats, [&] { ops::attention_backward(ctx, q, k, v, out, lse, dout, causal, scale, dq, dk, dv); });
+      ctx, repeats, [&] { ops::attention_backward(ctx, q, k, v, out, lse, dout, causal, nullptr, scale, dq, dk, dv); });
   const double fwd_flops = 4.0 * static_cast<double>(B * Hq * D) * static_cast<double>(T * T) * (causal ? 0.5 : 1.0);
   const double bwd_flops = 2.5 * fwd_flops;
   std::printf("ftrain %-9s bf16 %-6s fwd %8.3f ms %7.1f TFLOP/s | bwd %8.3f ms %7.1f TFLOP/s | fwd+bwd %7.1f TFLOP/s\n",

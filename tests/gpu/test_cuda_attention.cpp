@@ -73,8 +73,8 @@ std::vector<std::vector<float>> run_attention(Device device, const AttentionCase
          v = random(ctx, ks, seed + 2, c.storage), dout = random(ctx, qs, seed + 3, c.storage);
   Tensor out = zeros(ctx, qs, c.storage), lse = zeros(ctx, {c.batch, c.q_heads, c.seq});
   Tensor dq = zeros(ctx, qs, c.storage), dk = zeros(ctx, ks, c.storage), dv = zeros(ctx, ks, c.storage);
-  ops::attention_forward(ctx, q, k, v, c.causal, scale, out, lse);
-  ops::attention_backward(ctx, q, k, v, out, lse, dout, c.causal, scale, dq, dk, dv);
+  ops::attention_forward(ctx, q, k, v, c.causal, nullptr, scale, out, lse);
+  ops::attention_backward(ctx, q, k, v, out, lse, dout, c.causal, nullptr, scale, dq, dk, dv);
   ctx.synchronize();
   std::vector<std::vector<float>> r;
   for (const Tensor& t : {out, lse, dq, dk, dv})

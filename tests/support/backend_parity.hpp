@@ -218,18 +218,18 @@ inline std::vector<ParityCase> parity_cases() {
                  Tensor q = random(ctx, {B, T, Hq, D}, s), k = random(ctx, {B, T, Hkv, D}, s + 1),
                         v = random(ctx, {B, T, Hkv, D}, s + 2);
                  Tensor out = zeros(ctx, {B, T, Hq, D}), lse = zeros(ctx, {B, Hq, T});
-                 ops::attention_forward(ctx, q, k, v, true, 0.35f, out, lse);
+                 ops::attention_forward(ctx, q, k, v, true, nullptr, 0.35f, out, lse);
                  return ParityOutputs{{out, lse}, {}};
                }});
   c.push_back({"attention_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor q = random(ctx, {B, T, Hq, D}, s), k = random(ctx, {B, T, Hkv, D}, s + 1),
                         v = random(ctx, {B, T, Hkv, D}, s + 2);
                  Tensor out = zeros(ctx, {B, T, Hq, D}), lse = zeros(ctx, {B, Hq, T});
-                 ops::attention_forward(ctx, q, k, v, false, 0.35f, out, lse);
+                 ops::attention_forward(ctx, q, k, v, false, nullptr, 0.35f, out, lse);
                  Tensor dout = random(ctx, {B, T, Hq, D}, s + 3);
                  Tensor dq = zeros(ctx, {B, T, Hq, D}), dk = zeros(ctx, {B, T, Hkv, D});
                  Tensor dv = zeros(ctx, {B, T, Hkv, D});
-                 ops::attention_backward(ctx, q, k, v, out, lse, dout, false, 0.35f, dq, dk, dv);
+                 ops::attention_backward(ctx, q, k, v, out, lse, dout, false, nullptr, 0.35f, dq, dk, dv);
                  return ParityOutputs{{dq, dk, dv}, {}};
                }});
   c.push_back({"cross_entropy_forward", [=](ExecutionContext& ctx, std::uint64_t s) {

@@ -3,6 +3,9 @@
 // Layout: q[B,T,Hq,D], k,v[B,T,Hkv,D], out[B,T,Hq,D], lse f32[B,Hq,T].
 // Query head h reads kv head h / (Hq / Hkv) (GQA; MHA when Hq == Hkv).
 // lse[b,h,i] = log(sum_j exp(scale * q_i . k_j)) over the visible keys j.
+// With document ids (a packed window), key j is visible only within query
+// i's document: key tiles wholly outside the query tile's documents are
+// skipped in both passes, so the work follows the documents' lengths.
 //
 // Forward: one task per (batch, query head, query tile). The task keeps its
 // Q tile (pre-scaled), an f32 output accumulator and the running row max m
@@ -248,17 +251,59 @@ void mask_causal(float* s, std::int64_t lds, std::int64_t i0, std::int64_t nq, s
   }
 }
 
+// The document ids of a packed window (nullptr rows when there are none).
+// Ids do not decrease along a row, so a key tile lies wholly in documents
+// before a query tile's first row (or, without the causal mask, wholly after
+// its last row) exactly when its end ids say so: such tiles are skipped, the
+// saving of the mask. Tiles that straddle a boundary are masked entry-wise.
+struct DocumentIds {
+  const std::int32_t* ids = nullptr;  // [B, T]
+  std::int64_t seq = 0;
+  const std::int32_t* row(std::int64_t b) const { return ids == nullptr ? nullptr : ids + b * seq; }
+};
+
+DocumentIds document_ids(const char* op, const Tensor* documents, std::int64_t batch, std::int64_t seq) {
+  if (documents == nullptr) return {};
+  spans::require_on_host(op, {{documents, "documents"}});
+  const std::int32_t* ids = documents->data_as<std::int32_t>();
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t t = 1; t < seq; ++t)
+      FT_CHECK(ids[b * seq + t] >= ids[b * seq + t - 1])
+          << op << ": documents " << documents->describe() << " decrease in row " << b << " at token " << t << " ("
+          << ids[b * seq + t - 1] << " then " << ids[b * seq + t] << "); a packed window's ids never do";
+  return {ids, seq};
+}
+
+// True when no key of [j0, j0 + nk) shares a document with a query of [i0, i0 + nq).
+bool tile_outside_documents(const std::int32_t* doc, std::int64_t i0, std::int64_t nq, std::int64_t j0,
+                            std::int64_t nk) {
+  return doc != nullptr && (doc[j0 + nk - 1] < doc[i0] || doc[j0] > doc[i0 + nq - 1]);
+}
+
+// Sets S[r][c] to -inf where key j0 + c belongs to another document than
+// query i0 + r. Tiles inside one document have none.
+void mask_documents(const std::int32_t* doc, float* s, std::int64_t lds, std::int64_t i0, std::int64_t nq,
+                    std::int64_t j0, std::int64_t nk) {
+  if (doc == nullptr || (doc[i0] == doc[i0 + nq - 1] && doc[j0] == doc[j0 + nk - 1] && doc[i0] == doc[j0])) return;
+  for (std::int64_t r = 0; r < nq; ++r) {
+    float* row = s + r * lds;
+    for (std::int64_t c = 0; c < nk; ++c)
+      if (doc[j0 + c] != doc[i0 + r]) row[c] = kMinusInfinity;
+  }
+}
+
 }  // namespace
 
 namespace detail {
 
-void attention_forward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float softmax_scale,
-                             Tensor& out, Tensor& lse, AttentionTiles tiles) {
+void attention_forward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* documents,
+                             float softmax_scale, Tensor& out, Tensor& lse, AttentionTiles tiles) {
   constexpr const char* op = "attention_forward";
   const AttentionShape s =
       host_attention(op, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&lse, "lse"}}, q, k);
   check_tiles(op, tiles);
   if (s.batch == 0 || s.seq == 0 || s.q_heads == 0) return;
+  const DocumentIds docs = document_ids(op, documents, s.batch, s.seq);
 
   const std::int64_t D = s.head_dim, T = s.seq, Hq = s.q_heads, Hkv = s.kv_heads;
   const std::int64_t BQ = tiles.query, BK = tiles.key;
@@ -278,6 +323,7 @@ void attention_forward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, 
         const std::int64_t g = math::attention_kv_head(h, Hq, Hkv);
         const std::int64_t i0 = qt * BQ;
         const std::int64_t nq = std::min(BQ, T - i0);
+        const std::int32_t* doc = docs.row(b);
 
         std::vector<float> q_tile(static_cast<std::size_t>(BQ * D)), k_tile(static_cast<std::size_t>(BK * D)),
             v_tile(static_cast<std::size_t>(BK * D)), acc(static_cast<std::size_t>(BQ * D), 0.0f),
@@ -291,12 +337,14 @@ void attention_forward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, 
         const std::int64_t key_end = visible_keys(causal, i0, nq, T);
         for (std::int64_t j0 = 0; j0 < key_end; j0 += BK) {
           const std::int64_t nk = std::min(BK, key_end - j0);
+          if (tile_outside_documents(doc, i0, nq, j0, nk)) continue;
           for (std::int64_t c = 0; c < nk; ++c) {
             load_row(k_data, k_type, s.row(b, j0 + c, g, Hkv), D, 1.0f, &k_tile[c * D]);
             load_row(v_data, v_type, s.row(b, j0 + c, g, Hkv), D, 1.0f, &v_tile[c * D]);
           }
           gemm(false, true, nq, nk, D, 1.0f, q_tile.data(), D, k_tile.data(), D, 0.0f, scores.data(), BK);
           if (causal) mask_causal(scores.data(), BK, i0, nq, j0, nk);
+          mask_documents(doc, scores.data(), BK, i0, nq, j0, nk);
 
           for (std::int64_t r = 0; r < nq; ++r) {
             float* srow = &scores[r * BK];
@@ -329,8 +377,8 @@ void attention_forward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, 
 }
 
 void attention_backward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const Tensor& lse, const Tensor& dout, bool causal, float softmax_scale, Tensor& dq,
-                              Tensor& dk, Tensor& dv, AttentionTiles tiles) {
+                              const Tensor& lse, const Tensor& dout, bool causal, const Tensor* documents,
+                              float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv, AttentionTiles tiles) {
   constexpr const char* op = "attention_backward";
   const AttentionShape s = host_attention(op,
                                           {{&q, "q"},
@@ -345,6 +393,7 @@ void attention_backward_tiled(const Tensor& q, const Tensor& k, const Tensor& v,
                                           q, k);
   check_tiles(op, tiles);
   if (s.batch == 0 || s.seq == 0 || s.q_heads == 0) return;
+  const DocumentIds docs = document_ids(op, documents, s.batch, s.seq);
 
   const std::int64_t D = s.head_dim, T = s.seq, Hq = s.q_heads, Hkv = s.kv_heads, group = s.group();
   const std::int64_t BQ = tiles.query, BK = tiles.key;
@@ -364,6 +413,7 @@ void attention_backward_tiled(const Tensor& q, const Tensor& k, const Tensor& v,
       "ftrain::attention::backward", HostRange(0, s.batch * Hkv), [=](const std::int64_t task) {
         const std::int64_t g = task % Hkv;
         const std::int64_t b = task / Hkv;
+        const std::int32_t* doc = docs.row(b);
         const auto TD = static_cast<std::size_t>(T * D);
 
         // The whole K and V of this kv head, widened once: every query head
@@ -397,11 +447,13 @@ void attention_backward_tiled(const Tensor& q, const Tensor& k, const Tensor& v,
             const std::int64_t key_end = visible_keys(causal, i0, nq, T);
             for (std::int64_t j0 = 0; j0 < key_end; j0 += BK) {
               const std::int64_t nk = std::min(BK, key_end - j0);
+              if (tile_outside_documents(doc, i0, nq, j0, nk)) continue;
               const float* k_tile = &k_all[j0 * D];
               const float* v_tile = &v_all[j0 * D];
 
               gemm(false, true, nq, nk, D, softmax_scale, q_tile.data(), D, k_tile, D, 0.0f, probs.data(), BK);
               if (causal) mask_causal(probs.data(), BK, i0, nq, j0, nk);
+              mask_documents(doc, probs.data(), BK, i0, nq, j0, nk);
               for (std::int64_t r = 0; r < nq; ++r) {
                 float* prow = &probs[r * BK];
                 const float l = row_lse[r];
@@ -438,15 +490,16 @@ void attention_backward_tiled(const Tensor& q, const Tensor& k, const Tensor& v,
 
 }  // namespace detail
 
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float softmax_scale,
-                       Tensor& out, Tensor& lse) {
-  detail::attention_forward_tiled(q, k, v, causal, softmax_scale, out, lse,
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* documents,
+                       float softmax_scale, Tensor& out, Tensor& lse) {
+  detail::attention_forward_tiled(q, k, v, causal, documents, softmax_scale, out, lse,
                                   detail::AttentionTiles{});
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        const Tensor& dout, bool causal, float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv) {
-  detail::attention_backward_tiled(q, k, v, out, lse, dout, causal, softmax_scale, dq, dk, dv,
+                        const Tensor& dout, bool causal, const Tensor* documents, float softmax_scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv) {
+  detail::attention_backward_tiled(q, k, v, out, lse, dout, causal, documents, softmax_scale, dq, dk, dv,
                                    detail::AttentionTiles{});
 }
 

@@ -21,11 +21,13 @@ struct AttentionTiles {
   std::int64_t key = 64;
 };
 
-void attention_forward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float softmax_scale,
-                             Tensor& out, Tensor& lse, AttentionTiles tiles);
+// documents: nullptr, or the i32 [B, T] document ids of a packed window
+// (op_list.hpp, attention_forward).
+void attention_forward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* documents,
+                             float softmax_scale, Tensor& out, Tensor& lse, AttentionTiles tiles);
 
 void attention_backward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const Tensor& lse, const Tensor& dout, bool causal, float softmax_scale, Tensor& dq,
-                              Tensor& dk, Tensor& dv, AttentionTiles tiles);
+                              const Tensor& lse, const Tensor& dout, bool causal, const Tensor* documents,
+                              float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv, AttentionTiles tiles);
 
 }  // namespace ftrain::host::detail

@@ -211,7 +211,7 @@ TEST(SharedOpChecks, BadInputGetsTheSameErrorOnEveryBackendBeforeDispatch) {
       {[](ExecutionContext& ctx, Device d) {
          Tensor q = make({1, 4, 3, 8}, DType::f32, d, "q"), k = make({1, 4, 2, 8}, DType::f32, d, "k");
          Tensor out = make({1, 4, 3, 8}, DType::f32, d, "out"), lse = make({1, 3, 4}, DType::f32, d, "lse");
-         ops::attention_forward(ctx, q, k, k, true, 1.0f, out, lse);
+         ops::attention_forward(ctx, q, k, k, true, nullptr, 1.0f, out, lse);
        },
        "must be a multiple of the kv heads"},
       {[](ExecutionContext& ctx, Device d) {

@@ -188,6 +188,48 @@ TEST_F(InstructionDataTest, DatasetTurnsUntrainedTargetsIntoIgnore) {
   EXPECT_EQ(to_int_vector(tg2), (std::vector<std::int64_t>{-100, 3, 9, -100, 9, -100, 6, 9}));
 }
 
+TEST_F(InstructionDataTest, DocumentMaskIdsRestartAtZeroInEveryWindow) {
+  const std::string p = path("v2.tok");
+  write_masked(p, 10, 9, {{{1, 2, 3}, {0, 0, 1}}, {{4, 9, 5, 6}, {0, 1, 0, 1}}, {{7}, {0}}});
+  // tokens  1 2 3 9 | 4 9 5 6 9 | 7 9   (documents begin at 0, 4, 9)
+  TokenDatasetOptions o;
+  o.seq_len = 3;
+  o.global_batch = 3;
+  o.document_mask = true;
+  TokenDataset ds(p, o);
+  ASSERT_EQ(ds.n_windows(), 3);
+  Tensor docs = Tensor::empty({3, 3}, DType::i32);
+  ds.fill_window_documents(0, 3, docs);
+  // Window 1 is tokens 3 4 5: the eos of document 0, then document 1.
+  EXPECT_EQ(to_int_vector(docs), (std::vector<std::int64_t>{0, 0, 0, 0, 1, 1, 0, 0, 0}));
+  Tensor batch_docs = Tensor::empty({2, 3}, DType::i32);
+  ds.fill_batch_documents(1, 1, 2, batch_docs);  // samples 4, 5: windows 1, 2
+  EXPECT_EQ(to_int_vector(batch_docs), (std::vector<std::int64_t>{0, 1, 1, 0, 0, 0}));
+  o.seq_len = 10;  // one window over all three documents
+  o.global_batch = 1;
+  TokenDataset whole(p, o);
+  Tensor one = Tensor::empty({1, 10}, DType::i32);
+  whole.fill_window_documents(0, 1, one);
+  EXPECT_EQ(to_int_vector(one), (std::vector<std::int64_t>{0, 0, 0, 0, 1, 1, 1, 1, 1, 2}));
+}
+
+TEST_F(InstructionDataTest, DocumentMaskNeedsPackingAndADocumentIndex) {
+  const std::string p = path("v2.tok");
+  write_masked(p, 10, 9, {{{1, 2, 3}, {0, 0, 1}}, {{4, 9, 5, 6}, {0, 1, 0, 1}}});
+  TokenDatasetOptions o;
+  o.seq_len = 3;
+  o.document_mask = true;
+  o.packing = false;
+  expect_user_error([&] { TokenDataset ds(p, o); }, p, "document_mask on needs packing on");
+  const std::string plain = path("v1.tok");
+  TokenFileWriter w(plain, 10, 9);
+  const std::vector<std::uint32_t> tokens{1, 2, 3, 4, 5};
+  w.append_document(tokens);
+  w.close();
+  o.packing = true;
+  expect_user_error([&] { TokenDataset ds(plain, o); }, plain, "needs a token file with a document index");
+}
+
 // Runs `ftrain-prep instruct` with the byte tokenizer on `jsonl` and returns
 // the token file's tokens and mask.
 struct Prepared {

@@ -12,6 +12,7 @@
 // of large tile GEMMs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -42,12 +43,14 @@ struct Case {
   bool causal;
   host::detail::AttentionTiles tiles;
   bool use_public_entry;  // ftrain::ops:: with the production tiles
+  // Document id of each token, [B * T] (empty: no document mask).
+  std::vector<std::int32_t> documents = {};
 
   std::string describe() const {
     std::ostringstream s;
     s << "B=" << batch << " T=" << seq << " Hq=" << q_heads << " Hkv=" << kv_heads << " D=" << head_dim
       << (causal ? " causal" : " full") << " tiles " << tiles.query << "x" << tiles.key
-      << (use_public_entry ? " (ops::)" : "");
+      << (use_public_entry ? " (ops::)" : "") << (documents.empty() ? "" : " document mask");
     return s.str();
   }
   Shape q_shape() const { return {batch, seq, q_heads, head_dim}; }
@@ -73,8 +76,16 @@ Reference reference_attention(const Case& c, const std::vector<double>& q, const
       for (std::int64_t i = 0; i < T; ++i) {
         const std::int64_t g = h / group;
         const std::int64_t n_keys = c.causal ? i + 1 : T;
+        // Another document's key: exp(-inf) = 0, the mask's definition.
+        auto hidden = [&](std::int64_t j) {
+          return !c.documents.empty() && c.documents[b * T + j] != c.documents[b * T + i];
+        };
         double max_score = -std::numeric_limits<double>::infinity();
         for (std::int64_t j = 0; j < n_keys; ++j) {
+          if (hidden(j)) {
+            scores[j] = -std::numeric_limits<double>::infinity();
+            continue;
+          }
           double sc = 0;
           for (std::int64_t d = 0; d < D; ++d)
             sc += q[((b * T + i) * Hq + h) * D + d] * k[((b * T + j) * Hkv + g) * D + d];
@@ -93,23 +104,53 @@ Reference reference_attention(const Case& c, const std::vector<double>& q, const
   return ref;
 }
 
+// The case's document ids as the op takes them (on the backend's device).
+Tensor documents_tensor(const Case& c) {
+  if (c.documents.empty()) return Tensor();
+  Tensor t = Tensor::empty({c.batch, c.seq}, DType::i32, Device::host, "documents");
+  std::copy(c.documents.begin(), c.documents.end(), t.data_as<std::int32_t>());
+  const Device d = c.use_public_entry ? backend_ctx().device() : Device::host;
+  return d == Device::host ? t : to_device(t, d);
+}
+
 void run_forward(const Case& c, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse) {
   const auto scale = static_cast<float>(c.scale());
+  const Tensor docs = documents_tensor(c);
+  const Tensor* documents = docs.defined() ? &docs : nullptr;
   if (c.use_public_entry) {
-    ops::attention_forward(backend_ctx(), q, k, v, c.causal, scale, out, lse);
+    ops::attention_forward(backend_ctx(), q, k, v, c.causal, documents, scale, out, lse);
   } else {
-    host::detail::attention_forward_tiled(q, k, v, c.causal, scale, out, lse, c.tiles);
+    host::detail::attention_forward_tiled(q, k, v, c.causal, documents, scale, out, lse, c.tiles);
   }
 }
 
 void run_backward(const Case& c, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                   const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
   const auto scale = static_cast<float>(c.scale());
+  const Tensor docs = documents_tensor(c);
+  const Tensor* documents = docs.defined() ? &docs : nullptr;
   if (c.use_public_entry) {
-    ops::attention_backward(backend_ctx(), q, k, v, out, lse, dout, c.causal, scale, dq, dk, dv);
+    ops::attention_backward(backend_ctx(), q, k, v, out, lse, dout, c.causal, documents, scale, dq, dk, dv);
   } else {
-    host::detail::attention_backward_tiled(q, k, v, out, lse, dout, c.causal, scale, dq, dk, dv, c.tiles);
+    host::detail::attention_backward_tiled(q, k, v, out, lse, dout, c.causal, documents, scale, dq, dk, dv,
+                                           c.tiles);
   }
+}
+
+// Document ids of rows of `seq` tokens whose documents have the given
+// lengths (the last one runs to the end of the row); one list per row.
+std::vector<std::int32_t> packed_documents(std::int64_t seq, const std::vector<std::vector<std::int64_t>>& rows) {
+  std::vector<std::int32_t> ids;
+  for (const auto& lengths : rows) {
+    std::int32_t id = 0;
+    std::int64_t left = lengths.empty() ? seq : lengths[0];
+    for (std::int64_t t = 0; t < seq; ++t) {
+      while (left == 0 && static_cast<std::size_t>(id + 1) < lengths.size()) left = lengths[++id];
+      ids.push_back(id);
+      if (left > 0) --left;
+    }
+  }
+  return ids;
 }
 
 // Rounds values to what a tensor of `dtype` stores, so the reference sees
@@ -233,6 +274,51 @@ TEST_P(Attention, Bf16Storage) {
   }
 }
 
+// Packed windows: causal and same-document. Documents shorter than a tile,
+// boundaries inside tiles and on tile edges, whole key tiles skipped; GQA,
+// MHA, a one-token document, and the full (non-causal) mask too.
+TEST_P(Attention, DocumentMaskMatchesReference) {
+  std::uint64_t seed = 900;
+  const std::vector<std::int32_t> docs37 = packed_documents(37, {{5, 1, 16, 15}, {8, 8, 21}});
+  for (bool causal : {true, false})
+    for (host::detail::AttentionTiles tiles : {host::detail::AttentionTiles{16, 8}, host::detail::AttentionTiles{8, 16}}) {
+      check_case(Case{2, 37, 4, 2, 8, causal, tiles, false, docs37}, DType::f32, kF32, seed += 20);  // GQA
+      check_case(Case{2, 37, 3, 3, 16, causal, tiles, false, docs37}, DType::f32, kF32, seed += 20);  // MHA
+    }
+  // Production tiles through ops::, four documents of a 150-token window.
+  check_case(Case{1, 150, 4, 2, 16, true, {}, true, packed_documents(150, {{40, 30, 64, 16}})}, DType::f32, kF32, 990);
+  check_case(Case{2, 37, 4, 2, 16, true, {16, 8}, false, docs37}, DType::bf16, kBf16, 995);
+}
+
+// One document per row is exactly no mask, bit for bit (the same tiles run).
+TEST(AttentionDocumentMask, OneDocumentIsNoMask) {
+  const Case plain{2, 45, 4, 2, 16, true, {16, 8}, false};
+  Case one_document = plain;
+  one_document.documents.assign(2 * 45, 7);
+  const auto nq = static_cast<std::size_t>(shape_numel(plain.q_shape()));
+  const auto nkv = static_cast<std::size_t>(shape_numel(plain.kv_shape()));
+  Tensor q = tensor_from(plain.q_shape(), random_vector(nq, 1)), k = tensor_from(plain.kv_shape(), random_vector(nkv, 2)),
+         v = tensor_from(plain.kv_shape(), random_vector(nkv, 3));
+  Tensor out_a = Tensor::empty(plain.q_shape(), DType::f32), out_b = Tensor::empty(plain.q_shape(), DType::f32);
+  Tensor lse_a = Tensor::empty({2, 4, 45}, DType::f32), lse_b = Tensor::empty({2, 4, 45}, DType::f32);
+  run_forward(plain, q, k, v, out_a, lse_a);
+  run_forward(one_document, q, k, v, out_b, lse_b);
+  EXPECT_EQ(to_doubles(out_a), to_doubles(out_b));
+  EXPECT_EQ(to_doubles(lse_a), to_doubles(lse_b));
+}
+
+TEST(AttentionDocumentMask, RejectsDecreasingIds) {
+  Case c{1, 8, 1, 1, 8, true, {4, 4}, false, {0, 0, 1, 1, 0, 0, 1, 1}};
+  Tensor q = tensor_from(c.q_shape(), random_vector(8 * 8, 1));
+  Tensor out = Tensor::empty(c.q_shape(), DType::f32), lse = Tensor::empty({1, 1, 8}, DType::f32);
+  try {
+    run_forward(c, q, q, q, out, lse);
+    FAIL() << "expected a throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("decrease in row 0 at token 4"), std::string::npos) << e.what();
+  }
+}
+
 // Host internals (tile sizes of the host kernel): not a backend test.
 TEST(AttentionHostTiles, TileSizeDoesNotChangeResult) {
   const Case base{1, 45, 2, 1, 16, true, {}, false};
@@ -244,7 +330,7 @@ TEST(AttentionHostTiles, TileSizeDoesNotChangeResult) {
   for (host::detail::AttentionTiles tiles :
        {host::detail::AttentionTiles{64, 64}, host::detail::AttentionTiles{1, 1}, host::detail::AttentionTiles{7, 5}}) {
     Tensor out = Tensor::empty(base.q_shape(), DType::f32), lse = Tensor::empty({1, 2, 45}, DType::f32);
-    host::detail::attention_forward_tiled(q, k, v, true, 0.25f, out, lse, tiles);
+    host::detail::attention_forward_tiled(q, k, v, true, nullptr, 0.25f, out, lse, tiles);
     outs.push_back(to_doubles(out));
   }
   EXPECT_LT(relative_error(outs[1], outs[0]), 1e-6);
@@ -255,17 +341,17 @@ TEST_P(Attention, RejectsBadShapes) {
   Tensor q = Tensor::zeros({1, 4, 3, 8}, DType::f32, Device::host, "q");
   Tensor k = Tensor::zeros({1, 4, 2, 8}, DType::f32, Device::host, "k");  // 3 % 2 != 0
   Tensor out = Tensor::zeros({1, 4, 3, 8}, DType::f32), lse = Tensor::zeros({1, 3, 4}, DType::f32);
-  EXPECT_THROW({ ops::attention_forward(backend_ctx(), q, k, k, true, 1.0f, out, lse); backend_synchronize(); }, Error);
+  EXPECT_THROW({ ops::attention_forward(backend_ctx(), q, k, k, true, nullptr, 1.0f, out, lse); backend_synchronize(); }, Error);
 
   Tensor k_ok = Tensor::zeros({1, 4, 1, 8}, DType::f32);
   Tensor bad_lse = Tensor::zeros({1, 4, 3}, DType::f32, Device::host, "lse");
   try {
-    ops::attention_forward(backend_ctx(), q, k_ok, k_ok, true, 1.0f, out, bad_lse);
+    ops::attention_forward(backend_ctx(), q, k_ok, k_ok, true, nullptr, 1.0f, out, bad_lse);
     backend_synchronize();
     FAIL() << "expected a throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("lse"), std::string::npos) << e.what();
   }
   Tensor int_q = Tensor::zeros({1, 4, 3, 8}, DType::i32);
-  EXPECT_THROW({ ops::attention_forward(backend_ctx(), int_q, k_ok, k_ok, true, 1.0f, out, lse); backend_synchronize(); }, Error);
+  EXPECT_THROW({ ops::attention_forward(backend_ctx(), int_q, k_ok, k_ok, true, nullptr, 1.0f, out, lse); backend_synchronize(); }, Error);
 }
