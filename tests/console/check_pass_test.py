@@ -25,16 +25,15 @@ Scenarios:
                      (not "manifest.json is missing").
 """
 import argparse
-import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from console_test import SMALL_MODEL, Env, write  # noqa: E402
+from safetensors_stand_in import write_header  # noqa: E402
 from ftrain_test import fail  # noqa: E402
 
 
@@ -84,30 +83,12 @@ def llama_tensors(vocab=256, hidden=32, inter=64, layers=2, heads=4, kv_heads=2)
     return t
 
 
-def write_safetensors(path, tensors, dtypes=None):
-    """Zeros of each shape; dtype F32 unless `dtypes` names another."""
-    dtypes = dtypes or {}
-    sizes = {"F32": 4, "BF16": 2, "I64": 8}
-    header, offset = {}, 0
-    for name, shape in sorted(tensors.items()):
-        dtype = dtypes.get(name, "F32")
-        n = sizes[dtype]
-        for d in shape:
-            n *= d
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
-        offset += n
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + bytes(offset))
-
-
 def scenario_check_safetensors(e):
     model = SMALL_MODEL + " tie_word_embeddings false"
     deck = write(e, "st.in", f"{model}\ndata tokens tiny_train.tok\ninit safetensors ${{weights}}\n"
                  "batch micro 2 seq_len 32\nmax_steps 4\nrun_dir runs/st\n")
     good = llama_tensors()
-    write_safetensors(os.path.join(e.dir, "good.safetensors"), good)
+    write_header(os.path.join(e.dir, "good.safetensors"), good, dtype="F32")
     rc, out = run(e, [e.args.ftrain, "--check", "-var", "weights", "good.safetensors", deck])
     if rc != 0:
         fail(f"--check with safetensors that fit the model: exit {rc}:\n{out}")
@@ -116,7 +97,7 @@ def scenario_check_safetensors(e):
     bad["model.layers.1.self_attn.k_proj.weight"] = [32, 32]       # k_proj as if MHA: wrong shape
     bad["model.embed_tokens.weight"] = [320, 32]                    # another tokenizer's vocabulary
     del bad["model.layers.0.mlp.up_proj.weight"]                    # absent
-    write_safetensors(os.path.join(e.dir, "bad.safetensors"), bad, {"model.norm.weight": "I64"})
+    write_header(os.path.join(e.dir, "bad.safetensors"), bad, dtype="F32", dtypes={"model.norm.weight": "I64"})
     rc, out = run(e, [e.args.ftrain, "--check", "-var", "weights", "bad.safetensors", deck])
     expected = ["st.in:3: bad.safetensors: 4 tensor(s) do not fit the model",
                 "bad.safetensors: tensor 'model.embed_tokens.weight' has shape [320, 32], the model expects [256, 32]"

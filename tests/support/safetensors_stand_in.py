@@ -23,14 +23,20 @@ import sys
 MISSING = re.compile(r"has no tensor '([^']+)' \(shape \[([0-9, ]*)\]\)")
 
 
-def write_header(path, tensors, dtype="BF16", element_bytes=2):
-    """`tensors`: {name: shape}. The data buffer is left a hole of the right size."""
+ELEMENT_BYTES = {"F32": 4, "BF16": 2, "F16": 2, "I64": 8}
+
+
+def write_header(path, tensors, dtype="BF16", dtypes=None):
+    """`tensors`: {name: shape}, each of `dtype` unless `dtypes` names another.
+    The data buffer is left a hole of the right size (it reads as zeros)."""
+    dtypes = dtypes or {}
     header, offset = {}, 0
     for name, shape in sorted(tensors.items()):
-        n = element_bytes
+        tensor_dtype = dtypes.get(name, dtype)
+        n = ELEMENT_BYTES[tensor_dtype]
         for d in shape:
             n *= d
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+        header[name] = {"dtype": tensor_dtype, "shape": shape, "data_offsets": [offset, offset + n]}
         offset += n
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
