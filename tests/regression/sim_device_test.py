@@ -147,13 +147,11 @@ def gpu_usable(r):
                        cwd=r.dir, capture_output=True, text=True, timeout=120)
     out = p.stdout + p.stderr
     planned_only = re.search(r"planned: (no usable CUDA GPU here \(.*?\));", out)
-    if p.returncode == 0 and planned_only:
-        return planned_only.group(1)
-    if p.returncode != 0 and "no usable CUDA GPU" in out:
-        return out.strip().splitlines()[-1]
     if p.returncode != 0:
         print(out)
-        fail("ftrain --check with device cuda failed for another reason than a missing GPU")
+        fail("ftrain --check with device cuda failed: it plans for a GPU with or without one")
+    if planned_only:
+        return planned_only.group(1)
     return None
 
 
