@@ -455,20 +455,27 @@ def scenario_plan_ranks(e):
     print("ok: --ranks 16 without --ranks-per-node says it planned one node of 16")
 
 
-def scenario_gpu_plan(e):
+def login_node_recipe(e, recipe_name, run_dir, *extra_vars):
+    """A 70B recipe as a login node sees it: stand-in token files and a
+    header-only weights stand-in (--check reads the weights' header), and a
+    CUDA backend that cannot load. Returns (the -var arguments, the recipe
+    path, run(argv) -> (exit code, output))."""
     stand_ins = ["-var", "hf_weights", "stand_in.safetensors", "-var", "train_tokens", "tiny_train.tok",
-                 "-var", "eval_tokens", "tiny_eval.tok", "-var", "run_dir", "runs/gpu_plan", "-var", "device", "cuda"]
-    recipe = os.path.join(e.args.repo, "inputs", "llama70b.in")
-    sbatch = os.path.join(e.args.repo, "jobs", "slurm", "llama70b.sbatch")
-    # Whatever this machine has, the backend cannot load: a login node.
+                 "-var", "eval_tokens", "tiny_eval.tok", "-var", "run_dir", run_dir, *extra_vars]
+    recipe = os.path.join(e.args.repo, "inputs", recipe_name)
     env = e.environment(FTRAIN_CUDA_BACKEND="/nonexistent/libftrain_cuda.so")
-    # --check reads the weights' header: a stand-in with the 70B's tensors.
     safetensors_stand_in.write_stand_in(os.path.join(e.dir, "stand_in.safetensors"),
                                         [e.args.ftrain, "--check", *stand_ins, recipe], cwd=e.dir, env=env)
 
     def run(cmd):
         p = subprocess.run(cmd, cwd=e.dir, capture_output=True, text=True, env=env, timeout=120)
         return p.returncode, p.stdout + p.stderr
+    return stand_ins, recipe, run
+
+
+def scenario_gpu_plan(e):
+    stand_ins, recipe, run = login_node_recipe(e, "llama70b.in", "runs/gpu_plan", "-var", "device", "cuda")
+    sbatch = os.path.join(e.args.repo, "jobs", "slurm", "llama70b.sbatch")
 
     # The shipped template's window holds a step plus a save; one with the
     # common two-minute window does not.
@@ -539,18 +546,9 @@ def scenario_gpu_plan(e):
     if not planned["lora"] < planned["full"] / 4:
         fail(f"LoRA's checkpoint ({planned['lora']} bytes per rank) should hold the adapters only")
 
-def scenario_offload_plan(e):
-    stand_ins = ["-var", "hf_weights", "stand_in.safetensors", "-var", "train_tokens", "tiny_train.tok",
-                 "-var", "eval_tokens", "tiny_eval.tok", "-var", "run_dir", "runs/offload_plan"]
-    recipe = os.path.join(e.args.repo, "inputs", "llama70b_8gpu.in")
-    env = e.environment(FTRAIN_CUDA_BACKEND="/nonexistent/libftrain_cuda.so")
-    # --check reads the weights' header: a stand-in with the 70B's tensors.
-    safetensors_stand_in.write_stand_in(os.path.join(e.dir, "stand_in.safetensors"),
-                                        [e.args.ftrain, "--check", *stand_ins, recipe], cwd=e.dir, env=env)
 
-    def run(cmd):
-        p = subprocess.run(cmd, cwd=e.dir, capture_output=True, text=True, env=env, timeout=120)
-        return p.returncode, p.stdout + p.stderr
+def scenario_offload_plan(e):
+    stand_ins, recipe, run = login_node_recipe(e, "llama70b_8gpu.in", "runs/offload_plan")
 
     def check(*extra):
         rc, out = run([e.args.ftrain, "--check", "--ranks", "8", "--ranks-per-node", "8", *extra, *stand_ins, recipe])
