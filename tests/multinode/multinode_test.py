@@ -28,6 +28,12 @@ Scenarios:
   dead_node     SIGKILL to every rank of node2 mid-training: the job ends
                 with a non-zero status within the collective timeout (20 s),
                 mpirun naming a dead rank and its node.
+  lost_node     node2 taken off the network mid-training (its link down;
+                its processes live on, unreachable): every rank's
+                collective watchdog ends it within collective_timeout (8 s)
+                + 5 s, naming the rank and the collective. mpirun with a
+                keepalive shorter than that (oob_tcp_keepalive_time 3,
+                intvl 1, probes 3) ends the job itself, naming node2.
   reshard       a checkpoint written at step 10 by 2 nodes x 2 ranks
                 (hybrid_shard, shard groups of 2) resumed on one node of 4
                 (shard group 4, resharded): the steps after it equal the
@@ -284,6 +290,75 @@ def scenario_dead_node(t):
           f"{proc.returncode}: '{named.group(0)}'")
 
 
+def keepalive(seconds_idle, interval, probes):
+    """mpirun's settings for how soon it notices a daemon it can no longer reach."""
+    return ["--mca", "oob_tcp_keepalive_time", str(seconds_idle), "--mca", "oob_tcp_keepalive_intvl", str(interval),
+            "--mca", "oob_tcp_keepalive_probes", str(probes)]
+
+
+def unplug_node2_mid_training(t, run, timeout, mpirun_extra, wait_s):
+    """Trains on 2 x 2, takes node2 off the network at step 3 (its link
+    down: its processes live on, unreachable) and waits up to `wait_s` for
+    mpirun. Returns (mpirun's status or None, seconds, log, ftrain processes
+    still alive on each node once mpirun ended or the wait was over)."""
+    log = t.path(run + ".log")
+    proc = t.cluster.popen_mpirun(4, t.ftrain(run, max_steps=1000000, timeout=timeout), log, slots=TWO_BY_TWO,
+                                  extra=mpirun_extra)
+    try:
+        deadline = time.monotonic() + 120
+        while "step 3/" not in open(log).read():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                fail("training did not reach step 3:\n" + open(log).read()[-6000:])
+            time.sleep(0.1)
+        t.cluster.unplug("node2")
+        start = time.monotonic()
+        left = None
+        while proc.poll() is None and time.monotonic() - start < wait_s:
+            time.sleep(0.1)
+            if left is not None and time.monotonic() - start > left[0] + 3:
+                break  # the ranks are gone; mpirun's own wait is not ftrain's
+            if left is None:
+                alive = {h: t.cluster.pids_on(h, t.args.ftrain) for h in ("node1", "node2")}
+                if not any(alive.values()):
+                    left = (time.monotonic() - start, alive)
+        return proc.poll(), time.monotonic() - start, left, open(log).read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        t.cluster.kill_jobs()
+        t.cluster.plug("node2")
+
+
+def scenario_lost_node(t):
+    # ftrain's side: the ranks' collectives stall, each rank's watchdog ends
+    # it within collective_timeout naming the rank and the collective (with
+    # mpirun's default keepalive, 300 s + 9 x 20 s, mpirun alone would wait).
+    timeout = 8
+    status, seconds, ranks_gone, out = unplug_node2_mid_training(t, "unplugged", timeout, keepalive(30, 5, 3), 25)
+    named = re.search(r"rank (\d): .* has not completed after %d s \(collective_timeout %d s\)" % (timeout, timeout), out)
+    if not named:
+        fail(f"no rank's collective watchdog fired within {seconds:.0f} s of node2 leaving the network:\n" + out[-6000:])
+    if ranks_gone is None:
+        fail(f"ftrain ranks still alive {seconds:.0f} s after node2 left the network (collective_timeout {timeout} s):"
+             "\n" + out[-6000:])
+    if ranks_gone[0] > timeout + 5:
+        fail(f"the last rank ended {ranks_gone[0]:.1f} s after node2 left, past collective_timeout {timeout} s + 5 s")
+    print(f"ok: node2 unplugged: every rank ended {ranks_gone[0]:.1f} s later (collective_timeout {timeout} s), "
+          f"'{named.group(0)[:120]}'; mpirun " + (f"exited {status}" if status is not None else
+                                                 f"still waited for node2's daemon {seconds:.0f} s after (killed)"))
+    # mpirun's side: a keepalive shorter than the collective timeout ends
+    # the job from mpirun, naming the lost node.
+    status, seconds, _, out = unplug_node2_mid_training(t, "unplugged_keepalive", 60, keepalive(3, 1, 3), 30)
+    if status is None:
+        fail(f"mpirun with a 6 s keepalive still ran {seconds:.0f} s after node2 left the network:\n" + out[-6000:])
+    if status == 0 or "ORTE has lost communication with a remote daemon" not in out or \
+            not re.search(r"Remote daemon: .* on node node2", out):
+        fail(f"mpirun exited {status} without naming node2 as lost:\n" + out[-6000:])
+    print(f"ok: with oob_tcp_keepalive 3 s + 3 x 1 s mpirun ended the job {seconds:.1f} s after node2 left "
+          f"(status {status}), naming node2")
+
+
 def scenario_reshard(t):
     t.on_one_host("full")  # uninterrupted, 1 node x 4 ranks: hybrid_shard's group is the node's 4
     out = t.on_cluster("res", extra_lines="checkpoint every 5 dir {} stop_after 10\n".format(t.path("ck"))).stdout
@@ -299,7 +374,7 @@ def scenario_reshard(t):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["hybrid_shard", "placement", "dead_node", "reshard"])
+    ap.add_argument("scenario", choices=["hybrid_shard", "placement", "dead_node", "lost_node", "reshard"])
     ap.add_argument("--ftrain", required=True)
     ap.add_argument("--prep", required=True)
     ap.add_argument("--placement", required=True)

@@ -240,8 +240,31 @@ exec nsenter -t "$pid" -u -n -- /bin/sh -c "$*"
         log.close()
         return proc
 
-    def pids_on(self, host, name):
-        """Processes inside `host` (its UTS namespace) whose command line holds `name`."""
+    def unplug(self, host):
+        """Takes `host` off the network (its link down): its processes live
+        on but nothing reaches them, as when a node's network or power fails."""
+        _ip("-n", self.netns[host], "link", "set", "eth0", "down")
+
+    def plug(self, host):
+        """Puts `host` back on the network."""
+        _ip("-n", self.netns[host], "link", "set", "eth0", "up")
+
+    def kill_jobs(self):
+        """SIGKILL to every process in the nodes but the namespace holders
+        (what a job left behind: daemons cut off from mpirun, ranks)."""
+        holders = {h.pid for h in self.holder.values()}
+        for host in self.nodes:
+            for pid in _ip("netns", "pids", self.netns[host], check=False).stdout.split():
+                if int(pid) in holders:
+                    continue
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def pids_on(self, host, executable):
+        """Processes inside `host` (its UTS namespace) running `executable`
+        (their argv[0]; mpirun, whose arguments name it too, is not one)."""
         mine = os.readlink(f"/proc/{self.holder[host].pid}/ns/uts")
         found = []
         for entry in os.listdir("/proc"):
@@ -251,9 +274,9 @@ exec nsenter -t "$pid" -u -n -- /bin/sh -c "$*"
                 if os.readlink(f"/proc/{entry}/ns/uts") != mine:
                     continue
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+                    argv0 = f.read().split(b"\0")[0].decode(errors="replace")
             except (FileNotFoundError, ProcessLookupError, PermissionError):
                 continue
-            if name in cmdline:
+            if argv0 == executable:
                 found.append(int(entry))
         return found
