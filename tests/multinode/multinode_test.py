@@ -381,7 +381,8 @@ def main():
     ap.add_argument("--mpirun", required=True)
     ap.add_argument("--workdir", required=True)
     args = ap.parse_args()
-    args.workdir = os.path.abspath(args.workdir)
+    for name in ("workdir", "ftrain", "prep", "placement"):  # mpirun runs in the work dir
+        setattr(args, name, os.path.abspath(getattr(args, name)))
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
     mpirun = shlex.split(args.mpirun)
