@@ -40,9 +40,21 @@ std::string describe_ranks(const std::vector<int>& ranks) {
   return s;
 }
 
+namespace {
+
+// Whether item i of `count` is listed: all of up to 8, else the first 4
+// and the last 2 (a header line for a 1000-node job stays one line).
+bool listed(int i, int count) { return count <= 8 || i < 4 || i >= count - 2; }
+
+}  // namespace
+
 std::string NodeLayout::describe() const {
   std::ostringstream s;
   for (int n = 0; n < node_count(); ++n) {
+    if (!listed(n, node_count())) {
+      if (n == 4) s << ", ...";
+      continue;
+    }
     const auto ranks = ranks_on(n);
     s << (n > 0 ? ", " : "") << host_names[static_cast<std::size_t>(n)] << ": rank" << (ranks.size() > 1 ? "s " : " ")
       << describe_ranks(ranks);
@@ -130,6 +142,10 @@ std::string describe_rank_groups(int world_size, int size, bool replicas) {
   const int groups = size > 0 ? world_size / size : 0;
   const int count = replicas ? size : groups;
   for (int g = 0; g < count; ++g) {
+    if (!listed(g, count)) {
+      if (g == 4) s += " ...";
+      continue;
+    }
     std::vector<int> ranks;
     if (replicas)
       for (int k = 0; k < groups; ++k) ranks.push_back(k * size + g);

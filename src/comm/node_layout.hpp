@@ -28,7 +28,7 @@ struct NodeLayout {
   std::vector<int> ranks_on(int node) const;
   int most_ranks_per_node() const;
   bool even() const;  // every node has as many ranks
-  // "node1: ranks 0-1, node2: ranks 2-3"
+  // "node1: ranks 0-1, node2: ranks 2-3"; past 8 nodes the first 4, "...", the last 2
   std::string describe() const;
   // "2" when even, else every node's count: "3+1"
   std::string ranks_per_node_text() const;
@@ -47,7 +47,8 @@ NodeLayout planned_node_layout(int world_size, int ranks_per_node);
 std::string hybrid_shard_problem(const NodeLayout& layout);
 
 // "[0-1] [2-3]": groups of `size` consecutive ranks; "[0,2] [1,3]": the
-// replica groups (same position in every group).
+// replica groups (same position in every group). Past 8 groups the first 4,
+// "...", the last 2.
 std::string describe_rank_groups(int world_size, int size, bool replicas);
 
 // "0-2", "3", "0,2,5"
