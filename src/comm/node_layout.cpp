@@ -32,6 +32,11 @@ bool NodeLayout::even() const {
 std::string describe_ranks(const std::vector<int>& ranks) {
   const bool consecutive = !ranks.empty() && ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
   if (consecutive && ranks.size() > 1) return std::to_string(ranks.front()) + "-" + std::to_string(ranks.back());
+  // A replica group of a many-node job: "0,8,...,1016".
+  bool strided = ranks.size() > 3;
+  for (std::size_t i = 2; strided && i < ranks.size(); ++i) strided = ranks[i] - ranks[i - 1] == ranks[1] - ranks[0];
+  if (strided)
+    return std::to_string(ranks[0]) + "," + std::to_string(ranks[1]) + ",...," + std::to_string(ranks.back());
   std::string s;
   for (int r : ranks) {
     if (!s.empty()) s += ',';

@@ -51,7 +51,7 @@ std::string hybrid_shard_problem(const NodeLayout& layout);
 // "...", the last 2.
 std::string describe_rank_groups(int world_size, int size, bool replicas);
 
-// "0-2", "3", "0,2,5"
+// "0-2", "3", "0,2,5", "0,8,...,56" (evenly spaced, more than 3)
 std::string describe_ranks(const std::vector<int>& ranks);
 
 }  // namespace ftrain

@@ -62,6 +62,8 @@ TEST(NodeLayout, PlannedLayoutAndGroups) {
   EXPECT_EQ(describe_rank_groups(4, 2, true), "[0,2] [1,3]");
   EXPECT_EQ(describe_rank_groups(6, 3, true), "[0,3] [1,4] [2,5]");
   EXPECT_EQ(describe_ranks({5}), "5");
+  EXPECT_EQ(describe_ranks({0, 8, 16, 24}), "0,8,...,24");
+  EXPECT_EQ(describe_ranks({0, 2, 5}), "0,2,5");
   // A big job's header stays one line.
   EXPECT_EQ(planned_node_layout(80, 8).describe(),
             "node 1: ranks 0-7, node 2: ranks 8-15, node 3: ranks 16-23, node 4: ranks 24-31, ..., "
