@@ -40,7 +40,11 @@ ftrain_run_preemptible() {
   done
   local rc=0
   wait "$launcher" || rc=$?
-  trap - USR1 TERM INT
+  # A warning that comes after ftrain ended (the time limit's signal just as
+  # the run reaches max_steps, a preemption during the requeue) must not kill
+  # this shell: the job would end FAILED by the signal instead of with
+  # ftrain's status. The scheduler's SIGKILL still ends it.
+  trap 'echo "ftrain job: signal received after ftrain ended; nothing to stop" >&2' USR1 TERM INT
   exec {tee_fd}>&-
   wait "$tee_pid" 2>/dev/null || true  # the log is complete once tee is gone
   if [ "$rc" -eq 0 ] && tail -n +"$((start_line + 1))" "$log" | grep -q "stop signal received"; then
