@@ -226,9 +226,9 @@ def stop_by_signal_and_requeue(t, cluster, launcher):
     t.compare_with_direct(steps, f"{launcher}: stop, requeue and resume")
 
 
-def preempt(t, cluster):
+def preempt(t, cluster, launcher):
     steps, every = 100, 10
-    job = t.submit_job(cluster, "srun", steps, checkpoint_every=every)
+    job = t.submit_job(cluster, launcher, steps, checkpoint_every=every)
     t.wait_step(cluster, job, 13)
     # SLURM's preemption: a job in the higher-priority partition needs the nodes.
     urgent = cluster.run("sbatch", "--parsable", "--partition=urgent", "--nodes=2", "--ntasks-per-node=1",
@@ -241,15 +241,30 @@ def preempt(t, cluster):
     cluster.wait_job(urgent, ("COMPLETED",), 60, f"the urgent job {urgent}")
     t.wait_for(cluster, job, lambda: "resumed from" in t.job_log(job), 60, "the preempted job's restart")
     log = t.job_log(job)
-    if "stop signal received (SIGTERM)" not in log:
-        t.show(cluster, job)
-        fail("the preemption's SIGTERM did not stop ftrain cleanly ('stop signal received (SIGTERM)' not logged)")
     resumed = [int(m) for m in re.findall(r"resumed from \S+/ckpt/step_\d+ at step (\d+)", log)]
-    if resumed != [preempted_at]:
-        fail(f"after a preemption with a {cluster.grace_time} s grace the job resumed at {resumed}, expected the "
-             f"last step it logged, {preempted_at}: the grace holds a step and a save, nothing may be lost")
-    print(f"ok: preempted at step {preempted_at} (GraceTime {cluster.grace_time} s): clean stop on SIGTERM, "
-          f"requeued by SLURM, resumed at step {preempted_at}: nothing lost")
+    if launcher == "srun":
+        # srun's tasks get the SIGTERM themselves: a clean stop in the grace time.
+        if "stop signal received (SIGTERM)" not in log:
+            t.show(cluster, job)
+            fail("the preemption's SIGTERM did not stop ftrain cleanly ('stop signal received (SIGTERM)' not logged)")
+        if resumed != [preempted_at]:
+            fail(f"after a preemption with a {cluster.grace_time} s grace the job resumed at {resumed}, expected the "
+                 f"last step it logged, {preempted_at}: the grace holds a step and a save, nothing may be lost")
+        print(f"ok: preempted at step {preempted_at} (GraceTime {cluster.grace_time} s): clean stop on SIGTERM, "
+              f"requeued, resumed at step {preempted_at}: nothing lost")
+    else:
+        # Under mpirun the SIGTERM goes to Open MPI's daemons (the job step
+        # mpirun started with srun), which end the ranks before a save: the
+        # job must still be requeued, and lose at most the steps since the
+        # last periodic checkpoint.
+        last_periodic = preempted_at // every * every
+        if len(resumed) != 1 or not last_periodic <= resumed[0] <= preempted_at:
+            t.show(cluster, job)
+            fail(f"after a preemption at step {preempted_at} the job resumed at {resumed}: expected once, between "
+                 f"the last periodic checkpoint (step {last_periodic}) and {preempted_at}")
+        print(f"ok: preempted at step {preempted_at}: requeued, resumed at step {resumed[0]}, lost "
+              f"{preempted_at - resumed[0]} step(s), at most the {preempted_at - last_periodic} since the periodic "
+              f"checkpoint")
 
     # A grace too short for a save: SIGTERM to every process, SIGKILL at once.
     first_ckpt_after = (preempted_at // every + 1) * every
@@ -273,7 +288,7 @@ def preempt(t, cluster):
              f"periodic checkpoint (step {last_periodic}) and {killed_at}")
     print(f"ok: SIGTERM+SIGKILL at step {killed_at}: resumed at step {resumed[1]}, lost {killed_at - resumed[1]} "
           f"step(s), at most the {killed_at - last_periodic} since the periodic checkpoint at {last_periodic}")
-    t.compare_with_direct(steps, "preemption, kill, requeues and resumes")
+    t.compare_with_direct(steps, f"{launcher}: preemption, kill, requeues and resumes")
 
 
 def time_limit(t, cluster):
@@ -310,7 +325,7 @@ def time_limit(t, cluster):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("scenario", choices=["srun", "mpirun", "preempt", "time_limit"])
+    ap.add_argument("scenario", choices=["srun", "mpirun", "preempt_srun", "preempt_mpirun", "time_limit"])
     ap.add_argument("--repo", required=True)
     ap.add_argument("--ftrain", required=True)
     ap.add_argument("--prep", required=True)
@@ -323,8 +338,8 @@ def main():
     with SlurmCluster(os.path.join(t.dir, "cluster"), nodes=2, cpus_per_node=1) as cluster:
         if a.scenario in ("srun", "mpirun"):
             stop_by_signal_and_requeue(t, cluster, a.scenario)
-        elif a.scenario == "preempt":
-            preempt(t, cluster)
+        elif a.scenario.startswith("preempt_"):
+            preempt(t, cluster, a.scenario.split("_")[1])
         else:
             time_limit(t, cluster)
     print(f"ok: {a.scenario} under SLURM in {time.time() - start:.0f} s")
