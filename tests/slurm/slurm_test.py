@@ -302,6 +302,9 @@ def time_limit(t, cluster):
     log = t.job_log(job)
     first = log.split("resumed from")[0]
     out = t.output_file(cluster, job).split("resumed from")[0]
+    if f"Time limit exhausted for JobId={job}" in open(os.path.join(cluster.logs, "slurmctld.log")).read():
+        t.show(cluster, job)
+        fail(f"job {job} ran into its time limit: the --signal warning did not stop it before")
     for want in ("ftrain job: signal received, asking ftrain to checkpoint and stop", "stop signal received (SIGUSR1)",
                  f"requeueing: scontrol requeue {job}"):
         if want not in out:
