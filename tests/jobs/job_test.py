@@ -29,7 +29,9 @@ place of `scontrol requeue` / `qrerun`. Scenarios:
                 the 2 ranks must print the deck, the -var paths and
                 `-var device cuda` (a GPU job must not fall back to the
                 CPUs), so the header-to-launch wiring is exercised without
-                training.
+                training. Then the scheduler's warning (SIGUSR1 for SLURM,
+                SIGTERM for PBS) to the script's own process, not its
+                children, must reach both ranks and end the job with exit 0.
 """
 import argparse
 import json
@@ -214,8 +216,46 @@ def templates(a):
                 if want not in lines[0]:
                     fail(f"{kind}/{name}: the ranks were not given '{want}': {lines[0]}")
             print(f"ok: {kind}/{name} launches 2 ranks with: {lines[0]}")
+            signal_batch_process(os.path.join(folder, name), kind, dict(base, **env), w)
     if found < 2:
         fail("expected at least one SLURM and one PBS template")
+
+
+def signal_batch_process(script, kind, env, w):
+    """The scheduler's warning goes to the batch script's own process only
+    (SLURM's --signal=B:, PBS's SIGTERM): that process must forward it, so
+    the ranks (a stand-in ftrain that waits for SIGUSR1) stop and the job
+    exits 0. A template that runs launch.sh as a child dies of the signal
+    while the ranks never hear of it."""
+    stand_in = os.path.join(w, "ftrain_stand_in")
+    with open(stand_in, "w") as f:
+        f.write("#!/usr/bin/env bash\n"
+                "trap 'echo \"stop signal received (SIGUSR1)\"; exit 0' USR1\n"
+                "echo ready >> \"$READY_FILE\"\n"
+                "for _ in $(seq 600); do sleep 0.1; done\n"  # gone by itself if never told
+                "exit 3\n")
+    os.chmod(stand_in, 0o755)
+    ready = os.path.join(w, f"ready_{kind}")
+    if os.path.exists(ready):
+        os.remove(ready)
+    env = dict(env, FTRAIN=stand_in, READY_FILE=ready, FTRAIN_MPIRUN_ARGS=env["FTRAIN_MPIRUN_ARGS"] + " -x READY_FILE")
+    proc = subprocess.Popen(["bash", script], cwd="/", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    deadline = time.time() + 30
+    while time.time() < deadline and not (os.path.exists(ready) and len(open(ready).readlines()) >= 2):
+        time.sleep(0.05)
+    sig = signal.SIGUSR1 if kind == "slurm" else signal.SIGTERM
+    proc.send_signal(sig)  # the script's own process, as the scheduler does; not its process group
+    try:
+        out = proc.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        fail(f"{script}: {sig.name} to the batch script's process did not stop the ranks:\n{proc.communicate()[0]}")
+    if proc.returncode != 0 or out.count("stop signal received") != 2:
+        os.killpg(proc.pid, signal.SIGKILL) if proc.returncode is None else None
+        fail(f"{script}: {sig.name} to the batch script's process: exit {proc.returncode}, "
+             f"{out.count('stop signal received')} of 2 ranks stopped, expected exit 0 and both:\n{out}")
+    print(f"ok: {os.path.basename(script)}: {sig.name} to the batch script's own process reaches both ranks, exit 0")
 
 
 def physical_cores():
