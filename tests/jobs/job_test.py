@@ -13,8 +13,9 @@ place of `scontrol requeue` / `qrerun`. Scenarios:
                 turns `srun --mpi=pmix --ntasks=N ... PROG ARGS` into
                 `mpirun -np N PROG ARGS` (no SLURM here). SIGUSR1 to the batch
                 shell (what --signal=B:USR1@120 does) mid-run: exit 0, a
-                checkpoint at the last logged step, the requeue command run.
-                Then the "requeued" job: resume auto continues from that step
+                checkpoint at the last logged step, the requeue command run;
+                a second SIGUSR1 while it requeues (ftrain has ended) must
+                not kill the shell. Then the "requeued" job: resume auto continues from that step
                 and, finishing normally, is NOT requeued again.
   slurm_mpirun  the same with FTRAIN_LAUNCHER=mpirun.
   pbs           the walltime timer (FTRAIN_WALLTIME_S) signals the job 3 s in:
@@ -147,10 +148,21 @@ exec {a.mpiexec} {mpi} -np "$n" "$@"
 
 
 def slurm(job):
-    proc = job.start()
+    # The requeue command takes a while; a second warning comes during it,
+    # after ftrain has ended (a time limit's signal just as a run ends): the
+    # batch shell must not die of it.
+    requeue_started = os.path.join(job.dir, "requeue_started")
+    proc = job.start(extra_env={"FTRAIN_REQUEUE_CMD": f"touch {requeue_started}; sleep 2; echo requeue >> {job.marker}"})
     job.wait_steps(proc, 3)
     proc.send_signal(signal.SIGUSR1)  # --signal=B:USR1@120 signals the batch shell
-    stopped = job.check_stopped(job.finish(proc, "SIGUSR1 to the batch shell"), "SIGUSR1 to the batch shell", 1)
+    deadline = time.time() + 30
+    while not os.path.exists(requeue_started) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)
+    out = job.finish(proc, "SIGUSR1 to the batch shell, and again while it requeues")
+    if "signal received after ftrain ended" not in out:
+        fail("the second SIGUSR1 (after ftrain ended) was not reported by the batch shell")
+    stopped = job.check_stopped(out, "SIGUSR1 to the batch shell", 1)
     # The requeued job (same script, same deck) runs to the end this time.
     target = stopped + 5
     out = job.finish(job.start(max_steps=target), "requeued job")
