@@ -44,7 +44,6 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-import ftrain_test  # noqa: E402
 from ftrain_test import fail  # noqa: E402
 
 DAEMONS = ("munged", "slurmctld", "slurmd")

@@ -43,7 +43,6 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 
@@ -226,6 +225,21 @@ def stop_by_signal_and_requeue(t, cluster, launcher):
     t.compare_with_direct(steps, f"{launcher}: stop, requeue and resume")
 
 
+def committed_step(run_dir):
+    """The step of the newest committed checkpoint (ckpt/latest), 0 without one."""
+    path = os.path.join(run_dir, "ckpt", "latest")
+    if not os.path.exists(path):
+        return 0
+    m = re.fullmatch(r"step_(\d+)", open(path).read().strip())
+    if not m:
+        fail(f"{path} does not name a step_N checkpoint: {open(path).read()!r}")
+    return int(m.group(1))
+
+
+def resumed_at(t, job):
+    return [int(m) for m in re.findall(r"resumed from \S+/ckpt/step_\d+ at step (\d+)", t.job_log(job))]
+
+
 def preempt(t, cluster, launcher):
     steps, every = 100, 10
     job = t.submit_job(cluster, launcher, steps, checkpoint_every=every)
@@ -234,60 +248,59 @@ def preempt(t, cluster, launcher):
     urgent = cluster.run("sbatch", "--parsable", "--partition=urgent", "--nodes=2", "--ntasks-per-node=1",
                          "--job-name=urgent", f"--output={t.dir}/urgent.out", "--wrap", "sleep 1",
                          cwd=t.dir).stdout.strip()
-    before = last_step(t.run_dir)
-    print(f"$ sbatch --partition=urgent ... (job {urgent}) at step {before}: preempts job {job}", flush=True)
+    print(f"$ sbatch --partition=urgent ... (job {urgent}) at step {last_step(t.run_dir)}: preempts job {job}",
+          flush=True)
     t.wait_for(cluster, job, lambda: cluster.job(job).get("Restarts") == "1", 60, "the preemption's requeue")
-    preempted_at = last_step(t.run_dir)
+    # The requeued job starts cred_expire (5 s) later at the earliest: what
+    # the first run left is read before it.
+    preempted_at, committed = last_step(t.run_dir), committed_step(t.run_dir)
     cluster.wait_job(urgent, ("COMPLETED",), 60, f"the urgent job {urgent}")
     t.wait_for(cluster, job, lambda: "resumed from" in t.job_log(job), 60, "the preempted job's restart")
     log = t.job_log(job)
-    resumed = [int(m) for m in re.findall(r"resumed from \S+/ckpt/step_\d+ at step (\d+)", log)]
+    resumed = resumed_at(t, job)
+    if resumed != [committed]:
+        fail(f"the preempted job resumed at {resumed}, expected once, at its newest checkpoint, step {committed}")
     if launcher == "srun":
         # srun's tasks get the SIGTERM themselves: a clean stop in the grace time.
-        if "stop signal received (SIGTERM)" not in log:
+        if "stop signal received (SIGTERM)" not in log or committed != preempted_at:
             t.show(cluster, job)
-            fail("the preemption's SIGTERM did not stop ftrain cleanly ('stop signal received (SIGTERM)' not logged)")
-        if resumed != [preempted_at]:
-            fail(f"after a preemption with a {cluster.grace_time} s grace the job resumed at {resumed}, expected the "
-                 f"last step it logged, {preempted_at}: the grace holds a step and a save, nothing may be lost")
+            fail(f"the preemption's SIGTERM did not stop ftrain cleanly within the {cluster.grace_time} s grace: "
+                 f"last step {preempted_at}, newest checkpoint {committed} ('stop signal received (SIGTERM)' "
+                 f"{'logged' if 'stop signal received (SIGTERM)' in log else 'not logged'})")
         print(f"ok: preempted at step {preempted_at} (GraceTime {cluster.grace_time} s): clean stop on SIGTERM, "
               f"requeued, resumed at step {preempted_at}: nothing lost")
     else:
         # Under mpirun the SIGTERM goes to Open MPI's daemons (the job step
-        # mpirun started with srun), which end the ranks before a save: the
-        # job must still be requeued, and lose at most the steps since the
-        # last periodic checkpoint.
-        last_periodic = preempted_at // every * every
-        if len(resumed) != 1 or not last_periodic <= resumed[0] <= preempted_at:
-            t.show(cluster, job)
-            fail(f"after a preemption at step {preempted_at} the job resumed at {resumed}: expected once, between "
-                 f"the last periodic checkpoint (step {last_periodic}) and {preempted_at}")
-        print(f"ok: preempted at step {preempted_at}: requeued, resumed at step {resumed[0]}, lost "
-              f"{preempted_at - resumed[0]} step(s), at most the {preempted_at - last_periodic} since the periodic "
-              f"checkpoint")
+        # mpirun started with srun), which end the ranks, maybe before a
+        # save: the job must still be requeued, and lose at most the steps
+        # since the last periodic checkpoint.
+        if preempted_at - committed > every:
+            fail(f"preempted at step {preempted_at}, the newest checkpoint is step {committed}: more than the "
+                 f"{every} steps between periodic checkpoints were lost")
+        print(f"ok: preempted at step {preempted_at}: requeued, resumed at step {committed}, lost "
+              f"{preempted_at - committed} step(s) (periodic checkpoints every {every})")
 
     # A grace too short for a save: SIGTERM to every process, SIGKILL at once.
-    first_ckpt_after = (preempted_at // every + 1) * every
-    t.wait_step(cluster, job, first_ckpt_after + 3)
+    t.wait_step(cluster, job, (preempted_at // every + 1) * every + 3)
     cluster.run("scancel", "--full", "--signal=TERM", job)
-    cluster.run("scancel", "--full", "--signal=KILL", job)
-    killed_at = last_step(t.run_dir)
-    print(f"$ scancel --full --signal=TERM {job}; scancel --full --signal=KILL {job}  (at step {killed_at})",
-          flush=True)
+    # (check=False: should the TERM already have ended the job, there is nothing left to kill)
+    cluster.run("scancel", "--full", "--signal=KILL", job, check=False)
+    print(f"$ scancel --full --signal=TERM {job}; scancel --full --signal=KILL {job}  (at step "
+          f"{last_step(t.run_dir)})", flush=True)
     info = cluster.wait_job(job, ("PENDING", "FAILED", "CANCELLED", "COMPLETED"), 60, "the killed job")
-    killed_at = last_step(t.run_dir)  # the last step written before the kill landed
+    killed_at, committed = last_step(t.run_dir), committed_step(t.run_dir)
     if info.get("JobState") != "PENDING":
         # What a preemption does next: requeue (the job is --requeue).
         cluster.run("scontrol", "requeue", job)
         print(f"$ scontrol requeue {job}  (it ended {info.get('JobState')})", flush=True)
     t.finish(cluster, job, 2, "the job after SIGTERM+SIGKILL")
-    resumed = [int(m) for m in re.findall(r"resumed from \S+/ckpt/step_\d+ at step (\d+)", t.job_log(job))]
-    last_periodic = killed_at // every * every
-    if len(resumed) != 2 or not last_periodic <= resumed[1] <= killed_at:
-        fail(f"after SIGKILL at step {killed_at} the job resumed at {resumed[1:]}: expected between the last "
-             f"periodic checkpoint (step {last_periodic}) and {killed_at}")
-    print(f"ok: SIGTERM+SIGKILL at step {killed_at}: resumed at step {resumed[1]}, lost {killed_at - resumed[1]} "
-          f"step(s), at most the {killed_at - last_periodic} since the periodic checkpoint at {last_periodic}")
+    resumed = resumed_at(t, job)
+    if len(resumed) != 2 or resumed[1] != committed or killed_at - committed > every:
+        fail(f"killed at step {killed_at} with the newest checkpoint at step {committed}, the job resumed at "
+             f"{resumed[1:]}: expected step {committed}, losing at most the {every} steps between periodic "
+             "checkpoints")
+    print(f"ok: SIGTERM+SIGKILL at step {killed_at}: resumed at step {committed}, lost {killed_at - committed} "
+          f"step(s) (periodic checkpoints every {every})")
     t.compare_with_direct(steps, f"{launcher}: preemption, kill, requeues and resumes")
 
 
