@@ -25,19 +25,27 @@ bit, step by step. Scenarios:
               Restarts=1), its log where the template says (ftrain-<job>.log
               and the --output file, appended across the restart).
   mpirun      the same with FTRAIN_LAUNCHER=mpirun inside the allocation.
-  preempt     srun. A job in the `urgent` partition preempts it (SLURM:
-              SIGTERM to every process of the job, SIGKILL after the
-              partition's GraceTime, requeue): with a grace longer than a
-              step and a save, nothing is lost (it resumes at the last logged
-              step). Then SIGTERM to every process (`scancel --full
-              --signal=TERM`) and SIGKILL at once (`--signal=KILL`), the
-              grace a save does not fit in: the requeued job loses at most
-              the steps since the last periodic checkpoint (every 10).
+  preempt_srun    srun. A job in the `urgent` partition preempts it (SLURM
+              22.05: SIGTERM to the job's steps when GraceTime starts, at
+              its end cancel and requeue): the ranks stop cleanly within
+              the grace, nothing is lost. Then SIGTERM to every process
+              (`scancel --full --signal=TERM`) and SIGKILL at once
+              (`--signal=KILL`), a grace no save fits in: requeued, the
+              job resumes from its newest committed checkpoint (ckpt/latest
+              as the killed run left it), at most `checkpoint every` (10)
+              steps back.
+  preempt_mpirun  the same with mpirun: the preemption's SIGTERM reaches
+              Open MPI's daemons (mpirun starts them as a job step), which
+              end the ranks, maybe before a save; mpirun fails and the job
+              must requeue itself (launch.sh's FTRAIN_PREEMPTED_CMD) and
+              lose at most the steps since its newest checkpoint.
   time_limit  mpirun. #SBATCH --time=1 with the template's --signal at 20 s
               (the template's `B:` kept or not, as the template has it):
-              SLURM's own warning must make the job checkpoint and requeue
-              itself; the requeued job resumes there. (SLURM checks the
-              warning every 30 s, so it comes 10 to 40 s into the job.)
+              SLURM's own warning must reach the batch shell, which makes
+              the job checkpoint and requeue itself before its time limit;
+              the requeued job resumes there, and is stopped and cancelled
+              a few steps later (SLURM checks the warning every 30 s, so it
+              comes 10 to 40 s into the job).
 """
 import argparse
 import os
