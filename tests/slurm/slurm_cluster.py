@@ -25,7 +25,8 @@ eligible again (SLURM's default is 120); here it is short.
 Teardown (also after a failure): every job is cancelled, the daemons get
 SIGTERM and then SIGKILL by process group, and any process still carrying
 this cluster's SLURM_CONF in its environment (a job's task, a slurmstepd)
-is killed by pid.
+is killed by pid. Should the test be killed before that, the daemons die
+with it (setpriv --pdeathsig).
 
 Where the packages are missing, or munged or slurmctld cannot start, the
 test is skipped (exit 77) with the reason, unless FTRAIN_SLURM_REQUIRED=1
@@ -173,7 +174,8 @@ class SlurmCluster:
     def _write_conf(self):
         port = free_ports(1 + len(self.nodes))
         self.ctld_port = port
-        host = socket.gethostname()
+        # slurmctld knows itself by its short host name.
+        host = socket.gethostname().split(".")[0]
         r, logs = self.root, self.logs
         nodes = "\n".join(
             f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={port + 1 + i} "
@@ -226,6 +228,11 @@ PartitionName=urgent Nodes={names} MaxTime=INFINITE State=UP PriorityTier=10 Pre
             f.write(text)
 
     def _spawn(self, name, argv):
+        # Should the test itself be killed (a ctest timeout) before its
+        # teardown, the kernel kills the daemons with it (setpriv --pdeathsig).
+        setpriv = shutil.which("setpriv")
+        if setpriv:
+            argv = [setpriv, "--pdeathsig", "KILL", "--"] + argv
         out = open(os.path.join(self.logs, f"{name}.out"), "w")
         self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                             start_new_session=True)

@@ -313,9 +313,10 @@ def preempt(t, cluster, launcher):
 
 
 def time_limit(t, cluster):
-    # "Forever": the test ends the job. The constant learning rate makes a
-    # direct run of as many steps the reference.
-    job = t.submit_job(cluster, "mpirun", 1000000,
+    # Longer than the 40 s the warning may take (~40 steps/s on 2 idle
+    # cores): the test ends the job. The constant learning rate makes a
+    # direct run of as many steps as it did the reference.
+    job = t.submit_job(cluster, "mpirun", 5000,
                        extra=[(r"^#SBATCH --time=.*$", "#SBATCH --time=1"),
                               (r"^(#SBATCH --signal=(?:B:)?USR1)@\d+$", r"\1@20")])
     t.wait_for(cluster, job, lambda: "resumed from" in t.job_log(job), 110,
