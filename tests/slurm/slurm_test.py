@@ -21,9 +21,11 @@ bit, step by step. Scenarios:
               `scancel --signal=USR1 --batch` mid-run (what
               --signal=B:USR1@600 does before the time limit): ftrain
               checkpoints, exits 0, the job runs `scontrol requeue`; the
-              requeued job resumes at that step and completes (exit 0:0,
-              Restarts=1), its log where the template says (ftrain-<job>.log
-              and the --output file, appended across the restart).
+              requeued job resumes at that step. Then `scancel
+              --signal=USR1` (the job's steps, the command ftrain's run
+              header prints): the same again. The job completes (exit 0:0,
+              Restarts=2), its log where the template says (ftrain-<job>.log
+              and the --output file, appended across the restarts).
   mpirun      the same with FTRAIN_LAUNCHER=mpirun inside the allocation.
   preempt_srun    srun. A job in the `urgent` partition preempts it (SLURM
               22.05: SIGTERM to the job's steps when GraceTime starts, at
@@ -204,14 +206,21 @@ class Test:
 
 
 def stop_by_signal_and_requeue(t, cluster, launcher):
-    """sbatch the template, USR1 to the batch shell mid-run, requeue, resume, complete."""
-    steps = 120  # the signal must land mid-run: 40 steps take 1 s on 2 idle cores
+    """sbatch the template; SIGUSR1 to the batch shell mid-run, requeue, resume;
+    SIGUSR1 to the job's steps (the stop command ftrain's run header prints
+    first), requeue, resume; complete."""
+    steps = 150  # both signals must land mid-run: 40 steps take 1 s on 2 idle cores
     job = t.submit_job(cluster, launcher, steps)
-    t.wait_step(cluster, job, 5)
-    cluster.run("scancel", "--signal=USR1", "--batch", job)
-    stopped_at = last_step(t.run_dir)
-    print(f"$ scancel --signal=USR1 --batch {job}  (at step {stopped_at})", flush=True)
-    t.finish(cluster, job, 1, f"{launcher}: the requeued job")
+    stops = []
+    for restarts, how in ((0, ["--batch"]), (1, [])):
+        t.wait_for(cluster, job, lambda: len(resumed_at(t, job)) == restarts, 60, f"start {restarts + 1} of job {job}")
+        t.wait_step(cluster, job, (stops[-1] if stops else 0) + 5)
+        cluster.run("scancel", "--signal=USR1", *how, job)
+        stops.append(last_step(t.run_dir))
+        print(f"$ scancel --signal=USR1 {' '.join(how)} {job}  (at step {stops[-1]})", flush=True)
+        t.wait_for(cluster, job, lambda: cluster.job(job).get("Restarts") == str(restarts + 1), 60,
+                   f"the requeue after the stop at step {stops[-1]}")
+    t.finish(cluster, job, 2, f"{launcher}: the twice requeued job")
     log = t.job_log(job)
     if not log:
         fail(f"the job wrote no log where the template says: {t.submit}/ftrain-{job}.log")
@@ -219,18 +228,19 @@ def stop_by_signal_and_requeue(t, cluster, launcher):
         if want not in log:
             t.show(cluster, job)
             fail(f"ftrain-{job}.log lacks '{want}'")
-    resumed = [int(m) for m in re.findall(r"resumed from \S+/ckpt/step_\d+ at step (\d+)", log)]
-    if len(resumed) != 1 or not stopped_at <= resumed[0] < steps:
-        fail(f"the requeued job resumed at {resumed}, expected once, at or after step {stopped_at} (the step the "
-             f"signal came at) and before {steps}")
+    resumed = resumed_at(t, job)
+    if len(resumed) != 2 or not all(stop <= at < steps for stop, at in zip(stops, resumed)):
+        fail(f"the requeued job resumed at {resumed}, expected twice, at or after the steps the signals came at "
+             f"({stops}) and before {steps}")
     out = t.output_file(cluster, job)
     start_line = f"ftrain job {job}: {RANKS} ranks on 2 node(s), 1 per node, 1 core(s) each, via {launcher}"
-    if out.count(start_line) != 2 or f"requeueing: scontrol requeue {job}" not in out or "done: " not in out:
-        fail(f"the --output file does not hold both starts of job {job} ('{start_line}', --open-mode=append) "
-             f"the requeue and the end:\n{out[-3000:]}")
-    print(f"ok: {launcher}: stopped by SIGUSR1 at step {resumed[0]}, requeued by scontrol, resumed there, completed "
-          f"{steps} steps; ftrain-{job}.log and the --output file hold both starts")
-    t.compare_with_direct(steps, f"{launcher}: stop, requeue and resume")
+    if out.count(start_line) != 3 or out.count(f"requeueing: scontrol requeue {job}") != 2 or "done: " not in out:
+        fail(f"the --output file does not hold the 3 starts of job {job} ('{start_line}', --open-mode=append), "
+             f"the 2 requeues and the end:\n{out[-3000:]}")
+    print(f"ok: {launcher}: stopped by SIGUSR1 to the batch shell at step {resumed[0]} and to the job's steps at "
+          f"step {resumed[1]}, requeued by scontrol each time, resumed there, completed {steps} steps; "
+          f"ftrain-{job}.log and the --output file hold all 3 starts")
+    t.compare_with_direct(steps, f"{launcher}: two stops, requeues and resumes")
 
 
 def committed_step(run_dir):
