@@ -28,8 +28,8 @@ this cluster's SLURM_CONF in its environment (a job's task, a slurmstepd)
 is killed by pid. Should the test be killed before that, the daemons die
 with it (setpriv --pdeathsig).
 
-Where the packages are missing, or munged or slurmctld cannot start, the
-test is skipped (exit 77) with the reason, unless FTRAIN_SLURM_REQUIRED=1
+Where the packages are missing, the test does not run as root, or munged
+or slurmctld cannot start, the test is skipped (exit 77) with the reason, unless FTRAIN_SLURM_REQUIRED=1
 (CI), where that is a failure.
 """
 
@@ -100,6 +100,9 @@ def free_ports(count):
 class SlurmCluster:
     def __init__(self, workdir, nodes=2, cpus_per_node=1, grace_time=10, cred_expire=5, kill_wait=10):
         self.programs = find_programs()
+        if os.geteuid() != 0:
+            # slurmd starts each job's processes as the job's user, which needs root.
+            skip("the test cluster runs slurmd and slurmctld as root (SlurmUser=root) and this is not root")
         self.workdir = os.path.abspath(workdir)
         self.nodes = [f"node{i + 1}" for i in range(nodes)]
         self.cpus_per_node = cpus_per_node
