@@ -38,6 +38,7 @@ optimizer adamw lr 1e-2 weight_decay 0.0
 max_steps 15
 init random std 0.02
 log every 1
+peak_tflops 1
 run_dir \${run_dir}
 DECK
 
@@ -123,6 +124,35 @@ for np in (1, 2):
     # (at init attention is near uniform) and over 10% by step 3.
     if abs(nomask[0] - rows[0]) < 1e-5 * rows[0] or worst(nomask, rows) < 1e-2:
         fail.append(f"np {np}: document_mask off is indistinguishable from the rows ({worst(nomask, rows):.2e})")
+# MFU counts only the attention the mask leaves (metrics.md). With
+# peak_tflops 1, mfu * step_time_s * ranks * 1e12 is the FLOPs the trainer
+# counted for the step: 6 * matmul params * tokens + 12 * layers * q_size *
+# pairs, pairs = T^2 per window without the mask and the sum of squared
+# document lengths with it (the inputs are tokens 0..T-1 of the file, whose
+# document index gives the lengths: data.md, version 2).
+import struct
+raw = open("data/four.tok", "rb").read()
+n_tokens, n_documents = struct.unpack_from("<Q", raw, 16)[0], struct.unpack_from("<Q", raw, 40)[0]
+align = lambda x: (x + 7) // 8 * 8
+index_at = align(align(64 + 2 * n_tokens) + (n_tokens + 7) // 8)
+index = struct.unpack_from(f"<{n_documents + 1}Q", raw, index_at)
+T = n_tokens - 1
+lengths = [min(index[d + 1], T) - index[d] for d in range(n_documents) if index[d] < T]
+C, I, V, L, q, kv = 64, 160, 257, 2, 64, 32
+matmul = L * (C * (2 * q + 2 * kv) + 3 * C * I) + V * C
+def expected(windows, pairs_per_window):
+    return windows * 6.0 * matmul * T + 12.0 * L * q * windows * pairs_per_window
+def counted(run, ranks):
+    rows = [r for r in map(json.loads, open(f"{run}/metrics.jsonl")) if r.get("mfu") is not None]
+    return [r["mfu"] * r["step_time_s"] * ranks * 1e12 for r in rows]
+masked_pairs = sum(n * n for n in lengths)
+print(f"documents {lengths} in T = {T}: {masked_pairs} attended pairs of {T * T}")
+for run, ranks, windows, pairs in (("np1_packed_mask", 1, 1, masked_pairs), ("np2_packed_mask", 2, 2, masked_pairs),
+                                   ("np1_packed_nomask", 1, 1, T * T), ("np2_packed_nomask", 2, 2, T * T)):
+    want, got = expected(windows, pairs), counted(run, ranks)
+    print(f"{run}: FLOPs per step counted {got[0] if got else None:.6g}, by hand {want:.6g}")
+    if not got or max(abs(g - want) / want for g in got) > 1e-9:
+        fail.append(f"{run}: MFU's FLOPs per step {got[:3]} are not {want:.9g}")
 if fail:
     sys.exit("FAIL: " + "; ".join(fail))
 print("PASS")
