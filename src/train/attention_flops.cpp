@@ -27,7 +27,8 @@ double document_attention_pairs(const Tensor& documents) {
 double masked_step_flops(const Model& model, double planned_step_flops, std::int64_t windows, std::int64_t seq_len,
                          double attended_pairs) {
   const double full_pairs = static_cast<double>(windows) * static_cast<double>(seq_len) * static_cast<double>(seq_len);
-  return planned_step_flops - model.attention_training_flops(full_pairs) + model.attention_training_flops(attended_pairs);
+  return planned_step_flops - model.attention_training_flops(full_pairs) +
+         model.attention_training_flops(attended_pairs);
 }
 
 }  // namespace ftrain

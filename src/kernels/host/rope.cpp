@@ -148,7 +148,8 @@ void rope_apply(const char* kernel_name, const Tensor& in, const Tensor& inv_fre
 void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset, const Tensor* positions,
                   Tensor& y) {
   const RopeDims d = host_rope("rope_forward", x, "x", inv_freq, y, "y");
-  rope_apply("ftrain::rope::forward", x, inv_freq, position_offset, token_rows("rope_forward", positions, d), y, 1.0f, d);
+  rope_apply("ftrain::rope::forward", x, inv_freq, position_offset, token_rows("rope_forward", positions, d), y,
+             1.0f, d);
 }
 
 void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset, const Tensor* positions,
