@@ -276,23 +276,25 @@ void layernorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w,
 // ---- rope ------------------------------------------------------------------------
 
 void rope(ExecutionContext& ctx, const char* op, const Tensor& in, const char* in_role, const Tensor& inv_freq,
-          std::int64_t position_offset, Tensor& out, const char* out_role, float direction) {
+          std::int64_t position_offset, const Tensor* positions, Tensor& out, const char* out_role, float direction) {
   // Shapes and dtypes: checked by ops::rope_* (kernels/op_checks.hpp).
   const FloatSpan is = float_span(op, in, in_role), os = float_span(op, out, out_role);
   require_cuda(op, inv_freq, "inv_freq");
+  if (positions != nullptr) require_cuda(op, *positions, "positions");
   const std::int64_t head_dim = in.dim(3);
-  launch_rope(is, inv_freq.data_as<float>(), position_offset, os, direction, in.dim(0), in.dim(1), in.dim(2), head_dim,
-              stream_of(ctx));
+  launch_rope(is, inv_freq.data_as<float>(), position_offset,
+              positions != nullptr ? positions->data_as<std::int32_t>() : nullptr, os, direction, in.dim(0),
+              in.dim(1), in.dim(2), head_dim, stream_of(ctx));
 }
 
 void rope_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset,
-                  Tensor& y) {
-  rope(ctx, "rope_forward", x, "x", inv_freq, position_offset, y, "y", 1.0f);
+                  const Tensor* positions, Tensor& y) {
+  rope(ctx, "rope_forward", x, "x", inv_freq, position_offset, positions, y, "y", 1.0f);
 }
 
 void rope_backward(ExecutionContext& ctx, const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset,
-                   Tensor& dx) {
-  rope(ctx, "rope_backward", dy, "dy", inv_freq, position_offset, dx, "dx", -1.0f);
+                   const Tensor* positions, Tensor& dx) {
+  rope(ctx, "rope_backward", dy, "dy", inv_freq, position_offset, positions, dx, "dx", -1.0f);
 }
 
 // ---- activations -------------------------------------------------------------------

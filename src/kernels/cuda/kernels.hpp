@@ -81,9 +81,10 @@ void launch_layernorm_backward(FloatSpan x, FloatSpan w, const float* mean, cons
                                FloatSpan dx, FloatSpan dw, FloatSpan db, float* partials, std::int64_t rows,
                                std::int64_t width, cudaStream_t stream);
 
-// rope.cu: math::rope_angle, math::rope_rotate
-void launch_rope(FloatSpan in, const float* inv_freq, std::int64_t position_offset, FloatSpan out,
-                 float direction, std::int64_t batch, std::int64_t time, std::int64_t heads, std::int64_t head_dim,
+// rope.cu: math::rope_angle, math::rope_rotate. positions: i32 [batch, time]
+// or null (position_offset + t).
+void launch_rope(FloatSpan in, const float* inv_freq, std::int64_t position_offset, const std::int32_t* positions,
+                 FloatSpan out, float direction, std::int64_t batch, std::int64_t time, std::int64_t heads, std::int64_t head_dim,
                  cudaStream_t stream);
 
 // adamw.cu: math::adamw_step
