@@ -19,7 +19,8 @@ The namespaces' names carry the test's pid, so two tests (ctest -j2) never
 share one; teardown (the `with` block's end, or the SIGTERM ctest sends on a
 timeout) kills every process inside them and deletes them. Where namespaces
 cannot be made (not root, no `ip netns`, no nsenter or unshare),
-Cluster(...) raises Unavailable: the test exits 77 with its reason.
+Cluster(...) raises Unavailable: the test exits 77 with its reason (fails
+instead where FTRAIN_MULTINODE_REQUIRED=1, as in CI).
 
 Python 3 standard library only.
 """
@@ -43,7 +44,10 @@ class Unavailable(Exception):
 
 
 def skip(reason):
-    """Ends the test as skipped (CTest SKIP_RETURN_CODE 77) with the reason."""
+    """Ends the test as skipped (CTest SKIP_RETURN_CODE 77) with the reason;
+    in CI (FTRAIN_MULTINODE_REQUIRED=1), where namespaces must work, fails it."""
+    if os.environ.get("FTRAIN_MULTINODE_REQUIRED") == "1":
+        ftrain_test.fail(f"network namespaces are required here (FTRAIN_MULTINODE_REQUIRED=1) but {reason}")
     print("SKIP:", reason, flush=True)
     sys.exit(77)
 
