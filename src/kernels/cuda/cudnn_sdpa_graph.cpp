@@ -69,9 +69,11 @@ Desc matmul(CudnnDescriptors& o, Desc a, Desc b, Desc c, Desc m_override = nullp
   return op;
 }
 
-Desc pointwise(CudnnDescriptors& o, cudnnPointwiseMode_t mode, Desc x, Desc b, Desc y, Desc t = nullptr, int64_t axis = -1) {
+// `precision`: the pointwise math type (float unless given).
+Desc pointwise(CudnnDescriptors& o, cudnnPointwiseMode_t mode, Desc x, Desc b, Desc y, Desc t = nullptr, int64_t axis = -1,
+               cudnnDataType_t precision = CUDNN_DATA_FLOAT) {
   Desc p = make(o, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-  cudnnDataType_t f = CUDNN_DATA_FLOAT;
+  cudnnDataType_t f = precision;
   CK(cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
   CK(cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f));
   if (axis >= 0) CK(cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis));
@@ -160,18 +162,21 @@ int64_t graph_batch(const SdpaShape& s) { return s.ragged() ? s.ragged_sequences
 int64_t graph_seq(const SdpaShape& s) { return s.ragged() ? s.ragged_length : s.seq; }
 
 // Rows at or past their sequence's length (queries) or columns past it
-// (keys) are masked, cudnn-frontend's padding mask: each sequence of the
-// ragged batch sees only itself.
+// (keys) are masked, cudnn-frontend's padding mask (with its math types:
+// i32 indices, boolean comparisons): each sequence of the ragged batch sees
+// only itself. Both graphs apply it where cudnn-frontend does: to the
+// scaled scores, before the statistics and the causal mask.
 Desc padding_mask(CudnnDescriptors& o, std::vector<Desc>& ops, const IoTensors& io, Desc scores,
                   const std::function<Desc(cudnnDataType_t)>& virt) {
   using O = SdpaOperand;
-  Desc row = virt(CUDNN_DATA_INT32), col = virt(CUDNN_DATA_INT32), row_in = virt(CUDNN_DATA_BOOLEAN);
-  Desc col_in = virt(CUDNN_DATA_BOOLEAN), keep = virt(CUDNN_DATA_BOOLEAN), masked = virt(CUDNN_DATA_FLOAT);
-  ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, row, nullptr, 2));
-  ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, col, nullptr, 3));
-  ops.push_back(pointwise(o, CUDNN_POINTWISE_CMP_LT, row, io[O::seq_len_q], row_in));
-  ops.push_back(pointwise(o, CUDNN_POINTWISE_CMP_LT, col, io[O::seq_len_kv], col_in));
-  ops.push_back(pointwise(o, CUDNN_POINTWISE_LOGICAL_AND, row_in, col_in, keep));
+  const cudnnDataType_t i32 = CUDNN_DATA_INT32, bo = CUDNN_DATA_BOOLEAN;
+  Desc row = virt(i32), col = virt(i32), row_in = virt(bo);
+  Desc col_in = virt(bo), keep = virt(bo), masked = virt(CUDNN_DATA_FLOAT);
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, row, nullptr, 2, i32));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, col, nullptr, 3, i32));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_CMP_LT, row, io[O::seq_len_q], row_in, nullptr, -1, bo));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_CMP_LT, col, io[O::seq_len_kv], col_in, nullptr, -1, bo));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_LOGICAL_AND, row_in, col_in, keep, nullptr, -1, bo));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_BINARY_SELECT, scores, io[O::neg_inf], masked, keep));
   return masked;
 }
@@ -296,9 +301,10 @@ CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape, void* handle)
   Desc scores = virt(fl, ss, ss_st), scaled = virt(fl, ss, ss_st), centred = virt(fl, ss, ss_st);
   ops.push_back(matmul(o, q, kt, scores, len_q, len_kv));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, scores, scale, scaled));
-  ops.push_back(pointwise(o, CUDNN_POINTWISE_SUB, scaled, stats, centred));
+  Desc padded = scaled;
+  if (ragged) padded = padding_mask(o, ops, io, scaled, [&](cudnnDataType_t t) { return virt(t, ss, ss_st); });
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_SUB, padded, stats, centred));
   Desc masked = centred;
-  if (ragged) masked = padding_mask(o, ops, io, centred, [&](cudnnDataType_t t) { return virt(t, ss, ss_st); });
   if (shape.causal) {
     Desc row = virt(i32, ss, ss_st), col = virt(i32, ss, ss_st), keep = virt(bo, ss, ss_st);
     Desc unmasked = masked;
