@@ -7,6 +7,7 @@
 // needed; and the plan-cache key tells every field apart.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -286,7 +287,7 @@ TEST(CudnnSdpaDocuments, SegmentsSplitEachRowWhereTheIdChanges) {
 
 TEST(CudnnSdpaDocuments, IdsNotStartingAtZeroOrDecreasingAreRefusedNamingTensorAndRow) {
   std::vector<std::int32_t> ids = ids_of({{3, 3}, {6}});
-  ids[6] = 1;
+  std::fill(ids.begin() + 6, ids.end(), 1);  // row 1: one document, id 1
   try {
     sdpa_document_segments(ids.data(), 2, 6, "attention_forward documents i32[2, 6]");
     ADD_FAILURE() << "a row starting at id 1 was accepted";
