@@ -408,7 +408,7 @@ std::optional<SdpaDocumentSegments> read_documents(ExecutionContext& ctx, const 
                                     cudaMemcpyDeviceToHost, stream_of(ctx)));
   FTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
   return sdpa_document_segments(ids.data(), documents->dim(0), documents->dim(1),
-                                std::string(op) + " " + documents->describe());
+                                std::string(op) + ": documents " + documents->describe());
 }
 
 const std::int32_t* document_ids(const Tensor* documents) {

@@ -330,8 +330,8 @@ struct SdpaDocumentSegments {
   std::int64_t longest() const { return length.empty() ? 0 : *std::max_element(length.begin(), length.end()); }
 };
 
-// Splits host document ids i32 [batch, seq] (`what` names the tensor in
-// errors) where the id changes. A row's ids start at 0 and never decrease
+// Splits host document ids i32 [batch, seq] (`what` names the op and the
+// tensor in errors) where the id changes. A row's ids start at 0 and never decrease
 // (data ... document_mask on makes them so); anything else is refused
 // naming the tensor, the row and the token, since a document boundary read
 // from such ids would not be the one the host backend applies.
@@ -343,12 +343,12 @@ inline SdpaDocumentSegments sdpa_document_segments(const std::int32_t* ids, std:
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int32_t* row = ids + b * seq;
     if (seq == 0) continue;
-    FT_CHECK(row[0] == 0) << "documents " << what << ": row " << b << " starts at document id " << row[0]
+    FT_CHECK(row[0] == 0) << what << ": row " << b << " starts at document id " << row[0]
                           << "; a packed window's ids start at 0";
     std::int64_t start = 0;
     for (std::int64_t t = 1; t <= seq; ++t) {
       if (t < seq) {
-        FT_CHECK(row[t] >= row[t - 1]) << "documents " << what << ": row " << b << " decreases at token " << t << " ("
+        FT_CHECK(row[t] >= row[t - 1]) << what << ": row " << b << " decreases at token " << t << " ("
                                        << row[t - 1] << " then " << row[t] << "); a packed window's ids never do";
         if (row[t] == row[t - 1]) continue;
       }

@@ -289,17 +289,17 @@ TEST(CudnnSdpaDocuments, IdsNotStartingAtZeroOrDecreasingAreRefusedNamingTensorA
   std::vector<std::int32_t> ids = ids_of({{3, 3}, {6}});
   std::fill(ids.begin() + 6, ids.end(), 1);  // row 1: one document, id 1
   try {
-    sdpa_document_segments(ids.data(), 2, 6, "attention_forward documents i32[2, 6]");
+    sdpa_document_segments(ids.data(), 2, 6, "attention_forward: documents i32[2, 6]");
     ADD_FAILURE() << "a row starting at id 1 was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("documents attention_forward documents i32[2, 6]: row 1 starts at document id 1"),
+    EXPECT_NE(std::string(e.what()).find("attention_forward: documents i32[2, 6]: row 1 starts at document id 1"),
               std::string::npos)
         << e.what();
   }
   ids = ids_of({{3, 3}, {6}});
   ids[4] = 0;  // row 0: 0 0 0 1 0 1
   try {
-    sdpa_document_segments(ids.data(), 2, 6, "docs");
+    sdpa_document_segments(ids.data(), 2, 6, "documents docs");
     ADD_FAILURE() << "decreasing ids were accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("documents docs: row 0 decreases at token 4 (1 then 0)"), std::string::npos)
