@@ -411,6 +411,13 @@ std::optional<SdpaDocumentSegments> read_documents(ExecutionContext& ctx, const 
                                 std::string(op) + ": documents " + documents->describe());
 }
 
+// The cuDNN ragged batch's lengths and offsets for this call's documents.
+std::optional<SdpaRaggedArrays> ragged_arrays(const std::optional<SdpaDocumentSegments>& segments,
+                                              const SdpaPlanKey& key) {
+  if (!segments) return std::nullopt;
+  return sdpa_ragged_arrays(*segments, key.shape());
+}
+
 const std::int32_t* document_ids(const Tensor* documents) {
   return documents == nullptr ? nullptr : documents->data_as<std::int32_t>();
 }
@@ -429,12 +436,8 @@ void attention_forward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, 
     SdpaBuffers b;
     b.q = q.data(), b.k = k.data(), b.v = v.data(), b.out = out.data(), b.stats = lse.data();
     // lse: cuDNN's stats are the host's layout (cudnn_sdpa_plan.hpp)
-    if (segments) {
-      const SdpaRaggedArrays ragged = sdpa_ragged_arrays(*segments, key.shape());
-      cudnn_sdpa_run(ctx, key, b, softmax_scale, &ragged);
-    } else {
-      cudnn_sdpa_run(ctx, key, b, softmax_scale);
-    }
+    const std::optional<SdpaRaggedArrays> ragged = ragged_arrays(segments, key);
+    cudnn_sdpa_run(ctx, key, b, softmax_scale, ragged ? &*ragged : nullptr);
 #endif
     return;
   }
@@ -469,12 +472,8 @@ void attention_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k,
     SdpaBuffers b;
     b.q = q.data(), b.k = k.data(), b.v = v.data(), b.out = out.data(), b.stats = lse.data();
     b.dout = dout.data(), b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data();
-    if (segments) {
-      const SdpaRaggedArrays ragged = sdpa_ragged_arrays(*segments, key.shape());
-      cudnn_sdpa_run(ctx, key, b, softmax_scale, &ragged);
-    } else {
-      cudnn_sdpa_run(ctx, key, b, softmax_scale);
-    }
+    const std::optional<SdpaRaggedArrays> ragged = ragged_arrays(segments, key);
+    cudnn_sdpa_run(ctx, key, b, softmax_scale, ragged ? &*ragged : nullptr);
 #endif
     return;
   }

@@ -5,7 +5,10 @@
 // lse[b,h,i] = log(sum_j exp(scale * q_i . k_j)) over the visible keys j.
 // With document ids (a packed window), key j is visible only within query
 // i's document: key tiles wholly outside the query tile's documents are
-// skipped in both passes, so the work follows the documents' lengths.
+// skipped in both passes, so the work follows the documents' lengths. Which
+// entries are visible and which tiles are skipped is
+// math::attention_key_visible / attention_key_tile_visible, the rule the
+// CUDA reference kernel applies too.
 //
 // Forward: one task per (batch, query head, query tile). The task keeps its
 // Q tile (pre-scaled), an f32 output accumulator and the running row max m
