@@ -339,23 +339,41 @@ TEST(CudnnSdpaDocuments, RaggedArraysAddressEachDocumentsRowsLikeTheKernels) {
   for (std::int64_t part : {a.seq_len, a.q_offsets, a.kv_offsets, a.stats_offsets})
     EXPECT_EQ(part % 4, 0) << "each part starts 16-byte aligned";
   const auto at = [&](std::int64_t part, std::int64_t k) { return std::int64_t{a.packed[std::size_t(part + k)]}; };
+  // Every row-holding tensor of the backward graph (the forward's are a
+  // subset): its offsets part by uid, its heads, K and V^T read transposed;
+  // dK/dV per query head take K's offsets times Hq / Hkv (the multiplier
+  // cuDNN applies itself, as cudnn-frontend's ragged GQA backward relies on).
   const auto io = sdpa_io_tensors(shape, SdpaDirection::backward);
-  const SdpaTensor& q = *sdpa_find(io, SdpaOperand::q);
-  const SdpaTensor& v = *sdpa_find(io, SdpaOperand::dv);
-  const SdpaTensor& stats = *sdpa_find(io, SdpaOperand::stats);
-  for (std::int64_t k = 0; k < segs.count(); ++k) {
-    SCOPED_TRACE("document " + std::to_string(k));
-    EXPECT_EQ(at(a.seq_len, k), segs.length[std::size_t(k)]);
-    const std::int64_t b = segs.row[std::size_t(k)], first = segs.first[std::size_t(k)];
-    for (std::int64_t i = 0; i < segs.length[std::size_t(k)]; ++i) {
-      for (std::int64_t h = 0; h < Hq; ++h) {
-        EXPECT_EQ(at(a.q_offsets, k) + offset(q, 0, h, i, 3), math::attention_bshd_row(b, first + i, h, T, Hq, D) + 3);
-        EXPECT_EQ(at(a.stats_offsets, k) + offset(stats, 0, h, i, 0), math::attention_lse_index(b, h, first + i, T, Hq));
-      }
-      for (std::int64_t g = 0; g < Hkv; ++g)
-        EXPECT_EQ(at(a.kv_offsets, k) + offset(v, 0, g, i, 5), math::attention_bshd_row(b, first + i, g, T, Hkv, D) + 5);
+  std::size_t checked = 0;
+  for (const SdpaTensor& t : io) {
+    if (t.ragged_offset_uid == 0) continue;
+    SCOPED_TRACE(sdpa_operand_name(t.operand));
+    using O = SdpaOperand;
+    const std::int64_t part = t.ragged_offset_uid == 17 ? a.q_offsets : t.ragged_offset_uid == 18 ? a.kv_offsets
+                                                                                                   : a.stats_offsets;
+    const bool full_head = t.operand == O::dk_full || t.operand == O::dv_full;
+    const std::int64_t multiplier = full_head ? Hq / Hkv : 1;
+    const bool kv_side = t.ragged_offset_uid == 18 && !full_head;
+    const bool transposed = t.operand == O::k || t.operand == O::v;  // backward: V read as V^T
+    const bool rows = t.operand == O::stats || t.operand == O::row_dot;
+    const std::int64_t heads = kv_side ? Hkv : Hq;
+    ASSERT_EQ(t.dims[0], shape.ragged_sequences);
+    ASSERT_EQ(t.dims[1], heads);
+    ++checked;
+    for (std::int64_t k = 0; k < segs.count(); ++k) {
+      const std::int64_t b = segs.row[std::size_t(k)], first = segs.first[std::size_t(k)];
+      for (std::int64_t i = 0; i < segs.length[std::size_t(k)]; ++i)
+        for (std::int64_t h = 0; h < heads; ++h) {
+          const std::int64_t e = rows ? 0 : 5;
+          const std::int64_t got = at(part, k) * multiplier + (transposed ? offset(t, 0, h, e, i) : offset(t, 0, h, i, e));
+          const std::int64_t want = rows ? math::attention_lse_index(b, h, first + i, T, Hq)
+                                         : math::attention_bshd_row(b, first + i, h, T, heads, D) + e;
+          ASSERT_EQ(got, want) << "document " << k << ", row " << i << ", head " << h;
+        }
     }
   }
+  EXPECT_EQ(checked, 13u) << "q k v out stats dout dq dk dv row sums, dQ accumulator, dK/dV per query head";
+  for (std::int64_t k = 0; k < segs.count(); ++k) EXPECT_EQ(at(a.seq_len, k), segs.length[std::size_t(k)]);
   // The unused sequences have no tokens and start at the end.
   for (std::int64_t k = segs.count(); k <= shape.ragged_sequences; ++k) {
     if (k < shape.ragged_sequences) EXPECT_EQ(at(a.seq_len, k), 0);
