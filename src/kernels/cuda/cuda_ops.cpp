@@ -411,12 +411,14 @@ std::optional<SdpaDocumentSegments> read_documents(ExecutionContext& ctx, const 
                                 std::string(op) + ": documents " + documents->describe());
 }
 
+#if defined(FTRAIN_HAVE_CUDNN)
 // The cuDNN ragged batch's lengths and offsets for this call's documents.
 std::optional<SdpaRaggedArrays> ragged_arrays(const std::optional<SdpaDocumentSegments>& segments,
                                               const SdpaPlanKey& key) {
   if (!segments) return std::nullopt;
   return sdpa_ragged_arrays(*segments, key.shape());
 }
+#endif
 
 const std::int32_t* document_ids(const Tensor* documents) {
   return documents == nullptr ? nullptr : documents->data_as<std::int32_t>();
