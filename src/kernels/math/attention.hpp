@@ -3,9 +3,8 @@
 // (kernels/cuda/attention.cu): which KV head a query head reads
 // (GQA), which keys a query sees (causal bound, document mask), where a
 // row lives in a BSHD tensor and in the f32 [B, H, T] log-sum-exp. A wrong
-// index here
-// breaks the host golden curves and the host attention tests, so the
-// on-device oracle is checked through the host suite too.
+// index here breaks the host golden curves and the host attention tests,
+// so the on-device oracle is checked through the host suite too.
 #pragma once
 
 #include <cstdint>
