@@ -86,6 +86,15 @@ TEST(CudnnSdpaGraph, EveryLlamaPresetsDocumentMaskGraphsHaveAnH100Engine) {
     }
 }
 
+// Full attention within documents: the padding mask alone (its -inf tensor
+// is there without the causal mask).
+TEST(CudnnSdpaGraph, DocumentMaskGraphsWithoutTheCausalMaskAlsoFinalize) {
+  const CudnnDescriptors h100 = h100_device_description();
+  const SdpaShape shape{2, 12, 12, 1024, 64, false, 0, 8, 512};
+  EXPECT_GE(sdpa_engine_configurations(build_sdpa_forward_graph(shape), h100), 1);
+  EXPECT_GE(sdpa_engine_configurations(build_sdpa_backward_graph(shape), h100), 1);
+}
+
 TEST(CudnnSdpaGraph, NonCausalGraphAlsoFinalizes) {
   const CudnnDescriptors h100 = h100_device_description();
   const CudnnDescriptors graph = build_sdpa_forward_graph({4, 12, 12, 197, 64, false, 0});  // ViT-B/16 shape
