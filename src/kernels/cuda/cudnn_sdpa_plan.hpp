@@ -343,8 +343,6 @@ inline SdpaDocumentSegments sdpa_document_segments(const std::int32_t* ids, std:
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int32_t* row = ids + b * seq;
     if (seq == 0) continue;
-    FT_CHECK(row[0] == 0) << what << ": row " << b << " starts at document id " << row[0]
-                          << "; a packed window's ids start at 0";
     std::int64_t start = 0;
     for (std::int64_t t = 1; t <= seq; ++t) {
       if (t < seq) {
