@@ -37,7 +37,9 @@ DroppedWait dropped_wait_from_environment() {
   if (s == "gather") d = DroppedWait::gather;
   else if (s == "reduce") d = DroppedWait::reduce;
   else if (s == "after") d = DroppedWait::after;
-  else FT_USER_ERROR() << "environment variable FTRAIN_DEBUG_DROP_WAIT='" << s << "': expected gather, reduce or after";
+  else if (s == "offload") d = DroppedWait::offload;
+  else FT_USER_ERROR() << "environment variable FTRAIN_DEBUG_DROP_WAIT='" << s
+                       << "': expected gather, reduce, after or offload";
   static bool noted = false;
   if (!noted) {
     noted = true;
@@ -994,7 +996,7 @@ void FsdpEngine::offload_reduced_shard(FlatParameter& f, const Tensor& shard, Re
   stream_after(*copy_stream_, replicated);
   Tensor host = Tensor::empty({f.shard_numel()}, shard.dtype(), Device::host, f.unit_name() + ".grad_shard_host");
   exec_.allocator().copy_to_host_on(*copy_stream_, host.data(), shard.data(), shard.nbytes());
-  host_exec_.compute().wait(copy_stream_->record());
+  if (dropped_wait_ != DroppedWait::offload) host_exec_.compute().wait(copy_stream_->record());
   if (f.grad_is_zero && host.dtype() == DType::f32) {
     f.grad = host.view(f.grad.shape(), 0, f.unit_name() + ".grad");  // 0 + shard is the shard
   } else if (host.dtype() == DType::f32) {

@@ -141,7 +141,9 @@ DType frozen_base_dtype(const FsdpOptions& o);
 //           adding its shard into the gradient
 //   after   the gradient reduce-scatter no longer waits for the compute event
 //           that wrote the gradient
-enum class DroppedWait : std::uint8_t { none, gather, reduce, after };
+//   offload (offload on a device) the host stream no longer waits for a
+//           reduced gradient shard's copy to the host before adding it
+enum class DroppedWait : std::uint8_t { none, gather, reduce, after, offload };
 DroppedWait dropped_wait_from_environment();
 
 using optim::AdamWHyper;

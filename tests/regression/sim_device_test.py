@@ -37,6 +37,10 @@ deck on `device host`, exactly: loss, lr, grad_norm, eval_loss of every step):
                the debug allocator.
   offload_resume  2 ranks: checkpoints across offload settings (optimizer ->
                none, none -> all) continue the run without offload exactly.
+  gpu_offload  (either) offload optimizer and all against offload none on
+               the device, every strategy at np 1, two at np 2, bf16: exact
+               on the simulated device, within relative 1e-3 on a GPU (AdamW
+               on the CPU vs the GPU).
   gpu          (no --sim-device: the real CUDA backend; label gpu) tiny Llama
                and tiny ViT, fp32, 1 rank, `device cuda` against the same deck
                on the host within a stated tolerance (GEMM and reduction
@@ -229,6 +233,29 @@ def scenario_gpu_fsdp(r):
     if p.returncode == 0:
         fail("kill one rank: the job exited 0 after losing a rank")
     print(f"ok: kill one rank: the device job ended {time.time() - start:.1f} s after the SIGKILL (exit {p.returncode})")
+
+
+def scenario_gpu_offload(r):
+    """`fsdp ... offload optimizer` and `all` against offload none on a GPU (label gpu, skipped without one): every
+    strategy at np 1, and full_shard and hybrid_shard at np 2 on one GPU (staged communicator), in bf16. AdamW runs on
+    the CPU with offload and on the GPU without it, so the curves agree within a stated tolerance (relative 1e-3 on
+    loss, 1e-2 on grad_norm), not bit for bit. With --sim-device the same harness runs on the host, where they are
+    exact."""
+    if not r.args.sim_device:
+        why_not = gpu_usable(r)
+        if why_not:
+            print("SKIP: no usable GPU: " + why_not)
+            sys.exit(77)
+    extra = "" if r.args.sim_device else "device_comm mpi\n"
+    cases = [(1, s, "") for s in STRATEGIES] + [(2, "full_shard", ""), (2, "hybrid_shard", "shard_group_size 1")]
+    for np, strategy, fsdp_extra in cases:
+        v = dict(micro=8 // np, max_steps=8, strategy=strategy, precision="bf16")
+        name = f"gpu_offload_np{np}_{strategy}"
+        base = r.run(np, LLAMA_DECK, "cuda", f"{name}_none", extra, fsdp_extra=fsdp_extra, **v)
+        for setting in ("optimizer", "all"):
+            dev = r.run(np, LLAMA_DECK, "cuda", f"{name}_{setting}", extra, fsdp_extra=f"{fsdp_extra} offload {setting}",
+                        **v)
+            close_curve(base, dev, f"{strategy} np {np} offload {setting} vs none on the device", 1e-3, 1e-2)
 
 
 def same_file(a, b, what):
@@ -496,9 +523,9 @@ def main():
         subprocess.run([args.prep, "synthetic", "--out", "train.tok", "--tokens", "50000", "--vocab", "64",
                         "--seed", "7", "--eval-out", "eval.tok", "--eval-tokens", "4096"],
                        cwd=workdir, check=True, stdout=subprocess.DEVNULL)
-        if args.scenario != "gpu_fsdp" and (args.scenario == "gpu") != (args.sim_device is None):
+        if args.scenario not in ("gpu_fsdp", "gpu_offload") and (args.scenario == "gpu") != (args.sim_device is None):
             fail("--sim-device is needed by every scenario but gpu, which runs the real CUDA backend "
-                 "(gpu_fsdp: either)")
+                 "(gpu_fsdp, gpu_offload: either)")
         r = Runner(args, workdir)
         if args.scenario == "llama_np1":
             scenario_llama(r, 1)
@@ -520,6 +547,8 @@ def main():
             scenario_gpu(r)
         elif args.scenario == "gpu_fsdp":
             scenario_gpu_fsdp(r)
+        elif args.scenario == "gpu_offload":
+            scenario_gpu_offload(r)
         else:
             fail("unknown scenario " + args.scenario)
         print(f"ok: {args.scenario}: {r.runs} runs")
