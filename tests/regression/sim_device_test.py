@@ -430,6 +430,37 @@ def offload_memory(r):
     print("ok: the simulated device's peak falls by the planned state bytes with offload optimizer and all")
 
 
+def offload_divergence(r):
+    """lr 1e9: the run stops at the same diverged step, naming the same unit and tensor, with offload optimizer
+    (the guard on the host stream) as without it, and writes no metrics row for that step."""
+    text = open(LLAMA_DECK).read()
+    if "optimizer adamw lr 1e-2 " not in text:
+        fail(f"{LLAMA_DECK} no longer says `optimizer adamw lr 1e-2`: update this test")
+    deck = r.write("tiny_lr1e9.in", text.replace("optimizer adamw lr 1e-2 ", "optimizer adamw lr 1e9 "))
+    stops = {}
+    for setting in ("none", "optimizer"):
+        name = f"offload_diverge_{setting}"
+        run_dir = os.path.join(r.dir, name)
+        os.makedirs(run_dir, exist_ok=True)
+        wrapper = r.write(os.path.join(name, "deck.in"), f"device cuda\ndevice_comm mpi\ninclude {deck}\n")
+        argv = r.ftrain_argv(wrapper, {"data_dir": r.dir, "run_dir": run_dir, "fsdp_extra": f"offload {setting}",
+                                       "max_steps": 8})
+        p = ftrain_test.Runner.run(r, 1, argv, env={"FTRAIN_CUDA_BACKEND": r.args.sim_device}, timeout=240,
+                                   merge_output=True, what=f"{name}: lr 1e9 on the simulated device")
+        out = p.stdout + (p.stderr or "")
+        m = re.search(r"ftrain: error: (step (\d+) diverged: [^\n]*first non-finite gradient[^\n]*)", out)
+        if p.returncode == 0 or not m:
+            fail(f"{name}: exit {p.returncode}, expected a stop at a diverged step naming the gradient:\n{out[-3000:]}")
+        rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if '"loss"' in l]
+        if any(row["step"] >= int(m.group(2)) for row in rows):
+            fail(f"{name}: a metrics row for the diverged step {m.group(2)}")
+        stops[setting] = m.group(1)
+    if stops["none"] != stops["optimizer"]:
+        fail(f"the divergence stop differs with offload:\n  none:      {stops['none']}\n"
+             f"  optimizer: {stops['optimizer']}")
+    print(f"ok: lr 1e9 stops the same with offload optimizer: {stops['none'][:160]}")
+
+
 def scenario_offload(r):
     """1 rank: the host backend's no-op; on the simulated device every strategy, LoRA, gradient accumulation,
     the device memory the offloaded state leaves, and fp8's refusal."""
@@ -446,6 +477,7 @@ def scenario_offload(r):
     offload_equal(r, 1, LLAMA_DECK, "offload_np1_accumulate", micro=4, accumulate=2, max_steps=6)
     offload_equal(r, 1, LORA_DECK, "offload_np1_lora", micro=8, max_steps=6)
     offload_memory(r)
+    offload_divergence(r)
     # fp8's all-gather casts the master on the device: refused naming the fsdp line, before any step.
     name = "offload_fp8_device"
     os.makedirs(os.path.join(r.dir, name), exist_ok=True)
@@ -491,6 +523,19 @@ def scenario_offload_resume(r):
         if not os.path.isdir(os.path.join(ck, "step_5")) or not os.path.isdir(os.path.join(ck, "step_10")):
             fail(f"{name}: expected step_5 and step_10 in {ck}: {sorted(os.listdir(ck))}")
         same_curve(full, part, f"checkpoint saved with offload {first}, resumed with offload {second}")
+    # Onto another world size: the step-5 checkpoint of 2 ranks with offload optimizer, resharded onto 1 rank,
+    # continues the same with offload all as with offload none.
+    ck = os.path.join(r.dir, "ck_offload_optimizer_to_none")
+    v1 = dict(micro=8, max_steps=10)
+    resumed = {}
+    for setting in ("none", "all"):
+        copy = os.path.join(r.dir, f"ck_np2_to_np1_{setting}")
+        os.makedirs(copy)
+        shutil.copytree(os.path.join(ck, "step_5"), os.path.join(copy, "step_5"))
+        resumed[setting] = r.run(1, LLAMA_DECK, "cuda", f"offload_resume_np2_to_np1_{setting}",
+                                 f"checkpoint every 5 dir {copy}\nresume {copy}/step_5\n",
+                                 fsdp_extra=f"offload {setting}", **v1)
+    same_curve(resumed["none"], resumed["all"], "np 2 offload optimizer checkpoint resumed on np 1: offload all vs none")
 
 
 def scenario_checkpoint(r):
