@@ -15,6 +15,13 @@
 #   a signal (exit 0 and "stop signal received" in its output) it runs
 #   REQUEUE_CMD (a string, eval'd; empty = no requeue): the requeued job's
 #   `resume auto` continues from the checkpoint just written.
+#   When the launcher fails while FTRAIN_PREEMPTED_CMD (eval'd; unset or
+#   empty = never) says the scheduler is preempting the job, it runs
+#   REQUEUE_CMD too: SLURM's preemption sends SIGTERM to the job steps only,
+#   which under mpirun are Open MPI's daemons, and they end the ranks before
+#   a checkpoint; a job that then ends FAILED inside the grace time is not
+#   requeued by SLURM, and its progress since the last periodic checkpoint
+#   would wait for a manual resubmission.
 
 ftrain_run_preemptible() {
   local log=$1 requeue=$2
@@ -40,10 +47,19 @@ ftrain_run_preemptible() {
   done
   local rc=0
   wait "$launcher" || rc=$?
-  trap - USR1 TERM INT
+  # A warning that comes after ftrain ended (the time limit's signal just as
+  # the run reaches max_steps, a preemption during the requeue) must not kill
+  # this shell: the job would end FAILED by the signal instead of with
+  # ftrain's status. The scheduler's SIGKILL still ends it.
+  trap 'echo "ftrain job: signal received after ftrain ended; nothing to stop" >&2' USR1 TERM INT
   exec {tee_fd}>&-
   wait "$tee_pid" 2>/dev/null || true  # the log is complete once tee is gone
-  if [ "$rc" -eq 0 ] && tail -n +"$((start_line + 1))" "$log" | grep -q "stop signal received"; then
+  if [ "$rc" -ne 0 ] && [ -n "${FTRAIN_PREEMPTED_CMD:-}" ] && eval "$FTRAIN_PREEMPTED_CMD"; then
+    if [ -n "$requeue" ]; then
+      echo "ftrain job: the launcher exited $rc while the job is being preempted; requeueing (resume auto continues from the last checkpoint): $requeue" >&2
+      eval "$requeue" || { echo "ftrain job: requeue command failed" >&2; return 1; }
+    fi
+  elif [ "$rc" -eq 0 ] && tail -n +"$((start_line + 1))" "$log" | grep -q "stop signal received"; then
     if [ -n "$requeue" ]; then
       echo "ftrain job: stopped early with a checkpoint; requeueing: $requeue" >&2
       eval "$requeue" || { echo "ftrain job: requeue command failed" >&2; return 1; }

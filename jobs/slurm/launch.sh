@@ -12,6 +12,8 @@
 #   FTRAIN_SRUN_ARGS    extra srun arguments (word-split)
 #   FTRAIN_JOB_LOG      ftrain's output is appended here (default: ftrain-$SLURM_JOB_ID.log)
 #   FTRAIN_REQUEUE_CMD  run after a signal-stop         (default: scontrol requeue $SLURM_JOB_ID)
+#   FTRAIN_PREEMPTED_CMD  succeeds while SLURM preempts the job (default: scontrol shows a
+#                       PreemptTime); a launcher that fails then is requeued too (preemptible.sh)
 #   FTRAIN_CORES_PER_RANK  cores each rank is bound to  (default: SLURM_CPUS_PER_TASK, else the
 #                       node's cores / ranks per node; jobs/lib/binding.sh)
 set -euo pipefail
@@ -26,6 +28,8 @@ ftrain=${FTRAIN:-build/bin/ftrain}
 launcher=${FTRAIN_LAUNCHER:-srun}
 log=${FTRAIN_JOB_LOG:-ftrain-$SLURM_JOB_ID.log}
 requeue=${FTRAIN_REQUEUE_CMD-scontrol requeue $SLURM_JOB_ID}
+# SLURM sets the job's PreemptTime when a preemption starts its GraceTime.
+FTRAIN_PREEMPTED_CMD=${FTRAIN_PREEMPTED_CMD-scontrol show job -o $SLURM_JOB_ID 2>/dev/null | grep -q 'PreemptTime=[0-9]'}
 # SLURM_NTASKS_PER_NODE can read "8(x2)"; the leading number is what we need.
 per_node=${SLURM_NTASKS_PER_NODE:-$SLURM_NTASKS}
 per_node=${per_node%%(*}

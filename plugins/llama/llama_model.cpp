@@ -78,6 +78,10 @@ std::int64_t token_rows(const Tensor& tokens) { return tokens.numel(); }
 // (data ... document_mask on), else none: attention over the whole window.
 const Tensor* documents_of(const Batch& batch) { return batch.documents.defined() ? &batch.documents : nullptr; }
 
+// Per-token RoPE positions (a packed window whose positions restart at each
+// document), else none: position_offset + t.
+const Tensor* positions_of(const Batch& batch) { return batch.positions.defined() ? &batch.positions : nullptr; }
+
 // A block projection: a linear LoRA may adapt (layers/lora.hpp).
 ParamSpec projection(const std::string& name, Shape shape, const LlamaConfig& c) {
   ParamSpec p = matrix(name, std::move(shape), c);
@@ -177,8 +181,8 @@ class DecoderLayerUnit final : public Unit {
     Tensor q4 = q.reshape({d.b, d.t, d.hq, d.hd});
     Tensor k4 = k.reshape({d.b, d.t, d.hkv, d.hd});
     Tensor v4 = v.reshape({d.b, d.t, d.hkv, d.hd});
-    ops::rope_forward(ctx.execution(), q4, inv_freq(ctx), batch.position_offset, q4);
-    ops::rope_forward(ctx.execution(), k4, inv_freq(ctx), batch.position_offset, k4);
+    ops::rope_forward(ctx.execution(), q4, inv_freq(ctx), batch.position_offset, positions_of(batch), q4);
+    ops::rope_forward(ctx.execution(), k4, inv_freq(ctx), batch.position_offset, positions_of(batch), k4);
 
     Tensor attn = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor lse = f32_tensor(ctx, {d.b, d.hq, d.t});
@@ -259,8 +263,8 @@ class DecoderLayerUnit final : public Unit {
     Tensor dv = activation(ctx, {d.b, d.t, d.hkv, d.hd});
     ops::attention_backward(ctx.execution(), s[kQRot], s[kKRot], s[kVal], s[kAttn], s[kLse], dattn, /*causal=*/true,
                             documents_of(batch), softmax_scale(), dq, dk, dv);
-    ops::rope_backward(ctx.execution(), dq, inv_freq(ctx), batch.position_offset, dq);
-    ops::rope_backward(ctx.execution(), dk, inv_freq(ctx), batch.position_offset, dk);
+    ops::rope_backward(ctx.execution(), dq, inv_freq(ctx), batch.position_offset, positions_of(batch), dq);
+    ops::rope_backward(ctx.execution(), dk, inv_freq(ctx), batch.position_offset, positions_of(batch), dk);
 
     Tensor xn1 = activation(ctx, {d.n, d.c});
     ops::rmsnorm_forward(ctx.execution(), x, p[kInputNorm], eps, xn1, rstd_scratch);
@@ -446,8 +450,14 @@ double LlamaModel::training_flops_per_sample(std::int64_t sequence_length) const
   const double matmul_params =
       per_layer * static_cast<double>(c.num_hidden_layers) + static_cast<double>(c.vocab_size) * C;
   const double t = static_cast<double>(sequence_length);
-  return 6.0 * matmul_params * t +
-         12.0 * static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.q_size()) * t * t;
+  return 6.0 * matmul_params * t + attention_training_flops(t * t);
+}
+
+// Scores q k^T and the weighted values p v: 2 matmuls of 2 * q_size FLOPs
+// per (query, key) pair forward, twice that backward.
+double LlamaModel::attention_training_flops(double query_key_pairs) const {
+  return 12.0 * static_cast<double>(config_.num_hidden_layers) * static_cast<double>(config_.q_size()) *
+         query_key_pairs;
 }
 
 }  // namespace ftrain::llama

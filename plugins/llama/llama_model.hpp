@@ -46,6 +46,7 @@ class LlamaModel final : public Model {
   // and PV over the full T x T square (no halving for the causal mask), as
   // PaLM does, so numbers compare with published MFU figures.
   double training_flops_per_sample(std::int64_t sequence_length) const override;
+  double attention_training_flops(double query_key_pairs) const override;
   std::int64_t output_size() const override { return config_.vocab_size; }
 
   const LlamaConfig& llama_config() const { return config_; }

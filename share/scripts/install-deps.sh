@@ -21,6 +21,10 @@ packages=(
   python3-venv python3-torch python3-torchvision
   python3-packaging python3-yaml python3-psutil python3-requests python3-typing-extensions
   python3-jinja2  # PEFT's save_pretrained writes a model card with it; transformers' apply_chat_template renders with it (interop_chat_templates)
+  # The slurm tests (tests/slurm/) run jobs/slurm/ under a real SLURM started
+  # on this machine: the daemons, the clients and munge; slurmd brings the
+  # mpi/pmix and mpi/pmi2 plugins (slurm-wlm-basic-plugins) srun needs.
+  slurmd slurmctld slurm-client munge
 )
 
 missing=()

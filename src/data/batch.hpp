@@ -20,6 +20,10 @@ struct Batch {
   // (`document_mask on`): attention stays within a document. Undefined when
   // off: attention sees the whole causal window, as it always did.
   Tensor documents;
+  // i32 [B, T] RoPE position of each input token, restarting at 0 where each
+  // document of a packed window begins (`document_mask on`, `positions
+  // restart`). Undefined: token t is at position_offset + t.
+  Tensor positions;
   // Index of inputs' first sample in the run's sample order (step * global
   // batch + its place in the step): keys LoRA's dropout mask, so the mask of
   // a sample does not depend on the rank or micro-batch that computes it.

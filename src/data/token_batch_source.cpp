@@ -9,6 +9,15 @@ namespace ftrain::data {
 TokenBatchSource::TokenBatchSource(const std::string& path, const TokenDatasetOptions& options)
     : dataset_(path, options) {}
 
+void TokenBatchSource::fill_positions(Batch& batch) const {
+  if (!dataset_.options().restart_positions) {
+    batch.positions = Tensor();
+    return;
+  }
+  batch.positions = Tensor::empty(batch.documents.shape(), DType::i32);
+  fill_document_positions(batch.documents, batch.positions);
+}
+
 void TokenBatchSource::fill_batch(std::int64_t step, std::int64_t first_sample, std::int64_t count, Batch& batch) {
   const std::int64_t T = dataset_.seq_len();
   batch.inputs = Tensor::empty({count, T}, DType::i32);
@@ -17,6 +26,7 @@ void TokenBatchSource::fill_batch(std::int64_t step, std::int64_t first_sample, 
   if (dataset_.options().document_mask) {
     batch.documents = Tensor::empty({count, T}, DType::i32);
     dataset_.fill_batch_documents(step, first_sample, count, batch.documents);
+    fill_positions(batch);
   }
 }
 
@@ -39,6 +49,7 @@ void TokenBatchSource::fill_eval(std::int64_t first, std::int64_t count, std::in
       Tensor docs = batch.documents.view({count, T});
       dataset_.fill_window_documents(first, count, docs);
     }
+    fill_positions(batch);
   }
 }
 

@@ -19,6 +19,9 @@ class TokenBatchSource final : public BatchSource {
   const TokenDataset& dataset() const { return dataset_; }
 
  private:
+  // batch.positions from batch.documents (restart_positions), or none.
+  void fill_positions(Batch& batch) const;
+
   TokenDataset dataset_;
 };
 

@@ -234,4 +234,21 @@ void TokenDataset::fill_windows(std::int64_t first_window, std::int64_t count, T
   for (std::int64_t r = 0; r < count; ++r) fill_window(first_window + r, in + r * T, tg + r * T);
 }
 
+void fill_document_positions(const Tensor& documents, Tensor& positions) {
+  FT_CHECK(documents.dtype() == DType::i32 && documents.ndim() == 2 && positions.dtype() == DType::i32 &&
+           positions.shape() == documents.shape())
+      << "document positions: documents " << documents.describe() << " and positions " << positions.describe()
+      << " must be i32 [B, T] alike";
+  const std::int64_t rows = documents.dim(0), time = documents.dim(1);
+  const auto* ids = documents.data_as<std::int32_t>();
+  auto* out = positions.data_as<std::int32_t>();
+  for (std::int64_t b = 0; b < rows; ++b) {
+    std::int64_t begin = 0;
+    for (std::int64_t t = 0; t < time; ++t) {
+      if (ids[b * time + t] != ids[b * time + begin]) begin = t;
+      out[b * time + t] = static_cast<std::int32_t>(t - begin);
+    }
+  }
+}
+
 }  // namespace ftrain::data

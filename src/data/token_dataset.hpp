@@ -35,7 +35,11 @@
 // d is the document of the file's index holding that token and d0 the one
 // holding the window's first token (so ids start at 0 in every row and never
 // decrease). Attention then lets a token see only the earlier tokens of its
-// own document.
+// own document. RoPE positions (`positions restart`, the default with the
+// mask): input t is at position t - t0, where t0 is the first column of the
+// row holding t's document id, so every document (and the tail of one the
+// window begins inside) starts at position 0, as it would alone.
+// `positions continue`: input t is at position t.
 //
 // Sample order. Sample k (0 <= k < B) of 0-based global step s has the global
 // index g = s*B + k; epoch e = g / n_windows, position p = g mod n_windows.
@@ -79,6 +83,9 @@ struct TokenDatasetOptions {
   // Per-token document ids for the attention mask; needs packing and a
   // version 2 file (its document index).
   bool document_mask = false;
+  // With document_mask: RoPE positions restart at 0 where each document of
+  // a window begins (Batch::positions); false: they run on across the window.
+  bool restart_positions = true;
   bool shuffle = false;
   std::uint64_t seed = 0;
 };
@@ -149,6 +156,10 @@ struct ExampleTruncation {
 // Why `options.document_mask` cannot run on `file` (needs packing and a
 // document index), or "" when it can: the dataset's refusal, and --check's.
 std::string document_mask_problem(const TokenFile& file, const TokenDatasetOptions& options);
+
+// The RoPE positions of documents (host i32 [B, T] document ids, runs of
+// equal ids) restarting at each document: into host i32 positions [B, T].
+void fill_document_positions(const Tensor& documents, Tensor& positions);
 
 // Requires file.has_document_index().
 ExampleTruncation count_example_truncation(const TokenFile& file, std::int64_t seq_len);

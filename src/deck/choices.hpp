@@ -23,6 +23,7 @@ enum class DeviceComm : std::uint8_t { nccl, mpi };
 enum class HostStreams : std::uint8_t { sync, async };
 enum class Progress : std::uint8_t { automatic, on, off };
 enum class DataKind : std::uint8_t { tokens, images };
+enum class RopePositions : std::uint8_t { restart, run_on };  // data ... positions
 enum class ImageSource : std::uint8_t { none, synthetic, hdf5 };
 enum class ScheduleKind : std::uint8_t { constant, linear, cosine };
 enum class InitKind : std::uint8_t { random, safetensors, hdf5 };
@@ -55,6 +56,7 @@ FTRAIN_DECK_CHOICE_WORDS(DeviceComm, "nccl", "mpi");
 FTRAIN_DECK_CHOICE_WORDS(HostStreams, "sync", "async");
 FTRAIN_DECK_CHOICE_WORDS(Progress, "auto", "on", "off");
 FTRAIN_DECK_CHOICE_WORDS(DataKind, "tokens", "images");
+FTRAIN_DECK_CHOICE_WORDS(RopePositions, "restart", "continue");
 FTRAIN_DECK_CHOICE_WORDS(ImageSource, "", "synthetic", "hdf5");
 FTRAIN_DECK_CHOICE_WORDS(ScheduleKind, "constant", "linear", "cosine");
 FTRAIN_DECK_CHOICE_WORDS(InitKind, "random", "safetensors", "hdf5");

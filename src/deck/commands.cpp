@@ -392,12 +392,19 @@ std::vector<Command> build_table() {
                        Param{.name = "document_mask", .kind = ValueKind::on_off,
                              .help = "on: attention in a packed window is causal and limited to each token's own "
                                      "document (needs packing on and a token file with a document index, as "
-                                     "ftrain-prep writes for instruction data); RoPE positions run on across the "
-                                     "window (scores depend only on i - j, so within a document they are those of "
-                                     "the document alone)",
+                                     "ftrain-prep writes for instruction data)",
                              .maps_to = "TRL `SFTConfig.padding_free`",
                              .set = [](RunConfig& c, const Value& v) { c.data.document_mask = v.flag; },
                              .default_of = [](const RunConfig& c) { return on_off(c.data.document_mask); }},
+                       Param{.name = "positions", .kind = ValueKind::choice,
+                             .help = "with document_mask on: `restart` gives each document RoPE positions from 0, "
+                                     "as it has alone (and as Hugging Face's padding-free packing does); "
+                                     "`continue` runs them on across the window (scores depend only on i - j, so "
+                                     "they differ from the document alone by rounding only)",
+                             .maps_to = "`position_ids` of `DataCollatorWithFlattening`",
+                             .choices = choices_of<RopePositions>({"per-document position_ids", "arange(T)"}),
+                             .set = [](RunConfig& c, const Value& v) { c.data.positions = v.as<RopePositions>(); },
+                             .default_of = [](const RunConfig& c) { return word_text(c.data.positions); }},
                        data_shuffle_param(),
                        Param{.name = "allow_untrained_steps", .kind = ValueKind::on_off,
                              .help = "off: a step with no trained target token (instruction data whose "
@@ -406,6 +413,9 @@ std::vector<Command> build_table() {
                              .set = [](RunConfig& c, const Value& v) { c.data.allow_untrained_steps = v.flag; },
                              .default_of = [](const RunConfig& c) { return on_off(c.data.allow_untrained_steps); }}},
           .apply = [](RunConfig& c, const ParsedCommand& p) {
+            if (p.find("positions") != nullptr && !c.data.document_mask)
+              FT_USER_ERROR() << p.where.str() << ": 'positions' is only meaningful with 'document_mask on' (without "
+                              << "the mask a window's positions run 0..seq_len-1 across it)";
             c.data.kind = DataKind::tokens;
             c.data.where = p.where;
           }},

@@ -40,13 +40,15 @@ struct ImageDataSection {
   std::vector<double> std = {1.0};
 };
 
-struct DataSection {  // data tokens PATH [packing on|off] [document_mask on|off] [shuffle on|off] | data images ...
+struct DataSection {  // data tokens PATH [packing on|off] [document_mask on|off [positions restart|continue]] [shuffle on|off] | data images ...
   deck::DataKind kind = deck::DataKind::tokens;
   std::string path;                // token file, HDF5 file, or "(synthetic)"
   ImageDataSection images;
   bool packing = true;
   // Attention within a packed window stays inside each token's document.
   bool document_mask = false;
+  // With the document mask: RoPE positions restart at each document.
+  deck::RopePositions positions = deck::RopePositions::restart;
   bool shuffle = false;
   // A step whose targets are all masked (every response cut off by seq_len)
   // trains nothing; it stops the run unless the deck says it may happen.

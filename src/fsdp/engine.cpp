@@ -745,6 +745,7 @@ Batch FsdpEngine::on_device(const Batch& batch) const {
   if (batch.inputs.defined()) out.inputs = to_device(batch.inputs, exec_.device());
   if (batch.targets.defined()) out.targets = to_device(batch.targets, exec_.device());
   if (batch.documents.defined()) out.documents = to_device(batch.documents, exec_.device());
+  if (batch.positions.defined()) out.positions = to_device(batch.positions, exec_.device());
   return out;
 }
 

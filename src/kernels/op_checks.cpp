@@ -313,8 +313,10 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable
 
 namespace {
 
-void check_rope(const char* op, const Tensor& in, const char* in_role, const Tensor& inv_freq, const Tensor& out,
-                const char* out_role) {
+// positions: i32 [B, T] on in's device. That none is negative is the host
+// kernel's check (it reads them).
+void check_rope(const char* op, const Tensor& in, const char* in_role, const Tensor& inv_freq, const Tensor* positions,
+                const Tensor& out, const char* out_role) {
   require_float(op, in, in_role);
   require_float(op, out, out_role);
   checks::require_dtype(op, inv_freq, "inv_freq", DType::f32);
@@ -323,16 +325,24 @@ void check_rope(const char* op, const Tensor& in, const char* in_role, const Ten
   const std::int64_t head_dim = in.dim(3);
   FT_CHECK(head_dim % 2 == 0) << op << ": head dimension of " << in_role << " " << in.describe() << " must be even";
   require_numel(op, inv_freq, "inv_freq", head_dim / 2, "half the head dimension");
+  if (positions == nullptr) return;
+  checks::require_defined(op, *positions, "positions");
+  FT_CHECK(positions->dtype() == DType::i32 && positions->shape() == Shape({in.dim(0), in.dim(1)}) &&
+           positions->device() == in.device())
+      << op << ": positions " << positions->describe() << " must be i32[" << in.dim(0) << ", " << in.dim(1) << "] on "
+      << in_role << "'s device (" << in_role << " " << in.describe() << ")";
 }
 
 }  // namespace
 
-void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t /*position_offset*/, Tensor& y) {
-  check_rope("rope_forward", x, "x", inv_freq, y, "y");
+void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t /*position_offset*/, const Tensor* positions,
+                  Tensor& y) {
+  check_rope("rope_forward", x, "x", inv_freq, positions, y, "y");
 }
 
-void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t /*position_offset*/, Tensor& dx) {
-  check_rope("rope_backward", dy, "dy", inv_freq, dx, "dx");
+void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t /*position_offset*/, const Tensor* positions,
+                   Tensor& dx) {
+  check_rope("rope_backward", dy, "dy", inv_freq, positions, dx, "dx");
 }
 
 // ---- dropout ----------------------------------------------------------------------

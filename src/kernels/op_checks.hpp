@@ -43,8 +43,10 @@ void gelu_forward(const Tensor& x, GeluApproximation approximation, Tensor& y);
 void gelu_backward(const Tensor& x, const Tensor& dy, GeluApproximation approximation, Tensor& dx);
 void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out);
 void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable);
-void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset, Tensor& y);
-void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset, Tensor& dx);
+void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset, const Tensor* positions,
+                  Tensor& y);
+void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset, const Tensor* positions,
+                   Tensor& dx);
 void dropout(const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream, std::int64_t first_row, Tensor& y);
 
 // The patch grid of images [B, H, W, C] cut into patch_size squares.

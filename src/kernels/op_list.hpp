@@ -64,13 +64,17 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
     (const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dy, Tensor& dx,      \
      Tensor& dw, Tensor* db),                                                                                     \
     (x, w, mean, rstd, dy, dx, dw, db), x)                                                                        \
-  /* Rotary embedding, Hugging Face rotate-half: x[B,T,H,D], inv_freq f32[D/2]; position of row t is             \
-     position_offset + t. y = x*cos + rotate_half(x)*sin. y may alias x. */                                      \
-  X(void, rope_forward, (const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset, Tensor& y),        \
-    (x, inv_freq, position_offset, y), x)                                                                         \
+  /* Rotary embedding, Hugging Face rotate-half: x[B,T,H,D], inv_freq f32[D/2]; position of token (b,t) is      \
+     position_offset + t, or position_offset + positions[b,t] when positions (i32[B,T], >= 0, on x's device) is \
+     given (a packed window whose positions restart at each document). y = x*cos + rotate_half(x)*sin.          \
+     y may alias x. */                                                                                            \
+  X(void, rope_forward,                                                                                           \
+    (const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset, const Tensor* positions, Tensor& y),  \
+    (x, inv_freq, position_offset, positions, y), x)                                                              \
   /* dx = R^T dy; dx may alias dy */                                                                              \
-  X(void, rope_backward, (const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset, Tensor& dx),     \
-    (dy, inv_freq, position_offset, dx), dy)                                                                      \
+  X(void, rope_backward,                                                                                          \
+    (const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset, const Tensor* positions, Tensor& dx), \
+    (dy, inv_freq, position_offset, positions, dx), dy)                                                           \
   /* out = silu(gate) * up, all [N, I] */                                                                         \
   X(void, swiglu_forward, (const Tensor& gate, const Tensor& up, Tensor& out), (gate, up, out), gate)              \
   X(void, swiglu_backward, (const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup), \

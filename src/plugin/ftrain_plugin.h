@@ -35,8 +35,12 @@ extern "C" {
  *      data/batch.hpp.
  *   5  Batch::documents (a packed window's per-token document ids) and the
  *      attention ops' optional `documents` argument (kernels/op_list.hpp).
- *      Issue 39. */
-#define FTRAIN_PLUGIN_ABI_VERSION 5
+ *      Issue 39.
+ *   6  Batch::positions (per-token RoPE positions restarting at each
+ *      document) and the rope ops' optional `positions` argument;
+ *      Model::attention_training_flops (MFU counts only the attention a
+ *      document mask leaves). */
+#define FTRAIN_PLUGIN_ABI_VERSION 6
 #define FTRAIN_PLUGIN_ENTRY_SYMBOL "ftrain_plugin_entry"
 
 typedef struct ftrain_kv {

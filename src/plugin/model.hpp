@@ -142,6 +142,16 @@ class Model {
   // tokens (ignored for images), used for MFU: 6 * params_in_matmuls * tokens
   // plus attention's score and value matmuls.
   virtual double training_flops_per_sample(std::int64_t sequence_length) const = 0;
+  // The attention part of that count for `query_key_pairs` (query, key)
+  // pairs, counted as training_flops_per_sample counts a sample's T * T (the
+  // PaLM convention: a causal window counts in full). A document mask leaves
+  // a packed window the sum over its documents of length^2 (train/
+  // attention_flops.hpp), and MFU counts only those. 0 for a model whose
+  // attention the mask never changes.
+  virtual double attention_training_flops(double query_key_pairs) const {
+    (void)query_key_pairs;
+    return 0;
+  }
   // Vocabulary size (language) or number of classes (vision).
   virtual std::int64_t output_size() const = 0;
   // Image models: one input image as {height, width, channels}, the layout of

@@ -34,6 +34,7 @@ std::unique_ptr<data::BatchSource> make_batch_source(const RunConfig& c, DataRol
     d.global_batch = global_batch;
     d.packing = c.data.packing;
     d.document_mask = c.data.document_mask;
+    d.restart_positions = c.data.positions == deck::RopePositions::restart;
     d.shuffle = shuffle;
     d.seed = c.seed;
     try {

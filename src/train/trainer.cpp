@@ -22,6 +22,7 @@
 #include "optim/lr_schedule.hpp"
 #include "plugin/loader.hpp"
 #include "runtime/attention_backend.hpp"
+#include "train/attention_flops.hpp"
 #include "train/batch_sources.hpp"
 #include "train/check_plan.hpp"
 #include "train/checkpointing.hpp"
@@ -388,6 +389,7 @@ class TrainingLoop {
       s_.train_data->fill_batch(step, (rank * accum + a) * micro, micro, b);
       b.first_sample = step * s_.plan.global_batch + (rank * accum + a) * micro;  // LoRA dropout's key
       local_targets += count_targets(b.targets);
+      if (b.documents.defined()) window_attended_pairs_ += document_attention_pairs(b.documents);
     }
     const std::int64_t global_targets = s_.world.all_reduce_sum(local_targets);
     const float loss_scale = global_targets > 0 ? 1.0f / static_cast<float>(global_targets) : 0.0f;
@@ -482,6 +484,17 @@ class TrainingLoop {
     if (s_.is_root()) s_.out.write_metrics(eval_metrics_row(step, mean, total_tokens));
   }
 
+  // The model FLOPs of one step of the log window: the plan's, or with the
+  // document mask only the attention the documents need (all-reduced: every
+  // rank reports at the same steps, so the all-reduce is collective).
+  double window_step_flops() {
+    if (!c_.data.document_mask || s_.model->data_kind() != DataKind::tokens) return s_.plan.flops_per_step;
+    const double steps = static_cast<double>(window_steps_);
+    const double pairs = s_.world.all_reduce_sum(window_attended_pairs_);
+    return masked_step_flops(*s_.model, s_.plan.flops_per_step * steps, s_.plan.global_batch * window_steps_,
+                             c_.batch.seq_len, pairs) / steps;
+  }
+
   // The log step: the line, the metrics row, a stop if the step diverged.
   std::optional<int> report_step(std::int64_t done, double lr) {
     if (const std::string diverged = divergence(); !diverged.empty()) return s_.out.stop_with_error(diverged);
@@ -496,7 +509,7 @@ class TrainingLoop {
     const int world = s_.world.size();
     r.step_time_s = window_seconds_ / static_cast<double>(window_steps_);
     r.tokens_per_s = static_cast<double>(s_.plan.tokens_per_step) / r.step_time_s;
-    const double achieved_per_rank = s_.plan.flops_per_step / r.step_time_s / world;
+    const double achieved_per_rank = window_step_flops() / r.step_time_s / world;
     r.mfu = model_flops_utilisation(achieved_per_rank, s_.peak.flops_per_second);
     if (!r.mfu && !peak_disproved_) {
       peak_disproved_ = true;
@@ -517,6 +530,7 @@ class TrainingLoop {
     if (s_.is_root()) s_.out.write_metrics(step_metrics_row(r));
     window_seconds_ = 0;
     window_steps_ = 0;
+    window_attended_pairs_ = 0;
     return std::nullopt;
   }
 
@@ -614,6 +628,7 @@ class TrainingLoop {
   Clock::time_point start_;
   double window_seconds_ = 0;
   std::int64_t window_steps_ = 0;
+  double window_attended_pairs_ = 0;  // this rank's, with document_mask on (attention_flops.hpp)
   bool peak_disproved_ = false;  // warned once that the achieved rate exceeds the peak
   StepReads reads_;
 };

@@ -32,8 +32,10 @@
 #include "comm/device_communicator.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/staged_communicator.hpp"
+#include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "cuda_api/cuda_api_recorder.hpp"
+#include "kernels/ops.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/execution_context.hpp"
 
@@ -242,3 +244,40 @@ TEST(Nccl, IssueWaitsOnTheCommunicationStreamNotTheHost) {
 }
 
 }  // namespace
+
+// The attention document mask's host side on the CUDA backend: the op no
+// longer refuses the ids; it reads them back (real bytes here) and splits
+// them into documents, so ids that make no packed window stop the op naming
+// the row before any kernel; under auto the ragged cuDNN plan (which the
+// stand-in's cuDNN refuses) falls back to the reference kernel, and the log
+// line names the document mask's plan bucket.
+TEST(Attention, DocumentIdsAreReadBackSplitAndCheckedOnTheCudaBackend) {
+  ExecutionContext ctx(cuda_options());
+  const std::int64_t B = 1, T = 64, H = 4, D = 64;
+  Tensor q = Tensor::zeros({B, T, H, D}, DType::bf16, Device::cuda, "q");
+  Tensor out = Tensor::zeros({B, T, H, D}, DType::bf16, Device::cuda, "out");
+  Tensor lse = Tensor::zeros({B, H, T}, DType::f32, Device::cuda, "lse");
+  auto ids_on_device = [&](const std::vector<std::int32_t>& values) {
+    Tensor ids = Tensor::empty({B, T}, DType::i32, Device::host, "ids");
+    for (std::int64_t t = 0; t < T; ++t) ids.data_as<std::int32_t>()[t] = values[static_cast<std::size_t>(t)];
+    return to_device(ids, Device::cuda);
+  };
+  std::vector<std::int32_t> three(T, 2);  // documents of 16, 16 and 32 tokens
+  for (std::int64_t t = 0; t < 32; ++t) three[static_cast<std::size_t>(t)] = t < 16 ? 0 : 1;
+  const Tensor good = ids_on_device(three);
+  ::testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(ops::attention_forward(ctx, q, q, q, true, &good, 0.125f, out, lse));
+  ctx.synchronize();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("document mask: 4 sequences of <= 32 tokens)"), std::string::npos) << log;
+  std::vector<std::int32_t> decreasing = three;
+  decreasing[40] = 1;
+  const Tensor bad = ids_on_device(decreasing);
+  try {
+    ops::attention_forward(ctx, q, q, q, true, &bad, 0.125f, out, lse);
+    ADD_FAILURE() << "decreasing document ids were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attention_forward: documents ids i32[1, 64] cuda: row 0 decreases at token 40 (2 then 1)"), std::string::npos) << e.what();
+  }
+  ctx.synchronize();
+}

@@ -14,6 +14,13 @@
 // (out and the saved lse: the convention the backward reads) and backward,
 // under `attention_backend cudnn` so a refused shape fails with cuDNN's
 // reason; and a shape cuDNN cannot take (f32 storage) stops naming itself.
+//
+// The document mask of packed windows (documents i32 [B, T]): the reference
+// kernel and cuDNN's ragged SDPA against the host, forward and backward,
+// with documents of one token, documents crossing tile edges and a row of
+// one document; the masked result differs from the unmasked one (the mask
+// is applied), and ids that are no packed window's are refused naming the
+// row on both paths.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -59,9 +66,11 @@ bool cuda_usable(std::string& why) {
   return false;
 }
 
-// Forward then backward of one case on `device`: out, lse, dq, dk, dv as host floats.
+// Forward then backward of one case on `device`: out, lse, dq, dk, dv as
+// host floats. `documents`: the [B * T] document ids (empty: no mask).
 std::vector<std::vector<float>> run_attention(Device device, const AttentionCase& c, std::uint64_t seed,
-                                              AttentionBackend backend = AttentionBackend::reference) {
+                                              AttentionBackend backend = AttentionBackend::reference,
+                                              const std::vector<std::int32_t>& documents = {}) {
   using namespace parity;
   ExecutionOptions o;
   o.device = device;
@@ -73,8 +82,15 @@ std::vector<std::vector<float>> run_attention(Device device, const AttentionCase
          v = random(ctx, ks, seed + 2, c.storage), dout = random(ctx, qs, seed + 3, c.storage);
   Tensor out = zeros(ctx, qs, c.storage), lse = zeros(ctx, {c.batch, c.q_heads, c.seq});
   Tensor dq = zeros(ctx, qs, c.storage), dk = zeros(ctx, ks, c.storage), dv = zeros(ctx, ks, c.storage);
-  ops::attention_forward(ctx, q, k, v, c.causal, nullptr, scale, out, lse);
-  ops::attention_backward(ctx, q, k, v, out, lse, dout, c.causal, nullptr, scale, dq, dk, dv);
+  Tensor ids;
+  if (!documents.empty()) {
+    ids = Tensor::empty({c.batch, c.seq}, DType::i32);
+    std::memcpy(ids.data(), documents.data(), documents.size() * sizeof(std::int32_t));
+    if (device != Device::host) ids = to_device(ids, device);
+  }
+  const Tensor* docs = documents.empty() ? nullptr : &ids;
+  ops::attention_forward(ctx, q, k, v, c.causal, docs, scale, out, lse);
+  ops::attention_backward(ctx, q, k, v, out, lse, dout, c.causal, docs, scale, dq, dk, dv);
   ctx.synchronize();
   std::vector<std::vector<float>> r;
   for (const Tensor& t : {out, lse, dq, dk, dv})
@@ -212,4 +228,77 @@ TEST(CudnnAttention, UnderCudnnAShapeItCannotRunStopsNamingShapeAndReason) {
   const AttentionCase c{1, 64, 4, 2, 64, true, DType::f32};
   expect_close(run_attention(Device::cuda, c, 3, AttentionBackend::automatic), run_attention(Device::host, c, 3),
                2e-4f, "host");
+}
+
+namespace {
+
+// Document ids of a batch of packed windows from each row's document lengths.
+std::vector<std::int32_t> packed(const std::vector<std::vector<std::int64_t>>& rows) {
+  std::vector<std::int32_t> ids;
+  for (const auto& lengths : rows)
+    for (std::size_t d = 0; d < lengths.size(); ++d) ids.insert(ids.end(), lengths[d], static_cast<std::int32_t>(d));
+  return ids;
+}
+
+struct DocumentCase {
+  AttentionCase shape;
+  std::vector<std::vector<std::int64_t>> lengths;  // per row, summing to T
+};
+
+const std::vector<DocumentCase> kReferenceDocumentCases = {
+    {{2, 37, 6, 2, 24, true, DType::f32}, {{10, 20, 7}, {37}}},          // GQA; a row of one document
+    {{2, 37, 6, 2, 24, false, DType::f32}, {{1, 1, 35}, {18, 1, 18}}},   // full attention within documents
+    {{1, 130, 8, 2, 128, true, DType::bf16}, {{64, 1, 33, 32}}},         // documents across the host's tile edges
+};
+
+const std::vector<DocumentCase> kCudnnDocumentCases = {
+    {{2, 256, 8, 2, 64, true, DType::bf16}, {{100, 1, 155}, {256}}},     // GQA 4:1, head dim 64
+    {{1, 200, 4, 4, 128, true, DType::bf16}, {{64, 64, 64, 8}}},         // MHA, head dim 128
+    {{2, 128, 6, 2, 128, true, DType::bf16}, {{1, 1, 1, 125}, {7, 121}}},  // GQA 3:1, one-token documents
+};
+
+}  // namespace
+
+TEST(CudaReferenceAttention, DocumentMaskMatchesTheHost) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  for (const DocumentCase& d : kReferenceDocumentCases) {
+    SCOPED_TRACE(d.shape.name());
+    const std::vector<std::int32_t> ids = packed(d.lengths);
+    const auto host = run_attention(Device::host, d.shape, 11, AttentionBackend::reference, ids);
+    expect_close(run_attention(Device::cuda, d.shape, 11, AttentionBackend::reference, ids), host,
+                 d.shape.storage == DType::bf16 ? 2e-2f : 2e-4f, "host");
+    // The mask changes the result: without it the same inputs give other numbers.
+    const auto unmasked = run_attention(Device::host, d.shape, 11);
+    EXPECT_NE(std::memcmp(unmasked[0].data(), host[0].data(), host[0].size() * sizeof(float)), 0);
+  }
+}
+
+TEST(CudnnAttention, DocumentMaskMatchesTheReferenceKernelAndTheHost) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  for (const DocumentCase& d : kCudnnDocumentCases) {
+    SCOPED_TRACE(d.shape.name());
+    const std::vector<std::int32_t> ids = packed(d.lengths);
+    const auto cudnn = run_attention(Device::cuda, d.shape, 23, AttentionBackend::cudnn, ids);
+    expect_close(cudnn, run_attention(Device::cuda, d.shape, 23, AttentionBackend::reference, ids), 3e-2f,
+                 "reference");
+    expect_close(cudnn, run_attention(Device::host, d.shape, 23, AttentionBackend::reference, ids), 3e-2f, "host");
+  }
+}
+
+TEST(CudnnAttention, DocumentIdsThatAreNoPackedWindowAreRefusedNamingTheRow) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  const AttentionCase c{2, 64, 4, 2, 64, true, DType::bf16};
+  std::vector<std::int32_t> ids = packed({{32, 32}, {64}});
+  ids[64 + 10] = 1;  // row 1 goes 0 .. 1 .. 0
+  for (AttentionBackend backend : {AttentionBackend::reference, AttentionBackend::cudnn}) {
+    try {
+      run_attention(Device::cuda, c, 3, backend, ids);
+      ADD_FAILURE() << "decreasing document ids were accepted under " << attention_backend_name(backend);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("row 1 decreases at token 11"), std::string::npos) << e.what();
+    }
+  }
 }

@@ -122,7 +122,7 @@ std::vector<ParityCase> odd_size_cases() {
                  Tensor x = random(ctx, {1, 5, 3, 6}, s, DType::bf16);
                  Tensor inv = rope_inv_freq(6, 500000.0);
                  if (ctx.device() != Device::host) inv = to_device(inv, ctx.device());
-                 ops::rope_forward(ctx, x, inv, 4093, x);
+                 ops::rope_forward(ctx, x, inv, 4093, nullptr, x);
                  return ParityOutputs{{x}, {}};
                }});
   c.push_back({"embedding backward (33 tokens, repeats, bf16 table)", [](ExecutionContext& ctx, std::uint64_t s) {

@@ -3,6 +3,7 @@
 //
 //   ftrain_logprobs --plugin-dir DIR --model llama [--preset P] [--set key=value]...
 //                   --weights (FILE.h5 | FILE.safetensors | DIR) --inputs FILE --shape B,T --out FILE
+//                   [--documents FILE [--positions restart|continue]]
 //   ftrain_logprobs --plugin-dir DIR --model vit --preset vit-b16 --list-params
 //                   (every parameter the units declare, "name d0,d1,..." per line: the layout
 //                   a checkpoint must have, compared with timm's state_dict by the tests)
@@ -14,6 +15,9 @@
 // the engine does (eval mode), and writes float32 log-probabilities:
 // [B, T, vocab] for a language model (inputs: int32 tokens [B, T]), [B,
 // classes] for a vision model (inputs: float32 NHWC images [B, H, W, C]).
+// --documents gives a packed batch's int32 document ids [B, T] (Batch::documents,
+// the attention document mask); its RoPE positions restart at each document
+// as training's do (data::fill_document_positions) unless --positions continue.
 //
 // Why log-probabilities and not logits: a head unit returns only the SUM of
 // its cross-entropy losses (ops::cross_entropy_forward never materialises the
@@ -40,6 +44,7 @@
 #include "ckpt/safetensors_dir.hpp"
 #include "base/error.hpp"
 #include "core/tensor.hpp"
+#include "data/token_dataset.hpp"
 #include "kernels/ops.hpp"
 #include "plugin/loader.hpp"
 #include "plugin/model.hpp"
@@ -49,7 +54,7 @@ namespace {
 using namespace ftrain;
 
 struct Args {
-  std::string plugin_dir, model, preset = "tiny", weights, inputs, out;
+  std::string plugin_dir, model, preset = "tiny", weights, inputs, out, documents, positions = "restart";
   bool list_params = false;
   ModelOverrides overrides;
   Shape shape;
@@ -78,6 +83,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--weights") a.weights = v;
     else if (k == "--inputs") a.inputs = v;
     else if (k == "--out") a.out = v;
+    else if (k == "--documents") a.documents = v;
+    else if (k == "--positions") a.positions = v;
     else if (k == "--set") {
       const auto eq = v.find('=');
       if (eq == std::string::npos) usage("--set " + v + ": expected key=value");
@@ -90,6 +97,7 @@ Args parse(int argc, char** argv) {
       usage("unknown option " + k);
     }
   }
+  if (a.positions != "restart" && a.positions != "continue") usage("--positions " + a.positions + ": restart or continue");
   if (a.list_params && !a.plugin_dir.empty() && !a.model.empty()) return a;
   if (a.plugin_dir.empty() || a.model.empty() || a.weights.empty() || a.inputs.empty() || a.out.empty() ||
       a.shape.empty())
@@ -189,6 +197,15 @@ int run(const Args& args) {
   batch.targets = Tensor::empty(target_shape, DType::i32);
   std::int32_t* targets = batch.targets.data_as<std::int32_t>();
   std::fill(targets, targets + batch.targets.numel(), 0);
+  if (!args.documents.empty()) {
+    batch.documents = Tensor::empty(args.shape, DType::i32);
+    const auto ids = read_file(args.documents, static_cast<std::size_t>(numel) * 4);
+    std::memcpy(batch.documents.data(), ids.data(), ids.size());
+    if (args.positions == "restart") {
+      batch.positions = Tensor::empty(args.shape, DType::i32);
+      data::fill_document_positions(batch.documents, batch.positions);
+    }
+  }
 
   StepContext ctx;
   ctx.training = false;

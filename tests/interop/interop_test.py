@@ -53,6 +53,15 @@ the plugin's units forward on a fixed batch):
                      on a random LlamaForCausalLM: `init adapter` + `merge_adapter
                      on` in ftrain equals PEFT's merge_and_unload within 1e-6,
                      and ftrain's log-probabilities equal PeftModel's (1e-5).
+  packed_documents   a random LlamaForCausalLM (GQA, llama3 rope); two
+                     32-token rows packing 4 and 3 documents of different
+                     lengths, with the document mask and RoPE positions
+                     restarting at each document (training's defaults):
+                     ftrain_logprobs' log-probabilities of each document
+                     equal LlamaForCausalLM's on that document alone
+                     (1e-5); with `positions continue` too (rounding only);
+                     without the mask the later documents differ (> 1e-2)
+                     while each row's first still matches.
 """
 import argparse
 import json
@@ -98,13 +107,18 @@ class Env(ftrain_test.Runner):
     def convert(self, h5, out_dir, *extra):
         self.run([self.args.convert, "h5-to-safetensors", h5, out_dir, *extra], "ftrain-convert")
 
-    def logprobs(self, model, overrides, weights, inputs, preset="tiny"):
-        """ftrain's log-probabilities on `inputs` (int32 tokens [B, T] or float32 NHWC images)."""
+    def logprobs(self, model, overrides, weights, inputs, preset="tiny", documents=None, positions="restart"):
+        """ftrain's log-probabilities on `inputs` (int32 tokens [B, T] or float32 NHWC images);
+        `documents` (int32 [B, T] ids) packs each row's documents under the attention document mask."""
         raw = self.path("batch.bin")
         out = self.path("logprobs.bin")
         np.ascontiguousarray(inputs).tofile(raw)
         cmd = [self.args.logprobs, "--plugin-dir", self.args.plugin_dir, "--model", model, "--preset", preset,
                "--weights", weights, "--inputs", raw, "--shape", ",".join(map(str, inputs.shape)), "--out", out]
+        if documents is not None:
+            ids = self.path("documents.bin")
+            np.ascontiguousarray(documents, dtype=np.int32).tofile(ids)
+            cmd += ["--documents", ids, "--positions", positions]
         for k, v in overrides.items():
             cmd += ["--set", f"{k}={v}"]
         self.run(cmd, "ftrain_logprobs")
@@ -588,6 +602,51 @@ run_dir run
                  env.logprobs("vit", {}, env.path("final.h5"), images), timm_logprobs(model, images))
 
 
+def scenario_packed_documents(env):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LLAMA_CONFIGS["llama3"]
+    vocab, T = config["vocab_size"], 32
+    torch.manual_seed(13)
+    # initializer_range 0.3: attention far from uniform, so a document reading another shows.
+    model = LlamaForCausalLM(LlamaConfig(**config, initializer_range=0.3)).float().eval()
+    src = env.path("hf")
+    model.save_pretrained(src, safe_serialization=True)
+
+    lengths = [[7, 12, 5, 8], [20, 3, 9]]  # each row's documents, packed into T tokens
+    tokens = fixed_tokens(vocab, batch=len(lengths), seq=T, seed=5)
+    documents = np.stack([np.repeat(np.arange(len(row)), row) for row in lengths]).astype(np.int32)
+    spans = [[(int(sum(row[:d])), int(sum(row[:d + 1]))) for d in range(len(row))] for row in lengths]
+    # Transformers' answer: each document run alone (positions 0..len-1, nothing else to attend).
+    alone = [[hf_logprobs(model, tokens[b:b + 1, s:e])[0] for s, e in row] for b, row in enumerate(spans)]
+    overrides = ftrain_overrides(config)
+
+    def per_document(logprobs):
+        lp = logprobs.reshape(len(lengths), T, vocab)
+        return [[lp[b, s:e] for s, e in row] for b, row in enumerate(spans)]
+
+    masked = per_document(env.logprobs("llama", overrides, src, tokens, documents=documents))
+    kept = per_document(env.logprobs("llama", overrides, src, tokens, documents=documents, positions="continue"))
+    for b, row in enumerate(spans):
+        for d, (s, e) in enumerate(row):
+            what = f"row {b} document {d} (tokens {s}..{e - 1})"
+            expect_close(f"{what}, packed with the document mask vs LlamaForCausalLM on it alone",
+                         masked[b][d], alone[b][d])
+            expect_close(f"{what}, positions continue vs LlamaForCausalLM on it alone", kept[b][d], alone[b][d])
+
+    # Must fail without the mask: every later document reads the ones before it.
+    unmasked = per_document(env.logprobs("llama", overrides, src, tokens))
+    for b, row in enumerate(spans):
+        expect_close(f"row {b} first document without the mask (nothing before it to read)", unmasked[b][0],
+                     alone[b][0])
+        for d in range(1, len(row)):
+            got, want = np.asarray(unmasked[b][d], np.float64), np.asarray(alone[b][d], np.float64)
+            worst = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-30)))
+            if worst < 1e-2:
+                fail(f"row {b} document {d} without the mask equals the document alone ({worst:.3g} relative): "
+                     "the test could not tell the mask's absence")
+            print(f"ok: row {b} document {d} without the mask differs from it alone ({worst:.3g} relative)")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario")
@@ -603,6 +662,7 @@ def main():
         "vit_both_ways": lambda: scenario_vit_both_ways(env),
         "lora_to_peft": lambda: scenario_lora_to_peft(env),
         "peft_to_ftrain": lambda: scenario_peft_to_ftrain(env),
+        "packed_documents": lambda: scenario_packed_documents(env),
     }
     if args.scenario not in scenarios:
         fail(f"unknown scenario {args.scenario}; known: {', '.join(scenarios)}")

@@ -13,8 +13,9 @@ place of `scontrol requeue` / `qrerun`. Scenarios:
                 turns `srun --mpi=pmix --ntasks=N ... PROG ARGS` into
                 `mpirun -np N PROG ARGS` (no SLURM here). SIGUSR1 to the batch
                 shell (what --signal=B:USR1@120 does) mid-run: exit 0, a
-                checkpoint at the last logged step, the requeue command run.
-                Then the "requeued" job: resume auto continues from that step
+                checkpoint at the last logged step, the requeue command run;
+                a second SIGUSR1 while it requeues (ftrain has ended) must
+                not kill the shell. Then the "requeued" job: resume auto continues from that step
                 and, finishing normally, is NOT requeued again.
   slurm_mpirun  the same with FTRAIN_LAUNCHER=mpirun.
   pbs           the walltime timer (FTRAIN_WALLTIME_S) signals the job 3 s in:
@@ -29,7 +30,9 @@ place of `scontrol requeue` / `qrerun`. Scenarios:
                 the 2 ranks must print the deck, the -var paths and
                 `-var device cuda` (a GPU job must not fall back to the
                 CPUs), so the header-to-launch wiring is exercised without
-                training.
+                training. Then the scheduler's warning (SIGUSR1 for SLURM,
+                SIGTERM for PBS) to the script's own process, not its
+                children, must reach both ranks and end the job with exit 0.
 """
 import argparse
 import json
@@ -145,10 +148,21 @@ exec {a.mpiexec} {mpi} -np "$n" "$@"
 
 
 def slurm(job):
-    proc = job.start()
+    # The requeue command takes a while; a second warning comes during it,
+    # after ftrain has ended (a time limit's signal just as a run ends): the
+    # batch shell must not die of it.
+    requeue_started = os.path.join(job.dir, "requeue_started")
+    proc = job.start(extra_env={"FTRAIN_REQUEUE_CMD": f"touch {requeue_started}; sleep 2; echo requeue >> {job.marker}"})
     job.wait_steps(proc, 3)
     proc.send_signal(signal.SIGUSR1)  # --signal=B:USR1@120 signals the batch shell
-    stopped = job.check_stopped(job.finish(proc, "SIGUSR1 to the batch shell"), "SIGUSR1 to the batch shell", 1)
+    deadline = time.time() + 30
+    while not os.path.exists(requeue_started) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)
+    out = job.finish(proc, "SIGUSR1 to the batch shell, and again while it requeues")
+    if "signal received after ftrain ended" not in out:
+        fail("the second SIGUSR1 (after ftrain ended) was not reported by the batch shell")
+    stopped = job.check_stopped(out, "SIGUSR1 to the batch shell", 1)
     # The requeued job (same script, same deck) runs to the end this time.
     target = stopped + 5
     out = job.finish(job.start(max_steps=target), "requeued job")
@@ -214,8 +228,46 @@ def templates(a):
                 if want not in lines[0]:
                     fail(f"{kind}/{name}: the ranks were not given '{want}': {lines[0]}")
             print(f"ok: {kind}/{name} launches 2 ranks with: {lines[0]}")
+            signal_batch_process(os.path.join(folder, name), kind, dict(base, **env), w)
     if found < 2:
         fail("expected at least one SLURM and one PBS template")
+
+
+def signal_batch_process(script, kind, env, w):
+    """The scheduler's warning goes to the batch script's own process only
+    (SLURM's --signal=B:, PBS's SIGTERM): that process must forward it, so
+    the ranks (a stand-in ftrain that waits for SIGUSR1) stop and the job
+    exits 0. A template that runs launch.sh as a child dies of the signal
+    while the ranks never hear of it."""
+    stand_in = os.path.join(w, "ftrain_stand_in")
+    with open(stand_in, "w") as f:
+        f.write("#!/usr/bin/env bash\n"
+                "trap 'echo \"stop signal received (SIGUSR1)\"; exit 0' USR1\n"
+                "echo ready >> \"$READY_FILE\"\n"
+                "for _ in $(seq 600); do sleep 0.1; done\n"  # gone by itself if never told
+                "exit 3\n")
+    os.chmod(stand_in, 0o755)
+    ready = os.path.join(w, f"ready_{kind}")
+    if os.path.exists(ready):
+        os.remove(ready)
+    env = dict(env, FTRAIN=stand_in, READY_FILE=ready, FTRAIN_MPIRUN_ARGS=env["FTRAIN_MPIRUN_ARGS"] + " -x READY_FILE")
+    proc = subprocess.Popen(["bash", script], cwd="/", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    deadline = time.time() + 30
+    while time.time() < deadline and not (os.path.exists(ready) and len(open(ready).readlines()) >= 2):
+        time.sleep(0.05)
+    sig = signal.SIGUSR1 if kind == "slurm" else signal.SIGTERM
+    proc.send_signal(sig)  # the script's own process, as the scheduler does; not its process group
+    try:
+        out = proc.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        fail(f"{script}: {sig.name} to the batch script's process did not stop the ranks:\n{proc.communicate()[0]}")
+    if proc.returncode != 0 or out.count("stop signal received") != 2:
+        os.killpg(proc.pid, signal.SIGKILL) if proc.returncode is None else None
+        fail(f"{script}: {sig.name} to the batch script's process: exit {proc.returncode}, "
+             f"{out.count('stop signal received')} of 2 ranks stopped, expected exit 0 and both:\n{out}")
+    print(f"ok: {os.path.basename(script)}: {sig.name} to the batch script's own process reaches both ranks, exit 0")
 
 
 def physical_cores():

@@ -75,6 +75,15 @@ inline Tensor ids(ExecutionContext& ctx, std::int64_t n, std::int64_t bound, std
   return ctx.device() == Device::host ? t : to_device(t, ctx.device());
 }
 
+// i32 [B, T] RoPE positions restarting at each document of a packed row.
+inline Tensor restarting_positions(ExecutionContext& ctx, std::int64_t batch, std::int64_t time) {
+  Tensor t = Tensor::empty({batch, time}, DType::i32, Device::host, "positions");
+  auto* p = t.data_as<std::int32_t>();
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t i = 0; i < time; ++i) p[b * time + i] = static_cast<std::int32_t>(i % (b + 2));
+  return ctx.device() == Device::host ? t : to_device(t, ctx.device());
+}
+
 }  // namespace parity
 
 inline std::vector<ParityCase> parity_cases() {
@@ -140,16 +149,20 @@ inline std::vector<ParityCase> parity_cases() {
                  Tensor x = random(ctx, {B, T, Hq, D}, s), y = zeros(ctx, {B, T, Hq, D});
                  Tensor inv = rope_inv_freq(D, 10000.0);
                  if (ctx.device() != Device::host) inv = to_device(inv, ctx.device());
-                 ops::rope_forward(ctx, x, inv, 3, y);
-                 ops::rope_forward(ctx, x, inv, 5, x);  // in place
-                 return ParityOutputs{{y, x}, {}};
+                 Tensor positions = restarting_positions(ctx, B, T), yp = zeros(ctx, {B, T, Hq, D});
+                 ops::rope_forward(ctx, x, inv, 3, nullptr, y);
+                 ops::rope_forward(ctx, x, inv, 2, &positions, yp);
+                 ops::rope_forward(ctx, x, inv, 5, nullptr, x);  // in place
+                 return ParityOutputs{{y, yp, x}, {}};
                }});
   c.push_back({"rope_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor dy = random(ctx, {B, T, Hkv, D}, s), dx = zeros(ctx, {B, T, Hkv, D});
                  Tensor inv = rope_inv_freq(D, 10000.0);
                  if (ctx.device() != Device::host) inv = to_device(inv, ctx.device());
-                 ops::rope_backward(ctx, dy, inv, 7, dx);
-                 return ParityOutputs{{dx}, {}};
+                 Tensor positions = restarting_positions(ctx, B, T), dxp = zeros(ctx, {B, T, Hkv, D});
+                 ops::rope_backward(ctx, dy, inv, 7, nullptr, dx);
+                 ops::rope_backward(ctx, dy, inv, 0, &positions, dxp);
+                 return ParityOutputs{{dx, dxp}, {}};
                }});
   c.push_back({"swiglu_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor g = random(ctx, {N, C}, s), u = random(ctx, {N, C}, s + 1), out = zeros(ctx, {N, C});

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -276,23 +277,25 @@ void layernorm_backward(ExecutionContext& ctx, const Tensor& x, const Tensor& w,
 // ---- rope ------------------------------------------------------------------------
 
 void rope(ExecutionContext& ctx, const char* op, const Tensor& in, const char* in_role, const Tensor& inv_freq,
-          std::int64_t position_offset, Tensor& out, const char* out_role, float direction) {
+          std::int64_t position_offset, const Tensor* positions, Tensor& out, const char* out_role, float direction) {
   // Shapes and dtypes: checked by ops::rope_* (kernels/op_checks.hpp).
   const FloatSpan is = float_span(op, in, in_role), os = float_span(op, out, out_role);
   require_cuda(op, inv_freq, "inv_freq");
+  if (positions != nullptr) require_cuda(op, *positions, "positions");
   const std::int64_t head_dim = in.dim(3);
-  launch_rope(is, inv_freq.data_as<float>(), position_offset, os, direction, in.dim(0), in.dim(1), in.dim(2), head_dim,
-              stream_of(ctx));
+  launch_rope(is, inv_freq.data_as<float>(), position_offset,
+              positions != nullptr ? positions->data_as<std::int32_t>() : nullptr, os, direction, in.dim(0),
+              in.dim(1), in.dim(2), head_dim, stream_of(ctx));
 }
 
 void rope_forward(ExecutionContext& ctx, const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset,
-                  Tensor& y) {
-  rope(ctx, "rope_forward", x, "x", inv_freq, position_offset, y, "y", 1.0f);
+                  const Tensor* positions, Tensor& y) {
+  rope(ctx, "rope_forward", x, "x", inv_freq, position_offset, positions, y, "y", 1.0f);
 }
 
 void rope_backward(ExecutionContext& ctx, const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset,
-                   Tensor& dx) {
-  rope(ctx, "rope_backward", dy, "dy", inv_freq, position_offset, dx, "dx", -1.0f);
+                   const Tensor* positions, Tensor& dx) {
+  rope(ctx, "rope_backward", dy, "dy", inv_freq, position_offset, positions, dx, "dx", -1.0f);
 }
 
 // ---- activations -------------------------------------------------------------------
@@ -340,17 +343,20 @@ AttentionDims attention_dims(const char* op, std::initializer_list<std::pair<con
 }
 
 // The plan-cache key of one attention call: its shape, its storage (bf16
-// when every tensor is bf16, else the first other dtype: refused), causal
-// and direction.
+// when every tensor is bf16, else the first other dtype: refused), causal,
+// direction and, under the document mask, the ragged batch its documents
+// fit (cudnn_sdpa_plan.hpp).
 SdpaPlanKey attention_key(const AttentionDims& d, bool causal, SdpaDirection direction,
-                          std::initializer_list<const Tensor*> tensors) {
+                          std::initializer_list<const Tensor*> tensors, const SdpaDocumentSegments* documents) {
   DType dtype = DType::bf16;
   for (const Tensor* t : tensors)
     if (t->dtype() != DType::bf16) {
       dtype = t->dtype();
       break;
     }
-  return {d.batch, d.seq, d.q_heads, d.kv_heads, d.head_dim, dtype, causal, direction};
+  SdpaPlanKey key{d.batch, d.seq, d.q_heads, d.kv_heads, d.head_dim, dtype, causal, direction};
+  if (documents != nullptr) sdpa_set_ragged_bucket(*documents, key.ragged_sequences, key.ragged_length);
+  return key;
 }
 
 // Why cuDNN cannot run this call ("" if it can): a tensor not 16-byte
@@ -391,40 +397,63 @@ bool attention_uses_cudnn(ExecutionContext& ctx, const SdpaPlanKey& key,
   return choice.use_cudnn;
 }
 
-// The document mask of packed windows (issue 39) runs on the host backend
-// only; a silent full-window attention here would train something else.
-void refuse_document_mask(const char* op, const Tensor* documents) {
-  if (documents != nullptr)
-    FT_USER_ERROR() << op << ": the attention document mask (data ... document_mask on) is not implemented on the "
-                    << "CUDA backend yet; run with document_mask off or on the host backend";
+// The document ids of a packed window, read back to the host and split
+// into documents: the cuDNN path's plan and ragged arrays depend on them,
+// and both paths refuse ids that do not make documents (not starting at 0,
+// decreasing), which the reference kernel's tile skipping relies on. One
+// small copy and a wait on the compute stream per call.
+std::optional<SdpaDocumentSegments> read_documents(ExecutionContext& ctx, const char* op, const Tensor* documents) {
+  if (documents == nullptr) return std::nullopt;
+  require_dtype(op, *documents, "documents", DType::i32);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(documents->numel()));
+  FTRAIN_CUDA_CHECK(cudaMemcpyAsync(ids.data(), documents->data(), ids.size() * sizeof(std::int32_t),
+                                    cudaMemcpyDeviceToHost, stream_of(ctx)));
+  FTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+  return sdpa_document_segments(ids.data(), documents->dim(0), documents->dim(1),
+                                std::string(op) + ": documents " + documents->describe());
+}
+
+#if defined(FTRAIN_HAVE_CUDNN)
+// The cuDNN ragged batch's lengths and offsets for this call's documents.
+std::optional<SdpaRaggedArrays> ragged_arrays(const std::optional<SdpaDocumentSegments>& segments,
+                                              const SdpaPlanKey& key) {
+  if (!segments) return std::nullopt;
+  return sdpa_ragged_arrays(*segments, key.shape());
+}
+#endif
+
+const std::int32_t* document_ids(const Tensor* documents) {
+  return documents == nullptr ? nullptr : documents->data_as<std::int32_t>();
 }
 
 void attention_forward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                        const Tensor* documents, float softmax_scale, Tensor& out, Tensor& lse) {
   constexpr const char* op = "attention_forward";
-  refuse_document_mask(op, documents);
   const AttentionDims dims =
       attention_dims(op, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&lse, "lse"}}, q, k);
   if (q.numel() == 0) return;
-  const SdpaPlanKey key = attention_key(dims, causal, SdpaDirection::forward, {&q, &k, &v, &out});
+  const std::optional<SdpaDocumentSegments> segments = read_documents(ctx, op, documents);
+  const SdpaPlanKey key = attention_key(dims, causal, SdpaDirection::forward, {&q, &k, &v, &out},
+                                        segments ? &*segments : nullptr);
   if (attention_uses_cudnn(ctx, key, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}})) {
 #if defined(FTRAIN_HAVE_CUDNN)
     SdpaBuffers b;
     b.q = q.data(), b.k = k.data(), b.v = v.data(), b.out = out.data(), b.stats = lse.data();
-    cudnn_sdpa_run(ctx, key, b, softmax_scale);  // lse: cuDNN's stats are the host's layout (cudnn_sdpa_plan.hpp)
+    // lse: cuDNN's stats are the host's layout (cudnn_sdpa_plan.hpp)
+    const std::optional<SdpaRaggedArrays> ragged = ragged_arrays(segments, key);
+    cudnn_sdpa_run(ctx, key, b, softmax_scale, ragged ? &*ragged : nullptr);
 #endif
     return;
   }
   launch_attention_reference_forward(float_span(op, q, "q"), float_span(op, k, "k"), float_span(op, v, "v"), causal,
-                                     softmax_scale, float_span(op, out, "out"), lse.data_as<float>(), dims,
-                                     stream_of(ctx));
+                                     document_ids(documents), softmax_scale, float_span(op, out, "out"),
+                                     lse.data_as<float>(), dims, stream_of(ctx));
 }
 
 void attention_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const Tensor& dout, bool causal, const Tensor* documents,
                         float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv) {
   constexpr const char* op = "attention_backward";
-  refuse_document_mask(op, documents);
   const AttentionDims dims = attention_dims(op,
                                             {{&q, "q"},
                                              {&k, "k"},
@@ -437,8 +466,9 @@ void attention_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k,
                                              {&dv, "dv"}},
                                             q, k);
   if (q.numel() == 0) return;
-  const SdpaPlanKey key =
-      attention_key(dims, causal, SdpaDirection::backward, {&q, &k, &v, &out, &dout, &dq, &dk, &dv});
+  const std::optional<SdpaDocumentSegments> segments = read_documents(ctx, op, documents);
+  const SdpaPlanKey key = attention_key(dims, causal, SdpaDirection::backward,
+                                        {&q, &k, &v, &out, &dout, &dq, &dk, &dv}, segments ? &*segments : nullptr);
   if (attention_uses_cudnn(ctx, key,
                            {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}, {"dout", &dout},
                             {"dq", &dq}, {"dk", &dk}, {"dv", &dv}})) {
@@ -446,14 +476,15 @@ void attention_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k,
     SdpaBuffers b;
     b.q = q.data(), b.k = k.data(), b.v = v.data(), b.out = out.data(), b.stats = lse.data();
     b.dout = dout.data(), b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data();
-    cudnn_sdpa_run(ctx, key, b, softmax_scale);
+    const std::optional<SdpaRaggedArrays> ragged = ragged_arrays(segments, key);
+    cudnn_sdpa_run(ctx, key, b, softmax_scale, ragged ? &*ragged : nullptr);
 #endif
     return;
   }
   launch_attention_reference_backward(float_span(op, q, "q"), float_span(op, k, "k"), float_span(op, v, "v"),
                                       float_span(op, out, "out"), lse.data_as<float>(), float_span(op, dout, "dout"),
-                                      causal, softmax_scale, float_span(op, dq, "dq"), float_span(op, dk, "dk"),
-                                      float_span(op, dv, "dv"), dims, stream_of(ctx));
+                                      causal, document_ids(documents), softmax_scale, float_span(op, dq, "dq"),
+                                      float_span(op, dk, "dk"), float_span(op, dv, "dv"), dims, stream_of(ctx));
 }
 
 // The fused chunked head: kernels/cuda/cross_entropy_head.cpp.

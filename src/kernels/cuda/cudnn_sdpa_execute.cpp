@@ -103,13 +103,15 @@ void* open_cudnn_handle(void* stream, std::string& why) {
 
 std::string cudnn_sdpa_prepare(ExecutionContext& ctx, const SdpaPlanKey& key) {
   std::string refusal = sdpa_dtype_refusal(key);
+  if (refusal.empty()) refusal = sdpa_ragged_refusal(key.shape());
   if (!refusal.empty()) return refusal;
   DnnState& state = dnn_state(ctx);
   const std::lock_guard<std::mutex> lock(state.mutex);
   return cached(state, key).refusal;
 }
 
-void cudnn_sdpa_run(ExecutionContext& ctx, const SdpaPlanKey& key, SdpaBuffers buffers, float softmax_scale) {
+void cudnn_sdpa_run(ExecutionContext& ctx, const SdpaPlanKey& key, SdpaBuffers buffers, float softmax_scale,
+                    const SdpaRaggedArrays* ragged) {
   DnnState& state = dnn_state(ctx);
   CachedPlan* entry = nullptr;
   {
@@ -118,16 +120,38 @@ void cudnn_sdpa_run(ExecutionContext& ctx, const SdpaPlanKey& key, SdpaBuffers b
   }
   FT_CHECK(entry->refusal.empty()) << "cuDNN cannot run " << describe(key) << ": " << entry->refusal;
   const SdpaShape shape = key.shape();
+  FT_CHECK(shape.ragged() == (ragged != nullptr))
+      << describe(key) << ": the document mask's ragged arrays " << (ragged ? "given to" : "missing from")
+      << " this call";
   auto stream = static_cast<cudaStream_t>(ctx.compute().native_handle());
   // Workspace layout: cuDNN's own, then (backward) the row sums and the f32
-  // dQ accumulator, each 256-byte aligned.
+  // dQ accumulator, (document mask under GQA) dK and dV per query head,
+  // (document mask) the i32 lengths and offsets; each 256-byte aligned.
   const std::int64_t own = sdpa_round_up(entry->plan.workspace_bytes);
   const bool backward = key.direction == SdpaDirection::backward;
-  const std::int64_t total = own + (backward ? sdpa_row_dot_bytes(shape) + sdpa_dq_accum_bytes(shape) : 0);
+  const std::int64_t scratch =
+      backward ? sdpa_row_dot_bytes(shape) + sdpa_dq_accum_bytes(shape) + 2 * sdpa_full_head_bytes(shape) : 0;
+  const std::int64_t ragged_bytes =
+      ragged ? sdpa_round_up(static_cast<std::int64_t>(ragged->packed.size() * sizeof(std::int32_t))) : 0;
+  const std::int64_t total = own + scratch + ragged_bytes;
   char* workspace = total > 0 ? static_cast<char*>(ctx.workspace(static_cast<std::size_t>(total))) : nullptr;
+  if (ragged) {
+    auto* arrays = reinterpret_cast<std::int32_t*>(workspace + own + scratch);
+    // Pageable source: the copy has taken the host array when the call returns.
+    FTRAIN_CUDA_CHECK(cudaMemcpyAsync(arrays, ragged->packed.data(), ragged->packed.size() * sizeof(std::int32_t),
+                                      cudaMemcpyHostToDevice, stream));
+    buffers.seq_len = arrays + ragged->seq_len;
+    buffers.q_offsets = arrays + ragged->q_offsets;
+    buffers.kv_offsets = arrays + ragged->kv_offsets;
+    buffers.stats_offsets = arrays + ragged->stats_offsets;
+  }
   if (backward) {
     buffers.row_dot = workspace + own;
     buffers.dq_accum = workspace + own + sdpa_row_dot_bytes(shape);
+    if (sdpa_full_head_bytes(shape) > 0) {
+      buffers.dk_full = workspace + own + sdpa_row_dot_bytes(shape) + sdpa_dq_accum_bytes(shape);
+      buffers.dv_full = static_cast<char*>(buffers.dk_full) + sdpa_full_head_bytes(shape);
+    }
     // Before cuDNN 9.6 the caller had to zero the f32 dQ accumulator; from
     // 9.6 on the engine initialises it (cudnn-frontend's composite SDPA
     // backward makes the same distinction).

@@ -1,6 +1,7 @@
 // cuDNN fused attention, the execution side: one cuDNN handle per execution
 // context (LibraryHandles::dnn, set on the context's compute stream) and,
-// per shape (SdpaPlanKey: B, T, Hq, Hkv, D, dtype, causal, direction), the
+// per shape (SdpaPlanKey: B, T, Hq, Hkv, D, dtype, causal, direction, and
+// under the document mask the ragged batch's sequence count and length), the
 // finalized operation graph and execution plan, built once and cached with
 // its workspace size -- or, when cuDNN refuses the shape, the reason,
 // cached too so a refused shape is asked about once. Running a plan takes
@@ -32,7 +33,10 @@ std::string cudnn_sdpa_prepare(ExecutionContext& ctx, const SdpaPlanKey& key);
 // Enqueues the cached plan of `key` on the compute stream (prepare returned
 // ""). `buffers` holds the op's tensors; the backward's scratch is filled in
 // here from the context's workspace (the f32 dQ accumulator zeroed first
-// where the cuDNN version needs it: before 9.6).
-void cudnn_sdpa_run(ExecutionContext& ctx, const SdpaPlanKey& key, SdpaBuffers buffers, float softmax_scale);
+// where the cuDNN version needs it: before 9.6). Under the document mask
+// (key.ragged_sequences > 0) `ragged` holds the call's sequence lengths and
+// offsets (sdpa_ragged_arrays), copied into the workspace on the stream.
+void cudnn_sdpa_run(ExecutionContext& ctx, const SdpaPlanKey& key, SdpaBuffers buffers, float softmax_scale,
+                    const SdpaRaggedArrays* ragged = nullptr);
 
 }  // namespace ftrain::cuda

@@ -2,6 +2,7 @@
 
 #include <cudnn.h>
 
+#include <functional>
 #include <string>
 
 #include "base/error.hpp"
@@ -32,7 +33,7 @@ Desc make(CudnnDescriptors& owner, cudnnBackendDescriptorType_t t) {
   return d;
 }
 
-Desc tensor(CudnnDescriptors& o, int64_t uid, cudnnDataType_t type, std::vector<int64_t> dims, std::vector<int64_t> strides, bool virt, bool by_value = false) {
+Desc tensor(CudnnDescriptors& o, int64_t uid, cudnnDataType_t type, std::vector<int64_t> dims, std::vector<int64_t> strides, bool virt, bool by_value = false, Desc ragged_offsets = nullptr) {
   Desc d = make(o, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   int64_t align = 16;
   CK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type));
@@ -42,11 +43,16 @@ Desc tensor(CudnnDescriptors& o, int64_t uid, cudnnDataType_t type, std::vector<
   CK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
   CK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt));
   if (by_value) CK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value));
+  if (ragged_offsets)
+    CK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ragged_offsets));
   CK(cudnnBackendFinalize(d));
   return d;
 }
 
-Desc matmul(CudnnDescriptors& o, Desc a, Desc b, Desc c) {
+// m, n, k: the per-sequence sizes of a ragged batch (document mask), which
+// overrides the dims' rows (m), columns (n) or contraction (k); null = none.
+Desc matmul(CudnnDescriptors& o, Desc a, Desc b, Desc c, Desc m_override = nullptr, Desc n_override = nullptr,
+            Desc k_override = nullptr) {
   Desc m = make(o, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
   cudnnDataType_t f = CUDNN_DATA_FLOAT;
   CK(cudnnBackendSetAttribute(m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f));
@@ -56,13 +62,18 @@ Desc matmul(CudnnDescriptors& o, Desc a, Desc b, Desc c) {
   CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
   CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c));
   CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m));
+  if (m_override) CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m_override));
+  if (n_override) CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n_override));
+  if (k_override) CK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &k_override));
   CK(cudnnBackendFinalize(op));
   return op;
 }
 
-Desc pointwise(CudnnDescriptors& o, cudnnPointwiseMode_t mode, Desc x, Desc b, Desc y, Desc t = nullptr, int64_t axis = -1) {
+// `precision`: the pointwise math type (float unless given).
+Desc pointwise(CudnnDescriptors& o, cudnnPointwiseMode_t mode, Desc x, Desc b, Desc y, Desc t = nullptr, int64_t axis = -1,
+               cudnnDataType_t precision = CUDNN_DATA_FLOAT) {
   Desc p = make(o, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-  cudnnDataType_t f = CUDNN_DATA_FLOAT;
+  cudnnDataType_t f = precision;
   CK(cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
   CK(cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f));
   if (axis >= 0) CK(cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis));
@@ -103,23 +114,71 @@ Desc reshape(CudnnDescriptors& o, Desc x, Desc y) {
 // from (cudnn_sdpa_plan.hpp), indexed by operand.
 struct IoTensors {
   std::vector<SdpaTensor> table;
-  Desc by_operand[16] = {};
+  Desc by_operand[32] = {};
   Desc operator[](SdpaOperand operand) const {
     Desc d = by_operand[static_cast<int>(operand)];
     FT_CHECK(d != nullptr) << "SDPA graph: the tensor table has no " << sdpa_operand_name(operand);
     return d;
   }
+  Desc by_uid(int64_t uid) const {
+    for (const SdpaTensor& t : table)
+      if (t.uid == uid) return by_operand[static_cast<int>(t.operand)];
+    return nullptr;
+  }
 };
 
+cudnnDataType_t data_type(SdpaElement e) {
+  switch (e) {
+    case SdpaElement::bf16: return CUDNN_DATA_BFLOAT16;
+    case SdpaElement::f32: return CUDNN_DATA_FLOAT;
+    case SdpaElement::i32: return CUDNN_DATA_INT32;
+  }
+  return CUDNN_DATA_FLOAT;
+}
+
+// The ragged offsets (i32, referenced by other tensors) are created first.
 IoTensors io_tensors(CudnnDescriptors& o, const SdpaShape& shape, SdpaDirection direction) {
   IoTensors io;
   io.table = sdpa_io_tensors(shape, direction);
-  for (const SdpaTensor& t : io.table) {
-    const cudnnDataType_t type = t.element == SdpaElement::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-    io.by_operand[static_cast<int>(t.operand)] = tensor(o, t.uid, type, {t.dims.begin(), t.dims.end()},
-                                                        {t.strides.begin(), t.strides.end()}, false, t.by_value);
-  }
+  for (bool offsets_pass : {true, false})
+    for (const SdpaTensor& t : io.table) {
+      if ((t.element == SdpaElement::i32) != offsets_pass) continue;
+      Desc ragged = nullptr;
+      if (t.ragged_offset_uid != 0) {
+        ragged = io.by_uid(t.ragged_offset_uid);
+        FT_CHECK(ragged != nullptr) << "SDPA graph: " << sdpa_operand_name(t.operand) << " names ragged offsets uid "
+                                    << t.ragged_offset_uid << ", which the tensor table lacks";
+      }
+      io.by_operand[static_cast<int>(t.operand)] =
+          tensor(o, t.uid, data_type(t.element), {t.dims.begin(), t.dims.end()}, {t.strides.begin(), t.strides.end()},
+                 false, t.by_value, ragged);
+    }
   return io;
+}
+
+// The graph's batch and sequence dims: the window's, or under the document
+// mask the ragged batch's (cudnn_sdpa_plan.hpp).
+int64_t graph_batch(const SdpaShape& s) { return s.ragged() ? s.ragged_sequences : s.batch; }
+int64_t graph_seq(const SdpaShape& s) { return s.ragged() ? s.ragged_length : s.seq; }
+
+// Rows at or past their sequence's length (queries) or columns past it
+// (keys) are masked, cudnn-frontend's padding mask (with its math types:
+// i32 indices, boolean comparisons): each sequence of the ragged batch sees
+// only itself. Both graphs apply it where cudnn-frontend does: to the
+// scaled scores, before the statistics and the causal mask.
+Desc padding_mask(CudnnDescriptors& o, std::vector<Desc>& ops, const IoTensors& io, Desc scores,
+                  const std::function<Desc(cudnnDataType_t)>& virt) {
+  using O = SdpaOperand;
+  const cudnnDataType_t i32 = CUDNN_DATA_INT32, bo = CUDNN_DATA_BOOLEAN;
+  Desc row = virt(i32), col = virt(i32), row_in = virt(bo);
+  Desc col_in = virt(bo), keep = virt(bo), masked = virt(CUDNN_DATA_FLOAT);
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, row, nullptr, 2, i32));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, col, nullptr, 3, i32));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_CMP_LT, row, io[O::seq_len_q], row_in, nullptr, -1, bo));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_CMP_LT, col, io[O::seq_len_kv], col_in, nullptr, -1, bo));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_LOGICAL_AND, row_in, col_in, keep, nullptr, -1, bo));
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_BINARY_SELECT, scores, io[O::neg_inf], masked, keep));
+  return masked;
 }
 
 Desc finalize_graph(CudnnDescriptors& o, std::vector<Desc>& ops, void* handle) {
@@ -159,12 +218,15 @@ CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape, void* handle) 
   FT_CHECK(shape.batch > 0 && shape.q_heads > 0 && shape.kv_heads > 0 && shape.seq > 0 && shape.head_dim > 0)
       << "SDPA graph: every dimension must be positive";
   CudnnDescriptors o;
-  const int64_t b = shape.batch, h = shape.q_heads, s = shape.seq;
+  const int64_t b = graph_batch(shape), h = shape.q_heads, s = graph_seq(shape);
+  const bool ragged = shape.ragged();
   const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, fl = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bo = CUDNN_DATA_BOOLEAN;
   // Q, K (as K^T, by strides), V, O in BSHD memory; stats f32 [B, H, T, 1]; scale (and -inf) by value.
   const IoTensors io = io_tensors(o, shape, SdpaDirection::forward);
   using O = SdpaOperand;
   Desc q = io[O::q], kt = io[O::k], v = io[O::v], out = io[O::out], stats = io[O::stats], scale = io[O::scale];
+  // Under the document mask the matmuls run each sequence at its own length.
+  Desc len_q = ragged ? io[O::seq_len_q] : nullptr, len_kv = ragged ? io[O::seq_len_kv] : nullptr;
   const std::vector<int64_t> ss = {b, h, s, s}, ss_st = {h * s * s, s * s, s, 1}, r = {b, h, s, 1}, r_st = {h * s, s, 1, 1};
   int64_t id = 100;
   auto virt = [&](cudnnDataType_t t, const std::vector<int64_t>& dims, const std::vector<int64_t>& st) {
@@ -172,16 +234,18 @@ CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape, void* handle) 
   };
   std::vector<Desc> ops;
   Desc scores = virt(fl, ss, ss_st), scaled = virt(fl, ss, ss_st);
-  ops.push_back(matmul(o, q, kt, scores));
+  ops.push_back(matmul(o, q, kt, scores, len_q, len_kv));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, scores, scale, scaled));
   Desc masked = scaled;
+  if (ragged) masked = padding_mask(o, ops, io, scaled, [&](cudnnDataType_t t) { return virt(t, ss, ss_st); });
   if (shape.causal) {
     Desc row = virt(i32, ss, ss_st), col = virt(i32, ss, ss_st), keep = virt(bo, ss, ss_st);
+    Desc unmasked = masked;
     masked = virt(fl, ss, ss_st);
-    ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, scaled, nullptr, row, nullptr, 2));
-    ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, scaled, nullptr, col, nullptr, 3));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, unmasked, nullptr, row, nullptr, 2));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, unmasked, nullptr, col, nullptr, 3));
     ops.push_back(pointwise(o, CUDNN_POINTWISE_CMP_GE, row, col, keep));  // key j visible to query i iff j <= i
-    ops.push_back(pointwise(o, CUDNN_POINTWISE_BINARY_SELECT, scaled, io[O::neg_inf], masked, keep));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_BINARY_SELECT, unmasked, io[O::neg_inf], masked, keep));
   }
   Desc row_max = virt(fl, r, r_st), centred = virt(fl, ss, ss_st), e = virt(fl, ss, ss_st);
   Desc row_sum = virt(fl, r, r_st), log_sum = virt(fl, r, r_st), p = virt(bf, ss, ss_st);
@@ -192,7 +256,7 @@ CudnnDescriptors build_sdpa_forward_graph(const SdpaShape& shape, void* handle) 
   ops.push_back(pointwise(o, CUDNN_POINTWISE_LOG, row_sum, nullptr, log_sum));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_ADD, row_max, log_sum, stats));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_DIV, e, row_sum, p));
-  ops.push_back(matmul(o, p, v, out));
+  ops.push_back(matmul(o, p, v, out, len_q, nullptr, len_kv));
   finalize_graph(o, ops, handle);
   return o;
 }
@@ -204,8 +268,9 @@ CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape, void* handle)
       << "SDPA backward graph: " << shape.q_heads << " query heads are not a multiple of " << shape.kv_heads
       << " KV heads";
   CudnnDescriptors o;
-  const int64_t b = shape.batch, h = shape.q_heads, hk = shape.kv_heads, s = shape.seq, d = shape.head_dim;
+  const int64_t b = graph_batch(shape), h = shape.q_heads, hk = shape.kv_heads, s = graph_seq(shape), d = shape.head_dim;
   const int64_t dk = shape.key_head_dim > 0 ? shape.key_head_dim : d;
+  const bool ragged = shape.ragged();
   auto bshd = [&](int64_t heads, int64_t dd) { return std::vector<int64_t>{s * heads * dd, dd, heads * dd, 1}; };
   // Per-query-head dK/dV before the GQA group sum: contiguous [B, H, T, D].
   auto bhsd = [&](int64_t heads, int64_t dd) { return std::vector<int64_t>{heads * s * dd, s * dd, dd, 1}; };
@@ -218,6 +283,8 @@ CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape, void* handle)
   Desc q = io[O::q], kt = io[O::k], vt = io[O::v], out = io[O::out], stats = io[O::stats], scale = io[O::scale];
   Desc one = io[O::one], d_out = io[O::dout], d_q = io[O::dq], d_k = io[O::dk], d_v = io[O::dv];
   Desc softmax_sum = io[O::row_dot], d_q_accum = io[O::dq_accum];
+  // Under the document mask the matmuls run each sequence at its own length.
+  Desc len_q = ragged ? io[O::seq_len_q] : nullptr, len_kv = ragged ? io[O::seq_len_kv] : nullptr;
   const std::vector<int64_t> ss = {b, h, s, s}, ss_st = {h * s * s, s * s, s, 1};
   const std::vector<int64_t> ss_t_st = {h * s * s, s * s, 1, s};  // the same scores read transposed
   int64_t id = 100;
@@ -232,34 +299,38 @@ CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape, void* handle)
   ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, row_dot, one, softmax_sum));  // (no dropout: scale 1)
   // P = exp(scale * Q.K^T - lse), masked: the forward's probabilities recomputed from the saved statistics.
   Desc scores = virt(fl, ss, ss_st), scaled = virt(fl, ss, ss_st), centred = virt(fl, ss, ss_st);
-  ops.push_back(matmul(o, q, kt, scores));
+  ops.push_back(matmul(o, q, kt, scores, len_q, len_kv));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, scores, scale, scaled));
-  ops.push_back(pointwise(o, CUDNN_POINTWISE_SUB, scaled, stats, centred));
+  Desc padded = scaled;
+  if (ragged) padded = padding_mask(o, ops, io, scaled, [&](cudnnDataType_t t) { return virt(t, ss, ss_st); });
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_SUB, padded, stats, centred));
   Desc masked = centred;
   if (shape.causal) {
     Desc row = virt(i32, ss, ss_st), col = virt(i32, ss, ss_st), keep = virt(bo, ss, ss_st);
+    Desc unmasked = masked;
     masked = virt(fl, ss, ss_st);
-    ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, centred, nullptr, row, nullptr, 2));
-    ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, centred, nullptr, col, nullptr, 3));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, unmasked, nullptr, row, nullptr, 2));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_GEN_INDEX, unmasked, nullptr, col, nullptr, 3));
     ops.push_back(pointwise(o, CUDNN_POINTWISE_CMP_GE, row, col, keep));
-    ops.push_back(pointwise(o, CUDNN_POINTWISE_BINARY_SELECT, centred, io[O::neg_inf], masked, keep));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_BINARY_SELECT, unmasked, io[O::neg_inf], masked, keep));
   }
   Desc p = virt(fl, ss, ss_st);
   ops.push_back(pointwise(o, CUDNN_POINTWISE_EXP, masked, nullptr, p));
   // dV = P^T.dO; under GQA per query head first, then summed over each KV head's group.
   Desc p_t = virt(bf, {b, h, s, s}, ss_t_st);
   ops.push_back(reshape(o, p, p_t));
+  // Under the document mask the per-query-head dK/dV are ragged scratch (cudnn_sdpa_plan.hpp).
   if (h == hk) {
-    ops.push_back(matmul(o, p_t, d_out, d_v));
+    ops.push_back(matmul(o, p_t, d_out, d_v, len_kv, nullptr, len_q));
   } else {
-    Desc d_v_full = virt(bf, {b, h, s, d}, bhsd(h, d));
-    ops.push_back(matmul(o, p_t, d_out, d_v_full));
+    Desc d_v_full = ragged ? io[O::dv_full] : virt(bf, {b, h, s, d}, bhsd(h, d));
+    ops.push_back(matmul(o, p_t, d_out, d_v_full, len_kv, nullptr, len_q));
     ops.push_back(reduction(o, CUDNN_REDUCE_TENSOR_ADD, d_v_full, d_v));
   }
   // dS = scale * P * (dO.V^T - softmax_sum).
   Desc dp = virt(fl, ss, ss_st), dp_centred = virt(fl, ss, ss_st), ds_unscaled = virt(fl, ss, ss_st);
   Desc ds = virt(fl, ss, ss_st);
-  ops.push_back(matmul(o, d_out, vt, dp));
+  ops.push_back(matmul(o, d_out, vt, dp, len_q, len_kv));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_SUB, dp, softmax_sum, dp_centred));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, dp_centred, p, ds_unscaled));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, ds_unscaled, scale, ds));
@@ -267,16 +338,19 @@ CudnnDescriptors build_sdpa_backward_graph(const SdpaShape& shape, void* handle)
   Desc ds_t = virt(bf, {b, h, s, s}, ss_t_st);
   ops.push_back(reshape(o, ds, ds_t));
   if (h == hk) {
-    ops.push_back(matmul(o, ds_t, q, d_k));
+    ops.push_back(matmul(o, ds_t, q, d_k, len_kv, nullptr, len_q));
   } else {
-    Desc d_k_full = virt(bf, {b, h, s, d}, bhsd(h, d));
-    ops.push_back(matmul(o, ds_t, q, d_k_full));
+    Desc d_k_full = ragged ? io[O::dk_full] : virt(bf, {b, h, s, d}, bhsd(h, d));
+    ops.push_back(matmul(o, ds_t, q, d_k_full, len_kv, nullptr, len_q));
     ops.push_back(reduction(o, CUDNN_REDUCE_TENSOR_ADD, d_k_full, d_k));
   }
-  // dQ = dS.K, accumulated in f32 and cast once; K is K^T's memory read untransposed.
-  Desc k = virt(bf, {b, hk, s, dk}, bshd(hk, dk));
+  // dQ = dS.K, accumulated in f32 and cast once; K is K^T's memory read
+  // untransposed (the window's strides; ragged: K's offsets too).
+  const int64_t w = shape.seq;
+  Desc k = tensor(o, id++, bf, {b, hk, s, dk}, {w * hk * dk, dk, hk * dk, 1}, true, false,
+                  ragged ? io[O::kv_offsets] : nullptr);
   ops.push_back(reshape(o, kt, k));
-  ops.push_back(matmul(o, ds, k, d_q_accum));
+  ops.push_back(matmul(o, ds, k, d_q_accum, len_q, nullptr, len_kv));
   ops.push_back(pointwise(o, CUDNN_POINTWISE_IDENTITY, d_q_accum, nullptr, d_q));
   finalize_graph(o, ops, handle);
   return o;

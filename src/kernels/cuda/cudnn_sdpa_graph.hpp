@@ -15,6 +15,13 @@
 // driver: cudnn_sdpa_execute.hpp builds them with a real handle. The graphs'
 // input/output tensors (uids, dims, strides) come from sdpa_io_tensors()
 // (cudnn_sdpa_plan.hpp), the table the variant pack is bound from.
+//
+// Document mask (SdpaShape::ragged()): the graphs run on the ragged batch
+// of documents, cudnn-frontend's padding-mask SDPA over THD-style ragged
+// offsets: every matmul takes the per-sequence lengths as its M/N/K
+// overrides, the scores get the padding mask (row and column below the
+// sequence's length) before the causal one, and Q/K/V/O/stats (and the
+// backward's dO/dQ/dK/dV and f32 scratch) name their ragged offsets.
 #pragma once
 
 #include <cstdint>

@@ -81,9 +81,10 @@ void launch_layernorm_backward(FloatSpan x, FloatSpan w, const float* mean, cons
                                FloatSpan dx, FloatSpan dw, FloatSpan db, float* partials, std::int64_t rows,
                                std::int64_t width, cudaStream_t stream);
 
-// rope.cu: math::rope_angle, math::rope_rotate
-void launch_rope(FloatSpan in, const float* inv_freq, std::int64_t position_offset, FloatSpan out,
-                 float direction, std::int64_t batch, std::int64_t time, std::int64_t heads, std::int64_t head_dim,
+// rope.cu: math::rope_angle, math::rope_rotate. positions: i32 [batch, time]
+// or null (position_offset + t).
+void launch_rope(FloatSpan in, const float* inv_freq, std::int64_t position_offset, const std::int32_t* positions,
+                 FloatSpan out, float direction, std::int64_t batch, std::int64_t time, std::int64_t heads, std::int64_t head_dim,
                  cudaStream_t stream);
 
 // adamw.cu: math::adamw_step
@@ -106,18 +107,22 @@ void launch_adamw_chunks_guarded(float* param, const float* grad, float* m, floa
                                  const std::int64_t* diverged_step, std::int64_t n, cudaStream_t stream);
 
 // attention.cu: math::attention_kv_head / attention_bshd_row /
-// attention_key_end / attention_first_query / attention_lse_index. q, out,
-// dq, dout [B, T, Hq, D]; k, v, dk, dv [B, T, Hkv, D]; lse f32 [B, Hq, T].
+// attention_key_end / attention_first_query / attention_key_visible /
+// attention_key_tile_visible / attention_lse_index. q, out, dq, dout
+// [B, T, Hq, D]; k, v, dk, dv [B, T, Hkv, D]; lse f32 [B, Hq, T];
+// documents: device i32 [B, T] document ids of packed windows, or null.
 // The on-device oracle: one thread per row, f32, no atomics.
 constexpr std::int64_t kAttentionReferenceMaxHeadDim = 256;
 struct AttentionDims {
   std::int64_t batch, seq, q_heads, kv_heads, head_dim;
 };
-void launch_attention_reference_forward(FloatSpan q, FloatSpan k, FloatSpan v, bool causal, float scale,
-                                        FloatSpan out, float* lse, AttentionDims dims, cudaStream_t stream);
+void launch_attention_reference_forward(FloatSpan q, FloatSpan k, FloatSpan v, bool causal,
+                                        const std::int32_t* documents, float scale, FloatSpan out, float* lse,
+                                        AttentionDims dims, cudaStream_t stream);
 void launch_attention_reference_backward(FloatSpan q, FloatSpan k, FloatSpan v, FloatSpan out, const float* lse,
-                                         FloatSpan dout, bool causal, float scale, FloatSpan dq, FloatSpan dk,
-                                         FloatSpan dv, AttentionDims dims, cudaStream_t stream);
+                                         FloatSpan dout, bool causal, const std::int32_t* documents, float scale,
+                                         FloatSpan dq, FloatSpan dk, FloatSpan dv, AttentionDims dims,
+                                         cudaStream_t stream);
 
 // cross_entropy.cu: the per-row and per-logit steps of the fused, chunked
 // cross entropy (cross_entropy_head.cpp runs the GEMMs around them):

@@ -5,7 +5,10 @@
 // lse[b,h,i] = log(sum_j exp(scale * q_i . k_j)) over the visible keys j.
 // With document ids (a packed window), key j is visible only within query
 // i's document: key tiles wholly outside the query tile's documents are
-// skipped in both passes, so the work follows the documents' lengths.
+// skipped in both passes, so the work follows the documents' lengths. Which
+// entries are visible and which tiles are skipped is
+// math::attention_key_visible / attention_key_tile_visible, the rule the
+// CUDA reference kernel applies too.
 //
 // Forward: one task per (batch, query head, query tile). The task keeps its
 // Q tile (pre-scaled), an f32 output accumulator and the running row max m
@@ -240,22 +243,10 @@ std::int64_t visible_keys(bool causal, std::int64_t i0, std::int64_t nq, std::in
   return math::attention_key_end(causal, i0 + nq - 1, seq);
 }
 
-// Sets S[r][c] to -inf where key j0 + c lies after query i0 + r. Only tiles
-// crossing the diagonal have such entries.
-void mask_causal(float* s, std::int64_t lds, std::int64_t i0, std::int64_t nq, std::int64_t j0, std::int64_t nk) {
-  if (j0 + nk - 1 <= i0) return;
-  for (std::int64_t r = 0; r < nq; ++r) {
-    const std::int64_t first_hidden = std::max<std::int64_t>(math::attention_key_end(true, i0 + r, j0 + nk) - j0, 0);
-    float* row = s + r * lds;
-    for (std::int64_t c = first_hidden; c < nk; ++c) row[c] = kMinusInfinity;
-  }
-}
-
 // The document ids of a packed window (nullptr rows when there are none).
-// Ids do not decrease along a row, so a key tile lies wholly in documents
-// before a query tile's first row (or, without the causal mask, wholly after
-// its last row) exactly when its end ids say so: such tiles are skipped, the
-// saving of the mask. Tiles that straddle a boundary are masked entry-wise.
+// Ids do not decrease along a row, which math::attention_key_tile_visible
+// relies on to skip key tiles wholly outside a query tile's documents (the
+// saving of the mask); tiles that straddle a boundary are masked entry-wise.
 struct DocumentIds {
   const std::int32_t* ids = nullptr;  // [B, T]
   std::int64_t seq = 0;
@@ -274,21 +265,16 @@ DocumentIds document_ids(const char* op, const Tensor* documents, std::int64_t b
   return {ids, seq};
 }
 
-// True when no key of [j0, j0 + nk) shares a document with a query of [i0, i0 + nq).
-bool tile_outside_documents(const std::int32_t* doc, std::int64_t i0, std::int64_t nq, std::int64_t j0,
-                            std::int64_t nk) {
-  return doc != nullptr && (doc[j0 + nk - 1] < doc[i0] || doc[j0] > doc[i0 + nq - 1]);
-}
-
-// Sets S[r][c] to -inf where key j0 + c belongs to another document than
-// query i0 + r. Tiles inside one document have none.
-void mask_documents(const std::int32_t* doc, float* s, std::int64_t lds, std::int64_t i0, std::int64_t nq,
-                    std::int64_t j0, std::int64_t nk) {
-  if (doc == nullptr || (doc[i0] == doc[i0 + nq - 1] && doc[j0] == doc[j0 + nk - 1] && doc[i0] == doc[j0])) return;
+// Sets S[r][c] to -inf where key j0 + c is not visible to query i0 + r
+// (math::attention_key_visible, the rule the CUDA kernels apply too). Tiles
+// below the diagonal and inside one document have no such entry.
+void mask_invisible(bool causal, const std::int32_t* doc, float* s, std::int64_t lds, std::int64_t i0,
+                    std::int64_t nq, std::int64_t j0, std::int64_t nk) {
+  if (math::attention_key_tile_all_visible(causal, i0, nq, j0, nk, doc)) return;
   for (std::int64_t r = 0; r < nq; ++r) {
     float* row = s + r * lds;
     for (std::int64_t c = 0; c < nk; ++c)
-      if (doc[j0 + c] != doc[i0 + r]) row[c] = kMinusInfinity;
+      if (!math::attention_key_visible(causal, i0 + r, j0 + c, doc)) row[c] = kMinusInfinity;
   }
 }
 
@@ -337,14 +323,13 @@ void attention_forward_tiled(const Tensor& q, const Tensor& k, const Tensor& v, 
         const std::int64_t key_end = visible_keys(causal, i0, nq, T);
         for (std::int64_t j0 = 0; j0 < key_end; j0 += BK) {
           const std::int64_t nk = std::min(BK, key_end - j0);
-          if (tile_outside_documents(doc, i0, nq, j0, nk)) continue;
+          if (!math::attention_key_tile_visible(causal, i0, nq, j0, nk, doc)) continue;
           for (std::int64_t c = 0; c < nk; ++c) {
             load_row(k_data, k_type, s.row(b, j0 + c, g, Hkv), D, 1.0f, &k_tile[c * D]);
             load_row(v_data, v_type, s.row(b, j0 + c, g, Hkv), D, 1.0f, &v_tile[c * D]);
           }
           gemm(false, true, nq, nk, D, 1.0f, q_tile.data(), D, k_tile.data(), D, 0.0f, scores.data(), BK);
-          if (causal) mask_causal(scores.data(), BK, i0, nq, j0, nk);
-          mask_documents(doc, scores.data(), BK, i0, nq, j0, nk);
+          mask_invisible(causal, doc, scores.data(), BK, i0, nq, j0, nk);
 
           for (std::int64_t r = 0; r < nq; ++r) {
             float* srow = &scores[r * BK];
@@ -447,13 +432,12 @@ void attention_backward_tiled(const Tensor& q, const Tensor& k, const Tensor& v,
             const std::int64_t key_end = visible_keys(causal, i0, nq, T);
             for (std::int64_t j0 = 0; j0 < key_end; j0 += BK) {
               const std::int64_t nk = std::min(BK, key_end - j0);
-              if (tile_outside_documents(doc, i0, nq, j0, nk)) continue;
+              if (!math::attention_key_tile_visible(causal, i0, nq, j0, nk, doc)) continue;
               const float* k_tile = &k_all[j0 * D];
               const float* v_tile = &v_all[j0 * D];
 
               gemm(false, true, nq, nk, D, softmax_scale, q_tile.data(), D, k_tile, D, 0.0f, probs.data(), BK);
-              if (causal) mask_causal(probs.data(), BK, i0, nq, j0, nk);
-              mask_documents(doc, probs.data(), BK, i0, nq, j0, nk);
+              mask_invisible(causal, doc, probs.data(), BK, i0, nq, j0, nk);
               for (std::int64_t r = 0; r < nq; ++r) {
                 float* prow = &probs[r * BK];
                 const float l = row_lse[r];

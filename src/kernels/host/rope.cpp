@@ -1,13 +1,17 @@
 // Host rotary position embedding, Hugging Face rotate-half convention
 // (ops.hpp): for each head vector x of length D and i < D/2, with
-// angle = (position_offset + t) * inv_freq[i],
+// angle = (position_offset + t) * inv_freq[i] (position_offset + positions[b, t]
+// when the op is given per-token positions),
 //   y[i]       = x[i] * cos - x[i + D/2] * sin
 //   y[i + D/2] = x[i + D/2] * cos + x[i] * sin
 // Backward applies the transpose (inverse) rotation.
 //
 // Conventions: x, y, dy, dx are [B, T, H, D]; inv_freq is f32 [D/2]. The angle
 // is the f32 product position * inv_freq[i], as HF computes it, and its
-// cos/sin are tabulated for the T positions and kept per thread for reuse. Each pair (i, i+D/2)
+// cos/sin are tabulated for the T positions (for positions 0..max of the
+// given ones) and kept per thread for reuse: a position's row is the same
+// with or without per-token positions, so a document packed with restarted
+// positions is rotated bit for bit as it is alone. Each pair (i, i+D/2)
 // is read before either element is written, so y may alias x (dx may alias dy).
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -91,16 +95,37 @@ const RopeTables& rope_tables(const Tensor& inv_freq, std::int64_t position_offs
   return cache.back();
 }
 
+// The rows of the tables for each token: t, or positions[b, t] (checked
+// non-negative) when given. time_rows is the tables' length.
+struct TokenRows {
+  const std::int32_t* positions = nullptr;  // null: row t
+  std::int64_t time_rows = 0;
+};
+
+TokenRows token_rows(const char* op, const Tensor* positions, const RopeDims& d) {
+  if (positions == nullptr) return {nullptr, d.time};
+  spans::require_on_host(op, {{positions, "positions"}});
+  const auto* p = positions->data_as<std::int32_t>();
+  std::int64_t most = 0;
+  for (std::int64_t k = 0; k < d.batch * d.time; ++k) {
+    FT_CHECK(p[k] >= 0) << op << ": positions[" << k / d.time << ", " << k % d.time << "] = " << p[k]
+                        << " is negative (positions " << positions->describe() << ")";
+    most = std::max<std::int64_t>(most, p[k]);
+  }
+  return {p, most + 1};
+}
+
 // out = R(direction * angle) in: direction +1 forward, -1 backward.
 void rope_apply(const char* kernel_name, const Tensor& in, const Tensor& inv_freq, std::int64_t position_offset,
-                const Tensor& out, float direction, const RopeDims& d) {
+                const TokenRows& rows, const Tensor& out, float direction, const RopeDims& d) {
   const std::int64_t half = d.head_dim / 2;
-  const RopeTables& tables = rope_tables(inv_freq, position_offset, d.time, half);
+  const RopeTables& tables = rope_tables(inv_freq, position_offset, rows.time_rows, half);
   const float* cos_base = tables.cos_table.data();
   const float* sin_base = tables.sin_table.data();
+  const std::int32_t* positions = rows.positions;
   const std::int64_t row = d.heads * d.head_dim, time = d.time, heads = d.heads, head_dim = d.head_dim;
   Kokkos::parallel_for(kernel_name, spans::HostPolicy(0, d.batch * d.time), [=](std::int64_t bt) {
-    const std::int64_t t = bt % time, offset = bt * row;
+    const std::int64_t t = positions != nullptr ? positions[bt] : bt % time, offset = bt * row;
     const float* xr = spans::read_f32(in, offset, row, spans::thread_scratch(0, row));
     float* yr = spans::write_f32_begin(out, offset, spans::thread_scratch(1, row));
     const float* c = cos_base + t * half;
@@ -120,14 +145,18 @@ void rope_apply(const char* kernel_name, const Tensor& in, const Tensor& inv_fre
 
 }  // namespace
 
-void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset, Tensor& y) {
+void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset, const Tensor* positions,
+                  Tensor& y) {
   const RopeDims d = host_rope("rope_forward", x, "x", inv_freq, y, "y");
-  rope_apply("ftrain::rope::forward", x, inv_freq, position_offset, y, 1.0f, d);
+  rope_apply("ftrain::rope::forward", x, inv_freq, position_offset, token_rows("rope_forward", positions, d), y,
+             1.0f, d);
 }
 
-void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset, Tensor& dx) {
+void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset, const Tensor* positions,
+                   Tensor& dx) {
   const RopeDims d = host_rope("rope_backward", dy, "dy", inv_freq, dx, "dx");
-  rope_apply("ftrain::rope::backward", dy, inv_freq, position_offset, dx, -1.0f, d);
+  rope_apply("ftrain::rope::backward", dy, inv_freq, position_offset, token_rows("rope_backward", positions, d), dx,
+             -1.0f, d);
 }
 
 }  // namespace ftrain::host

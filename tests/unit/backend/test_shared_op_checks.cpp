@@ -145,7 +145,7 @@ TEST(SharedOpChecks, BadInputGetsTheSameErrorOnEveryBackendBeforeDispatch) {
        "must be i32"},
       {[](ExecutionContext& ctx, Device d) {
          Tensor x = make({1, 2, 1, 3}, DType::f32, d, "q"), inv_freq = make({1}, DType::f32, d, "inv_freq");
-         ops::rope_forward(ctx, x, inv_freq, 0, x);
+         ops::rope_forward(ctx, x, inv_freq, 0, nullptr, x);
        },
        "must be even"},
       {[](ExecutionContext& ctx, Device d) {

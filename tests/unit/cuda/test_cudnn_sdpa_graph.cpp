@@ -3,7 +3,9 @@
 // seq 4096, the benchmark's), checked without a GPU: the operation graph
 // finalizes and cuDNN's heuristics offer at least one engine configuration
 // for an H100 device description. A graph whose K head dimension differs
-// from Q's is refused with cuDNN's reason: the check can fail.
+// from Q's is refused with cuDNN's reason: the check can fail. The document
+// mask's ragged graphs (padding mask over ragged offsets) are checked the
+// same way for every preset, forward and backward.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -62,6 +64,35 @@ TEST(CudnnSdpaGraph, EveryLlamaPresetsBackwardGraphHasAnH100Engine) {
   }
   EXPECT_TRUE(head_dims.count(64) && head_dims.count(128)) << "the presets cover head dims 64 and 128";
   EXPECT_TRUE(saw_gqa) << "a GQA preset's backward graph was checked";
+}
+
+// Packed windows of T 4096 with the document mask: a plan bucket of 8
+// documents of <= 2048 tokens (and of 4096 one-token documents, the
+// smallest bucket's shape), forward and backward, every preset's heads.
+TEST(CudnnSdpaGraph, EveryLlamaPresetsDocumentMaskGraphsHaveAnH100Engine) {
+  const CudnnDescriptors h100 = h100_device_description();
+  const auto shapes = llama_attention_shapes();
+  ASSERT_GE(shapes.size(), 3u) << "tiny, Llama 2 (MHA) and Llama 3 (GQA) shapes";
+  for (const auto& [heads, kv_heads, head_dim] : shapes)
+    for (const auto& [sequences, length] : {std::pair<std::int64_t, std::int64_t>{8, 2048}, {4096, 1}}) {
+      SCOPED_TRACE("heads " + std::to_string(heads) + ", kv heads " + std::to_string(kv_heads) + ", head dim " +
+                   std::to_string(head_dim) + ", " + std::to_string(sequences) + " documents of <= " +
+                   std::to_string(length));
+      const SdpaShape shape{1, heads, kv_heads, 4096, head_dim, true, 0, sequences, length};
+      const CudnnDescriptors forward = build_sdpa_forward_graph(shape);
+      EXPECT_GE(sdpa_engine_configurations(forward, h100), 1);
+      const CudnnDescriptors backward = build_sdpa_backward_graph(shape);
+      EXPECT_GE(sdpa_engine_configurations(backward, h100), 1);
+    }
+}
+
+// Full attention within documents: the padding mask alone (its -inf tensor
+// is there without the causal mask).
+TEST(CudnnSdpaGraph, DocumentMaskGraphsWithoutTheCausalMaskAlsoFinalize) {
+  const CudnnDescriptors h100 = h100_device_description();
+  const SdpaShape shape{2, 12, 12, 1024, 64, false, 0, 8, 512};
+  EXPECT_GE(sdpa_engine_configurations(build_sdpa_forward_graph(shape), h100), 1);
+  EXPECT_GE(sdpa_engine_configurations(build_sdpa_backward_graph(shape), h100), 1);
 }
 
 TEST(CudnnSdpaGraph, NonCausalGraphAlsoFinalizes) {

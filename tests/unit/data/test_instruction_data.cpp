@@ -16,6 +16,7 @@
 #include "core/tensor.hpp"
 #include "data/instruction_prep.hpp"
 #include "data/prep_cli.hpp"
+#include "data/token_batch_source.hpp"
 #include "data/token_dataset.hpp"
 #include "data/token_file.hpp"
 
@@ -211,6 +212,43 @@ TEST_F(InstructionDataTest, DocumentMaskIdsRestartAtZeroInEveryWindow) {
   Tensor one = Tensor::empty({1, 10}, DType::i32);
   whole.fill_window_documents(0, 1, one);
   EXPECT_EQ(to_int_vector(one), (std::vector<std::int64_t>{0, 0, 0, 0, 1, 1, 1, 1, 1, 2}));
+}
+
+// The batches training and evaluation read carry RoPE positions that
+// restart at each document of a window (`positions restart`, the default),
+// and none with `positions continue` (the model then uses 0..T-1).
+TEST_F(InstructionDataTest, DocumentMaskBatchesRestartPositionsAtEachDocument) {
+  const std::string p = path("v2.tok");
+  write_masked(p, 10, 9, {{{1, 2, 3}, {0, 0, 1}}, {{4, 9, 5, 6}, {0, 1, 0, 1}}, {{7}, {0}}});
+  // tokens  1 2 3 9 | 4 9 5 6 9 | 7 9   (documents begin at 0, 4, 9)
+  TokenDatasetOptions o;
+  o.seq_len = 10;  // one window over all three documents
+  o.global_batch = 1;
+  o.document_mask = true;
+  TokenBatchSource source(p, o);
+  Batch train;
+  source.fill_batch(0, 0, 1, train);
+  ASSERT_TRUE(train.positions.defined());
+  EXPECT_EQ(to_int_vector(train.positions), (std::vector<std::int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 4, 0}));
+  Batch eval;
+  source.fill_eval(0, 1, 2, eval);  // a second, padding row: one document, positions 0..T-1
+  ASSERT_TRUE(eval.positions.defined());
+  EXPECT_EQ(to_int_vector(eval.positions),
+            (std::vector<std::int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 4, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  o.restart_positions = false;
+  TokenBatchSource continued(p, o);
+  Batch kept;
+  continued.fill_batch(0, 0, 1, kept);
+  EXPECT_TRUE(kept.documents.defined());
+  EXPECT_FALSE(kept.positions.defined());
+  // A window that begins inside a document: its tail starts at position 0
+  // (the mask lets it see nothing before the window either).
+  const Tensor tail_ids = Tensor::empty({1, 4}, DType::i32);
+  const std::vector<std::int32_t> ids = {0, 0, 1, 1};
+  std::copy(ids.begin(), ids.end(), tail_ids.data_as<std::int32_t>());
+  Tensor tail_positions = Tensor::empty({1, 4}, DType::i32);
+  fill_document_positions(tail_ids, tail_positions);
+  EXPECT_EQ(to_int_vector(tail_positions), (std::vector<std::int64_t>{0, 1, 0, 1}));
 }
 
 TEST_F(InstructionDataTest, DocumentMaskNeedsPackingAndADocumentIndex) {

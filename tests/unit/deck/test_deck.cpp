@@ -198,6 +198,22 @@ TEST(Deck, OtherForms) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 2.5e-4);
 }
 
+// RoPE positions under the document mask: restart unless the line says
+// continue; without the mask the keyword is refused naming the line.
+TEST(Deck, DocumentMaskPositions) {
+  TempDir dir;
+  const std::string train = dir.write("train.bin", "x");
+  RunConfig c = parse(kRequired + "data tokens " + train + " document_mask on\n");
+  EXPECT_TRUE(c.data.document_mask);
+  EXPECT_EQ(c.data.positions, deck::RopePositions::restart);
+  c = parse(kRequired + "data tokens " + train + " document_mask on positions continue\n");
+  EXPECT_EQ(c.data.positions, deck::RopePositions::run_on);
+  expect_error(kRequired + "data tokens " + train + " positions restart\n", 3,
+               {"'positions' is only meaningful with 'document_mask on'"});
+  expect_error(kRequired + "data tokens " + train + " document_mask on positions contine\n", 3,
+               {"(did you mean 'continue'?)"});
+}
+
 // Issue 19: the device communicator and the collective watchdog's timeout,
 // in minutes or seconds (the form word is the unit).
 TEST(Deck, DeviceCommAndCollectiveTimeout) {

@@ -100,7 +100,7 @@ TEST_P(HostIsa, RopeTableCacheFollowsFrequenciesOffsetsAndLengths) {
     const Shape shape{1, time, 2, 8};
     Tensor x = random_tensor(shape, static_cast<std::uint64_t>(offset + 7 * time), DType::f32, "q");
     Tensor y = named_zeros(shape, DType::f32, "q_rot");
-    ops::rope_forward(backend_ctx(), x, inv_freq, offset, y);
+    ops::rope_forward(backend_ctx(), x, inv_freq, offset, nullptr, y);
     const std::vector<float> xs = floats_of(x), freq = floats_of(inv_freq), ys = floats_of(y);
     for (std::int64_t t = 0; t < time; ++t)
       for (std::int64_t h = 0; h < 2; ++h)

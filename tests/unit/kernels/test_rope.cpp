@@ -3,6 +3,7 @@
 // rope_inv_freq / rope_inv_freq_llama3 against Hugging Face's formulas.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -19,8 +20,11 @@ namespace {
 
 // HF apply_rotary_pos_emb: x * cos + rotate_half(x) * sin with
 // rotate_half(x) = cat(-x[D/2:], x[:D/2]) and cos/sin = cat(freqs, freqs).
+// Token (b, t) is at offset + t, or offset + positions[b * T + t] when given
+// (HF's position_ids).
 std::vector<double> rope_reference(const std::vector<double>& x, const Shape& shape,
-                                   const std::vector<double>& inv_freq, std::int64_t offset) {
+                                   const std::vector<double>& inv_freq, std::int64_t offset,
+                                   const std::vector<std::int32_t>& positions = {}) {
   const std::int64_t B = shape[0], T = shape[1], H = shape[2], D = shape[3], half = D / 2;
   std::vector<double> y(x.size());
   for (std::int64_t b = 0; b < B; ++b)
@@ -31,7 +35,8 @@ std::vector<double> rope_reference(const std::vector<double>& x, const Shape& sh
         for (std::int64_t i = 0; i < D; ++i) {
           rotated[i] = i < half ? -x[base + i + half] : x[base + i - half];
           // The angle is the f32 product, as HF (and the kernel) compute it.
-          const double angle = static_cast<float>(static_cast<float>(offset + t) * static_cast<float>(inv_freq[i % half]));
+          const std::int64_t position = offset + (positions.empty() ? t : positions[static_cast<std::size_t>(b * T + t)]);
+          const double angle = static_cast<float>(static_cast<float>(position) * static_cast<float>(inv_freq[i % half]));
           cosv[i] = std::cos(angle);
           sinv[i] = std::sin(angle);
         }
@@ -49,29 +54,71 @@ TEST_P(Rope, ForwardMatchesRotateHalfAndBackwardIsTheInverse) {
       Tensor inv_freq = rope_inv_freq(shape[3], 10000.0);
       Tensor x = random_tensor(shape, 1, DType::f32, "q");
       Tensor y = named_zeros(shape, DType::f32, "q_rot");
-      ops::rope_forward(backend_ctx(), x, inv_freq, offset, y);
+      ops::rope_forward(backend_ctx(), x, inv_freq, offset, nullptr, y);
       auto f = [&](const Inputs& in) { return rope_reference(in[0], shape, to_doubles(inv_freq), offset); };
       const Inputs in{to_doubles(x)};
       EXPECT_LT(relative_error(to_doubles(y), f(in)), 1e-6);
 
       Tensor dy = random_tensor(shape, 2, DType::f32, "dy");
       Tensor dx = named_zeros(shape, DType::f32, "dx");
-      ops::rope_backward(backend_ctx(), dy, inv_freq, offset, dx);
+      ops::rope_backward(backend_ctx(), dy, inv_freq, offset, nullptr, dx);
       expect_vjp_matches(f, in, 0, to_doubles(dx), to_doubles(dy), 1e-6, 3, "dx");
 
       // Rotation is orthogonal: backward(forward(x)) == x.
       Tensor back = named_zeros(shape, DType::f32, "back");
-      ops::rope_backward(backend_ctx(), y, inv_freq, offset, back);
+      ops::rope_backward(backend_ctx(), y, inv_freq, offset, nullptr, back);
       EXPECT_LT(relative_error(to_doubles(back), to_doubles(x)), 1e-6);
 
       // In place: y aliases x, dx aliases dy.
       Tensor inplace = x.clone();
-      ops::rope_forward(backend_ctx(), inplace, inv_freq, offset, inplace);
+      ops::rope_forward(backend_ctx(), inplace, inv_freq, offset, nullptr, inplace);
       EXPECT_EQ(to_doubles(inplace), to_doubles(y));
-      ops::rope_backward(backend_ctx(), inplace, inv_freq, offset, inplace);
+      ops::rope_backward(backend_ctx(), inplace, inv_freq, offset, nullptr, inplace);
       EXPECT_EQ(to_doubles(inplace), to_doubles(back));
     }
   }
+}
+
+// Per-token positions (a packed window whose positions restart at each
+// document): the rotation HF applies with those position_ids, its transpose
+// backward, and a document rotated bit for bit as it is alone at offset 0.
+TEST_P(Rope, PerTokenPositionsMatchHfPositionIdsAndADocumentAlone) {
+  const Shape shape{2, 7, 3, 8};
+  // Row 0: documents of 3 and 4 tokens; row 1: 2, 1 and 4 tokens.
+  const std::vector<std::int32_t> restart = {0, 1, 2, 0, 1, 2, 3, 0, 1, 0, 0, 1, 2, 3};
+  Tensor positions = Tensor::empty({2, 7}, DType::i32, Device::host, "positions");
+  std::copy(restart.begin(), restart.end(), positions.data_as<std::int32_t>());
+  if (backend_ctx().device() != Device::host) positions = to_device(positions, backend_ctx().device());
+  Tensor inv_freq = rope_inv_freq(8, 10000.0);
+  for (const std::int64_t offset : {std::int64_t{0}, std::int64_t{11}}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    Tensor x = random_tensor(shape, 3, DType::f32, "q");
+    Tensor y = named_zeros(shape, DType::f32, "q_rot");
+    ops::rope_forward(backend_ctx(), x, inv_freq, offset, &positions, y);
+    auto f = [&](const Inputs& in) { return rope_reference(in[0], shape, to_doubles(inv_freq), offset, restart); };
+    const Inputs in{to_doubles(x)};
+    EXPECT_LT(relative_error(to_doubles(y), f(in)), 1e-6);
+    // Not the window's own positions: the test can tell them apart.
+    EXPECT_GT(relative_error(to_doubles(y), rope_reference(in[0], shape, to_doubles(inv_freq), offset)), 1e-2);
+
+    Tensor dy = random_tensor(shape, 4, DType::f32, "dy");
+    Tensor dx = named_zeros(shape, DType::f32, "dx");
+    ops::rope_backward(backend_ctx(), dy, inv_freq, offset, &positions, dx);
+    expect_vjp_matches(f, in, 0, to_doubles(dx), to_doubles(dy), 1e-6, 3, "dx");
+  }
+  // Row 0's second document (columns 3..6) alone, positions 0..3: the same bits.
+  Tensor x = random_tensor(shape, 5, DType::f32, "q");
+  Tensor packed = named_zeros(shape, DType::f32, "packed");
+  ops::rope_forward(backend_ctx(), x, inv_freq, 0, &positions, packed);
+  const std::size_t row = 3 * 8;
+  const std::vector<double> xs = to_doubles(x);
+  Tensor alone_x = tensor_from({1, 4, 3, 8}, std::vector<double>(xs.begin() + 3 * row, xs.begin() + 7 * row));
+  Tensor alone = named_zeros({1, 4, 3, 8}, DType::f32, "alone_rot");
+  ops::rope_forward(backend_ctx(), alone_x, inv_freq, 0, nullptr, alone);
+  const std::vector<float> packed_values = read_floats(packed);
+  const std::vector<float> from_packed(packed_values.begin() + 3 * row, packed_values.begin() + 7 * row);
+  const std::vector<float> by_itself = read_floats(alone);
+  EXPECT_EQ(from_packed, by_itself);
 }
 
 TEST_P(Rope, Bf16InPlace) {
@@ -79,9 +126,9 @@ TEST_P(Rope, Bf16InPlace) {
   Tensor inv_freq = rope_inv_freq(16, 500000.0);
   Tensor x = random_tensor(shape, 1, DType::bf16, "k");
   Tensor y = x.clone();
-  ops::rope_forward(backend_ctx(), y, inv_freq, 5, y);
+  ops::rope_forward(backend_ctx(), y, inv_freq, 5, nullptr, y);
   EXPECT_LT(relative_error(to_doubles(y), rope_reference(to_doubles(x), shape, to_doubles(inv_freq), 5)), 5e-3);
-  ops::rope_backward(backend_ctx(), y, inv_freq, 5, y);
+  ops::rope_backward(backend_ctx(), y, inv_freq, 5, nullptr, y);
   EXPECT_LT(relative_error(to_doubles(y), to_doubles(x)), 8e-3);
 }
 
@@ -124,12 +171,20 @@ TEST_P(Rope, Llama3ScalingMatchesHandComputedValues) {
 TEST_P(Rope, ShapeErrors) {
   Tensor inv_freq = rope_inv_freq(8, 10000.0);
   Tensor x3 = named_zeros({2, 3, 8}, DType::f32, "q3d");
-  expect_error_mentioning([&] { ops::rope_forward(backend_ctx(), x3, inv_freq, 0, x3); }, {"rope_forward", "q3d", "[B, T, H, D]"});
+  expect_error_mentioning([&] { ops::rope_forward(backend_ctx(), x3, inv_freq, 0, nullptr, x3); }, {"rope_forward", "q3d", "[B, T, H, D]"});
   Tensor x = named_zeros({1, 2, 2, 6}, DType::f32, "q6");
-  expect_error_mentioning([&] { ops::rope_forward(backend_ctx(), x, inv_freq, 0, x); }, {"rope_forward", "inv_freq"});
+  expect_error_mentioning([&] { ops::rope_forward(backend_ctx(), x, inv_freq, 0, nullptr, x); }, {"rope_forward", "inv_freq"});
   Tensor y = named_zeros({1, 2, 3, 8}, DType::f32, "bad_out");
   Tensor x8 = named_zeros({1, 2, 2, 8}, DType::f32, "q");
-  expect_error_mentioning([&] { ops::rope_backward(backend_ctx(), x8, inv_freq, 0, y); }, {"rope_backward", "bad_out"});
+  expect_error_mentioning([&] { ops::rope_backward(backend_ctx(), x8, inv_freq, 0, nullptr, y); }, {"rope_backward", "bad_out"});
+  Tensor wrong = named_zeros({1, 3}, DType::i32, "positions13");
+  expect_error_mentioning([&] { ops::rope_forward(backend_ctx(), x8, inv_freq, 0, &wrong, x8); },
+                          {"rope_forward", "positions13", "i32[1, 2]"});
+  Tensor negative = Tensor::empty({1, 2}, DType::i32, Device::host, "positions");
+  negative.data_as<std::int32_t>()[0] = 0;
+  negative.data_as<std::int32_t>()[1] = -3;
+  expect_error_mentioning([&] { ops::rope_backward(backend_ctx(), x8, inv_freq, 0, &negative, x8); },
+                          {"rope_backward", "positions[0, 1] = -3", "negative"});
   EXPECT_THROW(rope_inv_freq(7, 10000.0), Error);
   EXPECT_THROW(rope_inv_freq_llama3(8, 10000.0, 8.0, 4.0, 1.0, 1024), Error);
 }

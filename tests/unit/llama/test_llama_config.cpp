@@ -164,6 +164,11 @@ TEST(LlamaFlops, PalmConvention) {
   const double per_layer = C * Hq * D * 2 + C * Hkv * D * 2 + 3 * C * I;
   const double expected = 6 * (L * per_layer + V * C) * T + 12 * L * Hq * D * T * T;
   EXPECT_DOUBLE_EQ(model->training_flops_per_sample(128), expected);
+  // The attention part alone, for a document mask's pairs: 4 documents of 32
+  // in the 128-token window attend 4 * 32^2 pairs, a quarter of 128^2.
+  EXPECT_DOUBLE_EQ(model->attention_training_flops(4 * 32.0 * 32.0), 12 * L * Hq * D * 4 * 32 * 32);
+  EXPECT_DOUBLE_EQ(model->training_flops_per_sample(128) - model->attention_training_flops(T * T),
+                   6 * (L * per_layer + V * C) * T);
 
   // Llama 2 7B at 4096 tokens: the usual ~6 N T plus the attention term.
   auto l7 = make_llama("llama2-7b");
