@@ -90,7 +90,7 @@ run_offload() {
   TSAN_OPTIONS="$(tsan_options "$label")" FTRAIN_CUDA_BACKEND="$BUILD/tests/libftrain_test_sim_device.so" \
     "${MPIRUN[@]}" -np 2 -x TSAN_OPTIONS -x FTRAIN_PLUGIN_PATH -x FTRAIN_CUDA_BACKEND \
     -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS -x FTRAIN_DEBUG_DROP_WAIT \
-    "$BUILD/bin/ftrain" -var data_dir "$WORK" -var run_dir "$WORK/$label" -var max_steps 3 -var micro 2 \
+    "$BUILD/bin/ftrain" -var data_dir "$WORK" -var run_dir "$WORK/$label" -var max_steps 5 -var micro 2 \
     -var accumulate 2 -var fsdp_extra "offload $setting" "$WORK/offload.in" >"$LOG_DIR/$label.out" 2>&1 || rc=$?
   local reports
   reports=$(cat "$LOG_DIR/$label".[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer" || true)
