@@ -32,7 +32,8 @@ deck on `device host`, exactly: loss, lr, grad_norm, eval_loss of every step):
                final weights bit for bit) for every strategy, gradient
                accumulation and LoRA; the device peak falls by what --check
                plans; precision fp8 with offload is refused at the fsdp line.
-  offload_np2  the same at 2 ranks in bf16, and LoRA with a bf16 base.
+  offload_np2  the same at 2 ranks in bf16, LoRA with a bf16 base, and
+               shard_grad_op with no_sync and accumulation.
   offload_np4  every strategy at 4 ranks on asynchronous host streams with
                the debug allocator.
   offload_resume  2 ranks: checkpoints across offload settings (optimizer ->
@@ -500,6 +501,9 @@ def scenario_offload_np2(r):
     frozen base (offload all moves it to the host too)."""
     offload_strategies(r, 2, precision="bf16")
     offload_equal(r, 2, LORA_DECK, "offload_np2_lora_bf16", micro=4, max_steps=6, precision="bf16")
+    # no_sync: the unsharded gradient accumulates on the device and is reduced (and copied) once per step.
+    offload_equal(r, 2, LLAMA_DECK, "offload_np2_no_sync", micro=2, accumulate=2, max_steps=6, strategy="shard_grad_op",
+                  fsdp_extra="no_sync on")
 
 
 def scenario_offload_np4(r):
