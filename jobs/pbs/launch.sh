@@ -46,6 +46,13 @@ if [ -n "${FTRAIN_WALLTIME_S:-}" ]; then
   timer=$!
 fi
 
+# A node lost from the network: ftrain's ranks end within collective_timeout,
+# but mpirun waits for the lost node's daemon until its out-of-band keepalive
+# gives up (300 s + 9 x 20 s by default, longer once a message is queued).
+# About 90 s instead, unless the job sets its own (running-on-clusters.md).
+export OMPI_MCA_oob_tcp_keepalive_time="${OMPI_MCA_oob_tcp_keepalive_time:-60}"
+export OMPI_MCA_oob_tcp_keepalive_intvl="${OMPI_MCA_oob_tcp_keepalive_intvl:-10}"
+export OMPI_MCA_oob_tcp_keepalive_probes="${OMPI_MCA_oob_tcp_keepalive_probes:-3}"
 echo "ftrain job $PBS_JOBID: $ranks ranks on $nodes node(s), $cores core(s) each, via mpirun" >&2
 status=0
 # shellcheck disable=SC2086

@@ -49,6 +49,13 @@ case "$launcher" in
            --cpus-per-task="$cores" --cpu-bind=cores ${FTRAIN_SRUN_ARGS:-} "$ftrain" "$@"
     ;;
   mpirun)
+    # A node lost from the network: ftrain's ranks end within collective_timeout,
+    # but mpirun waits for the lost node's daemon until its out-of-band keepalive
+    # gives up (300 s + 9 x 20 s by default, longer once a message is queued).
+    # About 90 s instead, unless the job sets its own (running-on-clusters.md).
+    export OMPI_MCA_oob_tcp_keepalive_time="${OMPI_MCA_oob_tcp_keepalive_time:-60}"
+    export OMPI_MCA_oob_tcp_keepalive_intvl="${OMPI_MCA_oob_tcp_keepalive_intvl:-10}"
+    export OMPI_MCA_oob_tcp_keepalive_probes="${OMPI_MCA_oob_tcp_keepalive_probes:-3}"
     # Open MPI reads the node list from SLURM itself; ppr places the same
     # number of ranks on every node (ftrain's hybrid_shard groups = nodes),
     # PE binds each to its cores; -x hands the ranks the thread count.

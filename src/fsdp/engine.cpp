@@ -11,6 +11,7 @@
 #include "base/error.hpp"
 #include "comm/device_communicator.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "comm/node_layout.hpp"
 #include "core/rng.hpp"
 #include "kernels/adamw_chunks.hpp"
 #include "kernels/ops.hpp"
@@ -105,9 +106,19 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
     case ShardingStrategy::full_shard:
     case ShardingStrategy::shard_grad_op: group_size = world_size; break;
     case ShardingStrategy::no_shard: group_size = 1; break;
-    case ShardingStrategy::hybrid_shard:
-      group_size = options_.shard_group_size > 0 ? options_.shard_group_size : world_.split_node()->size();
+    case ShardingStrategy::hybrid_shard: {
+      if (options_.shard_group_size > 0) {
+        group_size = options_.shard_group_size;
+        break;
+      }
+      // Every rank must reach the same group size: a node's own size differs
+      // between the nodes of an uneven launch (3+1 ranks).
+      const NodeLayout nodes = gather_node_layout(world_);
+      const std::string problem = hybrid_shard_problem(nodes);
+      FT_CHECK(problem.empty()) << "fsdp hybrid_shard on rank " << world_.rank() << ": " << problem;
+      group_size = nodes.most_ranks_per_node();
       break;
+    }
   }
   FT_CHECK(group_size >= 1 && world_size % group_size == 0)
       << "fsdp " << sharding_strategy_name(options_.strategy) << ": shard group size " << group_size

@@ -63,12 +63,39 @@ std::string describe_host_streams(const RunConfig& c) {
   return mode + " (" + why + "): " + what;
 }
 
+// The nodes (MPI's shared-memory groups, labelled by host name) and, under
+// hybrid_shard, which ranks shard together and which replicate: what a
+// multi-node launch placed where, before any collective depends on it.
+std::string describe_nodes(const NodeLayout& nodes, const FsdpOptions& fsdp, int world_size) {
+  std::ostringstream h;
+  h << "nodes: " << nodes.node_count() << (nodes.planned ? " planned" : "") << " (" << nodes.describe() << ")\n";
+  if (fsdp.strategy != ShardingStrategy::hybrid_shard) return h.str();
+  const int size = shard_group_size_for(fsdp, world_size, nodes.most_ranks_per_node());
+  if (size < 1 || world_size % size != 0) return h.str();  // refused at start-up with its reason
+  h << "hybrid_shard: shard groups " << describe_rank_groups(world_size, size, false);
+  int spanning = 0;  // groups whose all-gathers and reduce-scatters cross the network
+  for (int g = 0; g * size < world_size; ++g) {
+    bool spans = false;
+    for (int k = 1; k < size; ++k)
+      spans = spans || nodes.node_of_rank[static_cast<std::size_t>(g * size + k)] !=
+                           nodes.node_of_rank[static_cast<std::size_t>(g * size)];
+    spanning += spans ? 1 : 0;
+  }
+  if (spanning == 0)
+    h << " (each within one node)";
+  else
+    h << " (" << spanning << " span nodes: their all-gathers and reduce-scatters cross the network)";
+  h << ", replicas " << describe_rank_groups(world_size, size, true) << "\n";
+  return h.str();
+}
+
 // Where the run computes, on what threads and kernels, and how it communicates.
 void write_host_part(std::ostream& h, const RunHeaderFacts& f) {
   const RunConfig& c = f.config;
-  h << "ftrain " << FTRAIN_VERSION_STRING << " | " << f.plan.world_size << " rank(s), " << f.ranks_per_node
-    << " per node" << (f.planned_ranks ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(f.device_choice, f.fsdp.attention_backend, f.blas_threads) << " | peak " << f.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
+  h << "ftrain " << FTRAIN_VERSION_STRING << " | " << f.plan.world_size << " rank(s), "
+    << (f.nodes != nullptr ? f.nodes->ranks_per_node_text() : std::to_string(f.ranks_per_node)) << " per node" << (f.planned_ranks ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(f.device_choice, f.fsdp.attention_backend, f.blas_threads) << " | peak " << f.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
     << f.peak.description << "\n";
+  if (f.nodes != nullptr) h << describe_nodes(*f.nodes, f.fsdp, f.plan.world_size);
   h << "host GEMM: " << host::gemm::describe() << "\n";
   h << "host threads: " << f.blas_threads << " per rank, " << f.cpu_binding_text << "\n";
   if (!f.cpu_binding_warning.empty()) h << "warning: " << f.cpu_binding_warning << "\n";

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "comm/node_layout.hpp"
 #include "deck/config.hpp"
 #include "fsdp/engine.hpp"
 #include "plugin/model.hpp"
@@ -34,6 +35,7 @@ struct RunHeaderFacts {
   double device_memory_bytes = 0;   // --check --device-memory: report the fit (0 = none)
   double host_memory_bytes = 0;     // --check --host-memory: a node's, for the offload plan (0 = not checked)
   std::string check_report;         // --check: printed after the plan and the fit (train/check_plan.hpp)
+  const NodeLayout* nodes = nullptr;  // which ranks share a node (null: not known, one node of ranks_per_node)
 };
 
 std::string run_header(const RunHeaderFacts& facts);

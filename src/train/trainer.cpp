@@ -12,6 +12,7 @@
 #include "ckpt/lineage.hpp"
 #include "comm/collective_watchdog.hpp"
 #include "comm/device_communicator.hpp"
+#include "comm/node_layout.hpp"
 #include "base/error.hpp"
 #include "core/launcher_watch.hpp"
 #include "data/token_batch_source.hpp"
@@ -112,7 +113,8 @@ struct Trainer::State {
   // Declared after the locks, so destroyed before them: closing metrics.jsonl
   // is its last write, and the lock goes only after it.
   RunOutput out;
-  int ranks_per_node = 1;
+  int ranks_per_node = 1;  // the most on any node (the plan's per-node figures take the fullest node)
+  NodeLayout nodes;        // which ranks share a node (comm/node_layout.hpp), or the planned job's
   int blas_threads = 1;
   std::string cpu_binding_text;     // the run header's "host threads" line (cpu_binding.hpp)
   std::string cpu_binding_warning;  // set when the launcher bound ranks to fewer CPUs than their share
@@ -140,6 +142,12 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
   const RunConfig& c = s.config;
   const bool fsdp_ok = problems.check([&] {
     s.fsdp = resolve_fsdp_options(c, s.device_choice.device);  // the engine allocates and runs there
+    // hybrid_shard's default group is a node: refused, naming the nodes,
+    // where they cannot give every rank the same group (the engine checks it too).
+    if (s.fsdp.strategy == ShardingStrategy::hybrid_shard && s.fsdp.shard_group_size == 0) {
+      const std::string problem = hybrid_shard_problem(s.nodes);
+      if (!problem.empty()) FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp hybrid_shard: " << problem;
+    }
     resolve_shard_group_size(c, s.fsdp, plan_world, s.ranks_per_node);
   });
   problems.check([&] { resolve_schedule(c); });
@@ -265,15 +273,18 @@ void Trainer::prepare() {
                                          : choose_device(c.device, c.device_where, real_cuda_probes());
   // Before the first collective of the run: every later one is watched.
   set_collective_timeout(c.collective_timeout_seconds);
-  const int ranks_here = s.world.split_node()->size();  // collective: every rank calls it
+  s.nodes = gather_node_layout(s.world);  // collective: every rank calls it
+  const int ranks_here =
+      static_cast<int>(s.nodes.ranks_on(s.nodes.node_of_rank[static_cast<std::size_t>(s.world.rank())]).size());
   // --check --ranks N plans the real run's geometry without its processes.
   const int plan_world = s.options.plan_ranks > 0 ? s.options.plan_ranks : s.world.size();
-  s.ranks_per_node = ranks_here;
+  s.ranks_per_node = s.nodes.most_ranks_per_node();
   if (s.options.plan_ranks > 0) {
     s.ranks_per_node = s.options.plan_ranks_per_node > 0 ? s.options.plan_ranks_per_node : plan_world;
     if (plan_world % s.ranks_per_node != 0)
       FT_USER_ERROR() << "command line: --ranks-per-node " << s.ranks_per_node << " does not divide --ranks "
                       << plan_world;
+    s.nodes = planned_node_layout(plan_world, s.ranks_per_node);
     if (s.options.plan_ranks_per_node == 0 && plan_world > 1)
       s.config.warnings.push_back(
           "--ranks " + std::to_string(plan_world) + " without --ranks-per-node: planned as ONE node of " +
@@ -679,7 +690,7 @@ int Trainer::run() {
                                         s.ranks_per_node, s.blas_threads, s.cpu_binding_text, s.cpu_binding_warning,
                                         s.options.plan_ranks > 0, s.options.check_only,
                                         s.options.device_memory_bytes, s.options.host_memory_bytes,
-                                        check_report}));
+                                        check_report, &s.nodes}));
   }
   // A finished run started again (a requeue after the last step, a rerun of
   // the same job script) is not an error: there is simply nothing to do.
