@@ -6,7 +6,7 @@
 #                                   loader, gpu tests, memcheck, tiny Llama vs
 #                                   the host golden, attention and Llama 3.2 1B
 #                                   bf16 against PyTorch. Run it first on any GPU.
-#   gpu-check.sh --full N           part N (1..7) of everything else, each part
+#   gpu-check.sh --full N           part N (1..8) of everything else, each part
 #                                   under 10 minutes: sanitizers, engine curves
 #                                   and FSDP strategies, 1B and 3B bf16/fp8 with
 #                                   torch.compile, overlap, FP8 GEMM, ViT-H.
@@ -86,7 +86,10 @@ FULL_PART_6=(
 FULL_PART_7=(
   "benchmark: FSDP communication hidden behind compute, --check memory plan vs measured peak|450|bash $FTRAIN_ROOT/share/bench/gpu_fsdp_overlap.sh"
 )
-FULL_PARTS=7
+FULL_PART_8=(
+  "fsdp offload optimizer and all against offload none on the GPU (every strategy np 1, two at np 2)|400|python3 $FTRAIN_ROOT/tests/regression/sim_device_test.py gpu_offload --ftrain $B/bin/ftrain --prep $B/bin/ftrain-prep --mpirun '$MPIRUN'"
+)
+FULL_PARTS=8
 # Not scripted yet: listed so every report shows them as open.
 PENDING=(
   "stall one rank of an NCCL run: the watchdog (ncclCommAbort, MPI_Abort) ends it within collective_timeout + 10 s naming rank, collective and unit"

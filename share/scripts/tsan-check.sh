@@ -6,12 +6,17 @@
 # np 2 — every strategy, prefetch on/off, limit_all_gathers, activation
 # checkpointing, gradient accumulation, each on synchronous and then
 # asynchronous streams — then ftrain itself on a tiny deck with
-# `host_streams async`. Fails on any ThreadSanitizer report.
+# `host_streams async`, and the same deck with `fsdp ... offload optimizer`
+# and `offload all` on the simulated device (tests/support: the gradient
+# shards' copies to the host on the copy stream, the host stream's adds,
+# clip and AdamW, the copies back). Fails on any ThreadSanitizer report.
 #
 #   share/scripts/tsan-check.sh                  the check (CI: .ci/run)
 #   share/scripts/tsan-check.sh --prove-it-fails the check must FAIL: for each
 #       FTRAIN_DEBUG_DROP_WAIT=gather|reduce|after (the engine drops one event
-#       wait) TSan must report a data race; exits 0 only if it did every time
+#       wait) TSan must report a data race, and for FTRAIN_DEBUG_DROP_WAIT=offload
+#       (the host adds a gradient shard without waiting for its copy) on the
+#       offload optimizer run; exits 0 only if it did every time
 #
 # Environment: FTRAIN_TSAN_BUILD_DIR (default build-tsan), FTRAIN_JOBS.
 # OpenBLAS is not instrumented and its own threads would report inside it:
@@ -36,7 +41,8 @@ cd "$ROOT"
 if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   cmake --preset tsan -B "$BUILD" >/dev/null
 fi
-cmake --build "$BUILD" -j "$JOBS" --target ftrain ftrain_plugin_llama ftrain_exe ftrain_prep mpi_test_async_engine
+cmake --build "$BUILD" -j "$JOBS" --target ftrain ftrain_plugin_llama ftrain_exe ftrain_prep mpi_test_async_engine \
+  ftrain_test_sim_device
 t_build=$(( $(date +%s) - t0 ))
 
 LOG_DIR="$BUILD/tsan-logs"
@@ -70,8 +76,43 @@ run_engine_test() {
   REPORTS=$reports
 }
 
+# ftrain with `fsdp ... offload $2` on the simulated device, np 2, asynchronous
+# streams; returns the number of reports. $1: a label for the log files.
+WORK="$BUILD/tsan-work"
+rm -rf "$WORK" && mkdir -p "$WORK"
+"$BUILD/bin/ftrain-prep" synthetic --out "$WORK/train.tok" --tokens 20000 --vocab 64 --seed 7 \
+  --eval-out "$WORK/eval.tok" --eval-tokens 2048 >/dev/null
+printf 'device cuda\ndevice_comm mpi\ninclude %s\n' "$ROOT/tests/regression/decks/tiny_host_streams.in" \
+  >"$WORK/offload.in"
+run_offload() {
+  local label="$1" setting="$2"
+  local rc=0
+  TSAN_OPTIONS="$(tsan_options "$label")" FTRAIN_CUDA_BACKEND="$BUILD/tests/libftrain_test_sim_device.so" \
+    "${MPIRUN[@]}" -np 2 -x TSAN_OPTIONS -x FTRAIN_PLUGIN_PATH -x FTRAIN_CUDA_BACKEND \
+    -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS -x FTRAIN_DEBUG_DROP_WAIT \
+    "$BUILD/bin/ftrain" -var data_dir "$WORK" -var run_dir "$WORK/$label" -var max_steps 5 -var micro 2 \
+    -var accumulate 2 -var fsdp_extra "offload $setting" "$WORK/offload.in" >"$LOG_DIR/$label.out" 2>&1 || rc=$?
+  local reports
+  reports=$(cat "$LOG_DIR/$label".[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer" || true)
+  echo "$label (offload $setting on the simulated device, np 2): exit $rc, ThreadSanitizer reports: $reports" >&2
+  if [[ "$reports" -eq 0 && "$rc" -ne 0 ]]; then
+    tail -40 "$LOG_DIR/$label.out" >&2
+    return 255
+  fi
+  REPORTS=$reports
+}
+
 if [[ "$MODE" == "--prove-it-fails" ]]; then
   failed=0
+  REPORTS=0
+  FTRAIN_DEBUG_DROP_WAIT=offload run_offload drop_offload optimizer || true
+  races=$(cat "$LOG_DIR"/drop_offload.[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer: data race" || true)
+  if [[ "$REPORTS" -gt 0 && "$races" -gt 0 ]]; then
+    echo "FTRAIN_DEBUG_DROP_WAIT=offload: ThreadSanitizer reported the race (as it must)" >&2
+  else
+    echo "FTRAIN_DEBUG_DROP_WAIT=offload: NO ThreadSanitizer report: the check cannot see this missing wait" >&2
+    failed=1
+  fi
   for wait in gather reduce after; do
     REPORTS=0
     FTRAIN_DEBUG_DROP_WAIT=$wait run_engine_test "drop_$wait" || true
@@ -94,10 +135,6 @@ run_engine_test engine || status=1
 [[ "$REPORTS" -eq 0 ]] || status=1
 
 # ftrain end to end on asynchronous streams (deck host_streams async), np 2.
-WORK="$BUILD/tsan-work"
-rm -rf "$WORK" && mkdir -p "$WORK"
-"$BUILD/bin/ftrain-prep" synthetic --out "$WORK/train.tok" --tokens 20000 --vocab 64 --seed 7 \
-  --eval-out "$WORK/eval.tok" --eval-tokens 2048 >/dev/null
 rc=0
 TSAN_OPTIONS="$(tsan_options ftrain)" "${MPIRUN[@]}" -np 2 -x TSAN_OPTIONS -x FTRAIN_PLUGIN_PATH \
   -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS \
@@ -110,6 +147,12 @@ if [[ "$rc" -ne 0 || "$ftrain_reports" -ne 0 ]]; then
   status=1
   tail -20 "$LOG_DIR/ftrain.out" >&2
 fi
+
+for setting in optimizer all; do
+  REPORTS=0
+  run_offload "offload_$setting" "$setting" || status=1
+  [[ "$REPORTS" -eq 0 ]] || status=1
+done
 
 if [[ $status -ne 0 ]]; then
   echo "tsan-check: FAILED; reports in $LOG_DIR:" >&2

@@ -105,10 +105,10 @@ namespace {
 // shard group (collective within it).
 std::vector<float> gather_flat(FsdpEngine& engine, FlatParameter& f) {
   Tensor full = Tensor::empty({f.padded_numel()}, DType::f32, f.master.device(), f.unit_name() + ".gathered_f32");
-  if (engine.shard_comm().size() == 1) {
+  if (engine.shard_comm_for(f.master).size() == 1) {
     copy_tensor(f.master, full);
   } else {
-    engine.shard_comm().all_gather(f.master, full).wait();
+    engine.shard_comm_for(f.master).all_gather(f.master, full).wait();
   }
   return to_float_vector(host_readable(full));
 }

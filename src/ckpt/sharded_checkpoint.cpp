@@ -512,6 +512,7 @@ static LoadedInfo load_sharded_local(FsdpEngine& engine, const std::string& step
     flat.gathered_valid = false;
     flat.gathered = Tensor();
   }
+  engine.masters_changed();  // offload: the compute-dtype shards are remade from the loaded masters
   if (engine.options().fp8) load_fp8_state(engine, old_file(0), info);
   return info;
 }

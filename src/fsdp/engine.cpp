@@ -38,7 +38,9 @@ DroppedWait dropped_wait_from_environment() {
   if (s == "gather") d = DroppedWait::gather;
   else if (s == "reduce") d = DroppedWait::reduce;
   else if (s == "after") d = DroppedWait::after;
-  else FT_USER_ERROR() << "environment variable FTRAIN_DEBUG_DROP_WAIT='" << s << "': expected gather, reduce or after";
+  else if (s == "offload") d = DroppedWait::offload;
+  else FT_USER_ERROR() << "environment variable FTRAIN_DEBUG_DROP_WAIT='" << s
+                       << "': expected gather, reduce, after or offload";
   static bool noted = false;
   if (!noted) {
     noted = true;
@@ -58,10 +60,24 @@ ExecutionOptions execution_options_for(const FsdpOptions& o) {
   e.attention_backend = o.attention_backend;
   return e;
 }
+
+// Offload's host ops run on a worker thread of their own whatever the
+// device streams are: the CPU AdamW and the gradient adds overlap the
+// device's work (and the caller) instead of running inline.
+ExecutionOptions offload_host_options(const FsdpOptions& o) {
+  ExecutionOptions e;
+  e.device = Device::host;
+  e.asynchronous = o.offload != Offload::none && o.device != Device::host;
+  return e;
+}
 }  // namespace
 
 FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& options)
-    : model_(model), world_(world), options_(options), exec_(execution_options_for(options)) {
+    : model_(model),
+      world_(world),
+      options_(options),
+      exec_(execution_options_for(options)),
+      host_exec_(offload_host_options(options)) {
   // The options come checked from the deck (train/run_settings.hpp): a
   // violation here is a caller's bug, not a user's mistake.
   FT_CHECK(options_.limit_all_gathers >= 1) << "limit_all_gathers must be >= 1";
@@ -110,6 +126,13 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
   const int group = world_.rank() / group_size;
   shard_comm_ = collectives().split(group, world_.rank());
   if (world_size / group_size > 1) replica_comm_ = collectives().split(world_.rank() % group_size, world_.rank());
+  if (offloads()) {
+    // The deck refuses this combination naming its line (train/run_settings.cpp).
+    FT_CHECK(!options_.fp8) << "fsdp offload with precision fp8 on device " << device_name(exec_.device())
+                            << " (the FP8 all-gather casts the f32 master, which offload keeps on the host)";
+    copy_stream_ = make_device_stream(exec_.device(), "offload_copy");
+    host_shard_comm_ = world_.split(group, world_.rank());
+  }
 
   ctx_.execution_context = &exec_;
   ctx_.device = exec_.device();
@@ -144,10 +167,13 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
     }
     // Every shard lives on the training device; the host touches it only
     // through explicit copies (init, checkpoints).
-    const Device device = exec_.device();
+    // Offload: the trainable state (and, offload all, a frozen master) in
+    // host memory instead.
     const DType frozen_dtype = frozen_base_dtype();
-    auto allocate = [device, frozen_dtype](FlatParameter& f, bool trainable) {
+    auto allocate = [this, frozen_dtype](FlatParameter& f, bool trainable) {
       const Shape shard_shape{f.shard_numel()};
+      const bool to_host = offloads() && (trainable || options_.offload == Offload::all);
+      const Device device = to_host ? Device::host : exec_.device();
       f.master = Tensor::zeros(shard_shape, trainable ? DType::f32 : frozen_dtype, device, f.unit_name() + ".master");
       if (!trainable) return;  // frozen: no gradient, no optimizer state
       f.grad = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".grad");
@@ -298,6 +324,7 @@ void FsdpEngine::fill_master_from(FlatParameter& flat, const ParameterSource& so
   }
   flat.gathered_valid = false;
   flat.gathered = Tensor();
+  flat.compute_shard_stale = true;
 }
 
 // Copies `values` (any float dtype, host or the engine's device) into `dst`,
@@ -308,8 +335,9 @@ void FsdpEngine::store_values(const Tensor& values, Tensor& dst) {
     return;
   }
   const Tensor src = values.device() == dst.device() ? values : to_device(values, dst.device());
-  ops::cast(exec_, src, dst);
-  exec_.synchronize();  // src is released (or refilled) on return
+  ExecutionContext& on = context_for(dst);
+  ops::cast(on, src, dst);
+  on.synchronize();  // src is released (or refilled) on return
 }
 
 // A frozen base stored in bf16 is rounded here, once, by the cast op that
@@ -319,6 +347,7 @@ void FsdpEngine::store_master(FlatParameter& flat, const Tensor& values) {
   store_values(values, flat.master);
   flat.gathered_valid = false;
   flat.gathered = Tensor();
+  flat.compute_shard_stale = true;
 }
 
 void FsdpEngine::init_adapters(std::uint64_t seed) {
@@ -359,7 +388,7 @@ void FsdpEngine::init_from_root(const ParameterSource& source) {
     }
     if (exec_.device() != Device::host) full = to_device(full, exec_.device());  // the collectives run on device buffers
     // The sum runs in f32 (x + 0 exact); a bf16 frozen base is rounded after it.
-    Tensor shard = flat->master.dtype() == DType::f32
+    Tensor shard = flat->master.dtype() == DType::f32 && flat->master.device() == exec_.device()
                        ? flat->master
                        : Tensor::empty(flat->master.shape(), DType::f32, exec_.device(), flat->unit_name() + ".sync_shard");
     Request scattered, replicated;
@@ -417,25 +446,26 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
     return true;
   }
   // A master already in the param dtype (f32 runs; a LoRA frozen base) is
-  // gathered as it is.
-  const bool as_stored = f.master.dtype() == dt;
+  // gathered as it is; so is an offloaded master's compute-dtype shard.
+  if (shard_comm_->size() > 1) limit_gathers_in_flight();
+  const Tensor source = offloaded(f) ? offloaded_gather_source(f) : f.master;
+  const bool as_stored = source.dtype() == dt;
   if (shard_comm_->size() == 1 && as_stored) {
-    f.gathered = f.master.view(f.master.shape(), 0, f.unit_name() + ".gathered");  // no copy needed
+    f.gathered = source.view(source.shape(), 0, f.unit_name() + ".gathered");  // no copy needed
   } else if (shard_comm_->size() == 1) {
     f.gathered = Tensor::empty({f.padded_numel()}, dt, exec_.device(), f.unit_name() + ".gathered");
-    ops::cast(exec_, f.master, f.gathered);
+    ops::cast(exec_, source, f.gathered);
   } else {
-    limit_gathers_in_flight();
     f.gathered = Tensor::empty({f.padded_numel()}, dt, exec_.device(), f.unit_name() + ".gathered");
     if (as_stored) {
-      f.gather_send = f.master;
+      f.gather_send = source;
     } else {
       // The cast writes this rank's block of the gathered buffer and the
       // gather runs in place (communicator.hpp): no send buffer, and no
       // copy of this rank's block into the output.
       f.gather_send = f.gathered.view({f.shard_numel()}, shard_comm_->rank() * f.shard_numel(),
                                       f.unit_name() + ".gather_send");
-      ops::cast(exec_, f.master, f.gather_send);
+      ops::cast(exec_, source, f.gather_send);
     }
     // The collective reads what compute ops wrote (the cast above, AdamW's
     // update of the master): it starts after an event recorded behind them
@@ -470,13 +500,15 @@ void FsdpEngine::ensure_gathered(int u) {
   }
 }
 
-void FsdpEngine::compute_after(Request& r) {
+void FsdpEngine::compute_after(Request& r) { stream_after(exec_.compute(), r); }
+
+void FsdpEngine::stream_after(Stream& stream, Request& r) {
   if (!r.pending()) return;
-  if (!exec_.compute().asynchronous()) {
+  if (!stream.asynchronous()) {
     r.wait();  // the caller is the stream: it blocks (booked as exposed communication time)
     return;
   }
-  exec_.compute().wait(r.completion());
+  stream.wait(r.completion());
   deferred_checks_.push_back(std::move(r));
   check_deferred(/*all=*/false);
 }
@@ -670,6 +702,11 @@ void FsdpEngine::finish_reductions(std::size_t keep_pending) {
   while (!pending_reductions_.empty()) {
     PendingReduction& p = pending_reductions_.front();
     if (pending_reductions_.size() <= keep_pending && !(p.scattered.test() && p.replicated.test())) break;
+    if (offloaded(*p.flat)) {  // the compute stream never waits for it
+      offload_reduced_shard(*p.flat, p.shard, p.scattered, p.replicated);
+      pending_reductions_.pop_front();
+      continue;
+    }
     // The shard is added on the compute stream after both collectives
     // (an event wait: the caller does not block on asynchronous streams).
     if (dropped_wait_ == DroppedWait::reduce && exec_.compute().asynchronous()) {
@@ -705,6 +742,10 @@ void FsdpEngine::drain() {
   free_events_.clear();  // drained below
   ctx_.lora = nullptr;  // its views borrow buffers the engine may free now
   exec_.synchronize();  // the engine's callers read results on the host
+  if (offloads()) {  // the gradients' copies and adds
+    copy_stream_->synchronize();
+    host_exec_.synchronize();
+  }
 }
 
 // The batch on the training device: the data loader makes it on the host
@@ -848,15 +889,16 @@ void FsdpEngine::zero_grad() {
   for (FlatParameter* f : all_flats()) f->full_grad = Tensor();
   for (FlatParameter* f : all_flats())
     if (f->trainable()) {
-      ops::fill(exec_, f->grad, 0.0f);
+      ops::fill(context_for(f->grad), f->grad, 0.0f);
       f->grad_is_zero = true;
     }
   exec_.compute().synchronize();  // callers (checkpoints) may read the gradients next
+  if (offloads()) host_exec_.synchronize();
 }
 
 double FsdpEngine::grad_norm() {
   ++host_reads_;
-  return optimizer_.grad_norm(optimizer_shards(), *shard_comm_);
+  return optimizer().grad_norm(optimizer_shards(), offloads() ? *host_shard_comm_ : *shard_comm_);
 }
 
 std::string FsdpEngine::first_non_finite(ShardState which) {
@@ -875,7 +917,7 @@ const Tensor& FsdpEngine::adamw_chunks_of(FlatParameter& f) {
     f.for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
       segments.push_back({at, count, f.entries()[static_cast<std::size_t>(e)].weight_decay});
     });
-    f.adamw_chunks = adamw_chunk_table(segments, exec_.device(), f.unit_name() + ".adamw_chunks");
+    f.adamw_chunks = adamw_chunk_table(segments, f.master.device(), f.unit_name() + ".adamw_chunks");
     f.adamw_chunks_built = true;
   }
   return f.adamw_chunks;
@@ -892,6 +934,9 @@ std::vector<optim::TrainableShard> FsdpEngine::optimizer_shards() {
     s.exp_avg_sq = &f->exp_avg_sq;
     s.chunks = &adamw_chunks_of(*f);
     f->for_each_shard_piece([&](int, std::int64_t, std::int64_t, std::int64_t) { ++s.pieces; });
+    // Offload: each unit's compute-dtype shard goes back to the device as
+    // soon as its update is enqueued, while the next unit's runs.
+    if (offloaded(*f)) s.updated = [this, f] { remake_compute_shard(*f); };
     shards.push_back(s);
   }
   return shards;
@@ -911,18 +956,116 @@ void FsdpEngine::after_update(const optim::StepLaunches& launched) {
 }
 
 void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
-  after_update(optimizer_.step(optimizer_shards(), h, grad_scale));
+  after_update(optimizer().step(optimizer_shards(), h, grad_scale));
+  after_offloaded_update();
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next
 }
 
 void FsdpEngine::clip_and_step(const AdamWHyper& h, double clip_grad_norm, std::int64_t step) {
-  after_update(optimizer_.clip_and_step(optimizer_shards(), *shard_comm_, h, clip_grad_norm, step));
+  Communicator& comm = offloads() ? *host_shard_comm_ : *shard_comm_;
+  after_update(optimizer().clip_and_step(optimizer_shards(), comm, h, clip_grad_norm, step));
+  after_offloaded_update();
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next; nothing is read here
 }
 
 FsdpEngine::StepHealth FsdpEngine::read_step_health() {
-  if (optimizer_.has_health()) ++host_reads_;
-  return optimizer_.read_health();
+  if (optimizer().has_health()) ++host_reads_;
+  return optimizer().read_health();
+}
+
+bool FsdpEngine::offloaded(const FlatParameter& f) const {
+  return exec_.device() != Device::host && f.master.device() == Device::host;
+}
+
+ExecutionContext& FsdpEngine::context_for(const Tensor& t) {
+  return t.device() == exec_.device() ? exec_ : host_exec_;
+}
+
+Communicator& FsdpEngine::shard_comm_for(const Tensor& t) {
+  if (t.device() == exec_.device()) return *shard_comm_;
+  FT_CHECK(host_shard_comm_ != nullptr) << "collective on host tensor " << t.describe() << " in a run on device "
+                                         << device_name(exec_.device()) << " without offload";
+  return *host_shard_comm_;
+}
+
+void FsdpEngine::masters_changed() {
+  for (FlatParameter* f : all_flats()) {
+    f->compute_shard_stale = true;
+    f->gathered_valid = false;
+    f->gathered = Tensor();
+  }
+}
+
+// The copy waits for the collectives that wrote the shard (or, with nothing
+// to communicate, the compute ops), on the copy stream: backward goes on.
+// The host stream then adds it as finish_reductions does on the device.
+void FsdpEngine::offload_reduced_shard(FlatParameter& f, const Tensor& shard, Request& scattered,
+                                       Request& replicated) {
+  FT_CHECK(shard.numel() == f.shard_numel()) << "offload: reduced shard " << shard.describe() << " of unit "
+                                             << f.unit_name() << " is not " << f.shard_numel() << " elements";
+  copy_stream_->wait(exec_.compute().record());
+  stream_after(*copy_stream_, scattered);
+  stream_after(*copy_stream_, replicated);
+  Tensor host = Tensor::empty({f.shard_numel()}, shard.dtype(), Device::host, f.unit_name() + ".grad_shard_host");
+  exec_.allocator().copy_to_host_on(*copy_stream_, host.data(), shard.data(), shard.nbytes());
+  if (dropped_wait_ != DroppedWait::offload) host_exec_.compute().wait(copy_stream_->record());
+  if (f.grad_is_zero && host.dtype() == DType::f32) {
+    f.grad = host.view(f.grad.shape(), 0, f.unit_name() + ".grad");  // 0 + shard is the shard
+  } else if (host.dtype() == DType::f32) {
+    ops::add_inplace(host_exec_, f.grad, host);
+  } else {
+    Tensor wide = Tensor::empty({f.shard_numel()}, DType::f32, Device::host, f.unit_name() + ".grad_shard_f32");
+    ops::cast(host_exec_, host, wide);
+    ops::add_inplace(host_exec_, f.grad, wide);
+  }
+  f.grad_is_zero = false;
+}
+
+// Enqueued after whatever wrote the master on the host stream (AdamW, a
+// load): the cast the device would have made before the gather, made on
+// the host (the same op, the same bits), then, with offload optimizer, the
+// copy to the device; the compute stream's next gather waits for it.
+void FsdpEngine::remake_compute_shard(FlatParameter& f) {
+  const DType dt = options_.param_dtype;
+  Tensor host_shard = f.master;
+  if (f.master.dtype() != dt) {
+    if (!f.compute_shard_host.defined() || f.compute_shard_host.data() == f.master.data())
+      f.compute_shard_host = Tensor::empty({f.shard_numel()}, dt, Device::host, f.unit_name() + ".compute_shard_host");
+    ops::cast(host_exec_, f.master, f.compute_shard_host);
+    host_shard = f.compute_shard_host;
+  }
+  f.compute_shard_stale = false;
+  if (options_.offload == Offload::all) {
+    f.compute_shard_host = host_shard;
+    return;
+  }
+  if (!f.compute_shard.defined())
+    f.compute_shard = Tensor::empty({f.shard_numel()}, dt, exec_.device(), f.unit_name() + ".compute_shard");
+  // After the host's cast and after the device's last use of the old shard.
+  copy_stream_->wait(host_exec_.compute().record());
+  copy_stream_->wait(exec_.compute().record());
+  exec_.allocator().copy_from_host_on(*copy_stream_, f.compute_shard.data(), host_shard.data(), f.compute_shard.nbytes());
+  exec_.compute().wait(copy_stream_->record());
+}
+
+// offload all: this gather's compute-dtype shard staged on the device (freed
+// in stream order after the gather read it).
+Tensor FsdpEngine::offloaded_gather_source(FlatParameter& f) {
+  if (f.compute_shard_stale) remake_compute_shard(f);
+  if (options_.offload == Offload::optimizer) return f.compute_shard;
+  Tensor staged = Tensor::empty({f.shard_numel()}, options_.param_dtype, exec_.device(), f.unit_name() + ".compute_shard");
+  copy_stream_->wait(host_exec_.compute().record());
+  copy_stream_->wait(exec_.compute().record());  // the allocation is ordered on the compute stream
+  exec_.allocator().copy_from_host_on(*copy_stream_, staged.data(), f.compute_shard_host.data(), staged.nbytes());
+  exec_.compute().wait(copy_stream_->record());
+  return staged;
+}
+
+// The step's host work done (the host is idle between the engine's calls).
+void FsdpEngine::after_offloaded_update() {
+  if (!offloads()) return;
+  host_exec_.synchronize();
+  copy_stream_->synchronize();
 }
 
 std::int64_t FsdpEngine::num_parameters() const {

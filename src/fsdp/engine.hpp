@@ -32,6 +32,21 @@
 // replicated, so the one gather / reduce-scatter / checkpoint path serves
 // both and adapter state per rank shrinks with the rank count too).
 //
+// Offload (options.offload on a device backend; share/doc/fsdp.md
+// "Offload"): every trainable flat's f32 master, gradient and AdamW moments
+// live in host memory (offload all: the frozen base's master too). The
+// device keeps what the all-gather sends, the compute-dtype shard
+// (offload all: staged for each gather only). Each unit's reduced gradient
+// shard goes to the host on the copy stream once its collectives completed
+// (the compute stream does not wait for it) and is added to the host
+// gradient on the host optimizer context's stream, a worker thread. The
+// step's clip and AdamW run there, over all units after backward (the clip
+// needs every gradient: the global norm); each unit's updated compute-dtype
+// shard is copied back on the copy stream as soon as its update is done.
+// The arithmetic is the same ops' in the same order: runs are bit-identical
+// with and without offload. precision fp8 with offload is refused (its FP8
+// all-gather casts the f32 master).
+//
 // Initialisation never needs the whole model on a rank: each rank fills only
 // its shard, with values that are a pure function of (seed, parameter name,
 // element index), so every world size gets exactly the same model
@@ -126,7 +141,9 @@ DType frozen_base_dtype(const FsdpOptions& o);
 //           adding its shard into the gradient
 //   after   the gradient reduce-scatter no longer waits for the compute event
 //           that wrote the gradient
-enum class DroppedWait : std::uint8_t { none, gather, reduce, after };
+//   offload (offload on a device) the host stream no longer waits for a
+//           reduced gradient shard's copy to the host before adding it
+enum class DroppedWait : std::uint8_t { none, gather, reduce, after, offload };
 DroppedWait dropped_wait_from_environment();
 
 using optim::AdamWHyper;
@@ -225,9 +242,9 @@ class FsdpEngine {
   // each waits for the compute stream. The step itself makes none between
   // log intervals (test Engine.ClipAndStepReadsNothingOnTheHost).
   std::int64_t host_reads() const { return host_reads_; }
-  std::int64_t optimizer_steps() const { return optimizer_.steps(); }
+  std::int64_t optimizer_steps() const { return offloads() ? host_optimizer_.steps() : optimizer_.steps(); }
   // Resume: AdamW's bias correction continues from a checkpoint's step count.
-  void set_optimizer_steps(std::int64_t steps) { optimizer_.set_steps(steps); }
+  void set_optimizer_steps(std::int64_t steps) { optimizer().set_steps(steps); }
 
   std::int64_t num_parameters() const;  // unique parameters of the model (base, without adapters)
   // Parameters the optimizer updates: the adapters under LoRA, else all.
@@ -259,6 +276,15 @@ class FsdpEngine {
   // base), and drops any gathered copy. Host code writes masters this way.
   void store_master(FlatParameter& flat, const Tensor& values);
   Communicator& shard_comm() { return *shard_comm_; }
+  // The shard group's communicator for collectives on `t`: shard_comm()
+  // for tensors on the engine's device, an MPI communicator over the same
+  // ranks for host tensors of a device run (offloaded masters).
+  Communicator& shard_comm_for(const Tensor& t);
+  // Offload: the masters were written outside the engine (a checkpoint
+  // load); each unit's compute-dtype shard is remade before its next gather.
+  void masters_changed();
+  // Whether this engine keeps optimizer state in host memory on a device.
+  bool offloads() const { return options_.offload != Offload::none && exec_.device() != Device::host; }
   Communicator* replica_comm() { return replica_comm_.get(); }
   const FsdpOptions& options() const { return options_; }
   ExecutionContext& execution() { return exec_; }
@@ -287,6 +313,19 @@ class FsdpEngine {
   // After an update: the counters, and every kept gathered copy of a
   // trainable flat dropped (stale).
   void after_update(const optim::StepLaunches& launched);
+  // Offload: whether f's master lives in host memory; the context whose ops
+  // may touch t; the optimizer of the trainable shards (host or device).
+  bool offloaded(const FlatParameter& f) const;
+  ExecutionContext& context_for(const Tensor& t);
+  optim::ShardedAdamW& optimizer() { return offloads() ? host_optimizer_ : optimizer_; }
+  // Offload: a finished reduction's shard copied to the host and added to
+  // the host gradient; the compute-dtype shard remade from the master
+  // (ordered after the host stream's update) and, with offload optimizer,
+  // copied to the device; the device tensor an offloaded flat's gather sends.
+  void offload_reduced_shard(FlatParameter& f, const Tensor& shard, Request& scattered, Request& replicated);
+  void remake_compute_shard(FlatParameter& f);
+  Tensor offloaded_gather_source(FlatParameter& f);
+  void after_offloaded_update();
   const Tensor& adamw_chunks_of(FlatParameter& f);
   std::vector<Tensor> unit_params(int u);
   std::vector<Tensor> unit_grads(int u);
@@ -315,6 +354,8 @@ class FsdpEngine {
   // wait on an asynchronous stream (the caller goes on; the request is kept
   // and checked later), a blocking wait on a synchronous one.
   void compute_after(Request& r);
+  // The same for any stream of this rank (the offload copy stream).
+  void stream_after(Stream& stream, Request& r);
   // Throws the error of a deferred request that has finished; with
   // all = true, waits for every one first.
   void check_deferred(bool all);
@@ -351,6 +392,13 @@ class FsdpEngine {
   bool sync_gradients_ = true;  // this micro-step reduces (no_sync: only the last one)
   static constexpr std::size_t kMaxPendingReductions = 2;  // full gradients in flight
   ExecutionContext exec_;  // where this rank's ops run; ctx_ points to it
+  // Offload: the host ops on offloaded state (gradient adds, clip, AdamW,
+  // casts) on a worker thread of their own; the device's copy stream for
+  // the shards' trips; the host collectives of the shard group (the clip's
+  // sum of squares). Unused (and no thread made) without offload.
+  ExecutionContext host_exec_;
+  std::unique_ptr<Stream> copy_stream_;
+  std::unique_ptr<Communicator> host_shard_comm_;
   // Device runs: the communicator for device buffers over world_'s ranks
   // (made on exec_, destroyed before it); null on the host.
   std::unique_ptr<Communicator> device_world_;
@@ -375,6 +423,7 @@ class FsdpEngine {
   LossSums train_loss_;
   LossSums eval_loss_;
   optim::ShardedAdamW optimizer_{exec_};
+  optim::ShardedAdamW host_optimizer_{host_exec_};  // offload: the CPU AdamW
   std::int64_t host_reads_ = 0;
   StepContext ctx_;
   FsdpCounters counters_;

@@ -78,6 +78,16 @@ class FlatParameter {
   Tensor adamw_chunks;
   bool adamw_chunks_built = false;
 
+  // Offload (FsdpOptions::offload on a device backend), where the master
+  // lives in host memory. What the all-gather sends, in the compute dtype:
+  // compute_shard on the device (offload optimizer: kept between steps), or
+  // compute_shard_host (offload all: copied to the device before each
+  // gather). Remade after every optimizer update; stale after any other write
+  // of the master (initialisation, a checkpoint load: FsdpEngine::masters_changed).
+  Tensor compute_shard;
+  Tensor compute_shard_host;
+  bool compute_shard_stale = true;
+
   // Transient full buffers.
   Tensor gathered;     // compute dtype, padded_numel (FP8 all-gather: the non-FP8 segment, fsdp/fp8_all_gather.hpp)
   Tensor gathered_fp8; // FP8 all-gather only: the unit's FP8 linear weights as gathered FP8 bytes

@@ -24,11 +24,13 @@ std::string first_non_finite(ExecutionContext& exec, Communicator& world,
       if (f == nullptr) continue;  // no adapters in this unit
       const Tensor& state = which == NonFiniteIn::gradient ? f->grad : f->master;
       if (!state.defined()) continue;  // frozen: no gradient
+      // Offloaded state is host memory: scanned by a host context.
+      ExecutionContext& on = state.device() == exec.device() ? exec : host_context();
       const std::int64_t unit = f->unit_index();
       // Adapter entries (LoRA) number after the unit's base entries.
       const std::int64_t first_entry = f == base[u].get() ? 0 : static_cast<std::int64_t>(base[u]->entries().size());
       f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
-        if (!std::isfinite(ops::sum_squares(exec, state.view({count}, at))))
+        if (!std::isfinite(ops::sum_squares(on, state.view({count}, at))))
           mine = std::max(mine, static_cast<double>(unit * kEntriesPerUnit + (kEntriesPerUnit - 1 - (first_entry + e))));
       });
     }

@@ -22,6 +22,7 @@ StepLaunches ShardedAdamW::update_each(const std::vector<TrainableShard>& shards
     launched.tensors += s.pieces;
     if (!s.chunks->defined()) continue;  // this rank's shard is padding only
     update(s);
+    if (s.updated) s.updated();
     ++launched.launches;
   }
   return launched;

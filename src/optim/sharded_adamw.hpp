@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -47,6 +48,9 @@ struct TrainableShard {
   Tensor* exp_avg_sq = nullptr;
   const Tensor* chunks = nullptr;
   std::int64_t pieces = 0;  // parameter tensor pieces the shard holds (counted, not used)
+  // Optional: called once this shard's update is enqueued, before the next
+  // shard's (offload starts the updated shard's copy to the device there).
+  std::function<void()> updated;
 };
 
 // What one step launched: one AdamW launch per shard with a chunk table (the

@@ -247,8 +247,7 @@ std::string plan_fit_report(Model& model, const RunConfig& c, const FsdpOptions&
     f.offload = Offload::optimizer;
     const RunPlan offloaded = replan(f, plan.world_size);
     consider("fsdp ... offload optimizer (f32 state and AdamW in host memory: " +
-                 human_bytes(static_cast<double>(offloaded.host_state_bytes_per_rank)) + " per rank; device "
-                 "backends: not implemented yet)",
+                 human_bytes(static_cast<double>(offloaded.host_state_bytes_per_rank)) + " per rank)",
              offloaded);
   }
   suggest_rank_count(replan, o, plan, ranks_per_node, t, device_bytes, over, consider);

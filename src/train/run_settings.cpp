@@ -51,7 +51,8 @@ std::string describe_offload(const RunConfig& c, const FsdpOptions& o) {
   const std::string setting = ", offload " + std::string(deck::word(c.fsdp.offload));
   if (o.device == Device::host)
     return setting + " (no effect on the host backend: the sharded state already is host memory)";
-  return setting;
+  return setting + (o.offload == Offload::all ? " (f32 state, AdamW and the compute-dtype shard in host memory)"
+                                              : " (f32 state and AdamW in host memory)");
 }
 
 DType comm_dtype(deck::CommDtype d) { return d == deck::CommDtype::bf16 ? DType::bf16 : DType::f32; }
@@ -137,16 +138,12 @@ FsdpOptions resolve_fsdp_options(const RunConfig& c, Device device) {
   }
   o.device = device;
   o.offload = engine_offload(c.fsdp.offload);
-  // The device engine's host-resident state, its copy stream and the CPU
-  // AdamW are not built yet: a device run that asked for them would quietly
-  // keep everything on the device, and a plan that only fits with offload
-  // would run out of memory at step 1. --check still plans every setting
-  // (plan_fit.hpp) on a host deck.
-  if (o.offload != Offload::none && device != Device::host)
-    FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp ... offload " << c.fsdp.offload << " on device "
-                    << device_name(device) << " is not implemented yet (host-resident optimizer state on a "
-                    << "device backend); use offload none there, or device host, where the state already is "
-                    << "host memory";
+  // The FP8 all-gather casts the f32 master to FP8 on the device, which
+  // offload keeps on the host: refused rather than run without FP8 gathers.
+  if (o.offload != Offload::none && device != Device::host && o.fp8)
+    FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp ... offload " << c.fsdp.offload << " with precision fp8 on device "
+                    << device_name(device) << " is not implemented yet (the FP8 all-gather casts the f32 master, "
+                    << "which offload keeps in host memory); use offload none with fp8, or precision bf16";
   o.attention_backend = engine_attention(c.attention_backend);
   o.device_comm = c.device_comm == deck::DeviceComm::mpi ? DeviceComm::mpi : DeviceComm::nccl;
   return o;

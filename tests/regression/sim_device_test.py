@@ -25,11 +25,23 @@ deck on `device host`, exactly: loss, lr, grad_norm, eval_loss of every step):
                resumes on the host, and one saved on the host resumes on the
                simulated device; both continuations equal the uninterrupted
                host run bit for bit (fp32 and fp8 state).
-  offload      `fsdp ... offload` (issue 37), 1 rank: on the host backend
-               offload optimizer and all train bit for bit as offload none
-               and the header says they change nothing; on the simulated
-               device offload optimizer is refused at the fsdp line (the
-               device engine does not offload yet) before any step.
+  offload      `fsdp ... offload`, 1 rank: on the host backend offload
+               optimizer and all train bit for bit as offload none and the
+               header says they change nothing; on the simulated device
+               offload optimizer and all against offload none (curves and
+               final weights bit for bit) for every strategy, gradient
+               accumulation and LoRA; the device peak falls by what --check
+               plans; precision fp8 with offload is refused at the fsdp line.
+  offload_np2  the same at 2 ranks in bf16, LoRA with a bf16 base, and
+               shard_grad_op with no_sync and accumulation.
+  offload_np4  every strategy at 4 ranks on asynchronous host streams with
+               the debug allocator.
+  offload_resume  2 ranks: checkpoints across offload settings (optimizer ->
+               none, none -> all) continue the run without offload exactly.
+  gpu_offload  (either) offload optimizer and all against offload none on
+               the device, every strategy at np 1, two at np 2, bf16: exact
+               on the simulated device, within relative 1e-3 on a GPU (AdamW
+               on the CPU vs the GPU).
   gpu          (no --sim-device: the real CUDA backend; label gpu) tiny Llama
                and tiny ViT, fp32, 1 rank, `device cuda` against the same deck
                on the host within a stated tolerance (GEMM and reduction
@@ -224,6 +236,29 @@ def scenario_gpu_fsdp(r):
     print(f"ok: kill one rank: the device job ended {time.time() - start:.1f} s after the SIGKILL (exit {p.returncode})")
 
 
+def scenario_gpu_offload(r):
+    """`fsdp ... offload optimizer` and `all` against offload none on a GPU (label gpu, skipped without one): every
+    strategy at np 1, and full_shard and hybrid_shard at np 2 on one GPU (staged communicator), in bf16. AdamW runs on
+    the CPU with offload and on the GPU without it, so the curves agree within a stated tolerance (relative 1e-3 on
+    loss, 1e-2 on grad_norm), not bit for bit. With --sim-device the same harness runs on the host, where they are
+    exact."""
+    if not r.args.sim_device:
+        why_not = gpu_usable(r)
+        if why_not:
+            print("SKIP: no usable GPU: " + why_not)
+            sys.exit(77)
+    extra = "" if r.args.sim_device else "device_comm mpi\n"
+    cases = [(1, s, "") for s in STRATEGIES] + [(2, "full_shard", ""), (2, "hybrid_shard", "shard_group_size 1")]
+    for np, strategy, fsdp_extra in cases:
+        v = dict(micro=8 // np, max_steps=8, strategy=strategy, precision="bf16")
+        name = f"gpu_offload_np{np}_{strategy}"
+        base = r.run(np, LLAMA_DECK, "cuda", f"{name}_none", extra, fsdp_extra=fsdp_extra, **v)
+        for setting in ("optimizer", "all"):
+            dev = r.run(np, LLAMA_DECK, "cuda", f"{name}_{setting}", extra, fsdp_extra=f"{fsdp_extra} offload {setting}",
+                        **v)
+            close_curve(base, dev, f"{strategy} np {np} offload {setting} vs none on the device", 1e-3, 1e-2)
+
+
 def same_file(a, b, what):
     if not filecmp.cmp(a, b, shallow=False):
         fail(f"{what}: {a} and {b} differ")
@@ -319,7 +354,117 @@ def scenario_vit(r):
             same_curve(host, dev, f"vit {name} np {np}")
 
 
+STRATEGIES = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard")
+
+
+def planned_bytes(text):
+    """'312.50 KiB' (human_bytes) as bytes."""
+    value, unit = text.split()
+    return float(value) * {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}[unit]
+
+
+def device_peak_mib(run_dir):
+    rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if "device_peak_mib_max_rank" in l]
+    if not rows:
+        fail(f"{run_dir}: metrics.jsonl has no device_peak_mib_max_rank")
+    return max(r["device_peak_mib_max_rank"] for r in rows)
+
+
+def offload_equal(r, np, deck, name, extra="", settings=("optimizer", "all"), **variables):
+    """`device cuda` (the simulated device) with each offload setting against offload none on the same device:
+    every step's loss, lr, grad_norm and eval_loss, and the final weights (save_final), bit for bit."""
+    extra = extra + "save_final ${run_dir}/final.h5\n"
+    fsdp_extra = variables.pop("fsdp_extra", "")
+    base = r.run(np, deck, "cuda", f"{name}_none", extra, fsdp_extra=fsdp_extra, **variables)
+    runs = {"none": base}
+    for setting in settings:
+        run_dir = r.run(np, deck, "cuda", f"{name}_{setting}", extra, fsdp_extra=f"{fsdp_extra} offload {setting}",
+                        **variables)
+        if f", offload {setting} (f32 state" not in open(os.path.join(run_dir, "stdout.txt")).read():
+            fail(f"{name} offload {setting}: the fsdp header line does not say what moved to host memory")
+        same_curve(base, run_dir, f"{name}: offload {setting} against offload none on the simulated device")
+        same_h5(os.path.join(base, "final.h5"), os.path.join(run_dir, "final.h5"), f"{name}: offload {setting} final weights")
+        runs[setting] = run_dir
+    return runs
+
+
+def offload_strategies(r, np, **variables):
+    for strategy in STRATEGIES:
+        group = {1: 1, 2: 1, 4: 2}[np]
+        extra = f"shard_group_size {group}" if strategy == "hybrid_shard" else ""
+        offload_equal(r, np, LLAMA_DECK, f"offload_np{np}_{strategy}", micro=8 // np, max_steps=6, strategy=strategy,
+                      fsdp_extra=extra, **variables)
+
+
+def offload_memory(r):
+    """The device's peak (the simulated device's own blocks) falls by what --check plans for the state: at least
+    the planned drop, at most that plus the one reduced-gradient shard in flight the plan counts (the peak comes
+    where no reduction is in flight)."""
+    v = dict(micro=8, max_steps=5)
+    peaks, planned = {}, {}
+    largest = 0
+    for setting in ("none", "optimizer", "all"):
+        run_dir = r.run(1, LLAMA_DECK, "cuda", f"offload_memory_{setting}", fsdp_extra=f"offload {setting}", **v)
+        peaks[setting] = device_peak_mib(run_dir) * 1024 ** 2
+        deck = r.write(f"offload_memory_{setting}.in", f"device cuda\ndevice_comm mpi\ninclude {LLAMA_DECK}\n")
+        argv = [r.args.ftrain, "--check"] + sum(
+            (["-var", k, str(x)] for k, x in dict(data_dir=r.dir, run_dir=run_dir, fsdp_extra=f"offload {setting}",
+                                                 **v).items()), []) + [deck]
+        p = subprocess.run(argv, cwd=r.dir, capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, FTRAIN_CUDA_BACKEND=r.args.sim_device))
+        state = re.search(r"^  memory per rank +([0-9.]+ [KMG]?i?B) sharded state", p.stdout, re.M)
+        device_part = re.search(r"^  offload +" + setting + r" on a device backend: ([0-9.]+ [KMG]?i?B) of the state on "
+                                r"the device", p.stdout, re.M)
+        unit = re.search(r"largest unit ([0-9.]+)K", p.stdout)
+        if p.returncode != 0 or not state or not unit or (setting != "none" and not device_part):
+            fail(f"--check offload {setting}: exit {p.returncode}, no state or offload line:\n{p.stdout}{p.stderr}")
+        planned[setting] = planned_bytes((device_part or state).group(1))
+        largest = float(unit.group(1)) * 1000
+    for setting in ("optimizer", "all"):
+        drop, plan = peaks["none"] - peaks[setting], planned["none"] - planned[setting]
+        in_flight = 4 * largest  # the plan's f32 reduced-gradient shard of the largest unit
+        print(f"offload {setting}: device peak {peaks[setting]:.0f} B against {peaks['none']:.0f} B without: "
+              f"fell {drop:.0f} B; planned {plan:.0f} B (+ up to {in_flight:.0f} B in flight)")
+        if plan <= 0 or not 0.99 * plan <= drop <= 1.01 * (plan + in_flight):
+            fail(f"offload {setting}: the device peak fell {drop:.0f} bytes, the plan says {plan:.0f} bytes plus up "
+                 f"to {in_flight:.0f} of a reduced gradient in flight")
+    print("ok: the simulated device's peak falls by the planned state bytes with offload optimizer and all")
+
+
+def offload_divergence(r):
+    """lr 1e9: the run stops at the same diverged step, naming the same unit and tensor, with offload optimizer
+    (the guard on the host stream) as without it, and writes no metrics row for that step."""
+    text = open(LLAMA_DECK).read()
+    if "optimizer adamw lr 1e-2 " not in text:
+        fail(f"{LLAMA_DECK} no longer says `optimizer adamw lr 1e-2`: update this test")
+    deck = r.write("tiny_lr1e9.in", text.replace("optimizer adamw lr 1e-2 ", "optimizer adamw lr 1e9 "))
+    stops = {}
+    for setting in ("none", "optimizer"):
+        name = f"offload_diverge_{setting}"
+        run_dir = os.path.join(r.dir, name)
+        os.makedirs(run_dir, exist_ok=True)
+        wrapper = r.write(os.path.join(name, "deck.in"), f"device cuda\ndevice_comm mpi\ninclude {deck}\n")
+        argv = r.ftrain_argv(wrapper, {"data_dir": r.dir, "run_dir": run_dir, "fsdp_extra": f"offload {setting}",
+                                       "max_steps": 8})
+        p = ftrain_test.Runner.run(r, 1, argv, env={"FTRAIN_CUDA_BACKEND": r.args.sim_device}, timeout=240,
+                                   merge_output=True, what=f"{name}: lr 1e9 on the simulated device")
+        out = p.stdout + (p.stderr or "")
+        m = re.search(r"ftrain: error: (step (\d+) diverged: [^\n]*first non-finite gradient[^\n]*)", out)
+        if p.returncode == 0 or not m:
+            fail(f"{name}: exit {p.returncode}, expected a stop at a diverged step naming the gradient:\n{out[-3000:]}")
+        rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if '"loss"' in l]
+        if any(row["step"] >= int(m.group(2)) for row in rows):
+            fail(f"{name}: a metrics row for the diverged step {m.group(2)}")
+        stops[setting] = m.group(1)
+    if stops["none"] != stops["optimizer"]:
+        fail(f"the divergence stop differs with offload:\n  none:      {stops['none']}\n"
+             f"  optimizer: {stops['optimizer']}")
+    print(f"ok: lr 1e9 stops the same with offload optimizer: {stops['none'][:160]}")
+
+
 def scenario_offload(r):
+    """1 rank: the host backend's no-op; on the simulated device every strategy, LoRA, gradient accumulation,
+    the device memory the offloaded state leaves, and fp8's refusal."""
     base = r.run(1, LLAMA_DECK, "host", "offload_none_host", max_steps=6)
     for setting in ("optimizer", "all"):
         run_dir = r.run(1, LLAMA_DECK, "host", f"offload_{setting}_host", max_steps=6,
@@ -329,21 +474,72 @@ def scenario_offload(r):
             fail(f"offload {setting} on the host: the fsdp header line does not say it changes nothing:\n"
                  + header[:3000])
         same_curve(base, run_dir, f"host offload {setting} against offload none")
-    # A device run that asked for offload must not quietly keep its state on the device.
-    name = "offload_optimizer_device"
+    offload_strategies(r, 1)
+    offload_equal(r, 1, LLAMA_DECK, "offload_np1_accumulate", micro=4, accumulate=2, max_steps=6)
+    offload_equal(r, 1, LORA_DECK, "offload_np1_lora", micro=8, max_steps=6)
+    offload_memory(r)
+    offload_divergence(r)
+    # fp8's all-gather casts the master on the device: refused naming the fsdp line, before any step.
+    name = "offload_fp8_device"
     os.makedirs(os.path.join(r.dir, name), exist_ok=True)
     wrapper = r.write(os.path.join(name, "deck.in"), f"device cuda\ndevice_comm mpi\ninclude {LLAMA_DECK}\n")
     argv = r.ftrain_argv(wrapper, {"data_dir": r.dir, "run_dir": os.path.join(r.dir, name),
-                                   "fsdp_extra": "offload optimizer", "max_steps": 6})
+                                   "fsdp_extra": "offload optimizer", "precision": "fp8", "max_steps": 6})
     p = ftrain_test.Runner.run(r, 1, argv, env={"FTRAIN_CUDA_BACKEND": r.args.sim_device}, timeout=240,
-                               merge_output=True, what=f"{name}: ftrain device cuda offload optimizer")
+                               merge_output=True, what=f"{name}: ftrain device cuda offload optimizer precision fp8")
     out = p.stdout + (p.stderr or "")
     if p.returncode == 0 or "tiny.in:" not in out or \
-            "fsdp ... offload optimizer on device cuda is not implemented yet" not in out:
+            "fsdp ... offload optimizer with precision fp8 on device cuda is not implemented yet" not in out:
         fail(f"{name}: exit {p.returncode}, expected the refusal naming the fsdp line:\n{out[-3000:]}")
     if os.path.exists(os.path.join(r.dir, name, "metrics.jsonl")):
         fail(f"{name}: the refused run wrote metrics.jsonl")
-    print("ok: offload optimizer on the simulated device stops at the fsdp line: not implemented yet")
+    print("ok: offload with precision fp8 on the simulated device stops at the fsdp line")
+
+
+def scenario_offload_np2(r):
+    """2 ranks, bf16 (the compute-dtype shard is a cast of the host master): every strategy, and LoRA with a bf16
+    frozen base (offload all moves it to the host too)."""
+    offload_strategies(r, 2, precision="bf16")
+    offload_equal(r, 2, LORA_DECK, "offload_np2_lora_bf16", micro=4, max_steps=6, precision="bf16")
+    # no_sync: the unsharded gradient accumulates on the device and is reduced (and copied) once per step.
+    offload_equal(r, 2, LLAMA_DECK, "offload_np2_no_sync", micro=2, accumulate=2, max_steps=6, strategy="shard_grad_op",
+                  fsdp_extra="no_sync on")
+
+
+def scenario_offload_np4(r):
+    """4 ranks on asynchronous host streams with the debug allocator (a copy read before it landed, or a host
+    buffer reused early, shows as NaN or different bits): every strategy."""
+    offload_strategies(r, 4, env_vars={"FTRAIN_HOST_STREAM": "async", "FTRAIN_ALLOC_DEBUG": "1"})
+
+
+def scenario_offload_resume(r):
+    """2 ranks: a checkpoint saved with offload optimizer resumes with offload none, and one saved without offload
+    resumes with offload all; both continuations equal the uninterrupted run without offload bit for bit."""
+    v = dict(micro=4, max_steps=10)
+    full = r.run(2, LLAMA_DECK, "cuda", "offload_resume_full", **v)
+    for first, second in (("optimizer", "none"), ("none", "all")):
+        ck = os.path.join(r.dir, f"ck_offload_{first}_to_{second}")
+        name = f"offload_resume_{first}_to_{second}"
+        r.run(2, LLAMA_DECK, "cuda", name, f"checkpoint every 5 dir {ck} stop_after 5\n",
+              fsdp_extra=f"offload {first}", **v)
+        part = r.run(2, LLAMA_DECK, "cuda", name, f"checkpoint every 5 dir {ck}\nresume auto\n",
+                     fsdp_extra=f"offload {second}", **v)
+        if not os.path.isdir(os.path.join(ck, "step_5")) or not os.path.isdir(os.path.join(ck, "step_10")):
+            fail(f"{name}: expected step_5 and step_10 in {ck}: {sorted(os.listdir(ck))}")
+        same_curve(full, part, f"checkpoint saved with offload {first}, resumed with offload {second}")
+    # Onto another world size: the step-5 checkpoint of 2 ranks with offload optimizer, resharded onto 1 rank,
+    # continues the same with offload all as with offload none.
+    ck = os.path.join(r.dir, "ck_offload_optimizer_to_none")
+    v1 = dict(micro=8, max_steps=10)
+    resumed = {}
+    for setting in ("none", "all"):
+        copy = os.path.join(r.dir, f"ck_np2_to_np1_{setting}")
+        os.makedirs(copy)
+        shutil.copytree(os.path.join(ck, "step_5"), os.path.join(copy, "step_5"))
+        resumed[setting] = r.run(1, LLAMA_DECK, "cuda", f"offload_resume_np2_to_np1_{setting}",
+                                 f"checkpoint every 5 dir {copy}\nresume {copy}/step_5\n",
+                                 fsdp_extra=f"offload {setting}", **v1)
+    same_curve(resumed["none"], resumed["all"], "np 2 offload optimizer checkpoint resumed on np 1: offload all vs none")
 
 
 def scenario_checkpoint(r):
@@ -376,9 +572,9 @@ def main():
         subprocess.run([args.prep, "synthetic", "--out", "train.tok", "--tokens", "50000", "--vocab", "64",
                         "--seed", "7", "--eval-out", "eval.tok", "--eval-tokens", "4096"],
                        cwd=workdir, check=True, stdout=subprocess.DEVNULL)
-        if args.scenario != "gpu_fsdp" and (args.scenario == "gpu") != (args.sim_device is None):
+        if args.scenario not in ("gpu_fsdp", "gpu_offload") and (args.scenario == "gpu") != (args.sim_device is None):
             fail("--sim-device is needed by every scenario but gpu, which runs the real CUDA backend "
-                 "(gpu_fsdp: either)")
+                 "(gpu_fsdp, gpu_offload: either)")
         r = Runner(args, workdir)
         if args.scenario == "llama_np1":
             scenario_llama(r, 1)
@@ -388,12 +584,20 @@ def main():
             scenario_vit(r)
         elif args.scenario == "offload":
             scenario_offload(r)
+        elif args.scenario == "offload_np2":
+            scenario_offload_np2(r)
+        elif args.scenario == "offload_np4":
+            scenario_offload_np4(r)
+        elif args.scenario == "offload_resume":
+            scenario_offload_resume(r)
         elif args.scenario == "checkpoint":
             scenario_checkpoint(r)
         elif args.scenario == "gpu":
             scenario_gpu(r)
         elif args.scenario == "gpu_fsdp":
             scenario_gpu_fsdp(r)
+        elif args.scenario == "gpu_offload":
+            scenario_gpu_offload(r)
         else:
             fail("unknown scenario " + args.scenario)
         print(f"ok: {args.scenario}: {r.runs} runs")

@@ -16,7 +16,14 @@
 //    the NaN poison (kPoisonWord), so reading memory nobody wrote shows too.
 //  * Copies: the allocator's zero/copy/copy_to_host/copy_from_host undo the
 //    flip: the explicit copies (to_device, copy_tensor, host_readable) are
-//    the only way between host and device, as with cudaMemcpy.
+//    the only way between host and device, as with cudaMemcpy. The copies
+//    on a given stream (copy_to_host_on / copy_from_host_on) run on that
+//    stream, as cudaMemcpyAsync does: a caller that reuses the host buffer
+//    before the stream passed the copy races it (ThreadSanitizer sees it on
+//    asynchronous host streams).
+//  * Accounting: stats() counts the device's own blocks in live_bytes and
+//    peak_live_bytes (the rest is the host allocator's), so a test sees
+//    what a run keeps in device memory and what it moved to the host.
 //  * Ops: the table is generated from FTRAIN_OP_LIST. Each entry turns every
 //    Tensor / Tensor* / Fp8Tensor / Fp8Casts argument into a host-tagged alias of the
 //    same memory (Tensor::external) and calls the host backend's entry, so
@@ -25,6 +32,7 @@
 //    the tensor: a real GPU kernel would be given a host pointer.
 //  * Streams: host streams (synchronous, or asynchronous worker threads with
 //    FTRAIN_HOST_STREAM=async), as the host backend's.
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -64,9 +72,15 @@ class SimDeviceAllocator final : public DeviceAllocator {
     // reads it: a real allocator hands out whatever was there.
     auto* words = static_cast<std::uint32_t*>(block.get());
     for (std::size_t i = 0; i < bytes / sizeof(std::uint32_t); ++i) words[i] = kPoisonWord;
-    // Owned by the host block (released in stream order by the host
-    // allocator), pointing at the tagged address.
-    return std::shared_ptr<void>(block, to_device_address(block.get()));
+    // The host block (released in stream order by the host allocator)
+    // goes with the last owner of the tagged address.
+    const std::size_t now = live_.fetch_add(bytes) + bytes;
+    for (std::size_t peak = peak_.load(); now > peak && !peak_.compare_exchange_weak(peak, now);) {
+    }
+    return std::shared_ptr<void>(to_device_address(block.get()), [this, block, bytes](void*) mutable {
+      live_.fetch_sub(bytes);
+      block.reset();
+    });
   }
   void zero(void* dst, std::size_t bytes) override { std::memset(to_host_address(dst), 0, bytes); }
   void copy(void* dst, const void* src, std::size_t bytes) override {
@@ -78,7 +92,24 @@ class SimDeviceAllocator final : public DeviceAllocator {
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override {
     std::memcpy(host_dst, to_host_address(src), bytes);
   }
-  AllocatorStats stats() const override { return host_allocator().stats(); }
+  void copy_to_host_on(Stream& stream, void* host_dst, const void* src, std::size_t bytes) override {
+    const void* from = to_host_address(src);
+    stream.enqueue([host_dst, from, bytes] { std::memcpy(host_dst, from, bytes); });
+  }
+  void copy_from_host_on(Stream& stream, void* dst, const void* host_src, std::size_t bytes) override {
+    void* to = to_host_address(dst);
+    stream.enqueue([to, host_src, bytes] { std::memcpy(to, host_src, bytes); });
+  }
+  AllocatorStats stats() const override {
+    AllocatorStats s = host_allocator().stats();
+    s.live_bytes = live_.load();
+    s.peak_live_bytes = peak_.load();
+    return s;
+  }
+
+ private:
+  std::atomic<std::size_t> live_{0};
+  std::atomic<std::size_t> peak_{0};
 };
 
 // The host-tagged alias of one op argument.

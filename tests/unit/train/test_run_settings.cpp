@@ -95,9 +95,9 @@ TEST(RunSettings, TheHeaderPrintsTheResolvedValues) {
 
 // fsdp ... offload (issue 37): on the host backend the state already is host
 // memory, so it resolves, changes nothing and the header says so; a device
-// backend refuses it (the device engine does not offload yet), naming the
-// fsdp line, instead of keeping everything on the device.
-TEST(RunSettings, OffloadIsANoOpOnTheHostAndRefusedOnADevice) {
+// backend takes it, except with precision fp8 (the FP8 all-gather casts the
+// master on the device), which is refused naming the fsdp line.
+TEST(RunSettings, OffloadIsANoOpOnTheHostAndRefusedWithFp8OnADevice) {
   EXPECT_EQ(resolve_fsdp_options(parse(""), Device::host).offload, Offload::none);
   const RunConfig optimizer = parse("fsdp full_shard offload optimizer\n");
   const FsdpOptions o = resolve_fsdp_options(optimizer, Device::host);
@@ -110,11 +110,15 @@ TEST(RunSettings, OffloadIsANoOpOnTheHostAndRefusedOnADevice) {
       << text;
   EXPECT_EQ(describe_settings(parse(""), resolve_fsdp_options(parse(""), Device::host), 2).find("offload"),
             std::string::npos);
+  EXPECT_EQ(resolve_fsdp_options(parse("fsdp full_shard offload all\n"), Device::cuda).offload, Offload::all);
+  EXPECT_EQ(resolve_fsdp_options(parse("fsdp full_shard offload optimizer\n"), Device::cuda).offload,
+            Offload::optimizer);
   try {
-    resolve_fsdp_options(parse("fsdp full_shard offload all\n"), Device::cuda);
-    ADD_FAILURE() << "offload all on device cuda resolved";
+    resolve_fsdp_options(parse("precision fp8\nfsdp full_shard offload all\n"), Device::cuda);
+    ADD_FAILURE() << "offload all with precision fp8 on device cuda resolved";
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("run.in:3: fsdp ... offload all on device cuda is not implemented yet"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "run.in:4: fsdp ... offload all with precision fp8 on device cuda is not implemented yet"),
               std::string::npos)
         << e.what();
   }
