@@ -252,17 +252,22 @@ def scenario_placement(t):
     print("ok: btl self,vader cannot connect node1 and node2 (TCP carries everything between nodes)")
 
 
+def wait_for_step(proc, log, step, limit_s=120):
+    """Until the run's log shows `step`; fails if mpirun ends or the limit passes first."""
+    deadline = time.monotonic() + limit_s
+    while f"step {step}/" not in open(log).read():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            fail(f"training did not reach step {step}:\n" + open(log).read()[-6000:])
+        time.sleep(0.1)
+
+
 def scenario_dead_node(t):
     timeout = 20
     log = t.path("dead_node.log")
     argv = t.ftrain("dead", max_steps=1000000, timeout=timeout)
     proc = t.cluster.popen_mpirun(4, argv, log, slots=TWO_BY_TWO)
     try:
-        deadline = time.monotonic() + 120
-        while "step 3/" not in open(log).read():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                fail("training did not reach step 3:\n" + open(log).read()[-6000:])
-            time.sleep(0.1)
+        wait_for_step(proc, log, 3)
         victims = t.cluster.pids_on("node2", t.args.ftrain)
         if len(victims) != 2:
             fail(f"expected node2's 2 ranks among its processes, found pids {victims}")
@@ -305,11 +310,7 @@ def unplug_node2_mid_training(t, run, timeout, mpirun_extra, wait_s):
     proc = t.cluster.popen_mpirun(4, t.ftrain(run, max_steps=1000000, timeout=timeout), log, slots=TWO_BY_TWO,
                                   extra=mpirun_extra)
     try:
-        deadline = time.monotonic() + 120
-        while "step 3/" not in open(log).read():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                fail("training did not reach step 3:\n" + open(log).read()[-6000:])
-            time.sleep(0.1)
+        wait_for_step(proc, log, 3)
         t.cluster.unplug("node2")
         start = time.monotonic()
         left = None

@@ -167,11 +167,25 @@ def gpu_usable(r):
     return None
 
 
-def scenario_gpu(r):
+def skip_without_gpu(r):
+    """Exit 77 (skipped, with the reason) where no GPU is usable."""
     why_not = gpu_usable(r)
     if why_not:
         print("SKIP: no usable GPU: " + why_not)
         sys.exit(77)
+
+
+def gpu_or_sim_device_extra(r):
+    """The deck lines a GPU-or-simulated-device harness adds: on a GPU (after
+    skip_without_gpu) `device_comm mpi`; the simulated device adds it itself."""
+    if r.args.sim_device:
+        return ""
+    skip_without_gpu(r)
+    return "device_comm mpi\n"
+
+
+def scenario_gpu(r):
+    skip_without_gpu(r)
     v = dict(micro=8, max_steps=8)
     close_curve(r.run(1, LLAMA_DECK, "host", "gpu_llama_host", **v), r.run(1, LLAMA_DECK, "cuda", "gpu_llama_cuda", **v),
                 "llama fp32 on the GPU vs host", 1e-3, 1e-2)
@@ -186,12 +200,7 @@ def scenario_gpu_fsdp(r):
     rank killed with SIGKILL must end the device job within 60 s. On a GPU
     (label gpu, skipped without one); with --sim-device the same harness runs
     on the host (the simulated device adds `device_comm mpi` itself)."""
-    if not r.args.sim_device:
-        why_not = gpu_usable(r)
-        if why_not:
-            print("SKIP: no usable GPU: " + why_not)
-            sys.exit(77)
-    extra = "" if r.args.sim_device else "device_comm mpi\n"
+    extra = gpu_or_sim_device_extra(r)
     for strategy, fsdp_extra in (("full_shard", ""), ("shard_grad_op", ""), ("no_shard", ""),
                                  ("hybrid_shard", "shard_group_size 2")):
         v = dict(micro=4, max_steps=8, strategy=strategy, fsdp_extra=fsdp_extra, forward_prefetch="on")
@@ -242,12 +251,7 @@ def scenario_gpu_offload(r):
     the CPU with offload and on the GPU without it, so the curves agree within a stated tolerance (relative 1e-3 on
     loss, 1e-2 on grad_norm), not bit for bit. With --sim-device the same harness runs on the host, where they are
     exact."""
-    if not r.args.sim_device:
-        why_not = gpu_usable(r)
-        if why_not:
-            print("SKIP: no usable GPU: " + why_not)
-            sys.exit(77)
-    extra = "" if r.args.sim_device else "device_comm mpi\n"
+    extra = gpu_or_sim_device_extra(r)
     cases = [(1, s, "") for s in STRATEGIES] + [(2, "full_shard", ""), (2, "hybrid_shard", "shard_group_size 1")]
     for np, strategy, fsdp_extra in cases:
         v = dict(micro=8 // np, max_steps=8, strategy=strategy, precision="bf16")
