@@ -96,7 +96,9 @@ const RopeTables& rope_tables(const Tensor& inv_freq, std::int64_t position_offs
 }
 
 // The rows of the tables for each token: t, or positions[b, t] (checked
-// non-negative) when given. time_rows is the tables' length.
+// non-negative) when given. time_rows is the tables' length: at least T, so
+// packed windows (whose restarted positions stay below T) share the tables
+// of the window's length instead of tabulating a new length per batch.
 struct TokenRows {
   const std::int32_t* positions = nullptr;  // null: row t
   std::int64_t time_rows = 0;
@@ -112,7 +114,7 @@ TokenRows token_rows(const char* op, const Tensor* positions, const RopeDims& d)
                         << " is negative (positions " << positions->describe() << ")";
     most = std::max<std::int64_t>(most, p[k]);
   }
-  return {p, most + 1};
+  return {p, std::max<std::int64_t>(d.time, most + 1)};
 }
 
 // out = R(direction * angle) in: direction +1 forward, -1 backward.
