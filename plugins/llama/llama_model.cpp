@@ -89,14 +89,42 @@ ParamSpec projection(const std::string& name, Shape shape, const LlamaConfig& c)
   return p;
 }
 
+// ---- tensor parallelism (Megatron's layout) -----------------------------------------
+//
+// At parallel tensor T each unit holds its tensor rank's slices: q, k, v,
+// gate and up split by output rows (column-parallel: a rank computes its own
+// heads / intermediate columns, no communication), o and down by input
+// columns (row-parallel: the partial outputs are summed over the tensor
+// group), the embedding and the head by vocabulary rows (the lookup and the
+// cross entropy reduce over the group, the logits are never gathered).
+// Norm weights and the residual stream are whole on every rank. Backward
+// mirrors it: the input gradient of a column-parallel projection is partial
+// and summed over the group; a row-parallel one's is already whole.
+
+// This rank's slice of `full` along `dim`, T of them.
+ParamSpec split_spec(ParamSpec p, int dim, std::int64_t tensor_size) {
+  if (tensor_size <= 1) return p;
+  p.full_shape = p.shape;
+  p.shape[static_cast<std::size_t>(dim)] /= tensor_size;
+  p.tensor_split_dim = dim;
+  return p;
+}
+
+ParallelGroup& tensor_group(const StepContext& ctx, const std::string& unit) {
+  FT_CHECK(ctx.parallel != nullptr && ctx.parallel->tensor != nullptr)
+      << "unit " << unit << " was split for tensor parallelism but its step has no tensor group";
+  return *ctx.parallel->tensor;
+}
+
 // ---- unit 0: token embedding ------------------------------------------------------
 
 class EmbeddingUnit final : public Unit {
  public:
-  explicit EmbeddingUnit(const LlamaConfig& c) : config_(c) {}
+  EmbeddingUnit(const LlamaConfig& c, std::int64_t tensor_size) : config_(c), tensor_size_(tensor_size) {}
   std::string name() const override { return "model.embed_tokens"; }
   std::vector<ParamSpec> params() const override {
-    return {matrix("model.embed_tokens.weight", {config_.vocab_size, config_.hidden_size}, config_)};
+    return {split_spec(matrix("model.embed_tokens.weight", {config_.vocab_size, config_.hidden_size}, config_), 0,
+                       tensor_size_)};
   }
 
   Tensor forward(const StepContext& ctx, const std::vector<Tensor>& params, const Batch& batch, const Tensor&,
@@ -104,27 +132,44 @@ class EmbeddingUnit final : public Unit {
     check_params(*this, params, 1);
     const std::int64_t n = token_rows(batch.inputs);
     Tensor h = activation(ctx, {n, config_.hidden_size});
-    ops::embedding_forward(ctx.execution(), batch.inputs.reshape({n}), params[0], h);
+    if (tensor_size_ <= 1) {
+      ops::embedding_forward(ctx.execution(), batch.inputs.reshape({n}), params[0], h);
+      return h;
+    }
+    // Vocabulary-parallel: this rank's rows, zeros for the others', summed.
+    ops::embedding_forward_rows(ctx.execution(), batch.inputs.reshape({n}), params[0], first_row(ctx),
+                                config_.vocab_size, h);
+    tensor_group(ctx, name()).all_reduce_sum(ctx.execution(), h);
     return h;
   }
 
   Tensor backward(const StepContext& ctx, const std::vector<Tensor>& params, std::vector<Tensor>& grads,
                   const Batch& batch, const Tensor&, const Tensor& dy, UnitCache&) override {
     check_params(*this, params, 1);
-    ops::embedding_backward(ctx.execution(), batch.inputs.reshape({token_rows(batch.inputs)}), dy, grads[0]);
+    const Tensor tokens = batch.inputs.reshape({token_rows(batch.inputs)});
+    if (tensor_size_ <= 1) {
+      ops::embedding_backward(ctx.execution(), tokens, dy, grads[0]);
+    } else {
+      ops::embedding_backward_rows(ctx.execution(), tokens, dy, first_row(ctx), grads[0]);
+    }
     return Tensor();
   }
 
  private:
+  std::int64_t first_row(const StepContext& ctx) const {
+    return tensor_group(ctx, name()).rank() * (config_.vocab_size / tensor_size_);
+  }
   LlamaConfig config_;
+  std::int64_t tensor_size_;
 };
 
 // ---- units 1..L: decoder layers ------------------------------------------------------
 
 class DecoderLayerUnit final : public Unit {
  public:
-  DecoderLayerUnit(const LlamaConfig& c, int layer, const Tensor& inv_freq)
+  DecoderLayerUnit(const LlamaConfig& c, int layer, const Tensor& inv_freq, std::int64_t tensor_size)
       : config_(c),
+        tensor_size_(tensor_size),
         prefix_("model.layers." + std::to_string(layer)),
         inv_freq_(inv_freq),
         linears_(projection_names(prefix_)) {}
@@ -136,17 +181,20 @@ class DecoderLayerUnit final : public Unit {
 
   std::vector<ParamSpec> params() const override {
     const auto& c = config_;
-    const std::int64_t C = c.hidden_size, I = c.intermediate_size;
+    const std::int64_t C = c.hidden_size, I = c.intermediate_size, T = tensor_size_;
+    // Column-parallel (split dim 0: output rows) and row-parallel (dim 1: input columns).
+    auto column = [&](const std::string& n, Shape shape) { return split_spec(projection(n, std::move(shape), c), 0, T); };
+    auto row = [&](const std::string& n, Shape shape) { return split_spec(projection(n, std::move(shape), c), 1, T); };
     return {
         norm_weight(prefix_ + ".input_layernorm.weight", C),
-        projection(prefix_ + ".self_attn.q_proj.weight", {c.q_size(), C}, c),
-        projection(prefix_ + ".self_attn.k_proj.weight", {c.kv_size(), C}, c),
-        projection(prefix_ + ".self_attn.v_proj.weight", {c.kv_size(), C}, c),
-        projection(prefix_ + ".self_attn.o_proj.weight", {C, c.q_size()}, c),
+        column(prefix_ + ".self_attn.q_proj.weight", {c.q_size(), C}),
+        column(prefix_ + ".self_attn.k_proj.weight", {c.kv_size(), C}),
+        column(prefix_ + ".self_attn.v_proj.weight", {c.kv_size(), C}),
+        row(prefix_ + ".self_attn.o_proj.weight", {C, c.q_size()}),
         norm_weight(prefix_ + ".post_attention_layernorm.weight", C),
-        projection(prefix_ + ".mlp.gate_proj.weight", {I, C}, c),
-        projection(prefix_ + ".mlp.up_proj.weight", {I, C}, c),
-        projection(prefix_ + ".mlp.down_proj.weight", {C, I}, c),
+        column(prefix_ + ".mlp.gate_proj.weight", {I, C}),
+        column(prefix_ + ".mlp.up_proj.weight", {I, C}),
+        row(prefix_ + ".mlp.down_proj.weight", {C, I}),
     };
   }
 
@@ -191,6 +239,7 @@ class DecoderLayerUnit final : public Unit {
 
     Tensor h1 = activation(ctx, {d.n, d.c});
     linear_forward(ctx, kO, attn.reshape({d.n, d.hq * d.hd}), p[kO], h1);
+    sum_over_tensor_group(ctx, h1);  // row-parallel o_proj: each rank's heads' share
     ops::add(ctx.execution(), x, h1, h1);
 
     Tensor xn2 = activation(ctx, {d.n, d.c});
@@ -214,6 +263,7 @@ class DecoderLayerUnit final : public Unit {
       ops::swiglu_forward(ctx.execution(), gate, up, act);
       linear_forward(ctx, kDown, act, p[kDown], y);
     }
+    sum_over_tensor_group(ctx, y);  // row-parallel down_proj
     ops::add(ctx.execution(), h1, y, y);
 
     cache.clear();
@@ -249,6 +299,7 @@ class DecoderLayerUnit final : public Unit {
     linear_backward(ctx, kGate, xn2, p[kGate], dgate, &dxn2, g[kGate]);
     linear_backward(ctx, kUp, xn2, p[kUp], dup, &dxn2_up, g[kUp]);
     ops::add_inplace(ctx.execution(), dxn2, dxn2_up);
+    sum_over_tensor_group(ctx, dxn2);  // column-parallel gate/up: each rank's columns' share
     // dh1 = dy (residual) + d rmsnorm2
     Tensor dh1 = activation(ctx, {d.n, d.c});
     ops::rmsnorm_backward(ctx.execution(), s[kH1], p[kPostNorm], s[kRstd2], dxn2, dh1, g[kPostNorm]);
@@ -275,6 +326,7 @@ class DecoderLayerUnit final : public Unit {
     ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
     linear_backward(ctx, kV, xn1, p[kV], dv.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kV]);
     ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
+    sum_over_tensor_group(ctx, dxn1);  // column-parallel q/k/v
     // dx = dh1 (residual) + d rmsnorm1
     Tensor dx = activation(ctx, {d.n, d.c});
     ops::rmsnorm_backward(ctx.execution(), x, p[kInputNorm], s[kRstd1], dxn1, dx, g[kInputNorm]);
@@ -289,14 +341,19 @@ class DecoderLayerUnit final : public Unit {
   Dims dims(const Batch& batch) const {
     FT_CHECK(batch.inputs.ndim() == 2) << "llama expects token batches [B, T], got " << batch.inputs.describe();
     const std::int64_t b = batch.inputs.dim(0), t = batch.inputs.dim(1);
+    // This tensor rank's heads, KV heads and intermediate columns.
     return {b,
             t,
             b * t,
             config_.hidden_size,
-            config_.intermediate_size,
-            config_.num_attention_heads,
-            config_.num_key_value_heads,
+            config_.intermediate_size / tensor_size_,
+            config_.num_attention_heads / tensor_size_,
+            config_.num_key_value_heads / tensor_size_,
             config_.resolved_head_dim()};
+  }
+  // The sum over the tensor group of each rank's partial [N, C] (T > 1).
+  void sum_over_tensor_group(const StepContext& ctx, Tensor& partial) const {
+    if (tensor_size_ > 1) tensor_group(ctx, prefix_).all_reduce_sum(ctx.execution(), partial);
   }
   float softmax_scale() const {
     return static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.resolved_head_dim())));
@@ -352,6 +409,7 @@ class DecoderLayerUnit final : public Unit {
   }
 
   LlamaConfig config_;
+  std::int64_t tensor_size_;
   std::string prefix_;
   Tensor inv_freq_;
   layers::LinearLayers linears_;  // the projections, indexed by Param; FP8 under precision fp8
@@ -361,11 +419,13 @@ class DecoderLayerUnit final : public Unit {
 
 class HeadUnit final : public Unit {
  public:
-  explicit HeadUnit(const LlamaConfig& c) : config_(c) {}
+  HeadUnit(const LlamaConfig& c, std::int64_t tensor_size) : config_(c), tensor_size_(tensor_size) {}
   std::string name() const override { return "lm_head"; }
 
   std::vector<ParamSpec> params() const override {
-    ParamSpec head = matrix("lm_head.weight", {config_.vocab_size, config_.hidden_size}, config_);
+    // Vocabulary-parallel; tied, the embedding's own slice (the same rows).
+    ParamSpec head =
+        split_spec(matrix("lm_head.weight", {config_.vocab_size, config_.hidden_size}, config_), 0, tensor_size_);
     if (config_.tie_word_embeddings) head.tied_to = "model.embed_tokens.weight";
     return {norm_weight("model.norm.weight", config_.hidden_size), head};
   }
@@ -382,8 +442,12 @@ class HeadUnit final : public Unit {
     ops::rmsnorm_forward(ctx.execution(), x, p[0], static_cast<float>(config_.rms_norm_eps), normed, rstd);
     Tensor losses = f32_tensor(ctx, {n});
     Tensor lse = f32_tensor(ctx, {n});
-    ops::cross_entropy_forward(ctx.execution(), normed, p[1], nullptr, batch.targets.reshape({n}), ctx.vocab_chunk,
-                               losses, lse);
+    if (tensor_size_ <= 1) {
+      ops::cross_entropy_forward(ctx.execution(), normed, p[1], nullptr, batch.targets.reshape({n}), ctx.vocab_chunk,
+                                 losses, lse);
+    } else {
+      vocab_parallel_cross_entropy(ctx, normed, p[1], batch.targets.reshape({n}), losses, lse);
+    }
 
     // The loss sum stays on the device (f64 accumulation inside the op): the
     // engine reads it, the plugin never does.
@@ -404,15 +468,51 @@ class HeadUnit final : public Unit {
     const std::int64_t n = token_rows(batch.targets);
     const auto& s = cache.saved;
     Tensor dnormed = activation(ctx, {n, config_.hidden_size});
-    ops::cross_entropy_backward(ctx.execution(), s[kNormed], p[1], nullptr, batch.targets.reshape({n}), s[kLse], dy,
-                                ctx.vocab_chunk, dnormed, g[1], nullptr);
+    if (tensor_size_ <= 1) {
+      ops::cross_entropy_backward(ctx.execution(), s[kNormed], p[1], nullptr, batch.targets.reshape({n}), s[kLse], dy,
+                                  ctx.vocab_chunk, dnormed, g[1], nullptr);
+    } else {
+      // This slice's share of dnormed (its logits' gradient through its rows), summed.
+      ops::cross_entropy_slice_backward(ctx.execution(), s[kNormed], p[1], batch.targets.reshape({n}), first_row(ctx),
+                                        config_.vocab_size, s[kLse], dy, ctx.vocab_chunk, dnormed, g[1]);
+      tensor_group(ctx, name()).all_reduce_sum(ctx.execution(), dnormed);
+    }
     Tensor dx = activation(ctx, {n, config_.hidden_size});
     ops::rmsnorm_backward(ctx.execution(), x, p[0], s[kRstd], dnormed, dx, g[0]);
     return dx;
   }
 
  private:
+  std::int64_t first_row(const StepContext& ctx) const {
+    return tensor_group(ctx, name()).rank() * (config_.vocab_size / tensor_size_);
+  }
+
+  // Cross entropy over vocabulary-parallel logits, never gathered: each rank
+  // takes the log-sum-exp of its slice and the target's logit where it holds
+  // it; the group's max of the slices' lse, the sum of their exp against it
+  // and the sum of the target logits give every rank the whole row's lse and
+  // loss (Megatron's vocab_parallel_cross_entropy).
+  void vocab_parallel_cross_entropy(const StepContext& ctx, const Tensor& normed, const Tensor& w,
+                                    const Tensor& targets, Tensor& losses, Tensor& lse) const {
+    ExecutionContext& exec = ctx.execution();
+    ParallelGroup& group = tensor_group(ctx, name());
+    const std::int64_t n = targets.numel();
+    Tensor local_lse = f32_tensor(ctx, {n});
+    Tensor target_logit = f32_tensor(ctx, {n});
+    ops::cross_entropy_slice_forward(exec, normed, w, targets, first_row(ctx), config_.vocab_size, ctx.vocab_chunk,
+                                     local_lse, target_logit);
+    Tensor row_max = f32_tensor(ctx, {n});
+    ops::cast(exec, local_lse, row_max);
+    group.all_reduce_max(exec, row_max);
+    Tensor sum_exp = f32_tensor(ctx, {n});
+    ops::cross_entropy_slice_sum_exp(exec, local_lse, row_max, sum_exp);
+    group.all_reduce_sum(exec, sum_exp);
+    group.all_reduce_sum(exec, target_logit);
+    ops::cross_entropy_slice_loss(exec, row_max, sum_exp, target_logit, targets, losses, lse);
+  }
+
   LlamaConfig config_;
+  std::int64_t tensor_size_;
 };
 
 Tensor make_inv_freq(const LlamaConfig& c) {
@@ -428,11 +528,34 @@ Tensor make_inv_freq(const LlamaConfig& c) {
 }  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& config) : config_(config), inv_freq_(make_inv_freq(config)) {
-  units_.push_back(std::make_unique<EmbeddingUnit>(config_));
+  make_units();
+}
+
+void LlamaModel::make_units() {
+  units_.clear();
+  units_.push_back(std::make_unique<EmbeddingUnit>(config_, tensor_size_));
   for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
-    units_.push_back(std::make_unique<DecoderLayerUnit>(config_, layer, inv_freq_));
+    units_.push_back(std::make_unique<DecoderLayerUnit>(config_, layer, inv_freq_, tensor_size_));
   }
-  units_.push_back(std::make_unique<HeadUnit>(config_));
+  units_.push_back(std::make_unique<HeadUnit>(config_, tensor_size_));
+}
+
+void LlamaModel::split_for_tensor_parallel(int tensor_size) {
+  if (tensor_size == tensor_size_) return;
+  FT_CHECK(tensor_size_ == 1) << "llama: split for tensor parallel " << tensor_size << " after " << tensor_size_;
+  const auto& c = config_;
+  const std::int64_t T = tensor_size;
+  auto require = [T](std::int64_t count, const char* what) {
+    if (count % T != 0)
+      FT_USER_ERROR() << "llama: parallel tensor " << T << " divides the " << what << " among the tensor ranks, but "
+                      << count << " is not a multiple of " << T;
+  };
+  require(c.num_attention_heads, "num_attention_heads");
+  require(c.num_key_value_heads, "num_key_value_heads (GQA's KV heads)");
+  require(c.intermediate_size, "intermediate_size");
+  require(c.vocab_size, "vocab_size (the vocabulary-parallel embedding and head)");
+  tensor_size_ = tensor_size;
+  make_units();
 }
 
 LlamaModel::~LlamaModel() = default;
