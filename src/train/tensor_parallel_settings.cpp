@@ -33,7 +33,8 @@ void check_tensor_parallel(const RunConfig& c, const FsdpOptions& fsdp, Device d
   try {
     model.split_for_tensor_parallel(static_cast<int>(c.parallel.tensor));
   } catch (const UserError& e) {
-    FT_USER_ERROR() << c.parallel.where.str() << " (" << c.model.where.str() << "): " << e.what();
+    FT_USER_ERROR() << c.parallel.where.str() << ": parallel tensor " << c.parallel.tensor << " with the model of "
+                    << c.model.where.str() << ": " << e.what();
   }
 }
 
