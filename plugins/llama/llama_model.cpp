@@ -116,6 +116,61 @@ ParallelGroup& tensor_group(const StepContext& ctx, const std::string& unit) {
   return *ctx.parallel->tensor;
 }
 
+// Sequence parallelism (Megatron's, with tensor parallelism): between the
+// blocks each tensor rank holds 1/T of the token rows (rows [r n/T, (r+1) n/T)
+// of the flattened [N, C] stream), so the norms and residual adds run on a
+// slice and those activations take 1/T of the memory. A block all-gathers
+// the rows before its column-parallel projections and reduce-scatters the
+// row-parallel outputs (instead of all-reducing them); backward mirrors it.
+// At T = 1 these are the tensors themselves.
+class SequenceRows {
+ public:
+  SequenceRows(const StepContext& ctx, const std::string& unit, std::int64_t tensor_size)
+      : ctx_(ctx), unit_(unit), tensor_size_(tensor_size) {}
+  // This rank's share of n token rows.
+  std::int64_t local(std::int64_t n) const {
+    if (n % tensor_size_ != 0)
+      FT_USER_ERROR() << "llama: parallel tensor " << tensor_size_ << " shares the micro-batch's " << n
+                      << " token rows (micro x seq_len) among the tensor ranks (sequence parallelism), but " << n
+                      << " is not a multiple of " << tensor_size_ << "; choose micro or seq_len to make it one";
+    return n / tensor_size_;
+  }
+  // [n/T, C] -> [n, C]: every rank's rows in rank order.
+  Tensor gather(const Tensor& rows) const {
+    if (tensor_size_ <= 1) return rows;
+    Tensor all = Tensor::empty({rows.dim(0) * tensor_size_, rows.dim(1)}, rows.dtype(), ctx_.device);
+    tensor_group(ctx_, unit_).all_gather(ctx_.execution(), rows, all);
+    return all;
+  }
+  // [n, C] partial sums -> this rank's [n/T, C] rows of their sum over the group.
+  Tensor scatter(const Tensor& partial) const {
+    if (tensor_size_ <= 1) return partial;
+    Tensor mine = Tensor::empty({local(partial.dim(0)), partial.dim(1)}, partial.dtype(), ctx_.device);
+    tensor_group(ctx_, unit_).reduce_scatter_sum(ctx_.execution(), partial, mine);
+    return mine;
+  }
+  // rmsnorm backward on this rank's rows: the norm weight's gradient from
+  // them is part of the whole, summed over the group (this call's part only,
+  // so gradients accumulated before are not summed again).
+  void norm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                     Tensor& dw) const {
+    if (tensor_size_ <= 1 || !dw.defined()) {
+      ops::rmsnorm_backward(ctx_.execution(), x, w, rstd, dy, dx, dw);
+      return;
+    }
+    Tensor part = Tensor::empty(dw.shape(), DType::f32, ctx_.device);
+    ops::fill(ctx_.execution(), part, 0.0f);
+    ops::rmsnorm_backward(ctx_.execution(), x, w, rstd, dy, dx, part);
+    tensor_group(ctx_, unit_).all_reduce_sum(ctx_.execution(), part);
+    ops::add_inplace(ctx_.execution(), dw, part);
+  }
+
+ private:
+  const StepContext& ctx_;
+  const std::string& unit_;
+  std::int64_t tensor_size_;
+};
+
 // ---- unit 0: token embedding ------------------------------------------------------
 
 class EmbeddingUnit final : public Unit {
@@ -136,11 +191,11 @@ class EmbeddingUnit final : public Unit {
       ops::embedding_forward(ctx.execution(), batch.inputs.reshape({n}), params[0], h);
       return h;
     }
-    // Vocabulary-parallel: this rank's rows, zeros for the others', summed.
+    // Vocabulary-parallel: this rank's vocabulary rows, zeros for the others'
+    // ids; the sum's token rows are scattered (sequence parallelism).
     ops::embedding_forward_rows(ctx.execution(), batch.inputs.reshape({n}), params[0], first_row(ctx),
                                 config_.vocab_size, h);
-    tensor_group(ctx, name()).all_reduce_sum(ctx.execution(), h);
-    return h;
+    return SequenceRows(ctx, name_, tensor_size_).scatter(h);
   }
 
   Tensor backward(const StepContext& ctx, const std::vector<Tensor>& params, std::vector<Tensor>& grads,
@@ -150,7 +205,8 @@ class EmbeddingUnit final : public Unit {
     if (tensor_size_ <= 1) {
       ops::embedding_backward(ctx.execution(), tokens, dy, grads[0]);
     } else {
-      ops::embedding_backward_rows(ctx.execution(), tokens, dy, first_row(ctx), grads[0]);
+      const Tensor dy_all = SequenceRows(ctx, name_, tensor_size_).gather(dy);
+      ops::embedding_backward_rows(ctx.execution(), tokens, dy_all, first_row(ctx), grads[0]);
     }
     return Tensor();
   }
@@ -161,6 +217,7 @@ class EmbeddingUnit final : public Unit {
   }
   LlamaConfig config_;
   std::int64_t tensor_size_;
+  const std::string name_ = "model.embed_tokens";
 };
 
 // ---- units 1..L: decoder layers ------------------------------------------------------
@@ -207,8 +264,10 @@ class DecoderLayerUnit final : public Unit {
     const Dims d = dims(batch);
     const float eps = static_cast<float>(config_.rms_norm_eps);
 
-    Tensor xn1 = activation(ctx, {d.n, d.c});
-    Tensor rstd1 = f32_tensor(ctx, {d.n});
+    const SequenceRows rows(ctx, prefix_, tensor_size_);
+    const std::int64_t nl = rows.local(d.n);  // this rank's rows of the stream (all at T = 1)
+    Tensor xn1 = activation(ctx, {nl, d.c});
+    Tensor rstd1 = f32_tensor(ctx, {nl});
     Tensor q = activation(ctx, {d.n, d.hq * d.hd});
     Tensor k = activation(ctx, {d.n, d.hkv * d.hd});
     Tensor v = activation(ctx, {d.n, d.hkv * d.hd});
@@ -222,9 +281,10 @@ class DecoderLayerUnit final : public Unit {
       linear_forward_cast(ctx, kV, xn1, qkv.out[2], p[kV], v);
     } else {
       ops::rmsnorm_forward(ctx.execution(), x, p[kInputNorm], eps, xn1, rstd1);
-      linear_forward(ctx, kQ, xn1, p[kQ], q);
-      linear_forward(ctx, kK, xn1, p[kK], k);
-      linear_forward(ctx, kV, xn1, p[kV], v);
+      const Tensor xn1_all = rows.gather(xn1);
+      linear_forward(ctx, kQ, xn1_all, p[kQ], q);
+      linear_forward(ctx, kK, xn1_all, p[kK], k);
+      linear_forward(ctx, kV, xn1_all, p[kV], v);
     }
     Tensor q4 = q.reshape({d.b, d.t, d.hq, d.hd});
     Tensor k4 = k.reshape({d.b, d.t, d.hkv, d.hd});
@@ -237,17 +297,17 @@ class DecoderLayerUnit final : public Unit {
     ops::attention_forward(ctx.execution(), q4, k4, v4, /*causal=*/true, documents_of(batch), softmax_scale(), attn,
                            lse);
 
-    Tensor h1 = activation(ctx, {d.n, d.c});
-    linear_forward(ctx, kO, attn.reshape({d.n, d.hq * d.hd}), p[kO], h1);
-    sum_over_tensor_group(ctx, h1);  // row-parallel o_proj: each rank's heads' share
+    Tensor o = activation(ctx, {d.n, d.c});
+    linear_forward(ctx, kO, attn.reshape({d.n, d.hq * d.hd}), p[kO], o);
+    Tensor h1 = rows.scatter(o);  // row-parallel o_proj: each rank's heads' share, summed
     ops::add(ctx.execution(), x, h1, h1);
 
-    Tensor xn2 = activation(ctx, {d.n, d.c});
-    Tensor rstd2 = f32_tensor(ctx, {d.n});
+    Tensor xn2 = activation(ctx, {nl, d.c});
+    Tensor rstd2 = f32_tensor(ctx, {nl});
     Tensor gate = activation(ctx, {d.n, d.i});
     Tensor up = activation(ctx, {d.n, d.i});
     Tensor act = activation(ctx, {d.n, d.i});
-    Tensor y = activation(ctx, {d.n, d.c});
+    Tensor y_all = activation(ctx, {d.n, d.c});
     if (ctx.fp8) {
       Fp8Casts gate_up = input_casts(ctx, {kGate, kUp}, xn2.shape());
       ops::rmsnorm_forward_fp8(ctx.execution(), h1, p[kPostNorm], eps, xn2, rstd2, gate_up);
@@ -255,15 +315,16 @@ class DecoderLayerUnit final : public Unit {
       linear_forward_cast(ctx, kUp, xn2, gate_up.out[1], p[kUp], up);
       Fp8Tensor actq = linears_.input_cast(ctx, kDown, act.shape());
       ops::swiglu_forward_fp8(ctx.execution(), gate, up, act, actq);
-      linear_forward_cast(ctx, kDown, act, actq, p[kDown], y);
+      linear_forward_cast(ctx, kDown, act, actq, p[kDown], y_all);
     } else {
       ops::rmsnorm_forward(ctx.execution(), h1, p[kPostNorm], eps, xn2, rstd2);
-      linear_forward(ctx, kGate, xn2, p[kGate], gate);
-      linear_forward(ctx, kUp, xn2, p[kUp], up);
+      const Tensor xn2_all = rows.gather(xn2);
+      linear_forward(ctx, kGate, xn2_all, p[kGate], gate);
+      linear_forward(ctx, kUp, xn2_all, p[kUp], up);
       ops::swiglu_forward(ctx.execution(), gate, up, act);
-      linear_forward(ctx, kDown, act, p[kDown], y);
+      linear_forward(ctx, kDown, act, p[kDown], y_all);
     }
-    sum_over_tensor_group(ctx, y);  // row-parallel down_proj
+    Tensor y = rows.scatter(y_all);  // row-parallel down_proj
     ops::add(ctx.execution(), h1, y, y);
 
     cache.clear();
@@ -283,14 +344,17 @@ class DecoderLayerUnit final : public Unit {
     const auto& s = cache.saved;
 
     // MLP half. Recompute xn2 and silu(gate) * up rather than keeping them.
-    Tensor xn2 = activation(ctx, {d.n, d.c});
-    Tensor rstd_scratch = f32_tensor(ctx, {d.n});
-    ops::rmsnorm_forward(ctx.execution(), s[kH1], p[kPostNorm], eps, xn2, rstd_scratch);
+    const SequenceRows rows(ctx, prefix_, tensor_size_);
+    const std::int64_t nl = rows.local(d.n);
+    Tensor xn2_mine = activation(ctx, {nl, d.c});
+    Tensor rstd_scratch = f32_tensor(ctx, {nl});
+    ops::rmsnorm_forward(ctx.execution(), s[kH1], p[kPostNorm], eps, xn2_mine, rstd_scratch);
+    const Tensor xn2 = rows.gather(xn2_mine);
     Tensor act = activation(ctx, {d.n, d.i});
     ops::swiglu_forward(ctx.execution(), s[kGateOut], s[kUpOut], act);
 
     Tensor dact = activation(ctx, {d.n, d.i});
-    linear_backward(ctx, kDown, act, p[kDown], dy, &dact, g[kDown]);
+    linear_backward(ctx, kDown, act, p[kDown], rows.gather(dy), &dact, g[kDown]);
     Tensor dgate = activation(ctx, {d.n, d.i});
     Tensor dup = activation(ctx, {d.n, d.i});
     ops::swiglu_backward(ctx.execution(), s[kGateOut], s[kUpOut], dact, dgate, dup);
@@ -299,16 +363,16 @@ class DecoderLayerUnit final : public Unit {
     linear_backward(ctx, kGate, xn2, p[kGate], dgate, &dxn2, g[kGate]);
     linear_backward(ctx, kUp, xn2, p[kUp], dup, &dxn2_up, g[kUp]);
     ops::add_inplace(ctx.execution(), dxn2, dxn2_up);
-    sum_over_tensor_group(ctx, dxn2);  // column-parallel gate/up: each rank's columns' share
+    const Tensor dxn2_mine = rows.scatter(dxn2);  // column-parallel gate/up: each rank's columns' share, summed
     // dh1 = dy (residual) + d rmsnorm2
-    Tensor dh1 = activation(ctx, {d.n, d.c});
-    ops::rmsnorm_backward(ctx.execution(), s[kH1], p[kPostNorm], s[kRstd2], dxn2, dh1, g[kPostNorm]);
+    Tensor dh1 = activation(ctx, {nl, d.c});
+    rows.norm_backward(s[kH1], p[kPostNorm], s[kRstd2], dxn2_mine, dh1, g[kPostNorm]);
     ops::add(ctx.execution(), dh1, dy, dh1);
 
     // Attention half.
     Tensor dattn = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor dattn2 = dattn.reshape({d.n, d.hq * d.hd});
-    linear_backward(ctx, kO, s[kAttn].reshape({d.n, d.hq * d.hd}), p[kO], dh1, &dattn2, g[kO]);
+    linear_backward(ctx, kO, s[kAttn].reshape({d.n, d.hq * d.hd}), p[kO], rows.gather(dh1), &dattn2, g[kO]);
     Tensor dq = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor dk = activation(ctx, {d.b, d.t, d.hkv, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.hkv, d.hd});
@@ -317,8 +381,9 @@ class DecoderLayerUnit final : public Unit {
     ops::rope_backward(ctx.execution(), dq, inv_freq(ctx), batch.position_offset, positions_of(batch), dq);
     ops::rope_backward(ctx.execution(), dk, inv_freq(ctx), batch.position_offset, positions_of(batch), dk);
 
-    Tensor xn1 = activation(ctx, {d.n, d.c});
-    ops::rmsnorm_forward(ctx.execution(), x, p[kInputNorm], eps, xn1, rstd_scratch);
+    Tensor xn1_mine = activation(ctx, {nl, d.c});
+    ops::rmsnorm_forward(ctx.execution(), x, p[kInputNorm], eps, xn1_mine, rstd_scratch);
+    const Tensor xn1 = rows.gather(xn1_mine);
     Tensor dxn1 = activation(ctx, {d.n, d.c});
     Tensor dxn1_part = activation(ctx, {d.n, d.c});
     linear_backward(ctx, kQ, xn1, p[kQ], dq.reshape({d.n, d.hq * d.hd}), &dxn1, g[kQ]);
@@ -326,10 +391,10 @@ class DecoderLayerUnit final : public Unit {
     ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
     linear_backward(ctx, kV, xn1, p[kV], dv.reshape({d.n, d.hkv * d.hd}), &dxn1_part, g[kV]);
     ops::add_inplace(ctx.execution(), dxn1, dxn1_part);
-    sum_over_tensor_group(ctx, dxn1);  // column-parallel q/k/v
+    const Tensor dxn1_mine = rows.scatter(dxn1);  // column-parallel q/k/v
     // dx = dh1 (residual) + d rmsnorm1
-    Tensor dx = activation(ctx, {d.n, d.c});
-    ops::rmsnorm_backward(ctx.execution(), x, p[kInputNorm], s[kRstd1], dxn1, dx, g[kInputNorm]);
+    Tensor dx = activation(ctx, {nl, d.c});
+    rows.norm_backward(x, p[kInputNorm], s[kRstd1], dxn1_mine, dx, g[kInputNorm]);
     ops::add(ctx.execution(), dx, dh1, dx);
     return dx;
   }
@@ -351,10 +416,7 @@ class DecoderLayerUnit final : public Unit {
             config_.num_key_value_heads / tensor_size_,
             config_.resolved_head_dim()};
   }
-  // The sum over the tensor group of each rank's partial [N, C] (T > 1).
-  void sum_over_tensor_group(const StepContext& ctx, Tensor& partial) const {
-    if (tensor_size_ > 1) tensor_group(ctx, prefix_).all_reduce_sum(ctx.execution(), partial);
-  }
+
   float softmax_scale() const {
     return static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.resolved_head_dim())));
   }
@@ -436,10 +498,13 @@ class HeadUnit final : public Unit {
                  UnitCache& cache) override {
     check_params(*this, p, 2);
     const std::int64_t n = token_rows(batch.targets);
-    FT_CHECK(n == x.dim(0)) << "lm_head: " << batch.targets.describe() << " does not match " << x.describe();
-    Tensor normed = activation(ctx, {n, config_.hidden_size});
-    Tensor rstd = f32_tensor(ctx, {n});
-    ops::rmsnorm_forward(ctx.execution(), x, p[0], static_cast<float>(config_.rms_norm_eps), normed, rstd);
+    const SequenceRows rows(ctx, name_, tensor_size_);
+    const std::int64_t nl = rows.local(n);
+    FT_CHECK(nl == x.dim(0)) << "lm_head: " << batch.targets.describe() << " does not match " << x.describe();
+    Tensor normed_mine = activation(ctx, {nl, config_.hidden_size});
+    Tensor rstd = f32_tensor(ctx, {nl});
+    ops::rmsnorm_forward(ctx.execution(), x, p[0], static_cast<float>(config_.rms_norm_eps), normed_mine, rstd);
+    const Tensor normed = rows.gather(normed_mine);  // every token row: the head's vocabulary slice scores them all
     Tensor losses = f32_tensor(ctx, {n});
     Tensor lse = f32_tensor(ctx, {n});
     if (tensor_size_ <= 1) {
@@ -467,18 +532,20 @@ class HeadUnit final : public Unit {
         << "lm_head: dy must be the f32[1] loss scale, got " << dy.describe();
     const std::int64_t n = token_rows(batch.targets);
     const auto& s = cache.saved;
+    const SequenceRows rows(ctx, name_, tensor_size_);
     Tensor dnormed = activation(ctx, {n, config_.hidden_size});
     if (tensor_size_ <= 1) {
       ops::cross_entropy_backward(ctx.execution(), s[kNormed], p[1], nullptr, batch.targets.reshape({n}), s[kLse], dy,
                                   ctx.vocab_chunk, dnormed, g[1], nullptr);
     } else {
-      // This slice's share of dnormed (its logits' gradient through its rows), summed.
+      // This slice's share of dnormed (its logits' gradient through its
+      // rows), summed and scattered to the ranks' token rows.
       ops::cross_entropy_slice_backward(ctx.execution(), s[kNormed], p[1], batch.targets.reshape({n}), first_row(ctx),
                                         config_.vocab_size, s[kLse], dy, ctx.vocab_chunk, dnormed, g[1]);
-      tensor_group(ctx, name()).all_reduce_sum(ctx.execution(), dnormed);
+      dnormed = rows.scatter(dnormed);
     }
-    Tensor dx = activation(ctx, {n, config_.hidden_size});
-    ops::rmsnorm_backward(ctx.execution(), x, p[0], s[kRstd], dnormed, dx, g[0]);
+    Tensor dx = activation(ctx, {x.dim(0), config_.hidden_size});
+    rows.norm_backward(x, p[0], s[kRstd], dnormed, dx, g[0]);
     return dx;
   }
 
@@ -513,6 +580,7 @@ class HeadUnit final : public Unit {
 
   LlamaConfig config_;
   std::int64_t tensor_size_;
+  const std::string name_ = "lm_head";
 };
 
 Tensor make_inv_freq(const LlamaConfig& c) {
