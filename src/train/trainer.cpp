@@ -173,8 +173,6 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
       FT_USER_ERROR() << c.parallel.where.str() << ": parallel context " << c.parallel.context
                       << ": training with context parallelism is not implemented yet (ftrain --check plans it); use "
                       << "parallel context 1";
-    if (fsdp_ok && !s.options.check_only)
-      check_tensor_parallel(c, s.fsdp, s.device_choice.device, *s.model);  // splits the model into this rank's slices
   });
   problems.check([&] { resolve_schedule(c); });
   problems.check([&] {
@@ -184,6 +182,9 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
     s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node);
     count_batch_per_data_index(s.plan, c, *s.model, plan_world);
   });
+  // After the plan, which plans the whole model: this splits it into the rank's slices.
+  if (fsdp_ok && !s.options.check_only)
+    problems.check([&] { check_tensor_parallel(c, s.fsdp, s.device_choice.device, *s.model); });
 }
 
 // A rank bound to n CPUs (mpirun PE=n, srun --cpus-per-task) runs n
