@@ -28,7 +28,6 @@ void check_tensor_parallel(const RunConfig& c, const FsdpOptions& fsdp, Device d
   if (!c.checkpoint.dir.empty())
     refuse(c, c.checkpoint.where, "checkpoints (a checkpoint stores each rank's slices, not the Hugging Face tensors)");
   if (!c.resume.from.empty()) refuse(c, c.resume.where, "resume");
-  if (!c.save_final.path.empty()) refuse(c, c.save_final.where, "save_final (the consolidated export)");
   if (c.init.kind == deck::InitKind::hdf5) refuse(c, c.init.where, "init hdf5");
   try {
     model.split_for_tensor_parallel(static_cast<int>(c.parallel.tensor));

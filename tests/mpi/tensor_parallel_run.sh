@@ -3,8 +3,9 @@
 # against pure FSDP at np 4 with half the micro-batch: the same global batch
 # of the same samples per step (the two ranks of a data index read the same
 # ones), so the logged training and evaluation losses and gradient norms
-# agree within rounding; the header names the grid; what is not supported
-# with it yet is refused naming the parallel line.
+# agree within rounding, and so do the consolidated exports (save_final:
+# the full Hugging Face tensors); the header names the grid; what is not
+# supported with it yet is refused naming the parallel line.
 # Usage: tensor_parallel_run.sh FTRAIN FTRAIN_PREP WORKDIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
 ftrain=$1 prep=$2 work=$3 mpiexec=$4
@@ -34,6 +35,7 @@ log every 1
 peak_tflops 1
 parallel tensor ${tensor}
 run_dir ${run_dir}
+save_final ${run_dir}/final.h5
 DECK
 
 run() {  # NP RUN_DIR ftrain -var ... pairs
@@ -76,6 +78,18 @@ if abs(first - last) < 1e-3 * first:
 print(f"tensor 2 x data 2 = FSDP 4 over {len(ft)} steps and {len(fe)} evaluations (loss {first:.5f} -> {last:.5f})")
 PY
 
+# The consolidated export holds the full Hugging Face tensors: the same
+# datasets within rounding (the weights moved by about lr x steps = 0.08;
+# AdamW moves a weight whose gradient is near 0 by up to lr whatever its
+# sign, so one element may differ by 2e-5).
+h5diff -d 1e-4 fsdp/final.h5 tensor2/final.h5 > h5diff.log 2>&1 ||
+  { head -40 h5diff.log; echo "FAIL: the consolidated export at tensor 2 differs from FSDP 4's"; exit 1; }
+datasets=$(h5dump -H tensor2/final.h5 | grep -c 'DATASET "')
+[ "$datasets" -eq 21 ] || { h5dump -H tensor2/final.h5 | head -30; echo "FAIL: $datasets datasets, expected 21"; exit 1; }
+h5dump -H -d model.layers.0.self_attn.q_proj.weight tensor2/final.h5 | grep -q "( 64, 64 )" ||
+  { echo "FAIL: q_proj is not stored as its full [64, 64] tensor"; exit 1; }
+echo "save_final at tensor 2 = FSDP 4's within 1e-4"
+
 # Refusals name the parallel line.
 refused() {  # NAME EXPECTED -var ... pairs
   local name=$1 expected=$2
@@ -87,9 +101,9 @@ refused() {  # NAME EXPECTED -var ... pairs
   grep -q "deck.in:18: parallel tensor 2.*$expected" "$name.log" ||
     { cat "$name.log"; echo "FAIL: $name: no error naming deck.in:18 and '$expected'"; exit 1; }
 }
-sed -i 's/^run_dir \${run_dir}$/run_dir ${run_dir}\nsave_final ${run_dir}\/final.h5/' deck.in
-refused refused_save_final "save_final"
-sed -i '/^save_final/d' deck.in
+sed -i 's/^run_dir \${run_dir}$/run_dir ${run_dir}\ncheckpoint every 4 dir ${run_dir}\/ckpt/' deck.in
+refused refused_checkpoint "checkpoints"
+sed -i '/^checkpoint/d' deck.in
 sed -i 's/num_key_value_heads 2/num_key_value_heads 1/' deck.in
 refused refused_kv_heads "num_key_value_heads.*1 is not a multiple of 2"
 echo "refusals name the parallel line"
