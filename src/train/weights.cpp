@@ -100,10 +100,12 @@ void check_safetensors_init(const RunConfig& c, Model& model) {
 namespace {
 
 // Each rank reads only its shard's slices (mmap: untouched pages cost no
-// memory); with sync_module_states only rank 0 reads and scatters.
+// memory); with sync_module_states only the root of each FSDP group (rank 0,
+// or with parallel tensor T each tensor rank's first) reads and scatters.
 void init_from_safetensors(FsdpEngine& engine, const RunConfig& c, int rank, bool sync_from_root) {
   std::unique_ptr<ckpt::SafetensorsSource> file;
-  if (!sync_from_root || rank == 0) file = std::make_unique<ckpt::SafetensorsSource>(c.init.path);
+  if (!sync_from_root || engine.grid().fsdp_rank(rank) == 0)
+    file = std::make_unique<ckpt::SafetensorsSource>(c.init.path);
   ParameterSource read = [&](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
     file->read_into(e.name, first, count, dst);
   };

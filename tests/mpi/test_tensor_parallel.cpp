@@ -192,6 +192,33 @@ INSTANTIATE_TEST_SUITE_P(Setups, TensorParallel,
                            return n;
                          });
 
+// The same model at every T: init_random fills a slice with the full
+// tensor's values there, and sync_module_states (each tensor rank's FSDP
+// root reads, the others receive) gives the same bits.
+TEST(TensorParallelInit, SlicesHoldTheFullTensorsValues) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  if (world.size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  std::map<int, std::map<std::string, std::vector<float>>> by_tensor;
+  for (int tensor : {1, 2}) {
+    auto model = gqa_llama(false);
+    FsdpOptions o;
+    o.tensor_parallel = tensor;
+    FsdpEngine engine(*model, world, o);
+    engine.init_random(99);
+    by_tensor[tensor] = full_tensors(engine, world);
+  }
+  EXPECT_EQ(by_tensor[1], by_tensor[2]) << "init_random at tensor 2 is not the model of tensor 1";
+  auto model = gqa_llama(false);
+  FsdpOptions o;
+  o.tensor_parallel = 2;
+  FsdpEngine synced(*model, world, o);
+  synced.init_from_root([&](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
+    ASSERT_EQ(synced.grid().fsdp_rank(world.rank()), 0) << "a rank other than its FSDP group's root read weights";
+    random_init_values(99, e, first, count, dst);
+  });
+  EXPECT_EQ(full_tensors(synced, world), by_tensor[1]) << "sync_module_states at tensor 2";
+}
+
 TEST(TensorParallelRefusals, HeadsThatDoNotDivideAndModelsWithoutIt) {
   auto llama = PluginLoader().create_model("llama", "tiny", {{"num_attention_heads", "4"}, {"num_key_value_heads", "1"}});
   try {
