@@ -36,6 +36,7 @@
 #include "train/job_signal_window.hpp"
 #include "train/metrics.hpp"
 #include "train/output_locations.hpp"
+#include "train/parallel_layout.hpp"
 #include "train/plan.hpp"
 #include "train/resume.hpp"
 #include "train/run_dir_lock.hpp"
@@ -151,9 +152,11 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
     }
     resolve_shard_group_size(c, s.fsdp, plan_world, s.ranks_per_node);
   });
-  problems.check([&] {
-    const ProcessGrid grid(plan_world, static_cast<int>(c.parallel.tensor), static_cast<int>(c.parallel.context), 0,
-                           c.parallel.where.str());
+  const bool grid_ok = problems.check([&] {
+    const ProcessGrid grid(plan_world, static_cast<int>(c.parallel.tensor), static_cast<int>(c.parallel.context),
+                           s.ranks_per_node, c.parallel.where.str());
+    // Heads, KV heads, intermediate size, vocabulary and seq_len against T and C.
+    check_parallel_layout(s.model->architecture(), s.model->config(), c);
     // --check plans any grid; training one is not built yet.
     if (grid.model_parallel() && !s.options.check_only)
       FT_USER_ERROR() << c.parallel.where.str() << ": parallel tensor " << c.parallel.tensor << " context "
@@ -164,7 +167,7 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
   problems.check([&] {
     s.out.set_progress_line(decide_progress(std::string(deck::word(c.progress)), process_environment, probe_terminal()));
   });
-  if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
+  if (fsdp_ok && grid_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
 }
 
 // A rank bound to n CPUs (mpirun PE=n, srun --cpus-per-task) runs n
