@@ -155,19 +155,19 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
   const bool grid_ok = problems.check([&] {
     const ProcessGrid grid(plan_world, static_cast<int>(c.parallel.tensor), static_cast<int>(c.parallel.context),
                            s.ranks_per_node, c.parallel.where.str());
-    // Heads, KV heads, intermediate size, vocabulary and seq_len against T and C.
-    check_parallel_layout(s.model->architecture(), s.model->config(), c);
     // --check plans any grid; training one is not built yet.
     if (grid.model_parallel() && !s.options.check_only)
       FT_USER_ERROR() << c.parallel.where.str() << ": parallel tensor " << c.parallel.tensor << " context "
                       << c.parallel.context << ": training with tensor or context parallelism is not implemented "
                       << "yet (ftrain --check plans it); use parallel tensor 1 context 1, or remove the line";
   });
+  // Heads, KV heads, intermediate size, vocabulary and seq_len against T and C.
+  const bool layout_ok = problems.check([&] { check_parallel_layout(s.model->architecture(), s.model->config(), c); });
   problems.check([&] { resolve_schedule(c); });
   problems.check([&] {
     s.out.set_progress_line(decide_progress(std::string(deck::word(c.progress)), process_environment, probe_terminal()));
   });
-  if (fsdp_ok && grid_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
+  if (fsdp_ok && grid_ok && layout_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
 }
 
 // A rank bound to n CPUs (mpirun PE=n, srun --cpus-per-task) runs n
