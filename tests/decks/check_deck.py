@@ -18,7 +18,7 @@ this machine):
   * run_dir: a directory under the work directory.
 
 A deck whose comments record a plan (lines `#   parameters ...`, `#   ranks
-N, ...`, `#   memory per rank ...` as --check prints them) is checked on the
+N, ...`, `#   memory per rank ...`, `#   grid ...` as --check prints them) is checked on the
 recorded number of ranks (mpirun --oversubscribe: --check allocates nothing
 model-sized, so 16 small processes are fine), and every recorded plan line
 must appear verbatim in the output: the numbers in a deck's comments cannot
