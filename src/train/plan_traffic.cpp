@@ -20,8 +20,9 @@ double number(const std::map<std::string, std::string>& config, const std::strin
   }
 }
 
-// Gathers and gradient reductions of every unit over the fsdp group.
-void fsdp_traffic(StepTraffic& t, const FsdpOptions& o, const RunPlan& p, double micro_steps) {
+}  // namespace
+
+void add_fsdp_traffic(StepTraffic& t, const FsdpOptions& o, const RunPlan& p, double micro_steps) {
   const double s = p.shard_group_size, replicas = static_cast<double>(p.fsdp_group_size) / s;
   const double param_bytes = static_cast<double>(dtype_size(o.param_dtype));
   const double reduce_bytes = static_cast<double>(dtype_size(o.reduce_dtype));
@@ -49,12 +50,10 @@ void fsdp_traffic(StepTraffic& t, const FsdpOptions& o, const RunPlan& p, double
   }
 }
 
-}  // namespace
-
 StepTraffic plan_traffic(const Model& model, const RunConfig& c, const FsdpOptions& o, const RunPlan& p) {
   StepTraffic t;
   const double micro_steps = static_cast<double>(std::max<std::int64_t>(1, c.batch.grad_accum));
-  fsdp_traffic(t, o, p, micro_steps);
+  add_fsdp_traffic(t, o, p, micro_steps);
   if (model.architecture() != "llama" || (p.tensor <= 1 && p.context <= 1)) return t;
   const auto config = model.config();
   const double layers = number(config, "num_hidden_layers"), hidden = number(config, "hidden_size");

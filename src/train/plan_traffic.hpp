@@ -39,6 +39,10 @@ namespace ftrain {
 
 StepTraffic plan_traffic(const Model& model, const RunConfig& config, const FsdpOptions& options, const RunPlan& plan);
 
+// The fsdp group's part (fsdp_gather, fsdp_reduce) from `plan`'s units,
+// shard group and fsdp group, for `micro_steps` micro-steps per step.
+void add_fsdp_traffic(StepTraffic& traffic, const FsdpOptions& options, const RunPlan& plan, double micro_steps);
+
 // The plan's grid, slice and communication lines (each ending in a newline).
 std::string format_parallel_plan(const RunPlan& plan);
 
