@@ -120,8 +120,11 @@ std::int64_t plan_units(RunPlan& p, Model& model, const FsdpOptions& o) {
 // The grid of `parallel tensor T context C` over `world_size` ranks and the
 // shard group inside its fsdp group: full_shard and shard_grad_op shard over
 // the whole fsdp group, hybrid_shard over its ranks on one node (or the
-// deck's shard_group_size), no_shard over none.
-void plan_grid(RunPlan& p, const RunConfig& c, const FsdpOptions& o, int world_size, int ranks_per_node) {
+// deck's shard_group_size), no_shard over none. Refuses a layout the model
+// cannot take and a tensor group across nodes, naming the deck lines.
+void plan_grid(RunPlan& p, const Model& model, const RunConfig& c, const FsdpOptions& o, int world_size,
+               int ranks_per_node) {
+  check_parallel_layout(model.architecture(), model.config(), c);
   const ProcessGrid grid(world_size, static_cast<int>(c.parallel.tensor), static_cast<int>(c.parallel.context),
                          ranks_per_node, c.parallel.where.str());
   p.world_size = world_size;
@@ -142,7 +145,7 @@ void plan_grid(RunPlan& p, const RunConfig& c, const FsdpOptions& o, int world_s
 
 RunPlan make_plan(Model& model, const RunConfig& c, const FsdpOptions& o, int world_size, int ranks_per_node) {
   RunPlan p;
-  plan_grid(p, c, o, world_size, ranks_per_node);
+  plan_grid(p, model, c, o, world_size, ranks_per_node);
   const std::int64_t s = p.shard_group_size;
   p.lora = o.lora.enabled;
   p.frozen_base_dtype = frozen_base_dtype(o);

@@ -66,13 +66,10 @@ std::string describe_host_streams(const RunConfig& c) {
 // The nodes (MPI's shared-memory groups, labelled by host name) and, under
 // hybrid_shard, which ranks shard together and which replicate: what a
 // multi-node launch placed where, before any collective depends on it.
-std::string describe_nodes(const NodeLayout& nodes, const FsdpOptions& fsdp, const RunPlan& plan) {
-  const int world_size = plan.world_size;
+std::string describe_nodes(const NodeLayout& nodes, const FsdpOptions& fsdp, int world_size) {
   std::ostringstream h;
   h << "nodes: " << nodes.node_count() << (nodes.planned ? " planned" : "") << " (" << nodes.describe() << ")\n";
-  // Under parallel tensor T the shard groups are inside the fsdp groups
-  // (ranks T apart), not runs of consecutive ranks: the plan's grid line says them.
-  if (fsdp.strategy != ShardingStrategy::hybrid_shard || plan.tensor * plan.context > 1) return h.str();
+  if (fsdp.strategy != ShardingStrategy::hybrid_shard) return h.str();
   const int size = shard_group_size_for(fsdp, world_size, nodes.most_ranks_per_node());
   if (size < 1 || world_size % size != 0) return h.str();  // refused at start-up with its reason
   h << "hybrid_shard: shard groups " << describe_rank_groups(world_size, size, false);
@@ -98,7 +95,7 @@ void write_host_part(std::ostream& h, const RunHeaderFacts& f) {
   h << "ftrain " << FTRAIN_VERSION_STRING << " | " << f.plan.world_size << " rank(s), "
     << (f.nodes != nullptr ? f.nodes->ranks_per_node_text() : std::to_string(f.ranks_per_node)) << " per node" << (f.planned_ranks ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(f.device_choice, f.fsdp.attention_backend, f.blas_threads) << " | peak " << f.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
     << f.peak.description << "\n";
-  if (f.nodes != nullptr) h << describe_nodes(*f.nodes, f.fsdp, f.plan);
+  if (f.nodes != nullptr) h << describe_nodes(*f.nodes, f.fsdp, f.plan.world_size);
   h << "host GEMM: " << host::gemm::describe() << "\n";
   h << "host threads: " << f.blas_threads << " per rank, " << f.cpu_binding_text << "\n";
   if (!f.cpu_binding_warning.empty()) h << "warning: " << f.cpu_binding_warning << "\n";

@@ -36,7 +36,6 @@
 #include "train/job_signal_window.hpp"
 #include "train/metrics.hpp"
 #include "train/output_locations.hpp"
-#include "train/parallel_layout.hpp"
 #include "train/plan.hpp"
 #include "train/resume.hpp"
 #include "train/run_dir_lock.hpp"
@@ -74,13 +73,17 @@ std::string with_model_suggestion(const std::string& message, const std::string&
 // round trip, not one error per attempt).
 class ProblemList {
  public:
-  void add(const std::string& message) { messages_.push_back(message); }
+  // A problem two checks find (a bad parallel grid: its own check and the
+  // plan's) is listed once.
+  void add(const std::string& message) {
+    if (std::find(messages_.begin(), messages_.end(), message) == messages_.end()) messages_.push_back(message);
+  }
   bool check(const std::function<void()>& run_check) {
     try {
       run_check();
       return true;
     } catch (const UserError& e) {
-      messages_.emplace_back(e.what());
+      add(e.what());
       return false;
     }
   }
@@ -152,22 +155,20 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
     }
     resolve_shard_group_size(c, s.fsdp, plan_world, s.ranks_per_node);
   });
-  const bool grid_ok = problems.check([&] {
-    const ProcessGrid grid(plan_world, static_cast<int>(c.parallel.tensor), static_cast<int>(c.parallel.context),
-                           s.ranks_per_node, c.parallel.where.str());
+  problems.check([&] {
+    const ProcessGrid grid(plan_world, static_cast<int>(c.parallel.tensor), static_cast<int>(c.parallel.context), 0,
+                           c.parallel.where.str());
     // --check plans any grid; training one is not built yet.
     if (grid.model_parallel() && !s.options.check_only)
       FT_USER_ERROR() << c.parallel.where.str() << ": parallel tensor " << c.parallel.tensor << " context "
                       << c.parallel.context << ": training with tensor or context parallelism is not implemented "
                       << "yet (ftrain --check plans it); use parallel tensor 1 context 1, or remove the line";
   });
-  // Heads, KV heads, intermediate size, vocabulary and seq_len against T and C.
-  const bool layout_ok = problems.check([&] { check_parallel_layout(s.model->architecture(), s.model->config(), c); });
   problems.check([&] { resolve_schedule(c); });
   problems.check([&] {
     s.out.set_progress_line(decide_progress(std::string(deck::word(c.progress)), process_environment, probe_terminal()));
   });
-  if (fsdp_ok && grid_ok && layout_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
+  if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
 }
 
 // A rank bound to n CPUs (mpirun PE=n, srun --cpus-per-task) runs n
