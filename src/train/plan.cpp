@@ -56,10 +56,6 @@ void check_micro_batch_inputs(Model& model, const BatchSection& b, const std::st
                   << "); lower micro" << (tokens ? " or seq_len" : "");
 }
 
-}  // namespace
-
-namespace {
-
 // One LoRA adapter pair on a linear [out, in], as one tensor rank holds it:
 // lora_A [r, in] and lora_B [out, r], the factor along the split dimension
 // sliced with the linear (Megatron's LoRA: B follows a column-parallel

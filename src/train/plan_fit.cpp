@@ -139,11 +139,11 @@ void suggest_tensor_size(Model& model, const RunConfig& c, const FsdpOptions& o,
     RunConfig changed = c;
     changed.parallel.tensor = tensor;
     const ActivationEstimate a = estimate_activations(model, changed);
-    const bool listed = consider("parallel tensor " + std::to_string(tensor) + " (each block's matrices split over " +
-                 std::to_string(tensor) + " ranks of a node, FSDP over the other " +
-                 std::to_string(plan.world_size / tensor) + ")",
-             make_plan(model, changed, o, plan.world_size, std::min(ranks_per_node, plan.world_size)),
-             a.known ? a.planned_bytes : 0.0);
+    const std::string change = "parallel tensor " + std::to_string(tensor) + " (each block's matrices split over " +
+                               std::to_string(tensor) + " ranks of a node, FSDP over " +
+                               std::to_string(plan.world_size / tensor) + " ranks)";
+    const RunPlan split = make_plan(model, changed, o, plan.world_size, std::min(ranks_per_node, plan.world_size));
+    const bool listed = consider(change, split, a.known ? a.planned_bytes : 0.0);
     if (listed) return;
   }
 }
