@@ -9,7 +9,9 @@ computed here, from the model's published shapes, not from ftrain's output.
     matrix + the norms), its sharded f32 state and gathered units, its
     activations (Korthikanti et al. 2022: every term / T with sequence
     parallelism) and the bytes each group sends per step; against -var
-    tensor 1 (pure FSDP over 16) the per-rank parameters fall by ~8.
+    tensor 1 (pure FSDP over 16) each rank's parameters, gathered units and
+    activations fall by ~8 and the sharded state per rank stays (1/16 of the
+    model either way); against T 1 x FSDP 2 the state per rank falls by ~8.
   * Llama 3 8B at seq_len 8192 on 8 ranks with parallel context C = 2 and 4:
     the activations per rank fall by ~C against C = 1, each equal to the
     count here (seq_len / C tokens per rank plus the ring's 2 K/V blocks),
@@ -194,6 +196,12 @@ def main():
     check(0.999 < ratio < 1.001, f"on 16 ranks the sharded state per rank is the same at T 8 and T 1 ({ratio:.4f})")
     ratio = per_rank[1][2] / per_rank[8][2]
     check(7.95 < ratio <= 8.05, f"T 8 lowers the activations per rank by {ratio:.3f} (~8) against T 1")
+    # With the same FSDP group (2 ranks), T 8 holds 1/8 of the state per rank.
+    out = run("--ranks", "2", "--ranks-per-node", "2", *stand_ins, "-var", "tensor", "1", recipe)[1]
+    fsdp2 = gib(field(r"memory per rank\s+([0-9.]+ \w+) sharded state", out, "memory line").group(1))
+    close(fsdp2, state_bytes(m, 1, 2), "T 1 x FSDP 2: sharded f32 state per rank", absolute=0.006 * GIB)
+    ratio = fsdp2 / per_rank[8][0]
+    check(7.99 < ratio <= 8.0, f"T 8 x FSDP 2 holds {ratio:.4f}x (~8) less state per rank than T 1 x FSDP 2")
 
     # --- Llama 3 8B at 8192 tokens: context 2 and 4 against 1 -----------
     deck = os.path.join(a.workdir, "llama3_8b_8192.in")
