@@ -143,17 +143,6 @@ bool path_exists(const std::string& path) {
   return !path.empty() && std::filesystem::exists(path, ec);
 }
 
-// With parallel tensor T (or context C) the T x C ranks of one data index
-// read the same samples: a step trains micro x accumulate x data-size of
-// them. Set, not scaled, so a plan that already counts so stays the same.
-void count_batch_per_data_index(RunPlan& plan, const RunConfig& c, const Model& model, int plan_world) {
-  if (c.parallel.tensor * c.parallel.context <= 1) return;
-  const std::int64_t data_size = plan_world / (c.parallel.tensor * c.parallel.context);
-  plan.global_batch = c.batch.micro_batch * c.batch.grad_accum * data_size;
-  if (model.data_kind() == DataKind::tokens) plan.tokens_per_step = plan.global_batch * c.batch.seq_len;
-  plan.flops_per_step = model.training_flops_per_sample(c.batch.seq_len) * static_cast<double>(plan.global_batch);
-}
-
 // The FSDP options, the LR schedule, the progress line and the plan.
 void check_settings(State& s, ProblemList& problems, int plan_world) {
   const RunConfig& c = s.config;
@@ -182,10 +171,7 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
   problems.check([&] {
     s.out.set_progress_line(decide_progress(std::string(deck::word(c.progress)), process_environment, probe_terminal()));
   });
-  if (fsdp_ok) problems.check([&] {
-    s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node);
-    count_batch_per_data_index(s.plan, c, *s.model, plan_world);
-  });
+  if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
   // After the plan, which plans the whole model: this splits it into the rank's slices.
   if (fsdp_ok && !s.options.check_only)
     problems.check([&] { check_tensor_parallel(c, s.fsdp, s.device_choice.device, *s.model); });
@@ -459,8 +445,6 @@ class TrainingLoop {
     s_.engine->clip_and_step(hyper, c_.clip_grad_norm, step + 1);
   }
 
-  // The step's mean loss, all-reduced: every rank reads at the same steps,
-  // so the all-reduce is collective.
   // The loss and token counts of a data index, counted by one of its ranks:
   // the tensor ranks all hold the whole loss (the vocabulary-parallel cross
   // entropy reduces it over them), so the others add 0.
@@ -469,6 +453,8 @@ class TrainingLoop {
     const double loss = s_.engine->take_train_loss();
     return counts_once() ? loss : 0.0;
   }
+  // The step's mean loss, all-reduced: every rank reads at the same steps,
+  // so the all-reduce is collective.
   double step_loss() {
     if (!reads_.loss)
       reads_.loss = s_.world.all_reduce_sum(local_train_loss()) /
