@@ -6,7 +6,8 @@
 // rank; at tensor 2 the two ranks of a data index read the same two. Covered:
 // GQA (4 heads, 2 KV heads: one KV head per tensor rank), tied and untied
 // embeddings, activation checkpointing, f32 and bf16, full_shard and
-// hybrid_shard (shard groups inside each tensor rank's FSDP group).
+// hybrid_shard (shard groups inside each tensor rank's FSDP group), and
+// asynchronous host streams (the units' collectives stream-ordered).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -96,10 +97,11 @@ struct TpCase {
   DType dtype;
   int checkpoint_every;
   ShardingStrategy strategy;
+  bool async_streams = false;  // the engine's and the tensor group's collectives on asynchronous host streams
   std::string describe() const {
     std::ostringstream s;
     s << (tied ? "tied" : "untied") << " " << dtype_name(dtype) << " checkpointing " << checkpoint_every << " "
-      << sharding_strategy_name(strategy);
+      << sharding_strategy_name(strategy) << (async_streams ? " async" : "");
     return s.str();
   }
 };
@@ -114,6 +116,7 @@ TrainResult train(const TpCase& setup, int tensor, Communicator& world) {
   o.checkpoint_every = setup.checkpoint_every;
   o.vocab_chunk = 8;  // several chunks per vocabulary slice
   o.tensor_parallel = tensor;
+  if (setup.async_streams) o.host_streams = HostStreams::async;
   FsdpEngine engine(*model, world, o);
   engine.init_random(7);
   TrainResult run;
@@ -184,7 +187,8 @@ INSTANTIATE_TEST_SUITE_P(Setups, TensorParallel,
                                            TpCase{true, DType::f32, 0, ShardingStrategy::full_shard},
                                            TpCase{false, DType::f32, 1, ShardingStrategy::full_shard},
                                            TpCase{true, DType::bf16, 1, ShardingStrategy::full_shard},
-                                           TpCase{false, DType::bf16, 0, ShardingStrategy::hybrid_shard}),
+                                           TpCase{false, DType::bf16, 0, ShardingStrategy::hybrid_shard},
+                                           TpCase{true, DType::f32, 1, ShardingStrategy::full_shard, true}),
                          [](const ::testing::TestParamInfo<TpCase>& info) {
                            std::string n = info.param.describe();
                            for (char& ch : n)
