@@ -4,7 +4,6 @@
 #include <sstream>
 
 #include "comm/collective_watchdog.hpp"
-#include "comm/process_grid.hpp"
 #include "fsdp/fp8_all_gather.hpp"
 #include "ftrain_build_paths.hpp"
 #include "kernels/backend_registry.hpp"
@@ -97,11 +96,6 @@ void write_host_part(std::ostream& h, const RunHeaderFacts& f) {
     << (f.nodes != nullptr ? f.nodes->ranks_per_node_text() : std::to_string(f.ranks_per_node)) << " per node" << (f.planned_ranks ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(f.device_choice, f.fsdp.attention_backend, f.blas_threads) << " | peak " << f.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
     << f.peak.description << "\n";
   if (f.nodes != nullptr) h << describe_nodes(*f.nodes, f.fsdp, f.plan.world_size);
-  if (c.parallel.tensor > 1 || c.parallel.context > 1)
-    h << "parallel: " << ProcessGrid(f.plan.world_size, static_cast<int>(c.parallel.tensor),
-                                     static_cast<int>(c.parallel.context)).describe()
-      << " (rank = (data x " << c.parallel.context << " + context) x " << c.parallel.tensor
-      << " + tensor; FSDP shards each tensor rank's slices over its data x context ranks)\n";
   h << "host GEMM: " << host::gemm::describe() << "\n";
   h << "host threads: " << f.blas_threads << " per rank, " << f.cpu_binding_text << "\n";
   if (!f.cpu_binding_warning.empty()) h << "warning: " << f.cpu_binding_warning << "\n";

@@ -46,7 +46,7 @@ run() {  # NP RUN_DIR ftrain -var ... pairs
 }
 run 4 fsdp -var micro 2
 run 4 tensor2 -var micro 4 -var tensor 2
-grep -q "parallel: data 2 x context 1 x tensor 2 (4 ranks)" tensor2.log ||
+grep -q "grid *data 2 x context 1 x tensor 2 (4 ranks)" tensor2.log ||
   { cat tensor2.log; echo "FAIL: the header does not name the grid"; exit 1; }
 
 python3 - fsdp/metrics.jsonl tensor2/metrics.jsonl <<'PY'
