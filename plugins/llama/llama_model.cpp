@@ -97,9 +97,10 @@ ParamSpec projection(const std::string& name, Shape shape, const LlamaConfig& c)
 // columns (row-parallel: the partial outputs are summed over the tensor
 // group), the embedding and the head by vocabulary rows (the lookup and the
 // cross entropy reduce over the group, the logits are never gathered).
-// Norm weights and the residual stream are whole on every rank. Backward
-// mirrors it: the input gradient of a column-parallel projection is partial
-// and summed over the group; a row-parallel one's is already whole.
+// Norm weights are whole on every rank; the residual stream between the
+// blocks is sequence-parallel (SequenceRows below). Backward mirrors it: the
+// input gradient of a column-parallel projection is partial and summed over
+// the group; a row-parallel one's is already the rank's part.
 
 // This rank's slice of `full` along `dim`, T of them.
 ParamSpec split_spec(ParamSpec p, int dim, std::int64_t tensor_size) {

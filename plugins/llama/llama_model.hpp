@@ -13,6 +13,10 @@
 // No biases (attention_bias = mlp_bias = false). Norm weights start at one
 // and are excluded from weight decay; every matrix starts N(0, initializer_range).
 //
+// parallel tensor T (split_for_tensor_parallel): each unit declares its
+// tensor rank's slices (Megatron's layout, llama_model.cpp) and the stream
+// between units is that rank's N / T token rows (sequence parallelism).
+//
 // Activations are [N, C] rows (N = batch * sequence) in ctx.compute_dtype;
 // per-head tensors are the same buffers viewed as [B, T, H, D]. Activation
 // gradients travel in the compute dtype, parameter gradients are f32 and
