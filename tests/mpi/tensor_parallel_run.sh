@@ -6,10 +6,13 @@
 # agree within rounding, and so do the consolidated exports (save_final:
 # the full Hugging Face tensors); the header names the grid; what is not
 # supported with it yet is refused naming the parallel line.
-# Usage: tensor_parallel_run.sh FTRAIN FTRAIN_PREP WORKDIR MPIEXEC [MPI FLAGS...]
+# Then both start from that export as Hugging Face safetensors (`init
+# safetensors`; tensor 2 also with sync_module_states, each tensor rank's
+# FSDP root reading its slices): the same curve again.
+# Usage: tensor_parallel_run.sh FTRAIN FTRAIN_PREP FTRAIN_CONVERT WORKDIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
-ftrain=$1 prep=$2 work=$3 mpiexec=$4
-shift 4
+ftrain=$1 prep=$2 convert=$3 work=$4 mpiexec=$5
+shift 5
 mpi_flags=("$@")
 rm -rf "$work" && mkdir -p "$work/data" && cd "$work"
 "$prep" synthetic --out data/train.tok --tokens 40000 --vocab 256 --seed 7 --eval-out data/eval.tok \
@@ -38,10 +41,10 @@ run_dir ${run_dir}
 save_final ${run_dir}/final.h5
 DECK
 
-run() {  # NP RUN_DIR ftrain -var ... pairs
+run() {  # NP RUN_DIR ftrain -var ... pairs (deck: $deck, else deck.in)
   local np=$1 dir=$2
   shift 2
-  "$mpiexec" "${mpi_flags[@]}" -np "$np" "$ftrain" deck.in -var run_dir "$dir" "$@" > "$dir.log" 2>&1 ||
+  "$mpiexec" "${mpi_flags[@]}" -np "$np" "$ftrain" "${deck:-deck.in}" -var run_dir "$dir" "$@" > "$dir.log" 2>&1 ||
     { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
 }
 run 4 fsdp -var micro 2
@@ -49,7 +52,8 @@ run 4 tensor2 -var micro 4 -var tensor 2
 grep -q "grid *data 2 x context 1 x tensor 2 (4 ranks)" tensor2.log ||
   { cat tensor2.log; echo "FAIL: the header does not name the grid"; exit 1; }
 
-python3 - fsdp/metrics.jsonl tensor2/metrics.jsonl <<'PY'
+compare() {  # compare FSDP_METRICS TENSOR2_METRICS
+python3 - "$1" "$2" <<'PY'
 import json, sys
 def rows(path):
     train, evals = {}, {}
@@ -77,6 +81,8 @@ if abs(first - last) < 1e-3 * first:
     sys.exit(f"FAIL: the loss did not move ({first} -> {last}): nothing was compared")
 print(f"tensor 2 x data 2 = FSDP 4 over {len(ft)} steps and {len(fe)} evaluations (loss {first:.5f} -> {last:.5f})")
 PY
+}
+compare fsdp/metrics.jsonl tensor2/metrics.jsonl
 
 # The consolidated export holds the full Hugging Face tensors: the same
 # datasets within rounding (the weights moved by about lr x steps = 0.08;
@@ -89,6 +95,16 @@ datasets=$(h5dump -H tensor2/final.h5 | grep -c 'DATASET "')
 h5dump -H -d model.layers.0.self_attn.q_proj.weight tensor2/final.h5 | grep -q "( 64, 64 )" ||
   { echo "FAIL: q_proj is not stored as its full [64, 64] tensor"; exit 1; }
 echo "save_final at tensor 2 = FSDP 4's within 1e-4"
+
+# From Hugging Face weights: each slice reads its region of the full tensors.
+"$convert" h5-to-safetensors fsdp/final.h5 hf > convert.log || { cat convert.log; echo "FAIL: convert"; exit 1; }
+{ echo 'variable sync off'; sed 's/^init random std 0.02$/init safetensors hf/' deck.in;
+  echo 'fsdp full_shard sync_module_states ${sync}'; } > deck_hf.in
+grep -q "^init safetensors hf" deck_hf.in || { echo "FAIL: no init safetensors in deck_hf.in"; exit 1; }
+deck=deck_hf.in run 4 fsdp_hf -var micro 2
+deck=deck_hf.in run 4 tensor2_hf -var micro 4 -var tensor 2 -var sync on
+grep -q "sync_module_states" tensor2_hf.log || { cat tensor2_hf.log; echo "FAIL: sync_module_states did not act"; exit 1; }
+compare fsdp_hf/metrics.jsonl tensor2_hf/metrics.jsonl
 
 # Refusals name the parallel line.
 refused() {  # NAME EXPECTED -var ... pairs
