@@ -294,6 +294,7 @@ std::string commit_sharded_save(Communicator& world, int shard_group_size, const
       m["resumed_from"] = info.parent_directory;
     m["world_size"] = world.size();
     m["shard_group_size"] = shard_group_size;
+    if (info.tensor_parallel > 1) m["tensor_parallel"] = info.tensor_parallel;
     m["strategy"] = info.strategy;
     json files = json::array();
     for (int r = 0; r < world.size(); ++r)
@@ -350,6 +351,7 @@ LoadedInfo read_checkpoint_info(const std::string& step_dir) {
   try {
     info.world_size = manifest.at("world_size").get<int>();
     info.shard_group_size = manifest.at("shard_group_size").get<int>();
+    info.tensor_parallel = manifest.value("tensor_parallel", 1);
     info.strategy = manifest.value("strategy", "");
   } catch (const std::exception& e) {
     FT_USER_ERROR() << "checkpoint manifest " << step_dir << "/" << kManifest
@@ -413,17 +415,26 @@ static LoadedInfo load_sharded_local(FsdpEngine& engine, const std::string& step
   info.directory = step_dir;
   info.world_size = manifest.at("world_size").get<int>();
   info.shard_group_size = manifest.at("shard_group_size").get<int>();
+  info.tensor_parallel = manifest.value("tensor_parallel", 1);
   info.strategy = manifest.value("strategy", "");
   info.resharded = info.shard_group_size != engine.shard_comm().size();
+  const int tensor = engine.grid().tensor_size();
+  if (info.tensor_parallel != tensor)
+    FT_USER_ERROR() << step_dir << ": written at parallel tensor " << info.tensor_parallel << ", this run has parallel "
+                    << "tensor " << tensor << ": resuming across a change of T is not supported yet (each rank file "
+                    << "holds its tensor rank's slices); resume at parallel tensor " << info.tensor_parallel;
 
   // Old shard s of every unit lives in the file of old rank s (shard groups
-  // are contiguous rank blocks; replica group 0 holds ranks 0..S-1).
+  // are contiguous rank blocks; replica group 0 holds ranks 0..S-1). With
+  // parallel tensor T the shard groups are those of this rank's tensor
+  // index: old shard s of tensor rank t is world rank s * T + t.
+  const int tensor_rank = engine.model_parallel().tensor_rank();
   std::map<int, std::unique_ptr<OldShardFile>> open_files;
   auto old_file = [&](int shard) -> OldShardFile& {
     auto& slot = open_files[shard];
     if (!slot) {
       slot = std::make_unique<OldShardFile>();
-      slot->path = step_dir + "/" + rank_file_name(shard);
+      slot->path = step_dir + "/" + rank_file_name(shard * tensor + tensor_rank);
       slot->file = h5::File::open_read(slot->path);
       const hid_t root = slot->file.id();
       check_file_version(h5::read_attr_i64(root, "format_version", slot->path), slot->path);

@@ -4,8 +4,9 @@
 # of the same samples per step (the two ranks of a data index read the same
 # ones), so the logged training and evaluation losses and gradient norms
 # agree within rounding, and so do the consolidated exports (save_final:
-# the full Hugging Face tensors); the header names the grid; what is not
-# supported with it yet is refused naming the parallel line.
+# the full Hugging Face tensors); a checkpoint resumes at the same T; the
+# header names the grid; what is not supported with it yet is refused
+# naming the parallel line.
 # Then both start from that export as Hugging Face safetensors (`init
 # safetensors`; tensor 2 also with sync_module_states, each tensor rank's
 # FSDP root reading its slices): the same curve again.
@@ -106,6 +107,39 @@ deck=deck_hf.in run 4 tensor2_hf -var micro 4 -var tensor 2 -var sync on
 grep -q "sync_module_states" tensor2_hf.log || { cat tensor2_hf.log; echo "FAIL: sync_module_states did not act"; exit 1; }
 compare fsdp_hf/metrics.jsonl tensor2_hf/metrics.jsonl
 
+# A tensor 2 checkpoint resumes at tensor 2, on 4 ranks and on 2 (one data
+# index: the FSDP shards of each tensor rank's slices regrouped), and goes
+# on as the run that was not interrupted; at tensor 1 it is refused.
+{ cat deck.in; echo 'checkpoint every 4 dir ${run_dir}/ckpt'; } > deck_ckpt.in
+deck=deck_ckpt.in run 4 tensor2_ckpt -var micro 4 -var tensor 2
+{ cat deck.in; echo 'resume tensor2_ckpt/ckpt/step_4'; } > deck_resume.in
+deck=deck_resume.in run 4 tensor2_resumed -var micro 4 -var tensor 2
+deck=deck_resume.in run 2 tensor2_resumed_np2 -var micro 8 -var tensor 2
+python3 - tensor2_ckpt/metrics.jsonl tensor2_resumed/metrics.jsonl tensor2_resumed_np2/metrics.jsonl <<'PY'
+import json, sys
+def train(path):
+    return {r["step"]: (r["loss"], r["grad_norm"]) for r in map(json.loads, open(path))
+            if "loss" in r and "eval_loss" not in r}
+whole = train(sys.argv[1])
+for path, exact in ((sys.argv[2], True), (sys.argv[3], False)):
+    resumed = train(path)
+    steps = [s for s in sorted(resumed) if s > 4]
+    if steps != [5, 6, 7, 8]:
+        sys.exit(f"FAIL: {path}: resumed steps {sorted(resumed)}")
+    for s in steps:
+        (wl, wn), (rl, rn) = whole[s], resumed[s]
+        tol = 0 if exact else 2e-5
+        if abs(wl - rl) > tol * abs(wl) or abs(wn - rn) > 50 * tol * abs(wn):
+            sys.exit(f"FAIL: {path}: step {s}: loss {rl} norm {rn}, uninterrupted {wl} {wn}")
+print("a tensor 2 checkpoint resumes at np 4 (bit for bit) and np 2 (within rounding)")
+PY
+if "$mpiexec" "${mpi_flags[@]}" -np 4 "$ftrain" deck_resume.in -var run_dir tensor1_resumed -var micro 2 \
+    > tensor1_resumed.log 2>&1; then
+  echo "FAIL: a tensor 2 checkpoint resumed at tensor 1"; exit 1
+fi
+grep -q "written at parallel tensor 2, this run has parallel tensor 1" tensor1_resumed.log ||
+  { cat tensor1_resumed.log; echo "FAIL: no error naming the two T"; exit 1; }
+
 # Refusals name the parallel line.
 refused() {  # NAME EXPECTED -var ... pairs
   local name=$1 expected=$2
@@ -117,9 +151,9 @@ refused() {  # NAME EXPECTED -var ... pairs
   grep -q "deck.in:18: parallel tensor 2.*$expected" "$name.log" ||
     { cat "$name.log"; echo "FAIL: $name: no error naming deck.in:18 and '$expected'"; exit 1; }
 }
-sed -i 's/^run_dir \${run_dir}$/run_dir ${run_dir}\ncheckpoint every 4 dir ${run_dir}\/ckpt/' deck.in
-refused refused_checkpoint "checkpoints"
-sed -i '/^checkpoint/d' deck.in
+sed -i 's/^precision fp32$/precision fp8/' deck.in
+refused refused_fp8 "precision fp8 is not supported yet"
+sed -i 's/^precision fp8$/precision fp32/' deck.in
 sed -i 's/num_key_value_heads 2/num_key_value_heads 1/' deck.in
 refused refused_kv_heads "num_key_value_heads.*1 is not a multiple of 2"
 echo "refusals name the parallel line"
