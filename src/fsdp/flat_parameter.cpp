@@ -78,6 +78,29 @@ FlatEntry full_entry(const FlatEntry& e) {
   return full;
 }
 
+void for_each_slice_run(const Shape& full_shape, int split_dim, int tensor_size, std::int64_t full_first,
+                        std::int64_t count,
+                        const std::function<void(int, std::int64_t, std::int64_t, std::int64_t)>& fn) {
+  if (split_dim < 0 || tensor_size <= 1) {
+    if (count > 0) fn(0, full_first, count, 0);
+    return;
+  }
+  const auto d = static_cast<std::size_t>(split_dim);
+  FT_CHECK(d < full_shape.size() && full_shape[d] % tensor_size == 0)
+      << "shape " << shape_string(full_shape) << " split " << tensor_size << " ways along dimension " << split_dim;
+  std::int64_t inner = 1;
+  for (std::size_t k = d + 1; k < full_shape.size(); ++k) inner *= full_shape[k];
+  const std::int64_t block = full_shape[d] / tensor_size * inner, full_block = full_shape[d] * inner;
+  std::int64_t at = 0;
+  while (at < count) {
+    const std::int64_t i = full_first + at, o = i / full_block, j = i % full_block;
+    const int rank = static_cast<int>(j / block);
+    const std::int64_t k = j % block, len = std::min(count - at, block - k);
+    fn(rank, o * block + k, len, at);
+    at += len;
+  }
+}
+
 Tensor master_host_f32(const FlatParameter& flat) {
   Tensor host = host_readable(flat.master);
   if (host.dtype() == DType::f32) return host;

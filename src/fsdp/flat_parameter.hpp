@@ -45,6 +45,14 @@ void for_each_full_run(const FlatEntry& e, std::int64_t first, std::int64_t coun
                        const std::function<void(std::int64_t full_first, std::int64_t count, std::int64_t at)>& fn);
 // The entry as the whole tensor (name, full shape; offset unchanged).
 FlatEntry full_entry(const FlatEntry& e);
+// The inverse: elements [full_first, full_first + count) of a tensor of
+// `full_shape` split along `split_dim` into `tensor_size` slices (-1: whole,
+// on tensor rank 0) as runs fn(tensor_rank, slice_first, count, at) of the
+// slices' own row-major order; element at + k of the request is element
+// slice_first + k of that rank's slice.
+void for_each_slice_run(
+    const Shape& full_shape, int split_dim, int tensor_size, std::int64_t full_first, std::int64_t count,
+    const std::function<void(int tensor_rank, std::int64_t slice_first, std::int64_t count, std::int64_t at)>& fn);
 
 // Where a unit finds each declared parameter slot: its own flat buffer or,
 // for tied slots, an entry of an earlier unit.
