@@ -25,7 +25,6 @@ void check_tensor_parallel(const RunConfig& c, const FsdpOptions& fsdp, Device d
   if (fsdp.fp8) refuse(c, DeckLocation{}, "precision fp8");
   if (c.lora.enabled) refuse(c, c.lora.where, "lora");
   if (fsdp.offload != Offload::none) refuse(c, c.fsdp.where, "fsdp offload");
-  if (c.init.kind == deck::InitKind::hdf5) refuse(c, c.init.where, "init hdf5");
   try {
     model.split_for_tensor_parallel(static_cast<int>(c.parallel.tensor));
   } catch (const UserError& e) {

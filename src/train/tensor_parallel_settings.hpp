@@ -10,8 +10,7 @@
 namespace ftrain {
 
 // Refuses what tensor parallelism does not train yet (context parallelism,
-// a device backend, precision fp8, LoRA, offload, init from an HDF5 state
-// dict) and a model or a head
+// a device backend, precision fp8, LoRA, offload) and a model or a head
 // count it cannot split; then splits `model` into this rank's slices
 // (Model::split_for_tensor_parallel). Nothing happens for T = 1.
 void check_tensor_parallel(const RunConfig& c, const FsdpOptions& fsdp, Device device, Model& model);

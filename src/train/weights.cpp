@@ -33,7 +33,7 @@ void check_consolidated_init(const RunConfig& c, Model& model) {
       if (!spec.tied_to.empty()) continue;
       FlatEntry e;
       e.name = spec.name;
-      e.shape = spec.shape;
+      e.shape = spec.tensor_split_dim >= 0 ? spec.full_shape : spec.shape;  // the file holds the full tensor
       parameters.push_back(e);
     }
   }

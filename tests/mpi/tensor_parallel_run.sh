@@ -163,6 +163,11 @@ PY
 h5diff merged.h5 tensor2_ckpt/final.h5 > /dev/null ||
   { h5diff merged.h5 tensor2_ckpt/final.h5 | head; echo "FAIL: the merged tensor 2 checkpoint is not its save_final"; exit 1; }
 echo "the merged tensor 2 checkpoint is its save_final bit for bit"
+# init hdf5 of an export at tensor 2 starts from the same model as at tensor 1.
+sed 's|^init random std 0.02$|init hdf5 fsdp/final.h5|' deck.in > deck_h5.in
+deck=deck_h5.in run 4 fsdp_h5 -var micro 2
+deck=deck_h5.in run 4 tensor2_h5 -var micro 4 -var tensor 2
+compare fsdp_h5/metrics.jsonl tensor2_h5/metrics.jsonl
 
 # Refusals name the parallel line.
 refused() {  # NAME EXPECTED -var ... pairs
