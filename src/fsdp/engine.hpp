@@ -6,6 +6,10 @@
 //   shard_grad_op   world              -                   no (kept to backward)
 //   no_shard (DDP)  each rank alone    world               no (kept always)
 //   hybrid_shard    node / N ranks     across groups       yes
+// With `parallel tensor T` (FsdpOptions::tensor_parallel) "world" in this
+// table is the FSDP group: the world / T ranks of this rank's tensor index,
+// which shard that tensor rank's slices (comm/process_grid.hpp); units get
+// their tensor group through StepContext::parallel.
 // Gradients of a unit are reduced when its backward finishes: reduce-scatter
 // (sum) over the shard group, then all-reduce over the replica group, then
 // added to the f32 shard gradient. Gradient accumulation therefore reduces at
