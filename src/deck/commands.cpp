@@ -773,6 +773,35 @@ std::vector<Command> build_table() {
   });
 
   table.push_back(Command{
+      .name = "parallel",
+      .help = "Model parallelism composed with FSDP: the world is data x context x tensor ranks, tensor "
+              "innermost (consecutive ranks, so a node holds whole tensor groups), then context, then data. "
+              "`tensor T` splits each block's matrices over T ranks (Megatron: q/k/v and gate/up by "
+              "columns, o and down by rows; heads and KV heads divided by T); `context C` splits each "
+              "sequence over C ranks with ring attention. The fsdp strategy shards each tensor rank's "
+              "slice over the data x context ranks. --check plans any T and C (share/doc/parallelism.md).",
+      .maps_to = "torchtitan `parallelism.tensor_parallel_degree` / `context_parallel_degree`; Megatron "
+                 "`--tensor-model-parallel-size` / `--context-parallel-size`",
+      .forms = {Form{
+          .word = "",
+          .help = "",
+          .keywords = {
+              Param{.name = "tensor", .kind = ValueKind::positive_int,
+                    .help = "tensor-parallel ranks T (divides the heads, KV heads, intermediate size and "
+                            "vocabulary)",
+                    .maps_to = "`tensor_parallel_degree`",
+                    .set = [](RunConfig& c, const Value& v) { c.parallel.tensor = v.integer; },
+                    .default_of = [](const RunConfig& c) { return integer_text(c.parallel.tensor); }},
+              Param{.name = "context", .kind = ValueKind::positive_int,
+                    .help = "context-parallel ranks C (each holds 2 of the sequence's 2C chunks)",
+                    .maps_to = "`context_parallel_degree`",
+                    .set = [](RunConfig& c, const Value& v) { c.parallel.context = v.integer; },
+                    .default_of = [](const RunConfig& c) { return integer_text(c.parallel.context); }}},
+          .apply = [](RunConfig& c, const ParsedCommand& p) { c.parallel.where = p.where; }}},
+      .example = "parallel tensor 8 context 1",
+  });
+
+  table.push_back(Command{
       .name = "activation_checkpointing",
       .help = "Recompute unit activations in backward instead of storing them: `on` for every "
               "unit, `every N` for every N-th block.",

@@ -109,6 +109,14 @@ struct FsdpSection {  // fsdp STRATEGY [keyword value]...
   DeckLocation where;
 };
 
+// parallel [tensor T] [context C]: the world is data x context x tensor
+// (comm/process_grid.hpp); the FSDP strategy shards over data x context.
+struct ParallelSection {
+  std::int64_t tensor = 1;   // T: tensor (Megatron) parallel ranks, consecutive (inside a node)
+  std::int64_t context = 1;  // C: context (sequence) parallel ranks, ring attention
+  DeckLocation where;        // empty file: no parallel line
+};
+
 struct CheckpointSection {  // checkpoint every N dir PATH [keep K] [stop_after S] [consolidated on|off] [async on|off]
   std::int64_t every = 0;       // 0 = no periodic checkpoints
   std::string dir;              // empty = checkpoints off (preemption then just stops)
@@ -187,6 +195,7 @@ struct RunConfig {
   std::int64_t max_steps = 0;      // max_steps N (required)
   InitSection init;
   FsdpSection fsdp;
+  ParallelSection parallel;        // parallel tensor T context C
   deck::ActivationCheckpointing activation_checkpointing = deck::ActivationCheckpointing::off;  // activation_checkpointing on|off|every N
   std::int64_t activation_checkpointing_every = 0;
   std::int64_t log_every = 1;      // log every N

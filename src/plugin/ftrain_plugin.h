@@ -39,8 +39,10 @@ extern "C" {
  *   6  Batch::positions (per-token RoPE positions restarting at each
  *      document) and the rope ops' optional `positions` argument;
  *      Model::attention_training_flops (MFU counts only the attention a
- *      document mask leaves). */
-#define FTRAIN_PLUGIN_ABI_VERSION 6
+ *      document mask leaves).
+ *   7  StepContext::parallel (plugin/parallel_group.hpp): the tensor and
+ *      context groups a unit communicates with (parallel tensor/context). */
+#define FTRAIN_PLUGIN_ABI_VERSION 7
 #define FTRAIN_PLUGIN_ENTRY_SYMBOL "ftrain_plugin_entry"
 
 typedef struct ftrain_kv {

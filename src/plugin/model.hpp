@@ -30,6 +30,7 @@
 #include "base/error.hpp"
 #include "core/tensor.hpp"
 #include "data/batch.hpp"
+#include "plugin/parallel_group.hpp"
 #include "runtime/execution_context.hpp"
 
 namespace ftrain {
@@ -86,6 +87,9 @@ struct StepContext {
   // the engine per unit; null when the unit has none. Plugins pass it on to
   // lora::add_forward / add_backward and never read it themselves.
   const lora::UnitAdapters* lora = nullptr;
+  // parallel tensor T context C (plugin/parallel_group.hpp): this rank's
+  // tensor and context groups; null (or null groups) when both are 1.
+  const ModelParallel* parallel = nullptr;
 };
 
 // Whatever a unit's forward keeps for its backward. The engine may clear() it

@@ -13,6 +13,7 @@
 #include "comm/collective_watchdog.hpp"
 #include "comm/device_communicator.hpp"
 #include "comm/node_layout.hpp"
+#include "comm/process_grid.hpp"
 #include "base/error.hpp"
 #include "core/launcher_watch.hpp"
 #include "data/token_batch_source.hpp"
@@ -149,6 +150,15 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
       if (!problem.empty()) FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp hybrid_shard: " << problem;
     }
     resolve_shard_group_size(c, s.fsdp, plan_world, s.ranks_per_node);
+  });
+  problems.check([&] {
+    const ProcessGrid grid(plan_world, static_cast<int>(c.parallel.tensor), static_cast<int>(c.parallel.context), 0,
+                           c.parallel.where.str());
+    // --check plans any grid; training one is not built yet.
+    if (grid.model_parallel() && !s.options.check_only)
+      FT_USER_ERROR() << c.parallel.where.str() << ": parallel tensor " << c.parallel.tensor << " context "
+                      << c.parallel.context << ": training with tensor or context parallelism is not implemented "
+                      << "yet (ftrain --check plans it); use parallel tensor 1 context 1, or remove the line";
   });
   problems.check([&] { resolve_schedule(c); });
   problems.check([&] {
