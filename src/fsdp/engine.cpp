@@ -39,9 +39,8 @@ DroppedWait dropped_wait_from_environment() {
   else if (s == "reduce") d = DroppedWait::reduce;
   else if (s == "after") d = DroppedWait::after;
   else if (s == "offload") d = DroppedWait::offload;
-  else if (s == "upload") d = DroppedWait::upload;
   else FT_USER_ERROR() << "environment variable FTRAIN_DEBUG_DROP_WAIT='" << s
-                       << "': expected gather, reduce, after, offload or upload";
+                       << "': expected gather, reduce, after or offload";
   static bool noted = false;
   if (!noted) {
     noted = true;
@@ -1137,10 +1136,9 @@ Tensor FsdpEngine::offloaded_gather_source(FlatParameter& f) {
   if (f.compute_shard_stale) remake_compute_shard(f);
   // This unit's update (the step's only wait on the host optimizer: the
   // first unit's comes first), then its copy as a stream event.
-  const bool wait = dropped_wait_ != DroppedWait::upload;
-  if (wait) f.upload_enqueued.synchronize();
+  f.upload_enqueued.synchronize();
   if (options_.offload == Offload::optimizer) {
-    if (wait) exec_.compute().wait(f.upload_done);
+    exec_.compute().wait(f.upload_done);
     return f.compute_shard;
   }
   Tensor staged = Tensor::empty({f.shard_numel()}, options_.param_dtype, exec_.device(), f.unit_name() + ".compute_shard");

@@ -147,10 +147,7 @@ DType frozen_base_dtype(const FsdpOptions& o);
 //           that wrote the gradient
 //   offload (offload on a device) the host stream no longer waits for a
 //           reduced gradient shard's copy to the host before adding it
-//   upload  (offload on a device) a unit's gather no longer waits for its
-//           update on the host and its copy to the device (nothing else
-//           orders them: the step returns before the updates ran)
-enum class DroppedWait : std::uint8_t { none, gather, reduce, after, offload, upload };
+enum class DroppedWait : std::uint8_t { none, gather, reduce, after, offload };
 DroppedWait dropped_wait_from_environment();
 
 using optim::AdamWHyper;
