@@ -87,7 +87,7 @@ FULL_PART_7=(
   "benchmark: FSDP communication hidden behind compute, --check memory plan vs measured peak|450|bash $FTRAIN_ROOT/share/bench/gpu_fsdp_overlap.sh"
 )
 FULL_PART_8=(
-  "fsdp offload optimizer and all against offload none on the GPU (every strategy np 1, two at np 2)|400|python3 $FTRAIN_ROOT/tests/regression/sim_device_test.py gpu_offload --ftrain $B/bin/ftrain --prep $B/bin/ftrain-prep --mpirun '$MPIRUN'"
+  "fsdp offload optimizer and all against offload none on the GPU (every strategy np 1, two at np 2, fp8 + FP8 all-gather at np 2; pinned host state, offload copies from and to it)|500|python3 $FTRAIN_ROOT/tests/regression/sim_device_test.py gpu_offload --ftrain $B/bin/ftrain --prep $B/bin/ftrain-prep --mpirun '$MPIRUN'"
 )
 FULL_PARTS=8
 # Not scripted yet: listed so every report shows them as open.

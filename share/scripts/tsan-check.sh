@@ -8,8 +8,10 @@
 # asynchronous streams — then ftrain itself on a tiny deck with
 # `host_streams async`, and the same deck with `fsdp ... offload optimizer`
 # and `offload all` on the simulated device (tests/support: the gradient
-# shards' copies to the host on the copy stream, the host stream's adds,
-# clip and AdamW, the copies back). Fails on any ThreadSanitizer report.
+# shards' copies to the host on the copy stream, the host stream's adds and
+# sums of squares, clip and AdamW, the copies back enqueued by the host
+# stream's worker), and offload optimizer with precision fp8. Fails on any
+# ThreadSanitizer report.
 #
 #   share/scripts/tsan-check.sh                  the check (CI: .ci/run)
 #   share/scripts/tsan-check.sh --prove-it-fails the check must FAIL: for each
@@ -82,19 +84,24 @@ WORK="$BUILD/tsan-work"
 rm -rf "$WORK" && mkdir -p "$WORK"
 "$BUILD/bin/ftrain-prep" synthetic --out "$WORK/train.tok" --tokens 20000 --vocab 64 --seed 7 \
   --eval-out "$WORK/eval.tok" --eval-tokens 2048 >/dev/null
-printf 'device cuda\ndevice_comm mpi\ninclude %s\n' "$ROOT/tests/regression/decks/tiny_host_streams.in" \
-  >"$WORK/offload.in"
+# The tiny deck logging every 5 steps instead of every step: a log step's
+# read of the step's health waits for the host's updates, so only the steps
+# between log steps overlap the update with the next forward.
+sed 's/^log every 1$/log every 5/' "$ROOT/tests/regression/decks/tiny.in" >"$WORK/tiny_log5.in"
+grep -q '^log every 5$' "$WORK/tiny_log5.in" || { echo "tsan-check: tiny.in no longer says 'log every 1'" >&2; exit 2; }
+printf 'device cuda\ndevice_comm mpi\ninclude %s\nhost_streams async\n' "$WORK/tiny_log5.in" >"$WORK/offload.in"
 run_offload() {
-  local label="$1" setting="$2"
+  local label="$1" setting="$2" precision="${3:-fp32}"
   local rc=0
   TSAN_OPTIONS="$(tsan_options "$label")" FTRAIN_CUDA_BACKEND="$BUILD/tests/libftrain_test_sim_device.so" \
     "${MPIRUN[@]}" -np 2 -x TSAN_OPTIONS -x FTRAIN_PLUGIN_PATH -x FTRAIN_CUDA_BACKEND \
     -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS -x FTRAIN_DEBUG_DROP_WAIT \
     "$BUILD/bin/ftrain" -var data_dir "$WORK" -var run_dir "$WORK/$label" -var max_steps 5 -var micro 2 \
-    -var accumulate 2 -var fsdp_extra "offload $setting" "$WORK/offload.in" >"$LOG_DIR/$label.out" 2>&1 || rc=$?
+    -var accumulate 2 -var precision "$precision" -var fsdp_extra "offload $setting" "$WORK/offload.in" \
+    >"$LOG_DIR/$label.out" 2>&1 || rc=$?
   local reports
   reports=$(cat "$LOG_DIR/$label".[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer" || true)
-  echo "$label (offload $setting on the simulated device, np 2): exit $rc, ThreadSanitizer reports: $reports" >&2
+  echo "$label (offload $setting $precision on the simulated device, np 2): exit $rc, ThreadSanitizer reports: $reports" >&2
   if [[ "$reports" -eq 0 && "$rc" -ne 0 ]]; then
     tail -40 "$LOG_DIR/$label.out" >&2
     return 255
@@ -105,14 +112,18 @@ run_offload() {
 if [[ "$MODE" == "--prove-it-fails" ]]; then
   failed=0
   REPORTS=0
-  FTRAIN_DEBUG_DROP_WAIT=offload run_offload drop_offload optimizer || true
-  races=$(cat "$LOG_DIR"/drop_offload.[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer: data race" || true)
-  if [[ "$REPORTS" -gt 0 && "$races" -gt 0 ]]; then
-    echo "FTRAIN_DEBUG_DROP_WAIT=offload: ThreadSanitizer reported the race (as it must)" >&2
-  else
-    echo "FTRAIN_DEBUG_DROP_WAIT=offload: NO ThreadSanitizer report: the check cannot see this missing wait" >&2
-    failed=1
-  fi
+  # offload: the host adds a gradient shard before its copy landed.
+  for wait in offload; do
+    REPORTS=0
+    FTRAIN_DEBUG_DROP_WAIT=$wait run_offload "drop_$wait" optimizer || true
+    races=$(cat "$LOG_DIR"/drop_"$wait".[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer: data race" || true)
+    if [[ "$REPORTS" -gt 0 && "$races" -gt 0 ]]; then
+      echo "FTRAIN_DEBUG_DROP_WAIT=$wait: ThreadSanitizer reported the race (as it must)" >&2
+    else
+      echo "FTRAIN_DEBUG_DROP_WAIT=$wait: NO ThreadSanitizer report: the check cannot see this missing wait" >&2
+      failed=1
+    fi
+  done
   for wait in gather reduce after; do
     REPORTS=0
     FTRAIN_DEBUG_DROP_WAIT=$wait run_engine_test "drop_$wait" || true
@@ -153,6 +164,10 @@ for setting in optimizer all; do
   run_offload "offload_$setting" "$setting" || status=1
   [[ "$REPORTS" -eq 0 ]] || status=1
 done
+# precision fp8: the FP8 all-gather of the device's compute-dtype shard.
+REPORTS=0
+run_offload offload_optimizer_fp8 optimizer fp8 || status=1
+[[ "$REPORTS" -eq 0 ]] || status=1
 
 if [[ $status -ne 0 ]]; then
   echo "tsan-check: FAILED; reports in $LOG_DIR:" >&2

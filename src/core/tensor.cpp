@@ -48,6 +48,23 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device, std::string
   return t;
 }
 
+Tensor Tensor::pinned_host(const Shape& shape, DType dtype, Device copies_with, std::string name) {
+  DeviceAllocator* allocator = find_allocator(copies_with);
+  FT_CHECK(allocator != nullptr) << "pinned host tensor '" << name << "' " << dtype_name(dtype) << shape_string(shape)
+                                 << " for " << device_name(copies_with) << ": no backend for "
+                                 << device_name(copies_with) << " is loaded";
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.device_ = Device::host;
+  t.name_ = std::move(name);
+  t.storage_bytes_ = t.nbytes();
+  t.storage_ = allocator->allocate_pinned_host(t.storage_bytes_);
+  if (t.storage_bytes_ > 0) std::memset(t.storage_.get(), 0, t.storage_bytes_);
+  return t;
+}
+
 Tensor Tensor::external(void* data, const Shape& shape, DType dtype, Device device, std::string name) {
   FT_CHECK(data != nullptr || shape_numel(shape) == 0) << "external tensor '" << name << "' over a null pointer";
   Tensor t;

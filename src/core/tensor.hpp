@@ -38,6 +38,11 @@ class Tensor {
   // the tensor when no backend for that device is loaded.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::host, std::string name = {});
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::host, std::string name = {});
+  // Zeroed HOST memory that `copies_with`'s copies reach directly (its
+  // allocator's allocate_pinned_host: page-locked on a GPU), for host
+  // buffers a device copies to and from on a stream (offloaded state). An
+  // error naming the tensor when no backend for that device is loaded.
+  static Tensor pinned_host(const Shape& shape, DType dtype, Device copies_with, std::string name = {});
   // A NON-OWNING tensor over `bytes`-sized memory at `data` that someone else
   // owns and frees, tagged with `device`. For backends that translate between
   // address spaces (the test-only simulated device hands its ops host-tagged

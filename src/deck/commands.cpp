@@ -758,7 +758,7 @@ std::vector<Command> build_table() {
                             "gradient shard and the AdamW moments in host memory (AdamW runs on the CPU); `all` "
                             "the compute-dtype parameter shard too. No effect on the host backend (the run "
                             "header says so); --check --device-memory plans each setting (share/doc/fsdp.md "
-                            "\"Offload\"). Device backends: with precision fp8, refused (not implemented yet)",
+                            "\"Offload\"); the host buffers are pinned on a GPU",
                     .maps_to = "PyTorch FSDP `CPUOffload(offload_params=...)`, FSDP2 `CPUOffloadPolicy`; DeepSpeed "
                                "`offload_optimizer` / `offload_param`",
                     .choices = choices_of<Offload>(

@@ -155,9 +155,6 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
     ctx_.parallel = &model_parallel_;
   }
   if (offloads()) {
-    // The deck refuses this combination naming its line (train/run_settings.cpp).
-    FT_CHECK(!options_.fp8) << "fsdp offload with precision fp8 on device " << device_name(exec_.device())
-                            << " (the FP8 all-gather casts the f32 master, which offload keeps on the host)";
     copy_stream_ = make_device_stream(exec_.device(), "offload_copy");
     host_shard_comm_ = world_.split(group, world_.rank());
   }
@@ -196,17 +193,24 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
     // Every shard lives on the training device; the host touches it only
     // through explicit copies (init, checkpoints).
     // Offload: the trainable state (and, offload all, a frozen master) in
-    // host memory instead.
+    // host memory the device copies to and from directly (pinned), and the
+    // compute-dtype shard the host casts for the device too.
     const DType frozen_dtype = frozen_base_dtype();
     auto allocate = [this, frozen_dtype](FlatParameter& f, bool trainable) {
       const Shape shard_shape{f.shard_numel()};
       const bool to_host = offloads() && (trainable || options_.offload == Offload::all);
-      const Device device = to_host ? Device::host : exec_.device();
-      f.master = Tensor::zeros(shard_shape, trainable ? DType::f32 : frozen_dtype, device, f.unit_name() + ".master");
+      auto zeros = [&](DType dtype, const char* what) {
+        const std::string name = f.unit_name() + what;
+        return to_host ? Tensor::pinned_host(shard_shape, dtype, exec_.device(), name)
+                       : Tensor::zeros(shard_shape, dtype, exec_.device(), name);
+      };
+      f.master = zeros(trainable ? DType::f32 : frozen_dtype, ".master");
+      if (to_host && f.master.dtype() != options_.param_dtype)
+        f.compute_shard_host = zeros(options_.param_dtype, ".compute_shard_host");
       if (!trainable) return;  // frozen: no gradient, no optimizer state
-      f.grad = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".grad");
-      f.exp_avg = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".exp_avg");
-      f.exp_avg_sq = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".exp_avg_sq");
+      f.grad = zeros(DType::f32, ".grad");
+      f.exp_avg = zeros(DType::f32, ".exp_avg");
+      f.exp_avg_sq = zeros(DType::f32, ".exp_avg_sq");
     };
     auto flat = std::make_unique<FlatParameter>(u, unit.name(), own, shard_comm_->size(), shard_comm_->rank(),
                                                 tensor_index);
@@ -243,6 +247,24 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
   caches_.resize(static_cast<std::size_t>(n_units));
   inputs_.resize(static_cast<std::size_t>(n_units));
   build_fp8_gathers();
+  if (offloads()) {
+    // Pinned buffers, in the reduce dtype, for the largest trainable shard:
+    // the reduced gradient shards that are not copied straight into a zero
+    // gradient land there (accumulation, a bf16 reduce dtype). Two, used in
+    // turn, so the copy of one unit's shard waits for the host's add of the
+    // unit before the last rather than of the last.
+    std::int64_t largest = 0;
+    int slots = 0;
+    for (FlatParameter* f : all_flats()) {
+      if (!f->trainable()) continue;
+      f->norm_slot = slots++;  // optimizer_shards() order
+      largest = std::max(largest, f->shard_numel());
+    }
+    for (int k = 0; k < kLandingSlots; ++k)
+      offload_landing_[k] = Tensor::pinned_host({largest}, options_.reduce_dtype, exec_.device(),
+                                                "offload_grad_landing" + std::to_string(k));
+    norm_partials_ = Tensor::zeros({slots}, DType::f64, Device::host, "offload_grad_sum_squares");
+  }
 }
 
 // Per unit, its FP8 linear weights: the flat entry '<layer>.weight' of each
@@ -274,7 +296,14 @@ void FsdpEngine::build_fp8_gathers() {
 
 // A destroyed Request waits for its collective, and a queued collective
 // holds its own references to the buffers it uses.
-FsdpEngine::~FsdpEngine() = default;
+FsdpEngine::~FsdpEngine() {
+  // The host stream's worker may still enqueue copies on the copy stream,
+  // which is destroyed first.
+  try {
+    finish_offloaded_update();
+  } catch (...) {
+  }
+}
 
 void FsdpEngine::LossSums::add(ExecutionContext& exec, const Tensor& loss) {
   FT_CHECK(loss.numel() == 1 && loss.dtype() == DType::f32)
@@ -374,6 +403,7 @@ void FsdpEngine::store_values(const Tensor& values, Tensor& dst) {
 // made its gathered copies from an f32 master every step: the gathered bits
 // are the same as with an f32 master.
 void FsdpEngine::store_master(FlatParameter& flat, const Tensor& values) {
+  finish_offloaded_update();
   store_values(values, flat.master);
   flat.gathered_valid = false;
   flat.gathered = Tensor();
@@ -467,7 +497,10 @@ bool FsdpEngine::start_gather_flat(FlatParameter& f) {
   const Fp8AllGather* fp8_weights = flats_[u].get() == &f ? fp8_gathers_[u].get() : nullptr;
   if (fp8_weights != nullptr && fp8_all_gather_on_) {
     // Training gathers record the weight amaxes (the local cast records in training forwards only).
-    f.gather_request = fp8_weights->start(exec_, *shard_comm_, f, dt, options_.fp8_recipe.forward_dtype(),
+    // Offload: the device's compute-dtype copy of the shard, the master
+    // rounded to the param dtype on the host, which is the cast's first step.
+    const Tensor source = offloaded(f) ? offloaded_gather_source(f) : f.master;
+    f.gather_request = fp8_weights->start(exec_, *shard_comm_, f, source, dt, options_.fp8_recipe.forward_dtype(),
                                           /*record=*/ctx_.training);
     // Counted from the buffers the collectives fill (training gathers only).
     if (ctx_.training) {
@@ -722,6 +755,13 @@ void FsdpEngine::reduce_flat(FlatParameter& f) {
     // (or, with one-rank shards, after the ops that wrote the gradient).
     if (replica_comm_) p.replicated = replica_comm_->all_reduce_sum(p.shard, written);
   }
+  if (offloaded(f)) {
+    // Its copy to the host is enqueued now, behind the collectives' events:
+    // it runs as soon as they complete, while the backward goes on.
+    offload_reduced_shard(f, p.shard, p.scattered, p.replicated);
+    ++counters_.offload_copies_at_reduction;
+    return;
+  }
   pending_reductions_.push_back(std::move(p));
   finish_reductions(kMaxPendingReductions);
 }
@@ -734,11 +774,6 @@ void FsdpEngine::finish_reductions(std::size_t keep_pending) {
   while (!pending_reductions_.empty()) {
     PendingReduction& p = pending_reductions_.front();
     if (pending_reductions_.size() <= keep_pending && !(p.scattered.test() && p.replicated.test())) break;
-    if (offloaded(*p.flat)) {  // the compute stream never waits for it
-      offload_reduced_shard(*p.flat, p.shard, p.scattered, p.replicated);
-      pending_reductions_.pop_front();
-      continue;
-    }
     // The shard is added on the compute stream after both collectives
     // (an event wait: the caller does not block on asynchronous streams).
     if (dropped_wait_ == DroppedWait::reduce && exec_.compute().asynchronous()) {
@@ -926,16 +961,23 @@ void FsdpEngine::zero_grad() {
       f->grad_is_zero = true;
     }
   exec_.compute().synchronize();  // callers (checkpoints) may read the gradients next
-  if (offloads()) host_exec_.synchronize();
+  if (offloads()) {
+    // On the host stream after the last step's updates, which this thread
+    // does not wait for: the next forward's gathers wait for each unit's.
+    ops::fill(host_exec_, norm_partials_, 0.0f);
+    grads_zeroed_ = host_exec_.compute().record();
+  }
 }
 
 double FsdpEngine::grad_norm() {
   ++host_reads_;
+  finish_offloaded_update();
   return optimizer().grad_norm(optimizer_shards(), offloads() ? *host_shard_comm_ : norm_comm());
 }
 
 std::string FsdpEngine::first_non_finite(ShardState which) {
   ++host_reads_;
+  finish_offloaded_update();
   return fsdp::first_non_finite(exec_, world_, flats_, adapter_flats_,
                                 which == ShardState::gradient ? fsdp::NonFiniteIn::gradient : fsdp::NonFiniteIn::master);
 }
@@ -999,19 +1041,27 @@ void FsdpEngine::after_update(const optim::StepLaunches& launched) {
 
 void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
   after_update(optimizer().step(optimizer_shards(), h, grad_scale));
-  after_offloaded_update();
+  finish_offloaded_update();
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next
 }
 
+// Offload: the norm adds the partials the host made as each gradient
+// landed; the updates run on the host stream after this returns, unit by
+// unit in forward order, and each unit's next gather waits for its own
+// (offloaded_gather_source). The host state is read after
+// read_step_health, which waits for all of it.
 void FsdpEngine::clip_and_step(const AdamWHyper& h, double clip_grad_norm, std::int64_t step) {
-  Communicator& comm = offloads() ? *host_shard_comm_ : norm_comm();
-  after_update(optimizer().clip_and_step(optimizer_shards(), comm, h, clip_grad_norm, step));
-  after_offloaded_update();
+  if (offloads())
+    after_update(host_optimizer_.clip_and_step(optimizer_shards(), *host_shard_comm_, h, clip_grad_norm, step,
+                                               &norm_partials_));
+  else
+    after_update(optimizer_.clip_and_step(optimizer_shards(), norm_comm(), h, clip_grad_norm, step));
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next; nothing is read here
 }
 
 FsdpEngine::StepHealth FsdpEngine::read_step_health() {
   if (optimizer().has_health()) ++host_reads_;
+  finish_offloaded_update();
   return optimizer().read_health();
 }
 
@@ -1031,6 +1081,7 @@ Communicator& FsdpEngine::shard_comm_for(const Tensor& t) {
 }
 
 void FsdpEngine::masters_changed() {
+  finish_offloaded_update();
   for (FlatParameter* f : all_flats()) {
     f->compute_shard_stale = true;
     f->gathered_valid = false;
@@ -1048,11 +1099,26 @@ void FsdpEngine::offload_reduced_shard(FlatParameter& f, const Tensor& shard, Re
   copy_stream_->wait(exec_.compute().record());
   stream_after(*copy_stream_, scattered);
   stream_after(*copy_stream_, replicated);
-  Tensor host = Tensor::empty({f.shard_numel()}, shard.dtype(), Device::host, f.unit_name() + ".grad_shard_host");
+  // The copy lands in pinned memory: straight in the gradient when it is
+  // zero (0 + shard is the shard), after the host stream's zero_grad fill
+  // (which came after the last update's read); else in a landing slot,
+  // after the host stream's add out of it two units ago. Events recorded
+  // earlier, not now: on a GPU a CUDA stream waits for a host event by
+  // blocking this thread, and these are complete or nearly so.
+  const bool direct = f.grad_is_zero && shard.dtype() == DType::f32;
+  const int slot = next_landing_;
+  const Tensor& landing = offload_landing_[slot];
+  FT_CHECK(direct || (shard.dtype() == landing.dtype() && shard.numel() <= landing.numel()))
+      << "offload: reduced shard " << shard.describe() << " of unit " << f.unit_name()
+      << " does not fit the landing buffer " << landing.describe();
+  if (!direct) next_landing_ = (next_landing_ + 1) % kLandingSlots;
+  const Tensor host = direct ? f.grad : landing.view({f.shard_numel()}, 0, f.unit_name() + ".grad_shard_host");
+  copy_stream_->wait(direct ? grads_zeroed_ : offload_landing_free_[slot]);
   exec_.allocator().copy_to_host_on(*copy_stream_, host.data(), shard.data(), shard.nbytes());
+  ++counters_.offload_gradient_copies;
   if (dropped_wait_ != DroppedWait::offload) host_exec_.compute().wait(copy_stream_->record());
-  if (f.grad_is_zero && host.dtype() == DType::f32) {
-    f.grad = host.view(f.grad.shape(), 0, f.unit_name() + ".grad");  // 0 + shard is the shard
+  if (direct) {
+    // nothing to add
   } else if (host.dtype() == DType::f32) {
     ops::add_inplace(host_exec_, f.grad, host);
   } else {
@@ -1060,7 +1126,15 @@ void FsdpEngine::offload_reduced_shard(FlatParameter& f, const Tensor& shard, Re
     ops::cast(host_exec_, host, wide);
     ops::add_inplace(host_exec_, f.grad, wide);
   }
+  if (!direct) offload_landing_free_[slot] = host_exec_.compute().record();
   f.grad_is_zero = false;
+  // This shard's sum of squares as the clip makes it (0 + the shard's),
+  // remade after each micro-step's add: the last one is the step's.
+  if (f.norm_slot >= 0) {
+    Tensor partial = norm_partials_.view({1}, f.norm_slot, f.unit_name() + ".grad_sum_squares");
+    ops::fill(host_exec_, partial, 0.0f);
+    ops::sum_squares_accumulate(host_exec_, f.grad, partial);
+  }
 }
 
 // Enqueued after whatever wrote the master on the host stream (AdamW, a
@@ -1072,39 +1146,51 @@ void FsdpEngine::remake_compute_shard(FlatParameter& f) {
   Tensor host_shard = f.master;
   if (f.master.dtype() != dt) {
     if (!f.compute_shard_host.defined() || f.compute_shard_host.data() == f.master.data())
-      f.compute_shard_host = Tensor::empty({f.shard_numel()}, dt, Device::host, f.unit_name() + ".compute_shard_host");
+      f.compute_shard_host = Tensor::pinned_host({f.shard_numel()}, dt, exec_.device(), f.unit_name() + ".compute_shard_host");
     ops::cast(host_exec_, f.master, f.compute_shard_host);
     host_shard = f.compute_shard_host;
   }
   f.compute_shard_stale = false;
   if (options_.offload == Offload::all) {
     f.compute_shard_host = host_shard;
+    f.upload_done = Event();
+    f.upload_enqueued = host_exec_.compute().record();  // the gather stages its copy after the cast
     return;
   }
   if (!f.compute_shard.defined())
     f.compute_shard = Tensor::empty({f.shard_numel()}, dt, exec_.device(), f.unit_name() + ".compute_shard");
-  // After the host's cast and after the device's last use of the old shard.
-  copy_stream_->wait(host_exec_.compute().record());
+  // After the device's last use of the old shard (a device event: no wait
+  // here), and after the host's cast: the host stream's worker enqueues the
+  // copy itself once the cast ran, so this thread never waits for the
+  // update, and records the copy's completion for the gather to wait on.
   copy_stream_->wait(exec_.compute().record());
-  exec_.allocator().copy_from_host_on(*copy_stream_, f.compute_shard.data(), host_shard.data(), f.compute_shard.nbytes());
-  exec_.compute().wait(copy_stream_->record());
+  FlatParameter* flat = &f;
+  host_exec_.compute().enqueue([this, flat, src = host_shard, dst = f.compute_shard] {
+    exec_.allocator().copy_from_host_on(*copy_stream_, dst.data(), src.data(), dst.nbytes());
+    flat->upload_done = copy_stream_->record();
+  });
+  f.upload_enqueued = host_exec_.compute().record();
 }
 
 // offload all: this gather's compute-dtype shard staged on the device (freed
 // in stream order after the gather read it).
 Tensor FsdpEngine::offloaded_gather_source(FlatParameter& f) {
   if (f.compute_shard_stale) remake_compute_shard(f);
-  if (options_.offload == Offload::optimizer) return f.compute_shard;
+  // This unit's update (the step's only wait on the host optimizer: the
+  // first unit's comes first), then its copy as a stream event.
+  f.upload_enqueued.synchronize();
+  if (options_.offload == Offload::optimizer) {
+    exec_.compute().wait(f.upload_done);
+    return f.compute_shard;
+  }
   Tensor staged = Tensor::empty({f.shard_numel()}, options_.param_dtype, exec_.device(), f.unit_name() + ".compute_shard");
-  copy_stream_->wait(host_exec_.compute().record());
   copy_stream_->wait(exec_.compute().record());  // the allocation is ordered on the compute stream
   exec_.allocator().copy_from_host_on(*copy_stream_, staged.data(), f.compute_shard_host.data(), staged.nbytes());
   exec_.compute().wait(copy_stream_->record());
   return staged;
 }
 
-// The step's host work done (the host is idle between the engine's calls).
-void FsdpEngine::after_offloaded_update() {
+void FsdpEngine::finish_offloaded_update() {
   if (!offloads()) return;
   host_exec_.synchronize();
   copy_stream_->synchronize();
@@ -1118,6 +1204,7 @@ std::int64_t FsdpEngine::num_parameters() const {
 
 std::uint64_t FsdpEngine::base_checksum() {
   exec_.synchronize();
+  finish_offloaded_update();
   std::uint64_t sum = 0;
   for (auto& f : flats_) {
     // The f32 bits of each value: a bf16 base widens exactly, so a base whose

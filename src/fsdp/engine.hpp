@@ -38,18 +38,22 @@
 //
 // Offload (options.offload on a device backend; share/doc/fsdp.md
 // "Offload"): every trainable flat's f32 master, gradient and AdamW moments
-// live in host memory (offload all: the frozen base's master too). The
-// device keeps what the all-gather sends, the compute-dtype shard
+// live in pinned host memory (offload all: the frozen base's master too).
+// The device keeps what the all-gather sends, the compute-dtype shard
 // (offload all: staged for each gather only). Each unit's reduced gradient
-// shard goes to the host on the copy stream once its collectives completed
-// (the compute stream does not wait for it) and is added to the host
-// gradient on the host optimizer context's stream, a worker thread. The
-// step's clip and AdamW run there, over all units after backward (the clip
-// needs every gradient: the global norm); each unit's updated compute-dtype
-// shard is copied back on the copy stream as soon as its update is done.
-// The arithmetic is the same ops' in the same order: runs are bit-identical
-// with and without offload. precision fp8 with offload is refused (its FP8
-// all-gather casts the f32 master).
+// shard goes to the host on the copy stream as soon as its collectives
+// complete (event waits: the compute stream does not wait for it) and is
+// added to the host gradient on the host optimizer context's stream, a
+// worker thread, which then makes that shard's sum of squares. The step's
+// clip adds those partials in shard order (the global norm and the
+// divergence guard need every gradient, so no update starts before the
+// backward ended), then AdamW runs unit by unit in forward order; as each
+// unit's is done the host stream's worker enqueues the copy of its
+// compute-dtype shard to the device, and the next step's gather of that
+// unit waits for that copy only. The arithmetic is the same ops' in the
+// same order: runs are bit-identical with and without offload. precision
+// fp8: the FP8 all-gather casts the device's compute-dtype shard, which is
+// the master rounded to the param dtype as its own first step does.
 //
 // Initialisation never needs the whole model on a rank: each rank fills only
 // its shard, with values that are a pure function of (seed, parameter name,
@@ -186,6 +190,11 @@ struct FsdpCounters {
   // flat parameter (the multi-tensor AdamW), not one per tensor or per run.
   std::int64_t optimizer_launches = 0;
   std::int64_t optimizer_tensors = 0;
+  // Offload on a device: reduced gradient shards copied to the host, and
+  // those whose copy was enqueued with their unit's reduce-scatter (behind
+  // its events, while the backward goes on) rather than later.
+  std::int64_t offload_gradient_copies = 0;
+  std::int64_t offload_copies_at_reduction = 0;
 };
 
 class FsdpEngine {
@@ -340,7 +349,6 @@ class FsdpEngine {
   void offload_reduced_shard(FlatParameter& f, const Tensor& shard, Request& scattered, Request& replicated);
   void remake_compute_shard(FlatParameter& f);
   Tensor offloaded_gather_source(FlatParameter& f);
-  void after_offloaded_update();
   const Tensor& adamw_chunks_of(FlatParameter& f);
   std::vector<Tensor> unit_params(int u);
   std::vector<Tensor> unit_grads(int u);
@@ -422,6 +430,22 @@ class FsdpEngine {
   ExecutionContext host_exec_;
   std::unique_ptr<Stream> copy_stream_;
   std::unique_ptr<Communicator> host_shard_comm_;
+  // Offload: where a reduced gradient shard that cannot be copied straight
+  // into its zero gradient lands (pinned; two slots used in turn), and the
+  // host stream's event after the last add out of each (the next copy into
+  // it waits for that). grads_zeroed_: the host stream passed zero_grad's
+  // fills (a copy straight into a gradient waits for it). norm_partials_:
+  // f64, per trainable shard, its sum of squares (FlatParameter::norm_slot).
+  static constexpr int kLandingSlots = 2;
+  Tensor offload_landing_[kLandingSlots];
+  Event offload_landing_free_[kLandingSlots];
+  int next_landing_ = 0;
+  Event grads_zeroed_;
+  Tensor norm_partials_;
+  // The step's offloaded update has finished on the host (host stream and
+  // copy stream drained): every host read or write of offloaded state
+  // outside forward and backward comes after it.
+  void finish_offloaded_update();
   // Device runs: the communicator for device buffers over world_'s ranks
   // (made on exec_, destroyed before it); null on the host.
   std::unique_ptr<Communicator> device_world_;

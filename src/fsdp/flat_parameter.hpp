@@ -113,6 +113,16 @@ class FlatParameter {
   Tensor compute_shard;
   Tensor compute_shard_host;
   bool compute_shard_stale = true;
+  // The step's update of an offloaded flat, on the engine's host stream:
+  // upload_enqueued completes once the update and the compute-dtype cast
+  // ran and (offload optimizer) the host stream's worker enqueued the copy
+  // to the device, whose completion on the copy stream it stored in
+  // upload_done first. The next gather waits for these two only.
+  Event upload_enqueued;
+  Event upload_done;
+  // Its slot in the engine's per-shard f64 sums of squares of the gradient
+  // (offload: made on the host as each reduced shard lands), -1 if none.
+  int norm_slot = -1;
 
   // Transient full buffers.
   Tensor gathered;     // compute dtype, padded_numel (FP8 all-gather: the non-FP8 segment, fsdp/fp8_all_gather.hpp)

@@ -117,18 +117,22 @@ Fp8AllGather::Fp8AllGather(const FlatParameter& flat, std::vector<Weight> weight
       << rest_counts_[static_cast<std::size_t>(shard_rank)];
 }
 
-Request Fp8AllGather::start(ExecutionContext& exec, Communicator& comm, FlatParameter& flat, DType param_dtype,
-                            DType fp8_dtype, bool record) const {
+Request Fp8AllGather::start(ExecutionContext& exec, Communicator& comm, FlatParameter& flat, const Tensor& source,
+                            DType param_dtype, DType fp8_dtype, bool record) const {
   FT_CHECK(comm.size() == static_cast<int>(fp8_counts_.size()))
       << "fp8 all-gather of unit " << flat.unit_name() << ": made for " << fp8_counts_.size()
       << " ranks, shard group has " << comm.size();
-  const Device device = flat.master.device();
+  FT_CHECK(source.numel() == flat.shard_numel() && source.device() == exec.device() &&
+           (source.dtype() == DType::f32 || source.dtype() == param_dtype))
+      << "fp8 all-gather of unit " << flat.unit_name() << ": source shard " << source.describe() << " is not "
+      << flat.shard_numel() << " f32 or " << dtype_name(param_dtype) << " elements on " << device_name(exec.device());
+  const Device device = exec.device();
   // The param-dtype shard: what the plain gather sends, so the FP8 bytes are
   // those the local cast of the gathered copy would make.
-  Tensor shard = flat.master;
-  if (param_dtype != DType::f32) {
+  Tensor shard = source;
+  if (source.dtype() != param_dtype) {
     shard = Tensor::empty({flat.shard_numel()}, param_dtype, device, flat.unit_name() + ".gather_shard");
-    ops::cast(exec, flat.master, shard);
+    ops::cast(exec, source, shard);
   }
   const int me = comm.rank();
   Tensor send_fp8 = Tensor::empty({fp8_counts_[static_cast<std::size_t>(me)]}, fp8_dtype, device,

@@ -71,15 +71,18 @@ class Fp8AllGather {
   std::int64_t rest_numel() const { return rest_numel_; }
   std::int64_t fp8_numel_of_rank(int r) const { return fp8_counts_[static_cast<std::size_t>(r)]; }
 
-  // Casts this rank's shard (master -> param dtype -> FP8 with each layer's
-  // weight scale for the FP8 weights; -> param dtype for the rest) with ops
-  // on exec's compute stream, then issues the two all-gathers behind an
-  // event recorded after the casts. Sets flat.gathered (rest segment, param
-  // dtype) and flat.gathered_fp8 (FP8 segment, fp8_dtype). record: the casts
+  // Casts this rank's shard `source` (on exec's device: the f32 master, or
+  // already in the param dtype, as offload's device copy of the shard is)
+  // -> param dtype -> FP8 with each layer's weight scale for the FP8
+  // weights; -> param dtype for the rest, with ops on exec's compute stream,
+  // then issues the two all-gathers behind an event recorded after the
+  // casts. The param-dtype rounding is the same whichever source, so the
+  // bytes are too. Sets flat.gathered (rest segment, param dtype) and
+  // flat.gathered_fp8 (FP8 segment, fp8_dtype). record: the casts
   // max-accumulate each weight shard's amax into its layer's history
   // (training; evaluation records nothing). The request completes both.
-  Request start(ExecutionContext& exec, Communicator& shard_comm, FlatParameter& flat, DType param_dtype,
-                DType fp8_dtype, bool record) const;
+  Request start(ExecutionContext& exec, Communicator& shard_comm, FlatParameter& flat, const Tensor& source,
+                DType param_dtype, DType fp8_dtype, bool record) const;
 
   // Entry `entry` of the gathered unit: a view of flat.gathered_fp8 (an FP8
   // weight) or of flat.gathered (anything else), named and shaped as the entry.

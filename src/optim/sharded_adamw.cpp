@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "base/error.hpp"
 #include "kernels/ops.hpp"
 
 namespace ftrain::optim {
@@ -42,7 +43,8 @@ StepLaunches ShardedAdamW::step(const std::vector<TrainableShard>& shards, const
 }
 
 StepLaunches ShardedAdamW::clip_and_step(const std::vector<TrainableShard>& shards, Communicator& shard_comm,
-                                         const AdamWHyper& h, double clip_grad_norm, std::int64_t step) {
+                                         const AdamWHyper& h, double clip_grad_norm, std::int64_t step,
+                                         const Tensor* partials) {
   if (!clip_.sum_sq.defined()) {
     clip_.sum_sq = Tensor::empty({1}, DType::f64, exec_.device(), "clip.sum_squares");
     clip_.norm = Tensor::zeros({1}, DType::f64, exec_.device(), "clip.grad_norm");
@@ -53,11 +55,28 @@ StepLaunches ShardedAdamW::clip_and_step(const std::vector<TrainableShard>& shar
   // order, one f64 sum over the shard group, then sqrt; the clip factor as
   // a caller of step() computes it.
   ops::fill(exec_, clip_.sum_sq, 0.0f);
-  for (const TrainableShard& s : shards) {
-    if (s.norm_whole) {
-      ops::sum_squares_accumulate(exec_, *s.grad, clip_.sum_sq);
-    } else {
-      for (const Tensor& part : s.norm_parts) ops::sum_squares_accumulate(exec_, part, clip_.sum_sq);
+  if (partials != nullptr) {
+    FT_CHECK(exec_.device() == Device::host && partials->device() == Device::host &&
+             partials->dtype() == DType::f64 && partials->numel() == static_cast<std::int64_t>(shards.size()))
+        << "clip_and_step: partial sums of squares " << partials->describe() << " for " << shards.size()
+        << " shards on a " << device_name(exec_.device()) << " optimizer (host f64, one per shard)";
+    // Partials are of whole shards: never of a tensor-parallel slice's parts.
+    for (const TrainableShard& s : shards)
+      FT_CHECK(s.norm_whole) << "clip_and_step: per-shard partial sums with a shard counted in parts";
+    // sum_squares_accumulate's `acc += partial`, in shard order, on the
+    // stream after whatever made the partials.
+    exec_.compute().enqueue([sum = clip_.sum_sq, parts = *partials] {
+      double& acc = sum.data_as<double>()[0];
+      const double* p = parts.data_as<double>();
+      for (std::int64_t i = 0; i < parts.numel(); ++i) acc += p[i];
+    });
+  } else {
+    for (const TrainableShard& s : shards) {
+      if (s.norm_whole) {
+        ops::sum_squares_accumulate(exec_, *s.grad, clip_.sum_sq);
+      } else {
+        for (const Tensor& part : s.norm_parts) ops::sum_squares_accumulate(exec_, part, clip_.sum_sq);
+      }
     }
   }
   if (shard_comm.size() > 1) shard_comm.all_reduce_sum(clip_.sum_sq, exec_.compute().record()).wait();

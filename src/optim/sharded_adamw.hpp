@@ -82,8 +82,11 @@ class ShardedAdamW {
   double grad_norm(const std::vector<TrainableShard>& shards, Communicator& shard_comm);
   // AdamW on every shard; grad_scale multiplies gradients (clipping).
   StepLaunches step(const std::vector<TrainableShard>& shards, const AdamWHyper& hyper, float grad_scale);
+  // partials (a host optimizer only; optional): f64[shards.size()], each
+  // shard's sum of squares already made (offload makes each as its gradient
+  // lands); they are added in shard order, the same bits as making them here.
   StepLaunches clip_and_step(const std::vector<TrainableShard>& shards, Communicator& shard_comm, const AdamWHyper& hyper,
-                             double clip_grad_norm, std::int64_t step);
+                             double clip_grad_norm, std::int64_t step, const Tensor* partials = nullptr);
   // Waits for the compute stream; zeros (and no read) before the first
   // clip_and_step.
   StepHealth read_health();

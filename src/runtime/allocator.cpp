@@ -216,6 +216,10 @@ DeviceAllocator*& slot(Device d) {
 }
 }  // namespace
 
+std::shared_ptr<void> DeviceAllocator::allocate_pinned_host(std::size_t bytes) {
+  return host_allocator().allocate(bytes);
+}
+
 DeviceAllocator* find_allocator(Device device) {
   {
     std::lock_guard<std::mutex> lock(registry_mutex());

@@ -56,6 +56,14 @@ struct AllocatorStats {
   // Host: fresh blocks advised as transparent huge pages (last: the SDK
   // installs this header, so the older fields keep their offsets).
   std::int64_t huge_page_blocks = 0;
+  // Device allocators: page-locked host memory handed out by
+  // allocate_pinned_host (live and peak bytes), and the copies on a given
+  // stream (copy_to_host_on / copy_from_host_on) whose host side was in it
+  // or was ordinary pageable memory (which a GPU copies synchronously).
+  std::size_t pinned_host_bytes = 0;
+  std::size_t peak_pinned_host_bytes = 0;
+  std::int64_t pinned_stream_copies = 0;
+  std::int64_t pageable_stream_copies = 0;
 };
 
 class DeviceAllocator {
@@ -96,6 +104,19 @@ class DeviceAllocator {
     stream.synchronize();
     copy_from_host(dst, host_src, bytes);
   }
+  // Host memory this device's copies reach directly (CUDA: page-locked,
+  // cudaHostAlloc), so a copy on a stream to or from it returns at once and
+  // overlaps the device's work; with pageable memory a GPU copy to the host
+  // returns only when done. For long-lived buffers, made outside a step:
+  // pinning takes time and, on CUDA, synchronises the device, and so may the
+  // release (cudaFreeHost) when the last owner goes, which must come after
+  // every copy that uses the block finished (the owner's synchronisation,
+  // not stream order). The default (the host backend: no device) is
+  // ordinary host memory. Appended after the older virtual functions so
+  // their slots keep their places.
+  virtual std::shared_ptr<void> allocate_pinned_host(std::size_t bytes);
+  // Whether `host_ptr` lies in a block of allocate_pinned_host.
+  virtual bool is_pinned_host(const void* /*host_ptr*/) const { return false; }
 };
 
 // The allocator for `device`, or nullptr when no backend provides one. The

@@ -17,7 +17,15 @@
 extern "C" {
 #endif
 
-#define FTRAIN_BACKEND_ABI_VERSION 1
+/* Version history (a library built for another version is refused):
+ *   1  first backend ABI: the descriptor, register_all() and the C++
+ *      interfaces it registers (DeviceAllocator, the stream factory, the
+ *      op table).
+ *   2  DeviceAllocator::allocate_pinned_host and is_pinned_host (host
+ *      memory the device copies to and from directly: offloaded state) and
+ *      AllocatorStats' pinned_host_bytes, peak_pinned_host_bytes,
+ *      pinned_stream_copies and pageable_stream_copies. */
+#define FTRAIN_BACKEND_ABI_VERSION 2
 #define FTRAIN_BACKEND_ENTRY_SYMBOL "ftrain_backend_entry"
 
 typedef struct ftrain_backend_descriptor {

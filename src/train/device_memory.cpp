@@ -14,7 +14,12 @@ double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 10
 }  // namespace
 
 DeviceMemorySample device_memory_sample(const AllocatorStats& stats) {
-  return {mib(stats.live_bytes), mib(stats.reserved_bytes), mib(stats.peak_live_bytes)};
+  return {mib(stats.live_bytes),
+          mib(stats.reserved_bytes),
+          mib(stats.peak_live_bytes),
+          mib(stats.pinned_host_bytes),
+          static_cast<double>(stats.pinned_stream_copies),
+          static_cast<double>(stats.pageable_stream_copies)};
 }
 
 DeviceMemorySample this_rank_device_memory() {
@@ -26,14 +31,18 @@ DeviceMemorySample this_rank_device_memory() {
 std::vector<DeviceMemorySample> gather_device_memory(Communicator& world, const DeviceMemorySample& mine) {
   const int ranks = world.size(), rank = world.rank();
   // Host f64 numbers summed across ranks, each rank filling its own slots.
-  Tensor all = Tensor::zeros({3 * static_cast<std::int64_t>(ranks)}, DType::f64, Device::host, "device_memory");
+  constexpr int kFields = 6;
+  Tensor all = Tensor::zeros({kFields * static_cast<std::int64_t>(ranks)}, DType::f64, Device::host, "device_memory");
   double* v = all.data_as<double>();
-  v[3 * rank] = mine.allocated_mib;
-  v[3 * rank + 1] = mine.reserved_mib;
-  v[3 * rank + 2] = mine.peak_mib;
+  const double fields[kFields] = {mine.allocated_mib,   mine.reserved_mib,         mine.peak_mib,
+                                  mine.pinned_host_mib, mine.pinned_stream_copies, mine.pageable_stream_copies};
+  for (int i = 0; i < kFields; ++i) v[kFields * rank + i] = fields[i];
   world.all_reduce_sum(all).wait();
   std::vector<DeviceMemorySample> out(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) out[static_cast<std::size_t>(r)] = {v[3 * r], v[3 * r + 1], v[3 * r + 2]};
+  for (int r = 0; r < ranks; ++r) {
+    const double* x = v + kFields * r;
+    out[static_cast<std::size_t>(r)] = {x[0], x[1], x[2], x[3], x[4], x[5]};
+  }
   return out;
 }
 
@@ -49,12 +58,18 @@ std::string format_device_memory(const std::string& phase, const std::vector<Dev
 }
 
 void add_device_memory_metrics(nlohmann::json& record, const std::vector<DeviceMemorySample>& per_rank) {
-  std::vector<double> allocated, reserved, peak;
+  std::vector<double> allocated, reserved, peak, pinned, pinned_copies, pageable_copies;
   for (const auto& s : per_rank) {
     allocated.push_back(s.allocated_mib);
     reserved.push_back(s.reserved_mib);
     peak.push_back(s.peak_mib);
+    pinned.push_back(s.pinned_host_mib);
+    pinned_copies.push_back(s.pinned_stream_copies);
+    pageable_copies.push_back(s.pageable_stream_copies);
   }
+  record["host_pinned_mib_per_rank"] = pinned;
+  record["pinned_stream_copies_per_rank"] = pinned_copies;
+  record["pageable_stream_copies_per_rank"] = pageable_copies;
   record["device_allocated_mib_per_rank"] = allocated;
   record["device_reserved_mib_per_rank"] = reserved;
   record["device_peak_mib_per_rank"] = peak;

@@ -20,6 +20,9 @@ class Communicator;
 
 struct DeviceMemorySample {
   double allocated_mib = 0, reserved_mib = 0, peak_mib = 0;
+  // Pinned host memory (offloaded state) and the copies on a stream whose
+  // host side was pinned or pageable, since the process started.
+  double pinned_host_mib = 0, pinned_stream_copies = 0, pageable_stream_copies = 0;
 };
 
 DeviceMemorySample device_memory_sample(const AllocatorStats& stats);
@@ -33,7 +36,8 @@ std::vector<DeviceMemorySample> gather_device_memory(Communicator& world, const 
 std::string format_device_memory(const std::string& phase, const std::vector<DeviceMemorySample>& per_rank);
 
 // metrics.jsonl fields: device_allocated_mib_per_rank, device_reserved_mib_per_rank,
-// device_peak_mib_per_rank, device_peak_mib_max_rank.
+// device_peak_mib_per_rank, device_peak_mib_max_rank, host_pinned_mib_per_rank,
+// pinned_stream_copies_per_rank, pageable_stream_copies_per_rank.
 void add_device_memory_metrics(nlohmann::json& record, const std::vector<DeviceMemorySample>& per_rank);
 
 }  // namespace ftrain

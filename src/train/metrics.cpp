@@ -84,6 +84,11 @@ WindowCounters gather_window_counters(Communicator& world, FsdpEngine& engine, d
   // awaiting their stream-ordered free included (limit_all_gathers).
   w.gathered_in_flight_high_water =
       static_cast<std::int64_t>(world.all_reduce_max(static_cast<double>(counted.gathered_in_flight_high_water)));
+  w.offload = engine.offloads();
+  if (w.offload) {
+    w.offload_gradient_copies = per_step_max(counted.offload_gradient_copies);
+    w.offload_copies_at_reduction = per_step_max(counted.offload_copies_at_reduction);
+  }
   engine.reset_counters();
   return w;
 }
@@ -136,6 +141,10 @@ std::string step_metrics_row(const StepRecord& r) {
   j["all_gather_bytes_per_step"] = w.all_gather_bytes;
   if (r.fp8) j["all_gather_fp8_weight_bytes_per_step"] = w.all_gather_fp8_weight_bytes;
   j["gathered_in_flight_high_water"] = w.gathered_in_flight_high_water;
+  if (w.offload) {
+    j["offload_gradient_copies_per_step"] = w.offload_gradient_copies;
+    j["offload_copies_at_reduction_per_step"] = w.offload_copies_at_reduction;
+  }
   return j.dump() + "\n";
 }
 

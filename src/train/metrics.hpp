@@ -55,6 +55,10 @@ struct WindowCounters {
   double recomputed_units = 0, forward_prefetch_gathers = 0, backward_prefetch_gathers = 0;  // max over ranks
   std::int64_t gathered_units_high_water = 0, gathered_in_flight_high_water = 0;
   double all_gather_bytes = 0, all_gather_fp8_weight_bytes = 0;  // rank 0's
+  // Offload on a device (max over ranks): gradient shards copied to the
+  // host, and those enqueued with their unit's reduce-scatter.
+  double offload_gradient_copies = 0, offload_copies_at_reduction = 0;
+  bool offload = false;
 };
 WindowCounters gather_window_counters(Communicator& world, FsdpEngine& engine, double steps);
 

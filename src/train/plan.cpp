@@ -267,7 +267,9 @@ std::string format_plan(const RunPlan& p) {
       << (p.offload == Offload::all ? "compute-dtype shards staged for their all-gathers"
                                     : "the compute-dtype shard")
       << " + one unit's reduced f32 gradient shard), "
-      << human_bytes(static_cast<double>(p.host_state_bytes_per_rank)) << " in host memory per rank\n";
+      << human_bytes(static_cast<double>(p.host_state_bytes_per_rank))
+      << " in pinned host memory per rank (the device copies it directly; two landing buffers of a unit's "
+         "reduced gradient shard come on top)\n";
   s << format_parallel_plan(p);
   return s.str();
 }

@@ -85,10 +85,13 @@ const char* offload_word(Offload o) {
 std::string verdict_line(const RunPlan& plan, const FitTerms& t, const ActivationEstimate& a, double device_bytes) {
   std::ostringstream r;
   const double planned = planned_bytes(plan), need = planned + t.fixed(), left = device_bytes - need;
-  r << "fit on " << human_bytes(device_bytes) << " per device: " << human_bytes(planned) << " sharded state"
+  // Each term with its own bytes: the state here is the same number as the
+  // plan's state (or, under offload, its device part) line.
+  r << "fit on " << human_bytes(device_bytes) << " per device: "
+    << human_bytes(static_cast<double>(plan.device_state_bytes_per_rank)) << " sharded state"
     << (plan.offload != Offload::none ? std::string(" (the device's part under offload ") + offload_word(plan.offload) + ")"
                                       : std::string())
-    << " + gathered units";
+    << " + " << human_bytes(static_cast<double>(plan.gathered_bytes_peak)) << " gathered units in flight";
   if (a.known) r << " + " << human_bytes(t.activations) << " activations (estimate)";
   r << " + " << human_bytes(t.allowance.context) << " CUDA context and workspaces";
   if (t.allowance.nccl > 0) r << " + " << human_bytes(t.allowance.nccl) << " NCCL buffers";
@@ -187,9 +190,10 @@ std::string activation_advice(Model& model, const RunConfig& c, const Activation
 
 // Each offload setting re-planned: device memory per rank against the
 // device's, host memory per rank and per node against --host-memory, and
-// the settings that fit both. Host bytes are the offloaded state alone
-// (pinned buffers of the same size on a GPU); the process, the data loader
-// and the MPI buffers come on top.
+// the settings that fit both. Host bytes are the offloaded state, which is
+// the pinned memory the device copies use; two pinned landing buffers of a
+// unit's reduced gradient shard, the process, the data loader and the MPI
+// buffers come on top.
 std::string offload_table(const std::function<RunPlan(const FsdpOptions&, int)>& replan, const FsdpOptions& o,
                           const RunPlan& plan, int ranks_per_node, const FitTerms& t, double device_bytes,
                           double host_bytes_per_node) {

@@ -138,12 +138,6 @@ FsdpOptions resolve_fsdp_options(const RunConfig& c, Device device) {
   }
   o.device = device;
   o.offload = engine_offload(c.fsdp.offload);
-  // The FP8 all-gather casts the f32 master to FP8 on the device, which
-  // offload keeps on the host: refused rather than run without FP8 gathers.
-  if (o.offload != Offload::none && device != Device::host && o.fp8)
-    FT_USER_ERROR() << c.fsdp.where.str() << ": fsdp ... offload " << c.fsdp.offload << " with precision fp8 on device "
-                    << device_name(device) << " is not implemented yet (the FP8 all-gather casts the f32 master, "
-                    << "which offload keeps in host memory); use offload none with fp8, or precision bf16";
   o.attention_backend = engine_attention(c.attention_backend);
   o.device_comm = c.device_comm == deck::DeviceComm::mpi ? DeviceComm::mpi : DeviceComm::nccl;
   return o;

@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
     };
     auto fp8_all_gather = [&] {
       const auto t0 = clock::now();
-      Request r = fp8_gather.start(exec, world, flat, DType::bf16, DType::fp8_e4m3, /*record=*/true);
+      Request r = fp8_gather.start(exec, world, flat, flat.master, DType::bf16, DType::fp8_e4m3, /*record=*/true);
       exec.synchronize();
       const auto t1 = clock::now();
       r.wait();

@@ -566,6 +566,14 @@ def scenario_offload_plan(e):
     verdict = next((l for l in out.splitlines() if l.startswith("fit on 80.00 GiB per device")), "")
     if not verdict or "DOES NOT FIT" in verdict or "(the device's part under offload optimizer)" not in verdict:
         fail("the 8-rank recipe with offload optimizer on 80GiB: expected a fit verdict for the device's part:\n" + out)
+    # The verdict's state is the plan's device part, each term with its own bytes (the gathered units were once
+    # folded into the state's number, so the two lines disagreed).
+    device_part = re.search(r"^  offload +optimizer on a device backend: ([0-9.]+ GiB) of the state", out, re.M)
+    gathered = re.search(r"^  memory per rank .* \+ ([0-9.]+ GiB) gathered units in flight", out, re.M)
+    if not device_part or not gathered or \
+            f": {device_part.group(1)} sharded state (the device's part under offload optimizer) + " \
+            f"{gathered.group(1)} gathered units in flight + " not in verdict:
+        fail("the fit verdict's state and gathered units are not the plan's:\n" + out)
     expect("the offload table on 80GiB", out,
            ["offload (fsdp ... offload) on 80.00 GiB per device and host memory not checked",
             "  none       device ", "  optimizer  device ", "<- this deck",

@@ -31,15 +31,19 @@ deck on `device host`, exactly: loss, lr, grad_norm, eval_loss of every step):
                offload optimizer and all against offload none (curves and
                final weights bit for bit) for every strategy, gradient
                accumulation and LoRA; the device peak falls by what --check
-               plans; precision fp8 with offload is refused at the fsdp line.
-  offload_np2  the same at 2 ranks in bf16, LoRA with a bf16 base, and
-               shard_grad_op with no_sync and accumulation.
+               plans, on pinned host memory that every offload copy uses;
+               precision fp8.
+  offload_np2  the same at 2 ranks in bf16, LoRA with a bf16 base,
+               shard_grad_op with no_sync and accumulation, and fp8 with
+               the FP8 all-gather.
   offload_np4  every strategy at 4 ranks on asynchronous host streams with
                the debug allocator.
   offload_resume  2 ranks: checkpoints across offload settings (optimizer ->
-               none, none -> all) continue the run without offload exactly.
+               none, none -> all; fp8 optimizer -> all) continue the run
+               without offload exactly.
   gpu_offload  (either) offload optimizer and all against offload none on
-               the device, every strategy at np 1, two at np 2, bf16: exact
+               the device, every strategy at np 1, two at np 2, bf16, and
+               fp8 full_shard at np 2; pinned memory used: exact
                on the simulated device, within relative 1e-3 on a GPU (AdamW
                on the CPU vs the GPU).
   gpu          (no --sim-device: the real CUDA backend; label gpu) tiny Llama
@@ -247,20 +251,30 @@ def scenario_gpu_fsdp(r):
 
 def scenario_gpu_offload(r):
     """`fsdp ... offload optimizer` and `all` against offload none on a GPU (label gpu, skipped without one): every
-    strategy at np 1, and full_shard and hybrid_shard at np 2 on one GPU (staged communicator), in bf16. AdamW runs on
+    strategy at np 1, and full_shard and hybrid_shard at np 2 on one GPU (staged communicator), in bf16, and fp8 under
+    full_shard at np 2 (the FP8 all-gather); the state in pinned memory, the offload copies from and to it. AdamW runs on
     the CPU with offload and on the GPU without it, so the curves agree within a stated tolerance (relative 1e-3 on
     loss, 1e-2 on grad_norm), not bit for bit. With --sim-device the same harness runs on the host, where they are
     exact."""
     extra = gpu_or_sim_device_extra(r)
-    cases = [(1, s, "") for s in STRATEGIES] + [(2, "full_shard", ""), (2, "hybrid_shard", "shard_group_size 1")]
-    for np, strategy, fsdp_extra in cases:
-        v = dict(micro=8 // np, max_steps=8, strategy=strategy, precision="bf16")
-        name = f"gpu_offload_np{np}_{strategy}"
+    cases = [(1, s, "", "bf16") for s in STRATEGIES] + [(2, "full_shard", "", "bf16"),
+                                                         (2, "hybrid_shard", "shard_group_size 1", "bf16"),
+                                                         (2, "full_shard", "", "fp8")]
+    for np, strategy, fsdp_extra, precision in cases:
+        v = dict(micro=8 // np, max_steps=8, strategy=strategy, precision=precision)
+        name = f"gpu_offload_np{np}_{strategy}_{precision}"
         base = r.run(np, LLAMA_DECK, "cuda", f"{name}_none", extra, fsdp_extra=fsdp_extra, **v)
         for setting in ("optimizer", "all"):
             dev = r.run(np, LLAMA_DECK, "cuda", f"{name}_{setting}", extra, fsdp_extra=f"{fsdp_extra} offload {setting}",
                         **v)
-            close_curve(base, dev, f"{strategy} np {np} offload {setting} vs none on the device", 1e-3, 1e-2)
+            close_curve(base, dev, f"{strategy} {precision} np {np} offload {setting} vs none on the device", 1e-3, 1e-2)
+            if precision == "fp8":
+                same_fp8_all_gather(base, dev, f"{strategy} fp8 np {np} offload {setting} on the device")
+            held, pinned_copies, pageable_copies = pinned_use(dev)
+            # One rank: every copy on a stream is an offload copy (more ranks add the staged collectives' own).
+            if held <= 0 or pinned_copies <= 0 or (np == 1 and pageable_copies != 0):
+                fail(f"{name} offload {setting}: {held:.0f} pinned bytes, {pinned_copies:.0f} pinned and "
+                     f"{pageable_copies:.0f} pageable stream copies")
 
 
 def same_file(a, b, what):
@@ -374,6 +388,29 @@ def device_peak_mib(run_dir):
     return max(r["device_peak_mib_max_rank"] for r in rows)
 
 
+def pinned_use(run_dir):
+    """(pinned host bytes, stream copies from or to pinned memory, pageable ones) of rank 0's last metrics row."""
+    rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if "host_pinned_mib_per_rank" in l]
+    if not rows:
+        fail(f"{run_dir}: metrics.jsonl has no host_pinned_mib_per_rank")
+    last = rows[-1]
+    return (last["host_pinned_mib_per_rank"][0] * 1024 ** 2, last["pinned_stream_copies_per_rank"][0],
+            last["pageable_stream_copies_per_rank"][0])
+
+
+def copies_at_reduction(run_dir, what):
+    """Every reduced gradient shard's copy to the host was enqueued with its unit's reduce-scatter (behind its events,
+    while the backward went on), none later."""
+    rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if '"loss"' in l]
+    if not rows or any("offload_gradient_copies_per_step" not in r for r in rows):
+        fail(f"{what}: metrics.jsonl rows without offload_gradient_copies_per_step")
+    for r in rows:
+        copies, early = r["offload_gradient_copies_per_step"], r["offload_copies_at_reduction_per_step"]
+        if copies <= 0 or early != copies:
+            fail(f"{what}: step {r['step']}: {copies} gradient shard copies per step, {early} of them enqueued with "
+                 f"their reduce-scatter (all must be)")
+
+
 def offload_equal(r, np, deck, name, extra="", settings=("optimizer", "all"), **variables):
     """`device cuda` (the simulated device) with each offload setting against offload none on the same device:
     every step's loss, lr, grad_norm and eval_loss, and the final weights (save_final), bit for bit."""
@@ -388,6 +425,7 @@ def offload_equal(r, np, deck, name, extra="", settings=("optimizer", "all"), **
             fail(f"{name} offload {setting}: the fsdp header line does not say what moved to host memory")
         same_curve(base, run_dir, f"{name}: offload {setting} against offload none on the simulated device")
         same_h5(os.path.join(base, "final.h5"), os.path.join(run_dir, "final.h5"), f"{name}: offload {setting} final weights")
+        copies_at_reduction(run_dir, f"{name} offload {setting}")
         runs[setting] = run_dir
     return runs
 
@@ -405,11 +443,12 @@ def offload_memory(r):
     the planned drop, at most that plus the one reduced-gradient shard in flight the plan counts (the peak comes
     where no reduction is in flight)."""
     v = dict(micro=8, max_steps=5)
-    peaks, planned = {}, {}
+    peaks, planned, pinned, host_planned, state_bytes = {}, {}, {}, {}, {}
     largest = 0
     for setting in ("none", "optimizer", "all"):
         run_dir = r.run(1, LLAMA_DECK, "cuda", f"offload_memory_{setting}", fsdp_extra=f"offload {setting}", **v)
         peaks[setting] = device_peak_mib(run_dir) * 1024 ** 2
+        pinned[setting] = pinned_use(run_dir)
         deck = r.write(f"offload_memory_{setting}.in", f"device cuda\ndevice_comm mpi\ninclude {LLAMA_DECK}\n")
         argv = [r.args.ftrain, "--check"] + sum(
             (["-var", k, str(x)] for k, x in dict(data_dir=r.dir, run_dir=run_dir, fsdp_extra=f"offload {setting}",
@@ -423,6 +462,9 @@ def offload_memory(r):
         if p.returncode != 0 or not state or not unit or (setting != "none" and not device_part):
             fail(f"--check offload {setting}: exit {p.returncode}, no state or offload line:\n{p.stdout}{p.stderr}")
         planned[setting] = planned_bytes((device_part or state).group(1))
+        state_bytes[setting] = planned_bytes(state.group(1))
+        host_part = re.search(r", ([0-9.]+ [KMG]?i?B) in pinned host memory per rank", p.stdout, re.M)
+        host_planned[setting] = planned_bytes(host_part.group(1)) if host_part else 0.0
         largest = float(unit.group(1)) * 1000
     for setting in ("optimizer", "all"):
         drop, plan = peaks["none"] - peaks[setting], planned["none"] - planned[setting]
@@ -433,6 +475,23 @@ def offload_memory(r):
             fail(f"offload {setting}: the device peak fell {drop:.0f} bytes, the plan says {plan:.0f} bytes plus up "
                  f"to {in_flight:.0f} of a reduced gradient in flight")
     print("ok: the simulated device's peak falls by the planned state bytes with offload optimizer and all")
+    # Every offloaded byte is pinned host memory (at least the f32 state, at most what the plan puts in host memory
+    # plus the two landing buffers of a reduced f32 gradient shard), and every copy on a stream uses pinned memory.
+    if pinned["none"][0] != 0:
+        fail(f"offload none: {pinned['none'][0]:.0f} bytes of pinned host memory (expected none)")
+    for setting in ("optimizer", "all"):
+        held, pinned_copies, pageable_copies = pinned[setting]
+        low, high = state_bytes[setting], host_planned[setting] + 2 * 4 * largest
+        print(f"offload {setting}: {held:.0f} B of pinned host memory (the f32 state {low:.0f} B, the plan's host "
+              f"part + two landing shards {high:.0f} B); {pinned_copies:.0f} stream copies from or to pinned memory, "
+              f"{pageable_copies:.0f} pageable")
+        if not 0.99 * low <= held <= 1.01 * high:
+            fail(f"offload {setting}: {held:.0f} bytes of pinned host memory, expected between the state's "
+                 f"{low:.0f} and {high:.0f}")
+        if pinned_copies <= 0 or pageable_copies != 0:
+            fail(f"offload {setting}: {pinned_copies:.0f} stream copies used pinned host memory and "
+                 f"{pageable_copies:.0f} pageable memory: every offload copy must use pinned memory")
+    print("ok: the offloaded state is pinned host memory and every offload copy uses it")
 
 
 def offload_divergence(r):
@@ -468,7 +527,7 @@ def offload_divergence(r):
 
 def scenario_offload(r):
     """1 rank: the host backend's no-op; on the simulated device every strategy, LoRA, gradient accumulation,
-    the device memory the offloaded state leaves, and fp8's refusal."""
+    the device memory the offloaded state leaves (pinned host memory), and precision fp8."""
     base = r.run(1, LLAMA_DECK, "host", "offload_none_host", max_steps=6)
     for setting in ("optimizer", "all"):
         run_dir = r.run(1, LLAMA_DECK, "host", f"offload_{setting}_host", max_steps=6,
@@ -483,21 +542,8 @@ def scenario_offload(r):
     offload_equal(r, 1, LORA_DECK, "offload_np1_lora", micro=8, max_steps=6)
     offload_memory(r)
     offload_divergence(r)
-    # fp8's all-gather casts the master on the device: refused naming the fsdp line, before any step.
-    name = "offload_fp8_device"
-    os.makedirs(os.path.join(r.dir, name), exist_ok=True)
-    wrapper = r.write(os.path.join(name, "deck.in"), f"device cuda\ndevice_comm mpi\ninclude {LLAMA_DECK}\n")
-    argv = r.ftrain_argv(wrapper, {"data_dir": r.dir, "run_dir": os.path.join(r.dir, name),
-                                   "fsdp_extra": "offload optimizer", "precision": "fp8", "max_steps": 6})
-    p = ftrain_test.Runner.run(r, 1, argv, env={"FTRAIN_CUDA_BACKEND": r.args.sim_device}, timeout=240,
-                               merge_output=True, what=f"{name}: ftrain device cuda offload optimizer precision fp8")
-    out = p.stdout + (p.stderr or "")
-    if p.returncode == 0 or "tiny.in:" not in out or \
-            "fsdp ... offload optimizer with precision fp8 on device cuda is not implemented yet" not in out:
-        fail(f"{name}: exit {p.returncode}, expected the refusal naming the fsdp line:\n{out[-3000:]}")
-    if os.path.exists(os.path.join(r.dir, name, "metrics.jsonl")):
-        fail(f"{name}: the refused run wrote metrics.jsonl")
-    print("ok: offload with precision fp8 on the simulated device stops at the fsdp line")
+    # precision fp8 (one rank: the linears cast their gathered weights): the same bits with offload.
+    offload_equal(r, 1, LLAMA_DECK, "offload_np1_fp8", micro=8, max_steps=8, precision="fp8")
 
 
 def scenario_offload_np2(r):
@@ -508,6 +554,11 @@ def scenario_offload_np2(r):
     # no_sync: the unsharded gradient accumulates on the device and is reduced (and copied) once per step.
     offload_equal(r, 2, LLAMA_DECK, "offload_np2_no_sync", micro=2, accumulate=2, max_steps=6, strategy="shard_grad_op",
                   fsdp_extra="no_sync on")
+    # precision fp8 under full_shard: the FP8 all-gather casts the device's compute-dtype shard (the host master
+    # rounded on the host) with each layer's current scale; the same FP8 bytes and bits as without offload.
+    runs = offload_equal(r, 2, LLAMA_DECK, "offload_np2_fp8", micro=4, max_steps=8, precision="fp8")
+    same_fp8_all_gather(runs["none"], runs["optimizer"], "offload optimizer fp8 np 2")
+    same_fp8_all_gather(runs["none"], runs["all"], "offload all fp8 np 2")
 
 
 def scenario_offload_np4(r):
@@ -544,6 +595,18 @@ def scenario_offload_resume(r):
                                  f"checkpoint every 5 dir {copy}\nresume {copy}/step_5\n",
                                  fsdp_extra=f"offload {setting}", **v1)
     same_curve(resumed["none"], resumed["all"], "np 2 offload optimizer checkpoint resumed on np 1: offload all vs none")
+    # precision fp8: the FP8 state (scales, amax history) saved with offload optimizer resumes with offload all and
+    # continues as the uninterrupted fp8 run without offload.
+    v8 = dict(micro=4, max_steps=10, precision="fp8")
+    full8 = r.run(2, LLAMA_DECK, "cuda", "offload_resume_fp8_full", **v8)
+    ck = os.path.join(r.dir, "ck_offload_fp8")
+    r.run(2, LLAMA_DECK, "cuda", "offload_resume_fp8", f"checkpoint every 5 dir {ck} stop_after 5\n",
+          fsdp_extra="offload optimizer", **v8)
+    part = r.run(2, LLAMA_DECK, "cuda", "offload_resume_fp8", f"checkpoint every 5 dir {ck}\nresume auto\n",
+                 fsdp_extra="offload all", **v8)
+    if not os.path.isdir(os.path.join(ck, "step_10")):
+        fail(f"offload_resume_fp8: expected step_10 in {ck}: {sorted(os.listdir(ck))}")
+    same_curve(full8, part, "fp8 checkpoint saved with offload optimizer, resumed with offload all")
 
 
 def scenario_checkpoint(r):

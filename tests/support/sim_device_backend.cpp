@@ -24,6 +24,12 @@
 //  * Accounting: stats() counts the device's own blocks in live_bytes and
 //    peak_live_bytes (the rest is the host allocator's), so a test sees
 //    what a run keeps in device memory and what it moved to the host.
+//  * Pinned host memory (allocate_pinned_host): real host memory (the host
+//    reads it), its blocks remembered, so stats() counts the pinned bytes
+//    and, for every copy on a stream, whether its host side was pinned or
+//    pageable: a test sees that offloaded state is in pinned memory and
+//    that the offload copies use it, as a GPU needs for copies that do not
+//    block the host.
 //  * Ops: the table is generated from FTRAIN_OP_LIST. Each entry turns every
 //    Tensor / Tensor* / Fp8Tensor / Fp8Casts argument into a host-tagged alias of the
 //    same memory (Tensor::external) and calls the host backend's entry, so
@@ -32,10 +38,14 @@
 //    the tensor: a real GPU kernel would be given a host pointer.
 //  * Streams: host streams (synchronous, or asynchronous worker threads with
 //    FTRAIN_HOST_STREAM=async), as the host backend's.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -94,22 +104,64 @@ class SimDeviceAllocator final : public DeviceAllocator {
   }
   void copy_to_host_on(Stream& stream, void* host_dst, const void* src, std::size_t bytes) override {
     const void* from = to_host_address(src);
+    count_stream_copy(host_dst, bytes);
     stream.enqueue([host_dst, from, bytes] { std::memcpy(host_dst, from, bytes); });
   }
   void copy_from_host_on(Stream& stream, void* dst, const void* host_src, std::size_t bytes) override {
     void* to = to_host_address(dst);
+    count_stream_copy(host_src, bytes);
     stream.enqueue([to, host_src, bytes] { std::memcpy(to, host_src, bytes); });
+  }
+  std::shared_ptr<void> allocate_pinned_host(std::size_t bytes) override {
+    std::shared_ptr<void> block = host_allocator().allocate(bytes);
+    {
+      std::lock_guard<std::mutex> lock(pinned_mutex_);
+      pinned_[reinterpret_cast<std::uintptr_t>(block.get())] = bytes;
+    }
+    const std::size_t now = pinned_live_.fetch_add(bytes) + bytes;
+    for (std::size_t peak = pinned_peak_.load(); now > peak && !pinned_peak_.compare_exchange_weak(peak, now);) {
+    }
+    void* data = block.get();
+    return std::shared_ptr<void>(data, [this, block, bytes](void* p) mutable {
+      {
+        std::lock_guard<std::mutex> lock(pinned_mutex_);
+        pinned_.erase(reinterpret_cast<std::uintptr_t>(p));
+      }
+      pinned_live_.fetch_sub(bytes);
+      block.reset();
+    });
+  }
+  bool is_pinned_host(const void* host_ptr) const override {
+    const auto at = reinterpret_cast<std::uintptr_t>(host_ptr);
+    std::lock_guard<std::mutex> lock(pinned_mutex_);
+    auto it = pinned_.upper_bound(at);
+    if (it == pinned_.begin()) return false;
+    --it;
+    return at < it->first + std::max<std::size_t>(it->second, 1);
   }
   AllocatorStats stats() const override {
     AllocatorStats s = host_allocator().stats();
     s.live_bytes = live_.load();
     s.peak_live_bytes = peak_.load();
+    s.pinned_host_bytes = pinned_live_.load();
+    s.peak_pinned_host_bytes = pinned_peak_.load();
+    s.pinned_stream_copies = pinned_copies_.load();
+    s.pageable_stream_copies = pageable_copies_.load();
     return s;
   }
 
  private:
+  void count_stream_copy(const void* host_side, std::size_t bytes) {
+    if (bytes == 0) return;
+    (is_pinned_host(host_side) ? pinned_copies_ : pageable_copies_).fetch_add(1);
+  }
   std::atomic<std::size_t> live_{0};
   std::atomic<std::size_t> peak_{0};
+  // Pinned host blocks by start address, with their sizes.
+  mutable std::mutex pinned_mutex_;
+  std::map<std::uintptr_t, std::size_t> pinned_;
+  std::atomic<std::size_t> pinned_live_{0}, pinned_peak_{0};
+  std::atomic<std::int64_t> pinned_copies_{0}, pageable_copies_{0};
 };
 
 // The host-tagged alias of one op argument.

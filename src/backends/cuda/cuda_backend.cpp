@@ -34,6 +34,7 @@
 #include <exception>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -289,12 +290,14 @@ class CudaAllocator final : public DeviceAllocator {
   }
   void copy_to_host_on(Stream& stream, void* dst, const void* src, std::size_t bytes) override {
     use_rank_device();
+    count_stream_copy(dst);
     auto s = static_cast<cudaStream_t>(stream.native_handle());
     FT_CHECK(s != nullptr) << "CUDA allocator: a copy on stream '" << stream.name() << "', which is not a CUDA stream";
     FTRAIN_CUDA_CHECK_ON(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s), s);
   }
   void copy_from_host_on(Stream& stream, void* dst, const void* src, std::size_t bytes) override {
     use_rank_device();
+    count_stream_copy(src);
     auto s = static_cast<cudaStream_t>(stream.native_handle());
     FT_CHECK(s != nullptr) << "CUDA allocator: a copy on stream '" << stream.name() << "', which is not a CUDA stream";
     FTRAIN_CUDA_CHECK_ON(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s), s);
@@ -316,11 +319,52 @@ class CudaAllocator final : public DeviceAllocator {
     auto it = std::find(attached_.rbegin(), attached_.rend(), static_cast<cudaStream_t>(stream->native_handle()));
     if (it != attached_.rend()) attached_.erase(std::next(it).base());
   }
+  // Page-locked host blocks (offloaded state): made once, outside a step,
+  // since cudaHostAlloc and cudaFreeHost synchronise the device; a copy on
+  // a stream to or from one returns at once (a pageable one is staged by
+  // the driver and a device-to-host copy then returns only when done).
+  std::shared_ptr<void> allocate_pinned_host(std::size_t bytes) override {
+    use_rank_device();
+    void* p = nullptr;
+    FTRAIN_CUDA_CHECK(cudaHostAlloc(&p, bytes == 0 ? 64 : bytes, cudaHostAllocDefault));
+    {
+      std::lock_guard<std::mutex> lock(pinned_mutex_);
+      pinned_[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+    }
+    const std::size_t live = pinned_live_.fetch_add(bytes) + bytes;
+    for (std::size_t peak = pinned_peak_.load(); live > peak && !pinned_peak_.compare_exchange_weak(peak, live);) {
+    }
+    return std::shared_ptr<void>(p, [this, bytes](void* q) {
+      {
+        std::lock_guard<std::mutex> lock(pinned_mutex_);
+        pinned_.erase(reinterpret_cast<std::uintptr_t>(q));
+      }
+      pinned_live_.fetch_sub(bytes);
+      try {
+        use_rank_device();
+      } catch (...) {
+        return;  // no device on this thread: leak the block rather than free it unordered
+      }
+      cudaFreeHost(q);  // a deleter cannot throw; it waits for the device's work
+    });
+  }
+  bool is_pinned_host(const void* host_ptr) const override {
+    const auto at = reinterpret_cast<std::uintptr_t>(host_ptr);
+    std::lock_guard<std::mutex> lock(pinned_mutex_);
+    auto it = pinned_.upper_bound(at);
+    if (it == pinned_.begin()) return false;
+    --it;
+    return at < it->first + std::max<std::size_t>(it->second, 1);
+  }
   AllocatorStats stats() const override {
     AllocatorStats s;
     s.live_bytes = live_.load();
     s.peak_live_bytes = peak_.load();
     s.fresh_blocks = fresh_.load();
+    s.pinned_host_bytes = pinned_live_.load();
+    s.peak_pinned_host_bytes = pinned_peak_.load();
+    s.pinned_stream_copies = pinned_copies_.load();
+    s.pageable_stream_copies = pageable_copies_.load();
     std::lock_guard<std::mutex> lock(mutex_);
     if (pool_ != nullptr) {
       s.reserved_bytes = pool_attribute(cudaMemPoolAttrReservedMemCurrent);
@@ -491,6 +535,15 @@ class CudaAllocator final : public DeviceAllocator {
   Bounce bounce_;
   std::atomic<std::size_t> live_{0}, peak_{0};
   std::atomic<std::int64_t> fresh_{0};
+
+  void count_stream_copy(const void* host_side) {
+    (is_pinned_host(host_side) ? pinned_copies_ : pageable_copies_).fetch_add(1);
+  }
+  // allocate_pinned_host's blocks by start address, with their sizes.
+  mutable std::mutex pinned_mutex_;
+  std::map<std::uintptr_t, std::size_t> pinned_;
+  std::atomic<std::size_t> pinned_live_{0}, pinned_peak_{0};
+  std::atomic<std::int64_t> pinned_copies_{0}, pageable_copies_{0};
 };
 
 std::unique_ptr<Stream> make_cuda_stream(bool /*asynchronous*/, const char* name) {

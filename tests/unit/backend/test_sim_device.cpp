@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "kernels/adamw_chunks.hpp"
 #include "kernels/backend_registry.hpp"
 #include "kernels/ops.hpp"
+#include "runtime/allocator.hpp"
 #include "runtime/backend_library.hpp"
 #include "runtime/execution_context.hpp"
 #include "support/error_of.hpp"
@@ -113,4 +115,38 @@ TEST_F(SimDevice, AdamwChunksReadTheirTableFromTheDevice) {
   const std::string m = error_of([&] { run(ctx, adamw_chunk_table(segments, Device::host, "host_chunks", 8)); });
   EXPECT_NE(m.find("op adamw_update_chunks_guarded"), std::string::npos) << m;
   EXPECT_NE(m.find("host_chunks"), std::string::npos) << m;
+}
+
+// Pinned host memory (DeviceAllocator::allocate_pinned_host, what offloaded
+// state lives in): host memory the host reads and writes, counted while it
+// lives, and every copy on a stream counted by whether its host side was in
+// it, so an offload run can show that its copies use pinned memory.
+TEST_F(SimDevice, PinnedHostMemoryIsCountedAndSoAreTheCopiesThatUseIt) {
+  DeviceAllocator& device = *find_allocator(Device::cuda);
+  const AllocatorStats before = device.stats();
+  Tensor dev = to_device(from_floats({3}, {1.0f, 2.0f, 3.0f}), Device::cuda);
+  {
+    Tensor pinned = Tensor::pinned_host({3}, DType::f32, Device::cuda, "pinned");
+    EXPECT_EQ(pinned.device(), Device::host);
+    EXPECT_EQ(to_float_vector(pinned), (std::vector<float>{0.0f, 0.0f, 0.0f})) << "zeroed, readable by the host";
+    EXPECT_TRUE(device.is_pinned_host(pinned.data()));
+    EXPECT_TRUE(device.is_pinned_host(static_cast<char*>(pinned.data()) + 11));
+    EXPECT_EQ(device.stats().pinned_host_bytes, before.pinned_host_bytes + 12);
+    Tensor pageable = Tensor::zeros({3}, DType::f32, Device::host, "pageable");
+    EXPECT_FALSE(device.is_pinned_host(pageable.data()));
+
+    std::unique_ptr<Stream> copies = make_device_stream(Device::cuda, "copies");
+    device.copy_to_host_on(*copies, pinned.data(), dev.data(), 12);
+    device.copy_to_host_on(*copies, pageable.data(), dev.data(), 12);
+    device.copy_from_host_on(*copies, dev.data(), pinned.data(), 12);
+    copies->synchronize();
+    EXPECT_EQ(to_float_vector(pinned), (std::vector<float>{1.0f, 2.0f, 3.0f}));
+    const AllocatorStats after = device.stats();
+    EXPECT_EQ(after.pinned_stream_copies, before.pinned_stream_copies + 2);
+    EXPECT_EQ(after.pageable_stream_copies, before.pageable_stream_copies + 1);
+    EXPECT_GE(after.peak_pinned_host_bytes, after.pinned_host_bytes);
+  }
+  EXPECT_EQ(device.stats().pinned_host_bytes, before.pinned_host_bytes) << "released with its last owner";
+  // The host backend has no device: its "pinned" memory is ordinary host memory.
+  EXPECT_FALSE(host_allocator().is_pinned_host(Tensor::pinned_host({2}, DType::f32, Device::host).data()));
 }
