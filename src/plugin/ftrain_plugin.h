@@ -43,7 +43,9 @@ extern "C" {
  *   7  StepContext::parallel (plugin/parallel_group.hpp): the tensor and
  *      context groups a unit communicates with (parallel tensor/context);
  *      ParamSpec::tensor_split_dim and full_shape (a tensor rank's slice of
- *      a Hugging Face tensor) and Model::split_for_tensor_parallel. */
+ *      a Hugging Face tensor) and Model::split_for_tensor_parallel;
+ *      Tensor::pinned_host, and the pinned-host members appended to
+ *      DeviceAllocator and AllocatorStats (runtime/allocator.hpp). */
 #define FTRAIN_PLUGIN_ABI_VERSION 7
 #define FTRAIN_PLUGIN_ENTRY_SYMBOL "ftrain_plugin_entry"
 
