@@ -1,0 +1,164 @@
+// Context-parallel attention (layers/context_parallel_attention.hpp) over
+// the ranks of MPI_COMM_WORLD as one context group: every rank makes the
+// same whole-sequence q, k, v, dout, runs the single-sequence attention op
+// on them as the reference, and runs the ring on its own tokens (the causal
+// load-balancing chunks); its out, lse, dq, dk, dv must equal the
+// reference's rows of those tokens within f32 rounding, with and without
+// the document mask, causal and full, on synchronous and asynchronous host
+// streams. Run at np 1, 2 and 4.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "base/error.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "fsdp/parallel_groups.hpp"
+#include "kernels/ops.hpp"
+#include "layers/context_parallel_attention.hpp"
+#include "support/op_test_util.hpp"
+
+using namespace ftrain;
+using ftrain::testing::random_vector;
+using ftrain::testing::tensor_from;
+
+namespace {
+
+// The layout, written out: 2C chunks, rank r holds chunks r and 2C-1-r.
+TEST(ContextParallelLayout, RankRHoldsChunksRAndTwoCMinusOneMinusR) {
+  using V = std::vector<std::int64_t>;
+  EXPECT_EQ(layers::context_parallel_tokens(8, 2, 0), (V{0, 1, 6, 7}));
+  EXPECT_EQ(layers::context_parallel_tokens(8, 2, 1), (V{2, 3, 4, 5}));
+  EXPECT_EQ(layers::context_parallel_tokens(8, 4, 0), (V{0, 7}));
+  EXPECT_EQ(layers::context_parallel_tokens(8, 4, 1), (V{1, 6}));
+  EXPECT_EQ(layers::context_parallel_tokens(8, 4, 3), (V{3, 4}));
+  EXPECT_EQ(layers::context_parallel_tokens(6, 1, 0), (V{0, 1, 2, 3, 4, 5}));
+  try {
+    layers::context_parallel_tokens(10, 4, 0);
+    FAIL() << "a sequence of 10 was split into 8 chunks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 2 x 4"), std::string::npos) << e.what();
+  }
+}
+
+struct Shape4 {
+  std::int64_t batch, seq, q_heads, kv_heads, head_dim;
+};
+
+// Rows `tokens` of x[B, T, H, D] as [B, n, H, D].
+Tensor take_rows(const Tensor& x, const std::vector<std::int64_t>& tokens) {
+  const std::int64_t B = x.dim(0), T = x.dim(1), row = x.dim(2) * x.dim(3), n = static_cast<std::int64_t>(tokens.size());
+  Tensor out = Tensor::empty({B, n, x.dim(2), x.dim(3)}, DType::f32, Device::host, x.name());
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t i = 0; i < n; ++i)
+      std::copy_n(x.data_as<float>() + (b * T + tokens[static_cast<std::size_t>(i)]) * row, row,
+                  out.data_as<float>() + (b * n + i) * row);
+  return out;
+}
+
+Tensor take_lse(const Tensor& lse, const std::vector<std::int64_t>& tokens) {
+  const std::int64_t BH = lse.dim(0) * lse.dim(1), T = lse.dim(2), n = static_cast<std::int64_t>(tokens.size());
+  Tensor out = Tensor::empty({lse.dim(0), lse.dim(1), n}, DType::f32);
+  for (std::int64_t bh = 0; bh < BH; ++bh)
+    for (std::int64_t i = 0; i < n; ++i)
+      out.data_as<float>()[bh * n + i] = lse.data_as<float>()[bh * T + tokens[static_cast<std::size_t>(i)]];
+  return out;
+}
+
+Tensor take_ids(const Tensor& ids, const std::vector<std::int64_t>& tokens) {
+  const std::int64_t B = ids.dim(0), T = ids.dim(1), n = static_cast<std::int64_t>(tokens.size());
+  Tensor out = Tensor::empty({B, n}, DType::i32);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t i = 0; i < n; ++i)
+      out.data_as<std::int32_t>()[b * n + i] = ids.data_as<std::int32_t>()[b * T + tokens[static_cast<std::size_t>(i)]];
+  return out;
+}
+
+// The largest |a - b| (infinite where exactly one side is infinite).
+double max_diff(const Tensor& a, const Tensor& b) {
+  double worst = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    const float x = a.data_as<float>()[i], y = b.data_as<float>()[i];
+    if (std::isinf(x) || std::isinf(y)) {
+      if (x != y) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    worst = std::max(worst, std::abs(static_cast<double>(x) - y));
+  }
+  return worst;
+}
+
+// (asynchronous host streams, document mask, causal)
+class ContextParallelAttention : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {};
+
+TEST_P(ContextParallelAttention, EqualsTheWholeSequencesAttentionForwardAndBackward) {
+  const auto [asynchronous, with_documents, causal] = GetParam();
+  CommunicatorGroup group(std::make_unique<MpiCommunicator>(MPI_COMM_WORLD), "context group");
+  const int C = group.size(), r = group.rank();
+  for (const Shape4 s : {Shape4{2, 48, 4, 2, 8}, Shape4{1, 256, 2, 2, 16}}) {
+    SCOPED_TRACE("B " + std::to_string(s.batch) + ", T " + std::to_string(s.seq) + ", context rank " +
+                 std::to_string(r) + " of " + std::to_string(C));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+    // The same whole-sequence inputs on every rank (same seeds).
+    const Shape qs{s.batch, s.seq, s.q_heads, s.head_dim}, ks{s.batch, s.seq, s.kv_heads, s.head_dim};
+    Tensor q = tensor_from(qs, random_vector(static_cast<std::size_t>(shape_numel(qs)), 1));
+    Tensor k = tensor_from(ks, random_vector(static_cast<std::size_t>(shape_numel(ks)), 2));
+    Tensor v = tensor_from(ks, random_vector(static_cast<std::size_t>(shape_numel(ks)), 3));
+    Tensor dout = tensor_from(qs, random_vector(static_cast<std::size_t>(shape_numel(qs)), 4));
+    // Documents of 5, 17, 9, ... tokens: boundaries fall inside chunks and ranks.
+    Tensor documents = Tensor::empty({s.batch, s.seq}, DType::i32);
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      std::int32_t id = 0;
+      std::int64_t left = 5;
+      for (std::int64_t t = 0; t < s.seq; ++t) {
+        if (left-- == 0) left = (++id % 3 == 1 ? 17 : 9) - 1;
+        documents.data_as<std::int32_t>()[b * s.seq + t] = id;
+      }
+    }
+    const Tensor* docs = with_documents ? &documents : nullptr;
+
+    ExecutionContext& host = host_context();
+    Tensor out = Tensor::zeros(qs, DType::f32), lse = Tensor::zeros({s.batch, s.q_heads, s.seq}, DType::f32);
+    ops::attention_forward(host, q, k, v, causal, docs, scale, out, lse);
+    Tensor dq = Tensor::zeros(qs, DType::f32), dk = Tensor::zeros(ks, DType::f32), dv = Tensor::zeros(ks, DType::f32);
+    ops::attention_backward(host, q, k, v, out, lse, dout, causal, docs, scale, dq, dk, dv);
+
+    const std::vector<std::int64_t> mine = layers::context_parallel_tokens(s.seq, C, r);
+    const std::int64_t n = static_cast<std::int64_t>(mine.size());
+    ExecutionContext ctx(ExecutionOptions{Device::host, asynchronous});
+    Tensor lq = take_rows(q, mine), lk = take_rows(k, mine), lv = take_rows(v, mine), ldout = take_rows(dout, mine);
+    Tensor positions = layers::context_parallel_positions(s.batch, s.seq, C, r);
+    Tensor local_docs = take_ids(documents, mine);
+    Tensor lout = Tensor::zeros(lq.shape(), DType::f32), llse = Tensor::zeros({s.batch, s.q_heads, n}, DType::f32);
+    layers::context_parallel_attention_forward(ctx, group, lq, lk, lv, positions, with_documents ? &local_docs : nullptr,
+                                               causal, scale, lout, llse);
+    Tensor ldq = Tensor::zeros(lq.shape(), DType::f32), ldk = Tensor::zeros(lk.shape(), DType::f32),
+           ldv = Tensor::zeros(lv.shape(), DType::f32);
+    layers::context_parallel_attention_backward(ctx, group, lq, lk, lv, lout, llse, ldout, positions,
+                                                with_documents ? &local_docs : nullptr, causal, scale, ldq, ldk, ldv);
+    ctx.synchronize();
+    group.drain();
+
+    EXPECT_LE(max_diff(lout, take_rows(out, mine)), 2e-6) << "out";
+    EXPECT_LE(max_diff(llse, take_lse(lse, mine)), 2e-6) << "lse";
+    EXPECT_LE(max_diff(ldq, take_rows(dq, mine)), 2e-5) << "dq";
+    EXPECT_LE(max_diff(ldk, take_rows(dk, mine)), 2e-5) << "dk";
+    EXPECT_LE(max_diff(ldv, take_rows(dv, mine)), 2e-5) << "dv";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ContextParallelAttention,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "async" : "sync") +
+                                  (std::get<1>(info.param) ? "_documents" : "") +
+                                  (std::get<2>(info.param) ? "_causal" : "_full");
+                         });
+
+}  // namespace
