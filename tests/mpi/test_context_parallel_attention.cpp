@@ -5,11 +5,13 @@
 // load-balancing chunks); its out, lse, dq, dk, dv must equal the
 // reference's rows of those tokens within f32 rounding, with and without
 // the document mask, causal and full, on synchronous and asynchronous host
-// streams. Run at np 1, 2 and 4.
+// streams; on the simulated device (device memory the host cannot read,
+// the staged communicator) bit for bit like the host. Run at np 1, 2 and 4.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -19,6 +21,9 @@
 
 #include "base/error.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "comm/staged_communicator.hpp"
+#include "kernels/backend_registry.hpp"
+#include "runtime/backend_library.hpp"
 #include "fsdp/parallel_groups.hpp"
 #include "kernels/ops.hpp"
 #include "layers/context_parallel_attention.hpp"
@@ -150,6 +155,62 @@ TEST_P(ContextParallelAttention, EqualsTheWholeSequencesAttentionForwardAndBackw
     EXPECT_LE(max_diff(ldq, take_rows(dq, mine)), 2e-5) << "dq";
     EXPECT_LE(max_diff(ldk, take_rows(dk, mine)), 2e-5) << "dk";
     EXPECT_LE(max_diff(ldv, take_rows(dv, mine)), 2e-5) << "dv";
+  }
+}
+
+// The same ring with every tensor in (simulated) device memory and the
+// staged communicator, as `device cuda` with `device_comm mpi` runs it: the
+// layer never reads device data on the host, and its results are the host
+// ring's bit for bit.
+TEST(ContextParallelAttentionOnADevice, EqualsTheHostRingBitForBit) {
+  // The simulated device, never a real GPU's backend (whose block ops are refused).
+  setenv("FTRAIN_CUDA_BACKEND", FTRAIN_TEST_SIM_DEVICE, 1);
+  if (find_backend(Device::cuda) == nullptr) load_backend_library(FTRAIN_TEST_SIM_DEVICE);
+  if (std::string(find_backend(Device::cuda)->name).find("simulated") == std::string::npos)
+    GTEST_SKIP() << "a CUDA backend other than the simulated device is loaded";
+  const Shape4 s{2, 64, 4, 2, 8};
+  const float scale = 0.3f;
+  CommunicatorGroup host_group(std::make_unique<MpiCommunicator>(MPI_COMM_WORLD), "context group");
+  CommunicatorGroup device_group(std::make_unique<StagedCommunicator>(MPI_COMM_WORLD), "context group");
+  const int C = host_group.size(), r = host_group.rank();
+  const std::int64_t n = s.seq / C;
+  const Shape qs{s.batch, n, s.q_heads, s.head_dim}, ks{s.batch, n, s.kv_heads, s.head_dim};
+  // This rank's own inputs (any values do: both runs get the same).
+  const std::uint64_t seed = 100 + static_cast<std::uint64_t>(r);
+  Tensor q = tensor_from(qs, random_vector(static_cast<std::size_t>(shape_numel(qs)), seed));
+  Tensor k = tensor_from(ks, random_vector(static_cast<std::size_t>(shape_numel(ks)), seed + 10));
+  Tensor v = tensor_from(ks, random_vector(static_cast<std::size_t>(shape_numel(ks)), seed + 20));
+  Tensor dout = tensor_from(qs, random_vector(static_cast<std::size_t>(shape_numel(qs)), seed + 30));
+  Tensor positions = layers::context_parallel_positions(s.batch, s.seq, C, r);
+  Tensor documents = Tensor::empty({s.batch, n}, DType::i32);
+  for (std::int64_t i = 0; i < documents.numel(); ++i)
+    documents.data_as<std::int32_t>()[i] = positions.data_as<std::int32_t>()[i] / 11;
+
+  auto run = [&](ExecutionContext& ctx, CommunicatorGroup& group, Device device) {
+    auto put = [&](const Tensor& t) { return device == Device::host ? t : to_device(t, device); };
+    Tensor dq_ = put(q), dk_ = put(k), dv_ = put(v), ddout = put(dout), dpos = put(positions), ddocs = put(documents);
+    Tensor out = Tensor::zeros(qs, DType::f32, device), lse = Tensor::zeros({s.batch, s.q_heads, n}, DType::f32, device);
+    Tensor gq = Tensor::zeros(qs, DType::f32, device), gk = Tensor::zeros(ks, DType::f32, device),
+           gv = Tensor::zeros(ks, DType::f32, device);
+    layers::context_parallel_attention_forward(ctx, group, dq_, dk_, dv_, dpos, &ddocs, true, scale, out, lse);
+    layers::context_parallel_attention_backward(ctx, group, dq_, dk_, dv_, out, lse, ddout, dpos, &ddocs, true, scale,
+                                                gq, gk, gv);
+    ctx.synchronize();
+    group.drain();
+    std::vector<Tensor> results;
+    for (const Tensor& t : {out, lse, gq, gk, gv}) results.push_back(device == Device::host ? t : to_device(t, Device::host));
+    return results;
+  };
+  ExecutionContext host_ctx(ExecutionOptions{Device::host, false});
+  const std::vector<Tensor> want = run(host_ctx, host_group, Device::host);
+  for (const bool asynchronous : {false, true}) {
+    ExecutionContext device_ctx(ExecutionOptions{Device::cuda, asynchronous});
+    const std::vector<Tensor> got = run(device_ctx, device_group, Device::cuda);
+    const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+    for (std::size_t i = 0; i < want.size(); ++i)
+      for (std::int64_t e = 0; e < want[i].numel(); ++e)
+        ASSERT_EQ(got[i].data_as<float>()[e], want[i].data_as<float>()[e])
+            << names[i] << " element " << e << (asynchronous ? " (asynchronous device streams)" : "");
   }
 }
 
