@@ -577,6 +577,21 @@ TEST_F(CommFault, TestRethrowsTheErrorOfACompleteRequest) {
   EXPECT_EQ(load(second, 3), 255) << "the failed collective must not have run";
 }
 
+// A failed exchange (ring attention's) fails its Request like a collective,
+// naming the exchange and both ranks.
+TEST_F(CommFault, AFailedSendRecvRethrowsNamingTheExchange) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  set_collective_fault_for_testing("send_recv", 1);
+  const int n = world.size(), r = world.rank();
+  Tensor send = contribution(DType::f32, r, 5), recv = poisoned(DType::f32, 5);
+  Request failing = world.send_recv(send, (r + 1) % n, recv, (r + n - 1) % n);
+  const std::string message = error_of([&] { failing.wait(); });
+  EXPECT_NE(message.find("send_recv of"), std::string::npos) << message;
+  EXPECT_NE(message.find("to rank " + std::to_string((r + 1) % n)), std::string::npos) << message;
+  EXPECT_NE(message.find("injected fault"), std::string::npos) << message;
+  EXPECT_EQ(load(recv, 0), 255) << "the failed exchange must not have run";
+}
+
 TEST_F(CommFault, WaitRethrowsAndLaterCollectivesAreRefused) {
   MpiCommunicator world(MPI_COMM_WORLD);
   set_collective_fault_for_testing("all_gather", 1);

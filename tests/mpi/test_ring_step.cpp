@@ -129,6 +129,25 @@ TEST_P(RingStep, MismatchedBuffersAreRefusedNamingTheGroup) {
   }
 }
 
+// A ring step that fails on the progress thread surfaces from drain(),
+// naming the group, as the engine reports a failed collective.
+TEST(RingStepFault, AFailedStepSurfacesFromDrainNamingTheGroup) {
+  ExecutionContext ctx(ExecutionOptions{Device::host, false});
+  auto group = make_group(false);
+  set_collective_fault_for_testing("send_recv", 1);
+  Tensor a = filled(8, 1.0f, "a"), b = filled(8, -2.0f, "b");
+  try {
+    group->finish_ring_step(ctx, group->start_ring_step(ctx, a, b));
+    ctx.synchronize();
+    group->drain();
+    ADD_FAILURE() << "the failed ring step was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context group"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("send_recv of"), std::string::npos) << e.what();
+  }
+  set_collective_fault_for_testing("", 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Streams, RingStep,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool()), [](const auto& info) {
                            return std::string(std::get<0>(info.param) ? "async" : "sync") +
