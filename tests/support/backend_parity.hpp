@@ -37,9 +37,6 @@ struct ParityCase {
   // Makes its inputs on ctx.device() from `seed` (the same values for every
   // backend) and runs the op on ctx.
   std::function<ParityOutputs(ExecutionContext& ctx, std::uint64_t seed)> run;
-  // The CUDA backend refuses the op (no kernel yet, share/doc/status.md): it
-  // is compared on the host backends and the simulated device only.
-  bool host_kernel_only = false;
 };
 
 namespace parity {
@@ -268,13 +265,13 @@ inline std::vector<ParityCase> parity_cases() {
                  ops::attention_block_forward(ctx, q, k, v, qp, kp, nullptr, nullptr, true, 0.35f, out, lse);
                  ops::attention_block_forward(ctx, q, k, v, qp, kp, &qd, &kd, false, 0.35f, out2, lse2);
                  return ParityOutputs{{out, lse, out2, lse2}, {}};
-               }, true});
+               }});
   c.push_back({"attention_block_merge", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor out = random(ctx, {B, T, Hq, D}, s), lse = random(ctx, {B, Hq, T}, s + 1);
                  Tensor block = random(ctx, {B, T, Hq, D}, s + 2, DType::bf16), block_lse = random(ctx, {B, Hq, T}, s + 3);
                  ops::attention_block_merge(ctx, out, lse, block, block_lse);
                  return ParityOutputs{{out, lse}, {}};
-               }, true});
+               }});
   c.push_back({"attention_block_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor q = random(ctx, {B, 4, Hq, D}, s), k = random(ctx, {B, 5, Hkv, D}, s + 1),
                         v = random(ctx, {B, 5, Hkv, D}, s + 2);
@@ -287,7 +284,7 @@ inline std::vector<ParityCase> parity_cases() {
                  ops::attention_block_backward(ctx, q, k, v, out, lse, dout, qp, kp, nullptr, nullptr, true, 0.35f, dq,
                                                dk, dv);
                  return ParityOutputs{{dq, dk, dv}, {}};
-               }, true});
+               }});
   c.push_back({"cross_entropy_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor h = random(ctx, {N, C}, s), w = random(ctx, {V, C}, s + 1), b = random(ctx, {V}, s + 2);
                  Tensor t = ids(ctx, N, V, s + 3, true), losses = zeros(ctx, {N}), lse = zeros(ctx, {N});
