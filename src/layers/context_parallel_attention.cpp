@@ -1,6 +1,8 @@
 #include "layers/context_parallel_attention.hpp"
 
+#include <cstring>
 #include <limits>
+#include <string>
 #include <memory>
 #include <utility>
 
@@ -30,6 +32,23 @@ Tensor context_parallel_positions(std::int64_t batch, std::int64_t seq, int rank
     for (std::int64_t i = 0; i < local; ++i)
       t.data_as<std::int32_t>()[b * local + i] = static_cast<std::int32_t>(tokens[static_cast<std::size_t>(i)]);
   return t;
+}
+
+Tensor context_parallel_slice(const Tensor& batch, int ranks, int rank) {
+  FT_CHECK(batch.device() == Device::host && batch.ndim() >= 2)
+      << "context-parallel slice of " << batch.describe() << ": a host tensor [B, T, ...] is needed";
+  const std::vector<std::int64_t> tokens = context_parallel_tokens(batch.dim(1), ranks, rank);
+  Shape shape = batch.shape();
+  shape[1] = static_cast<std::int64_t>(tokens.size());
+  Tensor out = Tensor::empty(shape, batch.dtype(), Device::host, batch.name() + ".context_rank" + std::to_string(rank));
+  const std::size_t row = static_cast<std::size_t>(batch.nbytes() / (batch.dim(0) * batch.dim(1)));
+  const auto* src = static_cast<const char*>(batch.data());
+  auto* dst = static_cast<char*>(out.data());
+  for (std::int64_t b = 0; b < batch.dim(0); ++b)
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      std::memcpy(dst + (static_cast<std::size_t>(b) * tokens.size() + i) * row,
+                  src + (static_cast<std::size_t>(b * batch.dim(1) + tokens[i])) * row, row);
+  return out;
 }
 
 namespace {

@@ -44,6 +44,14 @@ std::vector<std::int64_t> context_parallel_tokens(std::int64_t seq, int ranks, i
 // i32 [batch, seq / ranks]: context_parallel_tokens for every sample (host).
 Tensor context_parallel_positions(std::int64_t batch, std::int64_t seq, int ranks, int rank);
 
+// This rank's tokens of a host batch tensor whose second dimension is the
+// sequence ([B, T, ...]: tokens, targets, loss masks, document ids, RoPE
+// positions, any dtype): [B, T / ranks, ...], rows in the order of
+// context_parallel_tokens. How a trainer cuts its batch for the context
+// group. Throws naming the tensor when it is not host memory or T does not
+// split.
+Tensor context_parallel_slice(const Tensor& batch, int ranks, int rank);
+
 // The attention of this rank's queries over the whole sequence.
 // q[B, Tl, Hq, D], k, v[B, Tl, Hkv, D]: this rank's tokens (Tl = T / C, the
 // same on every rank of `group`); positions i32[B, Tl]: their indices in the

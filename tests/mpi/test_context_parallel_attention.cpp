@@ -52,6 +52,25 @@ TEST(ContextParallelLayout, RankRHoldsChunksRAndTwoCMinusOneMinusR) {
   }
 }
 
+// A batch tensor cut for a context rank: rows of its chunks, any dtype and
+// trailing shape, every sample.
+TEST(ContextParallelLayout, SliceTakesThisRanksTokensOfEverySample) {
+  Tensor tokens = Tensor::empty({2, 8}, DType::i32, Device::host, "tokens");
+  for (std::int32_t i = 0; i < 16; ++i) tokens.data_as<std::int32_t>()[i] = 100 * (i / 8) + i % 8;
+  Tensor mine = layers::context_parallel_slice(tokens, 2, 1);
+  ASSERT_EQ(mine.shape(), Shape({2, 4}));
+  const std::vector<std::int32_t> want = {2, 3, 4, 5, 102, 103, 104, 105};
+  EXPECT_EQ(std::vector<std::int32_t>(mine.data_as<std::int32_t>(), mine.data_as<std::int32_t>() + 8), want);
+  Tensor rows = Tensor::empty({1, 8, 3}, DType::f32, Device::host, "rows");
+  for (int i = 0; i < 24; ++i) rows.data_as<float>()[i] = static_cast<float>(i);
+  Tensor r0 = layers::context_parallel_slice(rows, 4, 0);  // tokens 0 and 7
+  ASSERT_EQ(r0.shape(), Shape({1, 2, 3}));
+  EXPECT_EQ(r0.data_as<float>()[0], 0.0f);
+  EXPECT_EQ(r0.data_as<float>()[3], 21.0f);
+  EXPECT_EQ(r0.data_as<float>()[5], 23.0f);
+  EXPECT_THROW(layers::context_parallel_slice(tokens, 3, 0), Error) << "8 tokens do not split into 6 chunks";
+}
+
 struct Shape4 {
   std::int64_t batch, seq, q_heads, kv_heads, head_dim;
 };
