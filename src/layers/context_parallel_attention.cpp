@@ -152,47 +152,48 @@ void context_parallel_attention_backward(ExecutionContext& ctx, ParallelGroup& g
 
   KvBlock own{k, v, positions, documents ? *documents : Tensor()};
   KvBlock buffers[2] = {empty_like(own, "context_parallel.kv_a"), empty_like(own, "context_parallel.kv_b")};
-  // Per step: this rank's share of the held block's dK, dV plus the running
-  // sums that arrived (sent on at the step's end), and where the next running
-  // sums arrive. Two of each: a sent buffer stays untouched until its step finished.
-  Tensor dk_sum[2] = {like(k, DType::f32, "context_parallel.dk_a"), like(k, DType::f32, "context_parallel.dk_b")};
-  Tensor dv_sum[2] = {like(v, DType::f32, "context_parallel.dv_a"), like(v, DType::f32, "context_parallel.dv_b")};
-  Tensor dk_in[2] = {like(k, DType::f32, "context_parallel.dk_in_a"), like(k, DType::f32, "context_parallel.dk_in_b")};
-  Tensor dv_in[2] = {like(v, DType::f32, "context_parallel.dv_in_a"), like(v, DType::f32, "context_parallel.dv_in_b")};
-  std::unique_ptr<ParallelGroup::RingStep> sums_k, sums_v;  // the running sums in flight
+  // dK and dV travel as one f32 buffer [dK | dV]. `mine` takes this rank's
+  // share of the held block's gradients while the running sums of that
+  // block arrive into sums[s % 2]; the share is then added to them and they
+  // go on to the successor. Step 0 has no sums to add to: its share is sent
+  // as it is, from sums[1]. A sent buffer stays untouched until its
+  // exchange finished (the next step), hence two.
+  const std::int64_t kv = k.numel();
+  auto pair = [&](const char* name) { return Tensor::empty({2 * kv}, DType::f32, k.device(), name); };
+  auto half = [&](const Tensor& both, int which, const char* name) { return both.view(k.shape(), which * kv, name); };
+  Tensor mine = pair("context_parallel.dkv");
+  Tensor sums[2] = {pair("context_parallel.dkv_sums_a"), pair("context_parallel.dkv_sums_b")};
+  std::unique_ptr<ParallelGroup::RingStep> in_flight;  // the running sums on their way
 
   const KvBlock* current = &own;
   for (int step = 0; step < ranks; ++step) {
-    const int slot = step % 2;
-    KvBlock& next = buffers[slot];
+    KvBlock& next = buffers[step % 2];
     BlockTransfer transfer;
     if (step + 1 < ranks) transfer = start(ctx, group, *current, next);
-    ops::fill(ctx, dk_sum[slot], 0.0f);
-    ops::fill(ctx, dv_sum[slot], 0.0f);
+    Tensor& share = step == 0 ? sums[1] : mine;
+    ops::fill(ctx, share, 0.0f);
+    Tensor share_k = half(share, 0, "context_parallel.dk"), share_v = half(share, 1, "context_parallel.dv");
     ops::attention_block_backward(ctx, q, current->k, current->v, out, lse, dout, positions, current->positions,
-                                  documents, current->document_ids(), causal, softmax_scale, dq_acc, dk_sum[slot],
-                                  dv_sum[slot]);
+                                  documents, current->document_ids(), causal, softmax_scale, dq_acc, share_k,
+                                  share_v);
+    Tensor& send = sums[(step + 1) % 2];  // step 0: the share itself; later: the sums that arrived
     if (step > 0) {
       // The sums of the block held now, from the ranks it visited before.
-      group.finish_ring_step(ctx, std::move(sums_k));
-      group.finish_ring_step(ctx, std::move(sums_v));
-      ops::add_inplace(ctx, dk_sum[slot], dk_in[1 - slot]);
-      ops::add_inplace(ctx, dv_sum[slot], dv_in[1 - slot]);
+      group.finish_ring_step(ctx, std::move(in_flight));
+      ops::add_inplace(ctx, send, mine);
     }
     // On to the successor, which holds this block next (after the last
     // step: its owner).
-    sums_k = group.start_ring_step(ctx, dk_sum[slot], dk_in[slot]);
-    sums_v = group.start_ring_step(ctx, dv_sum[slot], dv_in[slot]);
+    in_flight = group.start_ring_step(ctx, send, sums[step % 2]);
     if (step + 1 < ranks) {
       finish(ctx, group, transfer);
       current = &next;
     }
   }
-  group.finish_ring_step(ctx, std::move(sums_k));
-  group.finish_ring_step(ctx, std::move(sums_v));
-  const int last = (ranks - 1) % 2;
-  ops::cast(ctx, dk_in[last], dk);
-  ops::cast(ctx, dv_in[last], dv);
+  group.finish_ring_step(ctx, std::move(in_flight));
+  const Tensor& home = sums[(ranks - 1) % 2];
+  ops::cast(ctx, half(home, 0, "context_parallel.dk"), dk);
+  ops::cast(ctx, half(home, 1, "context_parallel.dv"), dv);
   if (dq_acc.data() != dq.data()) ops::cast(ctx, dq_acc, dq);
 }
 

@@ -88,10 +88,10 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&peak_growth, &growth_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     // By shape, at the backward's peak, beyond the inputs: out, dq, dk, dv
     // (bf16) of n tokens, lse and the f32 dq accumulator, the two K/V
-    // receive buffers (bf16) and the eight f32 dK/dV buffers of the ring.
+    // receive buffers (bf16) and the three f32 [dK | dV] buffers of the ring.
     const double q_elems = static_cast<double>(n * Hq * D), kv_elems = static_cast<double>(n * Hkv * D);
     const double tensors = 2 * (2 * q_elems + 2 * kv_elems) + 4.0 * Hq * n + 4 * q_elems + 2 * 2 * 2 * kv_elems +
-                           8 * 4 * kv_elems;
+                           6 * 4 * kv_elems;
     if (r == 0)
       std::printf("C %d  T %lld  Hq %lld  Hkv %lld  D %lld  ring fwd+bwd %.3f s  %.0f tokens/s  "
                   "peak RSS growth/rank %.1f MiB  tensors by shape/rank %.1f MiB\n",
