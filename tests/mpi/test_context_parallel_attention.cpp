@@ -177,6 +177,60 @@ TEST_P(ContextParallelAttention, EqualsTheWholeSequencesAttentionForwardAndBackw
   }
 }
 
+// bf16 storage, as a bf16 run holds q, k, v and their gradients: the ring
+// accumulates in f32 and rounds once, so its results are the f32
+// reference's rounded to bf16 (within a bf16 ulp or two).
+TEST(ContextParallelAttentionBf16, EqualsTheWholeSequencesAttentionWithinBf16Rounding) {
+  CommunicatorGroup group(std::make_unique<MpiCommunicator>(MPI_COMM_WORLD), "context group");
+  const int C = group.size(), r = group.rank();
+  const Shape4 s{2, 64, 4, 2, 16};
+  const float scale = 0.25f;
+  const Shape qs{s.batch, s.seq, s.q_heads, s.head_dim}, ks{s.batch, s.seq, s.kv_heads, s.head_dim};
+  auto bf16_values = [](const Shape& shape, std::uint64_t seed) {
+    return tensor_from(shape, random_vector(static_cast<std::size_t>(shape_numel(shape)), seed), DType::bf16);
+  };
+  Tensor q = bf16_values(qs, 1), k = bf16_values(ks, 2), v = bf16_values(ks, 3), dout = bf16_values(qs, 4);
+  auto widened = [](const Tensor& t) {
+    Tensor w = Tensor::empty(t.shape(), DType::f32);
+    ops::cast(host_context(), t, w);
+    return w;
+  };
+  ExecutionContext& host = host_context();
+  Tensor out = Tensor::zeros(qs, DType::f32), lse = Tensor::zeros({s.batch, s.q_heads, s.seq}, DType::f32);
+  ops::attention_forward(host, q, k, v, true, nullptr, scale, out, lse);
+  Tensor dq = Tensor::zeros(qs, DType::f32), dk = Tensor::zeros(ks, DType::f32), dv = Tensor::zeros(ks, DType::f32);
+  ops::attention_backward(host, q, k, v, out, lse, dout, true, nullptr, scale, dq, dk, dv);
+
+  const std::vector<std::int64_t> mine = layers::context_parallel_tokens(s.seq, C, r);
+  const std::int64_t n = static_cast<std::int64_t>(mine.size());
+  Tensor lq = layers::context_parallel_slice(q, C, r), lk = layers::context_parallel_slice(k, C, r),
+         lv = layers::context_parallel_slice(v, C, r), ldout = layers::context_parallel_slice(dout, C, r);
+  Tensor positions = layers::context_parallel_positions(s.batch, s.seq, C, r);
+  Tensor lout = Tensor::zeros(lq.shape(), DType::bf16), llse = Tensor::zeros({s.batch, s.q_heads, n}, DType::f32);
+  ExecutionContext ctx(ExecutionOptions{Device::host, true});
+  layers::context_parallel_attention_forward(ctx, group, lq, lk, lv, positions, nullptr, true, scale, lout, llse);
+  Tensor ldq = Tensor::zeros(lq.shape(), DType::bf16), ldk = Tensor::zeros(lk.shape(), DType::bf16),
+         ldv = Tensor::zeros(lv.shape(), DType::bf16);
+  layers::context_parallel_attention_backward(ctx, group, lq, lk, lv, lout, llse, ldout, positions, nullptr, true,
+                                              scale, ldq, ldk, ldv);
+  ctx.synchronize();
+  group.drain();
+  auto expect_close = [&](const Tensor& got, const Tensor& want, const char* name) {
+    const Tensor g = widened(got);
+    double worst = 0;
+    for (std::int64_t i = 0; i < g.numel(); ++i) {
+      const double w = want.data_as<float>()[i];
+      worst = std::max(worst, std::abs(g.data_as<float>()[i] - w) / (1.0 + std::abs(w)));
+    }
+    EXPECT_LE(worst, 2e-2) << name << " (bf16 ulp 2^-8 relative; a few ulps for the gradients' sums)";
+  };
+  expect_close(lout, take_rows(out, mine), "out");
+  EXPECT_LE(max_diff(llse, take_lse(lse, mine)), 1e-2) << "lse";
+  expect_close(ldq, take_rows(dq, mine), "dq");
+  expect_close(ldk, take_rows(dk, mine), "dk");
+  expect_close(ldv, take_rows(dv, mine), "dv");
+}
+
 // The same ring with every tensor in (simulated) device memory and the
 // staged communicator, as `device cuda` with `device_comm mpi` runs it: the
 // layer never reads device data on the host, and its results are the host
