@@ -15,8 +15,22 @@ namespace ftrain {
 
 struct UnitPlan {
   std::string name;
-  std::int64_t numel = 0;         // own parameters (tied aliases not counted)
-  std::int64_t shard_numel = 0;   // per rank, padded
+  std::int64_t numel = 0;          // own parameters (tied aliases not counted)
+  std::int64_t shard_numel = 0;    // per rank: the slice sharded over the shard group, padded
+  std::int64_t slice_numel = 0;    // one tensor rank's slice of numel (= numel at parallel tensor 1)
+  std::int64_t adapter_shard_numel = 0;  // LoRA: the slice's adapters per rank, padded (0 without LoRA)
+};
+
+// Bytes one rank sends per optimizer step, by group, as ring collectives
+// move them ((n - 1) / n of an all-gathered or reduce-scattered buffer, twice
+// that for an all-reduce). Counted in train/plan_traffic.hpp.
+struct StepTraffic {
+  double fsdp_gather = 0;    // all-gathers of the units' parameters (param_dtype)
+  double fsdp_reduce = 0;    // gradient reduce-scatters / all-reduces (reduce_dtype)
+  double tensor = 0;         // sequence-parallel all-gathers and reduce-scatters of the activations
+  std::int64_t tensor_collectives = 0;  // how many, per step
+  double context = 0;        // K/V (and, backward, dK/dV) blocks passed around the ring
+  std::int64_t ring_steps = 0;          // ring sends per step
 };
 
 struct RunPlan {
@@ -24,8 +38,21 @@ struct RunPlan {
   std::int64_t largest_unit = 0;
   std::vector<UnitPlan> units;
   int world_size = 1;
-  int shard_group_size = 1;
-  std::int64_t global_batch = 0;          // samples per optimizer step
+  int shard_group_size = 1;  // ranks one unit's slice is sharded over (inside the fsdp group)
+  // parallel tensor T context C (comm/process_grid.hpp): the fsdp group is
+  // the data x context ranks of one tensor index (world / T ranks); each
+  // tensor rank holds 1/T of the split matrices (train/parallel_layout.hpp)
+  // and every replicated parameter (the norms) whole.
+  int tensor = 1;
+  int context = 1;
+  int data_parallel = 1;                  // world / (T x C): ranks that read different samples
+  int fsdp_group_size = 1;                // world / T
+  std::string grid;                       // ProcessGrid::describe()
+  std::int64_t slice_parameters = 0;      // one tensor rank's parameters (= parameters at T 1)
+  std::int64_t replicated_parameters = 0; // of those, held whole by every tensor rank
+  std::int64_t largest_unit_slice = 0;
+  StepTraffic traffic;
+  std::int64_t global_batch = 0;          // samples per optimizer step (micro x accumulate x data_parallel)
   std::int64_t tokens_per_step = 0;
   double flops_per_step = 0;              // model FLOPs (forward + backward)
   std::int64_t state_bytes_per_rank = 0;  // f32 master + grad + 2 AdamW moments

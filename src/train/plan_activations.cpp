@@ -30,22 +30,33 @@ struct BlockShape {
   double block_f32 = 0;       // f32 elements of one block, one sample (softmax statistics)
   double input_elements = 0;  // one block's input, one sample
   double head_f32 = 0;        // once per sample: logits and their gradient for one chunk
+  double ring_elements = 0;   // once per sample: context parallelism's 2 K/V blocks in flight
 };
 
 BlockShape block_shape(const Model& model, const RunConfig& c) {
   const auto config = model.config();
   BlockShape b;
   if (model.architecture() == "llama") {
+    // parallel tensor T context C: each context rank holds seq_len / C of
+    // the tokens; tensor + sequence parallelism divides every per-block term
+    // by T (heads and intermediate features by the layout, the norms and the
+    // residual stream by the sequence split between the blocks).
+    const double t = static_cast<double>(std::max<std::int64_t>(1, c.parallel.tensor));
+    const double cp = static_cast<double>(std::max<std::int64_t>(1, c.parallel.context));
     const double h = number(config, "hidden_size"), f = number(config, "intermediate_size");
     const double heads = number(config, "num_attention_heads"), kv_heads = number(config, "num_key_value_heads");
     const double head_dim = number(config, "head_dim"), vocab = number(config, "vocab_size");
     const double q = heads * head_dim, kv = kv_heads * head_dim;
     b.layers = number(config, "num_hidden_layers");
-    b.tokens = static_cast<double>(c.batch.seq_len);
-    b.block_elements = b.tokens * (3 * h + q + 2 * kv + q + 4 * f);
-    b.block_f32 = b.tokens * heads;
-    b.input_elements = b.tokens * h;
-    b.head_f32 = 2 * b.tokens * std::min(vocab, static_cast<double>(std::max<std::int64_t>(1, c.vocab_chunk)));
+    b.tokens = static_cast<double>(c.batch.seq_len) / cp;
+    b.block_elements = b.tokens * (3 * h + q + 2 * kv + q + 4 * f) / t;
+    b.block_f32 = b.tokens * heads / t;
+    b.input_elements = b.tokens * h / t;
+    // The vocabulary-parallel head: a vocab_chunk of the whole vocabulary is
+    // split over the T ranks, each computing its chunk / T logits.
+    b.head_f32 = 2 * b.tokens * std::min(vocab, static_cast<double>(std::max<std::int64_t>(1, c.vocab_chunk))) / t;
+    // Ring attention: the K/V block being received while the current one is used.
+    if (cp > 1) b.ring_elements = 2 * b.tokens * 2 * kv / t;
   } else if (model.architecture() == "vit") {
     const double h = number(config, "embed_dim"), m = number(config, "mlp_dim"), heads = number(config, "num_heads");
     b.layers = number(config, "depth");
@@ -59,6 +70,16 @@ BlockShape block_shape(const Model& model, const RunConfig& c) {
 
 }  // namespace
 
+double checkpointed_layers(const RunConfig& c, double layers) {
+  switch (c.activation_checkpointing) {
+    case deck::ActivationCheckpointing::off: return 0;
+    case deck::ActivationCheckpointing::on: return layers;
+    case deck::ActivationCheckpointing::every:
+      return std::floor(layers / static_cast<double>(std::max<std::int64_t>(1, c.activation_checkpointing_every)));
+  }
+  return 0;
+}
+
 ActivationEstimate estimate_activations(const Model& model, const RunConfig& c) {
   ActivationEstimate e;
   const BlockShape b = block_shape(model, c);
@@ -68,20 +89,13 @@ ActivationEstimate estimate_activations(const Model& model, const RunConfig& c) 
   const double micro = static_cast<double>(c.batch.micro_batch);
   const double block = b.block_elements * e.element_bytes + 4 * b.block_f32;
   const double input = b.input_elements * e.element_bytes;
-  const double head = 4 * b.head_f32;
+  const double head = 4 * b.head_f32 + b.ring_elements * e.element_bytes;
   e.stored_bytes = micro * (b.layers * block + head);
   // Checkpointed: every block keeps its input; one block is recomputed at a time.
   e.checkpointed_bytes = micro * (b.layers * input + block + head);
-  double checkpointed_layers = 0;
-  switch (c.activation_checkpointing) {
-    case deck::ActivationCheckpointing::off: checkpointed_layers = 0; break;
-    case deck::ActivationCheckpointing::on: checkpointed_layers = b.layers; break;
-    case deck::ActivationCheckpointing::every:
-      checkpointed_layers = std::floor(b.layers / static_cast<double>(std::max<std::int64_t>(1, c.activation_checkpointing_every)));
-      break;
-  }
-  const double kept_layers = b.layers - checkpointed_layers;
-  e.planned_bytes = micro * (kept_layers * block + checkpointed_layers * input + (checkpointed_layers > 0 ? block : 0) + head);
+  const double checkpointed = checkpointed_layers(c, b.layers);
+  const double kept_layers = b.layers - checkpointed;
+  e.planned_bytes = micro * (kept_layers * block + checkpointed * input + (checkpointed > 0 ? block : 0) + head);
   return e;
 }
 

@@ -15,7 +15,11 @@
 // f32 logits and their gradient for one vocabulary chunk (T x vocab_chunk;
 // Llama only). With activation checkpointing a checkpointed block keeps
 // only its input (T x hidden) and one block's full set is live during its
-// recomputation. (share/bench/llama_bench_plan.py counts the same block
+// recomputation. Under `parallel tensor T context C` (Llama) one rank
+// holds seq_len / C tokens and 1/T of every block term (tensor + sequence
+// parallelism: Korthikanti et al. 2022), the head's logits chunk is / T
+// (a vocab_chunk of the whole vocabulary split over the T ranks), and context parallelism adds the 2 K/V blocks of the ring in
+// flight (2 x tokens x 2 kv / T). (share/bench/llama_bench_plan.py counts the same block
 // tensors; scripts_llama_bench_plan holds the two together.) Not counted: temporaries inside kernels and the
 // allocator's fragmentation (the fit report leaves room for them).
 #pragma once
@@ -36,6 +40,9 @@ struct ActivationEstimate {
 };
 
 ActivationEstimate estimate_activations(const Model& model, const RunConfig& config);
+
+// How many of `layers` blocks activation_checkpointing recomputes.
+double checkpointed_layers(const RunConfig& config, double layers);
 
 // The plan's "activations" line (ends in a newline; "" when unknown).
 std::string format_activation_estimate(const ActivationEstimate& estimate, const RunConfig& config);

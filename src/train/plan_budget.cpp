@@ -5,7 +5,6 @@
 #include <sstream>
 
 #include "base/error.hpp"
-#include "layers/lora.hpp"
 #include "train/plan_fit.hpp"
 
 namespace ftrain {
@@ -27,32 +26,19 @@ std::string rate_text(double bytes_per_s) {
   return buf;
 }
 
-// Elements one rank checkpoints: its shard of every unit, or under LoRA of
-// every unit's adapters (the engine's rule, as in make_plan).
-std::int64_t checkpointed_shard_numel(Model& model, const FsdpOptions& o, const RunPlan& plan) {
-  const std::int64_t s = std::max(1, plan.shard_group_size);
+// Elements one rank checkpoints: its shard of every unit's slice, or under
+// LoRA of every unit's adapters (the engine's rule, counted by make_plan).
+std::int64_t checkpointed_shard_numel(const RunPlan& plan) {
   std::int64_t total = 0;
-  if (!o.lora.enabled) {
-    for (const UnitPlan& u : plan.units) total += u.shard_numel;
-    return total;
-  }
-  for (int u = 0; u < model.num_units(); ++u) {
-    std::int64_t adapter = 0;
-    for (const auto& spec : model.unit(u).params()) {
-      if (!spec.tied_to.empty() || !spec.adaptable || spec.shape.size() != 2) continue;
-      if (o.lora.targets_module(lora::module_of_weight(spec.name)))
-        adapter += o.lora.rank * (spec.shape[0] + spec.shape[1]);
-    }
-    if (adapter > 0) total += (adapter + s - 1) / s;
-  }
+  for (const UnitPlan& u : plan.units) total += plan.lora ? u.adapter_shard_numel : u.shard_numel;
   return total;
 }
 
 }  // namespace
 
-CheckpointSize checkpoint_size(Model& model, const RunConfig& c, const FsdpOptions& o, const RunPlan& plan) {
+CheckpointSize checkpoint_size(const RunConfig& c, const RunPlan& plan) {
   CheckpointSize size;
-  size.per_rank = 12 * checkpointed_shard_numel(model, o, plan);  // f32 master, exp_avg, exp_avg_sq
+  size.per_rank = 12 * checkpointed_shard_numel(plan);  // f32 master, exp_avg, exp_avg_sq
   if (c.checkpoint.consolidated) size.consolidated = 4 * plan.parameters;
   size.total = size.per_rank * plan.world_size + size.consolidated;
   return size;
@@ -65,10 +51,10 @@ double parse_bandwidth(const std::string& text, const std::string& option) {
   return parse_memory_size(text.substr(0, slash), option);
 }
 
-std::string plan_budget_report(Model& model, const RunConfig& c, const FsdpOptions& o, const RunPlan& plan,
+std::string plan_budget_report(Model& /*model*/, const RunConfig& c, const FsdpOptions& o, const RunPlan& plan,
                                int ranks_per_node, const PlanBudgetInputs& in) {
   std::ostringstream r;
-  const CheckpointSize size = checkpoint_size(model, c, o, plan);
+  const CheckpointSize size = checkpoint_size(c, plan);
   const int nodes = std::max(1, plan.world_size / std::max(1, ranks_per_node));
   double save_s = -1;
   if (c.checkpoint.dir.empty()) {

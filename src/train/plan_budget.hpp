@@ -47,7 +47,7 @@ struct CheckpointSize {
   std::int64_t consolidated = 0;  // model.h5 (consolidated on), else 0
   std::int64_t total = 0;         // every rank file + model.h5
 };
-CheckpointSize checkpoint_size(Model& model, const RunConfig& config, const FsdpOptions& options, const RunPlan& plan);
+CheckpointSize checkpoint_size(const RunConfig& config, const RunPlan& plan);
 
 // The report's lines (ending in a newline), a warning among them when the
 // window is shorter than a step plus a save.

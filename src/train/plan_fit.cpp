@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "train/parallel_layout.hpp"
 #include "train/plan_activations.hpp"
 
 namespace ftrain {
@@ -112,7 +113,7 @@ void suggest_rank_count(const std::function<RunPlan(const FsdpOptions&, int)>& r
   const int step = std::max(1, ranks_per_node);
   const double limit = over ? device_bytes : (1.0 - kTight) * device_bytes;
   for (int world = step; world <= 65536; world += step) {
-    if (world <= plan.world_size) continue;
+    if (world <= plan.world_size || world % (plan.tensor * plan.context) != 0) continue;
     const RunPlan more = replan(f, world);
     // The NCCL allowance is there from 2 ranks on; the plan above had them.
     if (planned_bytes(more) + t.activations + gpu_process_allowance(f, world).total() <= limit) {
@@ -121,6 +122,29 @@ void suggest_rank_count(const std::function<RunPlan(const FsdpOptions&, int)>& r
                more);
       return;
     }
+  }
+}
+
+// The smallest tensor size above the deck's that the model's layout takes,
+// that keeps tensor groups inside a node and that `consider` lists (it fits),
+// re-planned with the activations it leaves (the split matrices and the
+// activations both fall by T).
+void suggest_tensor_size(Model& model, const RunConfig& c, const FsdpOptions& o, const RunPlan& plan, int ranks_per_node,
+                         const std::function<bool(const std::string&, const RunPlan&, double)>& consider) {
+  for (std::int64_t tensor = c.parallel.tensor * 2; tensor <= ranks_per_node; tensor *= 2) {
+    if (ranks_per_node % tensor != 0 || plan.world_size % (tensor * c.parallel.context) != 0) continue;
+    if (!parallel_layout_problems(model.architecture(), model.config(), tensor, c.parallel.context, c.batch.seq_len)
+             .empty())
+      continue;
+    RunConfig changed = c;
+    changed.parallel.tensor = tensor;
+    const ActivationEstimate a = estimate_activations(model, changed);
+    const std::string change = "parallel tensor " + std::to_string(tensor) + " (each block's matrices split over " +
+                               std::to_string(tensor) + " ranks of a node, FSDP over " +
+                               std::to_string(plan.world_size / tensor) + " ranks)";
+    const RunPlan split = make_plan(model, changed, o, plan.world_size, std::min(ranks_per_node, plan.world_size));
+    const bool listed = consider(change, split, a.known ? a.planned_bytes : 0.0);
+    if (listed) return;
   }
 }
 
@@ -144,6 +168,16 @@ std::string activation_advice(Model& model, const RunConfig& c, const Activation
          changed);
   }
   if (c.precision != deck::Precision::fp8) ideas.push_back("precision fp8 (FP8 copies of the linears' inputs)");
+  // Long sequences: each context rank holds seq_len / C of the tokens.
+  if (const std::int64_t context = c.parallel.context * 2;
+      parallel_layout_problems(model.architecture(), model.config(), c.parallel.tensor, context, c.batch.seq_len)
+          .empty()) {
+    RunConfig changed = c;
+    changed.parallel.context = context;
+    with("parallel context " + std::to_string(context) + " (needs " + std::to_string(c.parallel.tensor * context) +
+             " ranks per data-parallel replica)",
+         changed);
+  }
   if (ideas.empty()) return "";
   std::string line = "activations (" + (a.known ? human_bytes(a.planned_bytes) + " estimated" : std::string("not estimated")) +
                      ") shrink with:";
@@ -221,26 +255,27 @@ std::string plan_fit_report(Model& model, const RunConfig& c, const FsdpOptions&
   // fits (or, when the plan fits tightly, when it frees memory).
   const bool over = left < 0;
   std::vector<std::string> ideas;
-  auto consider = [&](const std::string& change, const RunPlan& changed) {
-    const double bytes = planned_bytes(changed) + t.activations + gpu_process_allowance(o, changed.world_size).total();
-    if (over ? bytes <= device_bytes : bytes < need)
-      ideas.push_back(change + ": " + human_bytes(bytes) + " per rank (" + percent(bytes, device_bytes) + ")");
+  auto consider = [&](const std::string& change, const RunPlan& changed, double activations) {
+    const double bytes = planned_bytes(changed) + activations + gpu_process_allowance(o, changed.world_size).total();
+    if (!(over ? bytes <= device_bytes : bytes < need)) return false;
+    ideas.push_back(change + ": " + human_bytes(bytes) + " per rank (" + percent(bytes, device_bytes) + ")");
+    return true;
   };
   if (o.strategy != ShardingStrategy::full_shard) {
     FsdpOptions f = o;
     f.strategy = ShardingStrategy::full_shard;
-    consider("fsdp full_shard (shards everything over all " + std::to_string(plan.world_size) + " ranks)",
-             replan(f, plan.world_size));
+    consider("fsdp full_shard (shards everything over all " + std::to_string(plan.fsdp_group_size) + " ranks)",
+             replan(f, plan.world_size), t.activations);
   }
   if (o.param_dtype == DType::f32) {
     FsdpOptions f = o;
     f.param_dtype = DType::bf16;
-    consider("fsdp ... param_dtype bf16 (gathered units in bf16)", replan(f, plan.world_size));
+    consider("fsdp ... param_dtype bf16 (gathered units in bf16)", replan(f, plan.world_size), t.activations);
   }
   if (o.limit_all_gathers > 1) {
     FsdpOptions f = o;
     f.limit_all_gathers = 1;
-    consider("fsdp ... limit_all_gathers 1 (less overlap)", replan(f, plan.world_size));
+    consider("fsdp ... limit_all_gathers 1 (less overlap)", replan(f, plan.world_size), t.activations);
   }
   if (o.offload == Offload::none) {
     FsdpOptions f = o;
@@ -248,9 +283,11 @@ std::string plan_fit_report(Model& model, const RunConfig& c, const FsdpOptions&
     const RunPlan offloaded = replan(f, plan.world_size);
     consider("fsdp ... offload optimizer (f32 state and AdamW in host memory: " +
                  human_bytes(static_cast<double>(offloaded.host_state_bytes_per_rank)) + " per rank)",
-             offloaded);
+             offloaded, t.activations);
   }
-  suggest_rank_count(replan, o, plan, ranks_per_node, t, device_bytes, over, consider);
+  suggest_tensor_size(model, c, o, plan, ranks_per_node, consider);
+  suggest_rank_count(replan, o, plan, ranks_per_node, t, device_bytes, over,
+                     [&](const std::string& change, const RunPlan& changed) { consider(change, changed, t.activations); });
   r << (over ? "to make it fit, one of:\n" : "to leave more room, one of:\n");
   for (const auto& idea : ideas) r << "  - " << idea << "\n";
   if (ideas.empty()) r << "  (no single change to strategy, dtype, gathers or rank count is enough)\n";

@@ -124,7 +124,7 @@ void write_settings_part(std::ostream& h, const RunHeaderFacts& f) {
   h << "model: " << c.model.name << " (" << (c.model.preset.empty() ? "default preset" : c.model.preset) << ")";
   for (const auto& [k, v] : f.model.config()) h << " " << k << "=" << v;
   h << "\n";
-  h << describe_settings(c, f.fsdp, shard_group_size_for(f.fsdp, f.plan.world_size, f.ranks_per_node));
+  h << describe_settings(c, f.fsdp, f.plan.shard_group_size);  // inside the fsdp group under parallel tensor T
   if (c.lora.enabled) {
     const auto& l = f.fsdp.lora;
     h << "lora: rank " << l.rank << " alpha " << l.alpha << " (scale " << l.scale() << (l.rslora ? ", rslora" : "")

@@ -73,13 +73,17 @@ std::string with_model_suggestion(const std::string& message, const std::string&
 // round trip, not one error per attempt).
 class ProblemList {
  public:
-  void add(const std::string& message) { messages_.push_back(message); }
+  // A problem two checks find (a bad parallel grid: its own check and the
+  // plan's) is listed once.
+  void add(const std::string& message) {
+    if (std::find(messages_.begin(), messages_.end(), message) == messages_.end()) messages_.push_back(message);
+  }
   bool check(const std::function<void()>& run_check) {
     try {
       run_check();
       return true;
     } catch (const UserError& e) {
-      messages_.emplace_back(e.what());
+      add(e.what());
       return false;
     }
   }

@@ -18,7 +18,7 @@ this machine):
   * run_dir: a directory under the work directory.
 
 A deck whose comments record a plan (lines `#   parameters ...`, `#   ranks
-N, ...`, `#   memory per rank ...` as --check prints them) is checked on the
+N, ...`, `#   memory per rank ...`, `#   grid ...` as --check prints them) is checked on the
 recorded number of ranks (mpirun --oversubscribe: --check allocates nothing
 model-sized, so 16 small processes are fine), and every recorded plan line
 must appear verbatim in the output: the numbers in a deck's comments cannot
@@ -34,7 +34,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 import safetensors_stand_in  # noqa: E402
 
-PLAN_KEYS = ("parameters", "trainable", "ranks", "global batch", "FLOPs per step", "memory per rank")
+PLAN_KEYS = ("parameters", "trainable", "ranks", "global batch", "FLOPs per step", "memory per rank", "grid",
+             "per tensor rank", "communication")
 # --check builds no model-sized tensor: a 70B plan in a few MiB. The limit is
 # per process (ru_maxrss of the largest child), far below any real model.
 MAX_RSS_MIB = 400
