@@ -162,14 +162,12 @@ Result blocked_forward(const Case& c, const Inputs& in, const Tensor& q, const T
   Tensor qp = take_tokens(in.positions, c.batch, c.seq, qb), qd = take_tokens(in.ids, c.batch, c.seq, qb);
   Tensor qrows = take_rows(q, qb);
   for (const Block& kb : c.blocks) {
-    const std::int64_t m = static_cast<std::int64_t>(kb.size());
     Tensor kp = take_tokens(in.positions, c.batch, c.seq, kb), kd = take_tokens(in.ids, c.batch, c.seq, kb);
     Tensor bo = Tensor::zeros(r.out.shape(), DType::f32, Device::host, "block_out");
     Tensor bl = Tensor::zeros(r.lse.shape(), DType::f32, Device::host, "block_lse");
     ops::attention_block_forward(ctx, qrows, take_rows(k, kb), take_rows(v, kb), qp, kp, c.documents ? &qd : nullptr,
                                  c.documents ? &kd : nullptr, c.causal, c.scale(), bo, bl);
     ops::attention_block_merge(ctx, r.out, r.lse, bo, bl);
-    (void)m;
   }
   return r;
 }
