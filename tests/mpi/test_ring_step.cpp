@@ -4,7 +4,7 @@
 // with the compute stream (issued after the work that wrote `send`, seen by
 // the work enqueued after finish_ring_step), on synchronous and
 // asynchronous host streams, over the MPI and the staged communicator.
-// Run at np 1, 2 and 4.
+// Run at np 1, 2, 3 and 4.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
