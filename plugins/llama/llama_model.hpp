@@ -13,6 +13,10 @@
 // No biases (attention_bias = mlp_bias = false). Norm weights start at one
 // and are excluded from weight decay; every matrix starts N(0, initializer_range).
 //
+// parallel tensor T (split_for_tensor_parallel): each unit declares its
+// tensor rank's slices (Megatron's layout, llama_model.cpp) and the stream
+// between units is that rank's N / T token rows (sequence parallelism).
+//
 // Activations are [N, C] rows (N = batch * sequence) in ctx.compute_dtype;
 // per-head tensors are the same buffers viewed as [B, T, H, D]. Activation
 // gradients travel in the compute dtype, parameter gradients are f32 and
@@ -48,12 +52,19 @@ class LlamaModel final : public Model {
   double training_flops_per_sample(std::int64_t sequence_length) const override;
   double attention_training_flops(double query_key_pairs) const override;
   std::int64_t output_size() const override { return config_.vocab_size; }
+  // Megatron's layout (llama_model.cpp "tensor parallelism"): heads, KV heads,
+  // intermediate columns and vocabulary rows divided by T, refused naming the
+  // count that T does not divide.
+  void split_for_tensor_parallel(int tensor_size) override;
 
   const LlamaConfig& llama_config() const { return config_; }
 
  private:
   LlamaConfig config_;
+  void make_units();
+
   Tensor inv_freq_;  // f32 [D/2] on the host, shared by every layer's rope
+  int tensor_size_ = 1;
   std::vector<std::unique_ptr<Unit>> units_;
 };
 

@@ -25,6 +25,18 @@ std::vector<hsize_t> dims_of(const FlatEntry& entry) {
   return std::vector<hsize_t>(entry.shape.begin(), entry.shape.end());
 }
 
+// The dataset of an entry is its Hugging Face tensor: a tensor rank's slice
+// (parallel tensor) writes its elements' region of it.
+h5::Handle file_selection(const FlatEntry& entry, std::int64_t first, std::int64_t count) {
+  const FlatEntry full = full_entry(entry);
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs;
+  if (count > 0)
+    for_each_full_run(entry, first, count, [&](std::int64_t full_first, std::int64_t n, std::int64_t) {
+      runs.emplace_back(full_first, n);
+    });
+  return h5::flat_ranges_selection(dims_of(full), runs);
+}
+
 // TEST-ONLY fault injection. FTRAIN_TEST_FAULT_CONSOLIDATED=RANK:INDEX:PHASE
 // makes rank RANK fail at the INDEX-th dataset (0-based, in write order) of
 // every consolidated save, as a failed piece preparation would (PHASE
@@ -78,6 +90,8 @@ void write_consolidated(FsdpEngine& engine, Communicator& world, const std::stri
   }));
 
   const bool writer = engine.replica_comm() == nullptr || engine.replica_comm()->rank() == 0;
+  // A tensor held whole by every tensor rank is written by tensor rank 0.
+  const bool writes_whole_tensors = engine.model_parallel().tensor_rank() == 0;
   h5::Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
   H5Pset_dxpl_mpio(dxpl.id(), H5FD_MPIO_COLLECTIVE);
   float dummy = 0.0f;
@@ -92,7 +106,7 @@ void write_consolidated(FsdpEngine& engine, Communicator& world, const std::stri
     Tensor master;  // this rank's shard as host memory, read once when needed
     for (std::size_t e = 0; e < flat->entries().size(); ++e, ++index) {
       const FlatEntry& entry = flat->entries()[e];
-      const auto dims = dims_of(entry);
+      const auto dims = dims_of(full_entry(entry));
       h5::Handle full(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
       h5::Handle set(H5Dcreate2(file, entry.name.c_str(), bf16_bits ? H5T_STD_U16LE : H5T_IEEE_F32LE, full.id(),
                                 H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
@@ -102,8 +116,8 @@ void write_consolidated(FsdpEngine& engine, Communicator& world, const std::stri
       agree(failure_of([&] {
         if (set.id() < 0) FT_USER_ERROR() << "save_final " << tmp << ": cannot create dataset '" << entry.name << "'";
         if (bf16_bits) h5::write_attr_string(set.id(), kBf16AttributeName, kBf16AttributeValue, tmp);
-        const std::int64_t count = writer ? piece[e][1] : 0;
-        space = h5::flat_range_selection(dims, piece[e][0], count);
+        const std::int64_t count = writer && (entry.tensor_split() || writes_whole_tensors) ? piece[e][1] : 0;
+        space = file_selection(entry, piece[e][0], count);
         const hsize_t mem_dims[1] = {static_cast<hsize_t>(std::max<std::int64_t>(1, count))};
         memory = h5::Handle(H5Screate_simple(1, mem_dims, nullptr), H5Sclose);
         if (count == 0) H5Sselect_none(memory.id());

@@ -165,6 +165,22 @@ Handle flat_range_selection(const std::vector<hsize_t>& dims, std::int64_t first
   return space;
 }
 
+Handle flat_ranges_selection(const std::vector<hsize_t>& dims,
+                             const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
+  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  std::int64_t total = 0;
+  bool first_block = true;
+  std::vector<hsize_t> prefix(dims.size(), 0);
+  for (const auto& [first, count] : ranges) {
+    if (count <= 0) continue;
+    select_flat_range(space.id(), dims, 0, prefix, static_cast<hsize_t>(first), static_cast<hsize_t>(first + count),
+                      first_block);
+    total += count;
+  }
+  if (total == 0) H5Sselect_none(space.id());
+  FT_CHECK(H5Sget_select_npoints(space.id()) == total) << "selection of " << total << " elements";
+  return space;
+}
 
 void quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 

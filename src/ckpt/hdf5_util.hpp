@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ftrain::ckpt::h5 {
@@ -136,5 +137,9 @@ void read_f32_range(hid_t loc, const char* name, std::int64_t first, std::int64_
 // flat shard piece maps onto an N-D dataset of its real shape. count 0
 // selects nothing.
 Handle flat_range_selection(const std::vector<hsize_t>& dims, std::int64_t first, std::int64_t count);
+// The same for several ranges [first, first + count), increasing and
+// disjoint (a tensor rank's slice of a full tensor, ParamSpec::tensor_split_dim).
+Handle flat_ranges_selection(const std::vector<hsize_t>& dims,
+                             const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges);
 
 }  // namespace ftrain::ckpt::h5

@@ -294,6 +294,7 @@ std::string commit_sharded_save(Communicator& world, int shard_group_size, const
       m["resumed_from"] = info.parent_directory;
     m["world_size"] = world.size();
     m["shard_group_size"] = shard_group_size;
+    if (info.tensor_parallel > 1) m["tensor_parallel"] = info.tensor_parallel;
     m["strategy"] = info.strategy;
     json files = json::array();
     for (int r = 0; r < world.size(); ++r)
@@ -350,6 +351,7 @@ LoadedInfo read_checkpoint_info(const std::string& step_dir) {
   try {
     info.world_size = manifest.at("world_size").get<int>();
     info.shard_group_size = manifest.at("shard_group_size").get<int>();
+    info.tensor_parallel = manifest.value("tensor_parallel", 1);
     info.strategy = manifest.value("strategy", "");
   } catch (const std::exception& e) {
     FT_USER_ERROR() << "checkpoint manifest " << step_dir << "/" << kManifest
@@ -406,6 +408,74 @@ void load_fp8_state(FsdpEngine& engine, OldShardFile& first, LoadedInfo& info) {
 }
 
 // One rank's part of a load; throws on this rank only (load_sharded agrees).
+// A checkpoint written at parallel tensor T_old loaded at another T: every
+// element of this rank's shard is found through the full tensor (its
+// position there, then the old tensor rank whose slice holds it and where
+// in that slice, then the old shard of that rank's flat) and read from that
+// file. A tensor the old run held whole comes from its tensor rank 0.
+template <class OldRankFile>
+void load_across_tensor_parallel(FlatParameter& flat, const std::string& unit_path, const UnitLayout& old,
+                                 int old_tensor, OldRankFile& old_rank_file, const std::string& layout_path) {
+  const auto& entries = flat.entries();
+  if (old.entries.size() != entries.size())
+    FT_USER_ERROR() << layout_path << ": unit " << flat.unit_name() << " has " << old.entries.size()
+                    << " tensors in the checkpoint, " << entries.size() << " in the model";
+  struct OldEntry {
+    std::int64_t offset;
+    int split_dim;
+  };
+  std::vector<OldEntry> olds;
+  for (std::size_t e = 0; e < entries.size(); ++e) {
+    const json& o = old.entries[e];
+    const Shape full = full_entry(entries[e]).shape;
+    const Shape slice = o.at("shape").get<Shape>();
+    int split_dim = -1;
+    for (std::size_t k = 0; k < full.size() && k < slice.size(); ++k)
+      if (slice[k] != full[k]) split_dim = static_cast<int>(k);
+    Shape whole = slice;
+    if (split_dim >= 0) whole[static_cast<std::size_t>(split_dim)] *= old_tensor;
+    if (o.at("name").get<std::string>() != entries[e].name || whole != full)
+      FT_USER_ERROR() << layout_path << ": unit " << flat.unit_name() << ": the checkpoint's " << o.dump()
+                      << " (at parallel tensor " << old_tensor << ") is not the model's '" << entries[e].name << "' "
+                      << shape_string(full);
+    olds.push_back({o.at("offset").get<std::int64_t>(), split_dim});
+  }
+  Tensor* state[3] = {&flat.master, &flat.exp_avg, &flat.exp_avg_sq};
+  Tensor host[3];
+  for (int t = 0; t < 3; ++t)
+    host[t] = state[t]->device() == Device::host
+                  ? *state[t]
+                  : Tensor::empty(state[t]->shape(), DType::f32, Device::host, state[t]->name() + ".load");
+  float* dst[3] = {host[0].data_as<float>(), host[1].data_as<float>(), host[2].data_as<float>()};
+  for (float* d : dst) std::fill(d, d + flat.shard_numel(), 0.0f);
+  static const char* kNames[3] = {"master", "exp_avg", "exp_avg_sq"};
+  flat.for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
+    const FlatEntry& entry = entries[static_cast<std::size_t>(e)];
+    const OldEntry& o = olds[static_cast<std::size_t>(e)];
+    for_each_full_run(entry, first, count, [&](std::int64_t full_first, std::int64_t n, std::int64_t at_full) {
+      for_each_slice_run(full_entry(entry).shape, o.split_dim, old_tensor, full_first, n,
+                         [&](int old_rank, std::int64_t slice_first, std::int64_t len, std::int64_t at_slice) {
+        std::int64_t pos = o.offset + slice_first, done = 0;
+        while (done < len) {
+          const int shard = static_cast<int>(pos / old.shard_numel);
+          const std::int64_t within = pos - shard * old.shard_numel;
+          const std::int64_t take = std::min(len - done, old.shard_numel - within);
+          auto& src = old_rank_file(shard, old_rank);
+          h5::Group g = h5::Group::open(src.file.id(), unit_path, src.path);
+          for (int t = 0; t < 3; ++t)
+            h5::read_f32_range(g.id(), kNames[t], within, take, dst[t] + at + at_full + at_slice + done,
+                               src.path + ":" + unit_path);
+          pos += take;
+          done += take;
+        }
+      });
+    });
+  });
+  for (int t = 0; t < 3; ++t) copy_tensor(host[t], *state[t]);
+  flat.gathered_valid = false;
+  flat.gathered = Tensor();
+}
+
 static LoadedInfo load_sharded_local(FsdpEngine& engine, const std::string& step_dir) {
   verify_step_directory(step_dir);
   const json manifest = read_manifest(step_dir);
@@ -413,17 +483,25 @@ static LoadedInfo load_sharded_local(FsdpEngine& engine, const std::string& step
   info.directory = step_dir;
   info.world_size = manifest.at("world_size").get<int>();
   info.shard_group_size = manifest.at("shard_group_size").get<int>();
+  info.tensor_parallel = manifest.value("tensor_parallel", 1);
   info.strategy = manifest.value("strategy", "");
   info.resharded = info.shard_group_size != engine.shard_comm().size();
+  const int tensor = engine.grid().tensor_size();
+  const int old_tensor = info.tensor_parallel;
+  const bool across_tensor = old_tensor != tensor;  // each element read from the old tensor rank holding it
 
   // Old shard s of every unit lives in the file of old rank s (shard groups
-  // are contiguous rank blocks; replica group 0 holds ranks 0..S-1).
-  std::map<int, std::unique_ptr<OldShardFile>> open_files;
-  auto old_file = [&](int shard) -> OldShardFile& {
-    auto& slot = open_files[shard];
+  // are contiguous rank blocks; replica group 0 holds ranks 0..S-1). With
+  // parallel tensor T the shard groups are those of this rank's tensor
+  // index: old shard s of tensor rank t is world rank s * T + t.
+  const int tensor_rank = engine.model_parallel().tensor_rank();
+  std::map<int, std::unique_ptr<OldShardFile>> open_files;  // by old world rank
+  auto old_rank_file = [&](int shard, int of_tensor_rank) -> OldShardFile& {
+    const int rank = shard * old_tensor + of_tensor_rank;
+    auto& slot = open_files[rank];
     if (!slot) {
       slot = std::make_unique<OldShardFile>();
-      slot->path = step_dir + "/" + rank_file_name(shard);
+      slot->path = step_dir + "/" + rank_file_name(rank);
       slot->file = h5::File::open_read(slot->path);
       const hid_t root = slot->file.id();
       check_file_version(h5::read_attr_i64(root, "format_version", slot->path), slot->path);
@@ -433,6 +511,7 @@ static LoadedInfo load_sharded_local(FsdpEngine& engine, const std::string& step
     }
     return *slot;
   };
+  auto old_file = [&](int shard) -> OldShardFile& { return old_rank_file(shard, across_tensor ? 0 : tensor_rank); };
 
   {
     OldShardFile& first = old_file(0);
@@ -469,6 +548,10 @@ static LoadedInfo load_sharded_local(FsdpEngine& engine, const std::string& step
       old.entries = json::parse(h5::read_string(g.id(), "entries", first.path));
     }
     const json expected = entries_json(flat);
+    if (across_tensor) {
+      load_across_tensor_parallel(flat, unit_path, old, old_tensor, old_rank_file, first.path);
+      continue;
+    }
     if (old.numel != flat.numel() || old.entries != expected) {
       // Name the first differing tensor.
       std::ostringstream why;

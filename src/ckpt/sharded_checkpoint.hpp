@@ -43,6 +43,9 @@ inline constexpr int kOldestReadableShardedFormatVersion = 1;
 
 struct SaveInfo {
   std::int64_t step = 0;  // optimizer steps done
+  // parallel tensor T of the writing run: rank r's file holds tensor rank
+  // r % T's slices (manifest "tensor_parallel"; absent means 1).
+  int tensor_parallel = 1;
   std::uint64_t seed = 0;
   std::string strategy;   // fsdp strategy name of the writing run
   std::string deck_text;  // the resolved deck
@@ -70,6 +73,7 @@ struct LoadedInfo {
   std::uint64_t seed = 0;
   int world_size = 0;
   int shard_group_size = 0;
+  int tensor_parallel = 1;
   std::string strategy;
   std::string directory;
   bool resharded = false;  // the partition differs from this run's

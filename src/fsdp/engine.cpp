@@ -76,6 +76,7 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
     : model_(model),
       world_(world),
       options_(options),
+      grid_(world.size(), options.tensor_parallel, options.context_parallel),
       exec_(execution_options_for(options)),
       host_exec_(offload_host_options(options)) {
   // The options come checked from the deck (train/run_settings.hpp): a
@@ -100,7 +101,13 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
                              << "to build its device communicator on, got " << world_.describe();
     device_world_ = make_device_communicator(options_.device_comm, mpi->handle(), exec_);
   }
-  const int world_size = world_.size();
+  // The strategies shard over the FSDP group: the whole world, or with
+  // parallel tensor T the world/T ranks of this rank's tensor index (each
+  // shards its own slices); ranks are numbered by their index in it.
+  const int rank = world_.rank();
+  const int tensor_index = grid_.coordinates(rank).tensor;
+  const int world_size = grid_.fsdp_size();
+  const int fsdp_index = grid_.fsdp_rank(rank);
   int group_size = world_size;
   switch (options_.strategy) {
     case ShardingStrategy::full_shard:
@@ -117,15 +124,36 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
       const std::string problem = hybrid_shard_problem(nodes);
       FT_CHECK(problem.empty()) << "fsdp hybrid_shard on rank " << world_.rank() << ": " << problem;
       group_size = nodes.most_ranks_per_node();
+      // A node holds whole tensor groups (the grid's order): its share of an FSDP group.
+      FT_CHECK(group_size % grid_.tensor_size() == 0)
+          << "fsdp hybrid_shard with parallel tensor " << grid_.tensor_size() << ": " << group_size
+          << " ranks per node do not hold whole tensor groups";
+      group_size /= grid_.tensor_size();
       break;
     }
   }
   FT_CHECK(group_size >= 1 && world_size % group_size == 0)
       << "fsdp " << sharding_strategy_name(options_.strategy) << ": shard group size " << group_size
       << " does not divide the " << world_size << " ranks";
-  const int group = world_.rank() / group_size;
-  shard_comm_ = collectives().split(group, world_.rank());
-  if (world_size / group_size > 1) replica_comm_ = collectives().split(world_.rank() % group_size, world_.rank());
+  // group: which shard group of the FSDP group; position: the index inside
+  // it (the replica group gathers the same position of every shard group).
+  const int group = fsdp_index / group_size, position = fsdp_index % group_size;
+  // Colors: one range of world_size per tensor index (T = 1: the group and
+  // the replica index themselves). Keys by world rank keep the FSDP order.
+  shard_comm_ = collectives().split(tensor_index * world_size + group, rank);
+  if (world_size / group_size > 1)
+    replica_comm_ = collectives().split(tensor_index * world_size + position, rank);
+  // One shard group of every tensor rank: each element of the model once.
+  if (grid_.tensor_size() > 1) norm_comm_ = collectives().split(group, rank);
+  if (grid_.model_parallel()) {
+    FT_CHECK(!offloads() && !options_.lora.enabled && !options_.fp8)
+        << "parallel tensor " << grid_.tensor_size() << " context " << grid_.context_size()
+        << " with fsdp offload, lora or precision fp8 (the deck refuses these)";
+    if (grid_.tensor_size() > 1) model_.split_for_tensor_parallel(grid_.tensor_size());
+    model_groups_ = make_model_parallel_groups(collectives(), grid_);
+    model_parallel_ = model_groups_.view();
+    ctx_.parallel = &model_parallel_;
+  }
   if (offloads()) {
     // The deck refuses this combination naming its line (train/run_settings.cpp).
     FT_CHECK(!options_.fp8) << "fsdp offload with precision fp8 on device " << device_name(exec_.device())
@@ -180,7 +208,8 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
       f.exp_avg = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".exp_avg");
       f.exp_avg_sq = Tensor::zeros(shard_shape, DType::f32, device, f.unit_name() + ".exp_avg_sq");
     };
-    auto flat = std::make_unique<FlatParameter>(u, unit.name(), own, shard_comm_->size(), shard_comm_->rank());
+    auto flat = std::make_unique<FlatParameter>(u, unit.name(), own, shard_comm_->size(), shard_comm_->rank(),
+                                                tensor_index);
     allocate(*flat, /*trainable=*/!lora_on);
     flats_.push_back(std::move(flat));
 
@@ -304,7 +333,8 @@ void FsdpEngine::init_from(const ParameterSource& source) {
 // else through a bounded f32 host buffer, piece by piece (a bf16 or device
 // shard then never costs a whole f32 copy of the largest unit, which the
 // host allocator would keep cached after load). Sources read any slice.
-void FsdpEngine::fill_master_from(FlatParameter& flat, const ParameterSource& source) {
+void FsdpEngine::fill_master_from(FlatParameter& flat, const ParameterSource& whole_tensor_source) {
+  const ParameterSource source = tensor_slice_source(whole_tensor_source);  // a tensor rank's slices
   const std::int64_t n = flat.shard_numel();
   const bool in_place = flat.master.device() == Device::host && flat.master.dtype() == DType::f32;
   constexpr std::int64_t kStagingElements = std::int64_t{1} << 22;  // 16 MiB of f32
@@ -376,7 +406,9 @@ std::vector<FlatParameter*> FsdpEngine::all_flats() const {
 }
 
 void FsdpEngine::init_from_root(const ParameterSource& source) {
-  const bool root = world_.rank() == 0;
+  // Each tensor rank's FSDP group has its own root (its slices); T = 1: world rank 0.
+  const bool root = grid_.fsdp_rank(world_.rank()) == 0;
+  const ParameterSource slices = tensor_slice_source(source);
   for (auto& flat : flats_) {
     // Rank 0 contributes the unit, everyone else zeros: a sum-reduce-scatter
     // then delivers exactly rank 0's values (x + 0 is exact), and the
@@ -384,7 +416,7 @@ void FsdpEngine::init_from_root(const ParameterSource& source) {
     Tensor full = Tensor::zeros({flat->padded_numel()}, DType::f32, Device::host, flat->unit_name() + ".sync");
     if (root) {
       float* dst = full.data_as<float>();
-      for (const auto& entry : flat->entries()) source(entry, 0, entry.numel, dst + entry.offset);
+      for (const auto& entry : flat->entries()) slices(entry, 0, entry.numel, dst + entry.offset);
     }
     if (exec_.device() != Device::host) full = to_device(full, exec_.device());  // the collectives run on device buffers
     // The sum runs in f32 (x + 0 exact); a bf16 frozen base is rounded after it.
@@ -739,6 +771,7 @@ void FsdpEngine::drain() {
   finish_reductions(0);
   for (FlatParameter* f : all_flats()) f->gather_request.wait();
   check_deferred(/*all=*/true);
+  model_groups_.drain();  // the units' tensor and context collectives
   free_events_.clear();  // drained below
   ctx_.lora = nullptr;  // its views borrow buffers the engine may free now
   exec_.synchronize();  // the engine's callers read results on the host
@@ -898,7 +931,7 @@ void FsdpEngine::zero_grad() {
 
 double FsdpEngine::grad_norm() {
   ++host_reads_;
-  return optimizer().grad_norm(optimizer_shards(), offloads() ? *host_shard_comm_ : *shard_comm_);
+  return optimizer().grad_norm(optimizer_shards(), offloads() ? *host_shard_comm_ : norm_comm());
 }
 
 std::string FsdpEngine::first_non_finite(ShardState which) {
@@ -934,6 +967,15 @@ std::vector<optim::TrainableShard> FsdpEngine::optimizer_shards() {
     s.exp_avg_sq = &f->exp_avg_sq;
     s.chunks = &adamw_chunks_of(*f);
     f->for_each_shard_piece([&](int, std::int64_t, std::int64_t, std::int64_t) { ++s.pieces; });
+    // parallel tensor: a tensor held whole by every tensor rank counts once
+    // in the norm (on tensor rank 0); each rank's slices count everywhere.
+    if (grid_.tensor_size() > 1 && model_parallel_.tensor_rank() != 0) {
+      s.norm_whole = false;
+      f->for_each_shard_piece([&](int e, std::int64_t, std::int64_t count, std::int64_t at) {
+        if (f->entries()[static_cast<std::size_t>(e)].tensor_split())
+          s.norm_parts.push_back(f->grad.view({count}, at, f->entries()[static_cast<std::size_t>(e)].name + ".grad"));
+      });
+    }
     // Offload: each unit's compute-dtype shard goes back to the device as
     // soon as its update is enqueued, while the next unit's runs.
     if (offloaded(*f)) s.updated = [this, f] { remake_compute_shard(*f); };
@@ -962,7 +1004,7 @@ void FsdpEngine::optimizer_step(const AdamWHyper& h, float grad_scale) {
 }
 
 void FsdpEngine::clip_and_step(const AdamWHyper& h, double clip_grad_norm, std::int64_t step) {
-  Communicator& comm = offloads() ? *host_shard_comm_ : *shard_comm_;
+  Communicator& comm = offloads() ? *host_shard_comm_ : norm_comm();
   after_update(optimizer().clip_and_step(optimizer_shards(), comm, h, clip_grad_norm, step));
   after_offloaded_update();
   exec_.compute().synchronize();  // callers (checkpoints, evaluation) read the masters next; nothing is read here

@@ -6,6 +6,10 @@
 //   shard_grad_op   world              -                   no (kept to backward)
 //   no_shard (DDP)  each rank alone    world               no (kept always)
 //   hybrid_shard    node / N ranks     across groups       yes
+// With `parallel tensor T` (FsdpOptions::tensor_parallel) "world" in this
+// table is the FSDP group: the world / T ranks of this rank's tensor index,
+// which shard that tensor rank's slices (comm/process_grid.hpp); units get
+// their tensor group through StepContext::parallel.
 // Gradients of a unit are reduced when its backward finishes: reduce-scatter
 // (sum) over the shard group, then all-reduce over the replica group, then
 // added to the f32 shard gradient. Gradient accumulation therefore reduces at
@@ -63,9 +67,11 @@
 
 #include "comm/communicator.hpp"
 #include "comm/gpu_assignment.hpp"
+#include "comm/process_grid.hpp"
 #include "fp8/recipe.hpp"
 #include "fsdp/flat_parameter.hpp"
 #include "fsdp/fp8_all_gather.hpp"
+#include "fsdp/parallel_groups.hpp"
 #include "fsdp/parameter_init.hpp"
 #include "layers/lora.hpp"
 #include "optim/sharded_adamw.hpp"
@@ -127,6 +133,11 @@ struct FsdpOptions {
   // full gradient per unit, defeating the sharding) and with LoRA.
   bool no_sync = false;
   Offload offload = Offload::none;
+  // Deck `parallel tensor T context C` (comm/process_grid.hpp): the engine
+  // shards over the FSDP group (the ranks of one tensor index) instead of
+  // the world, and hands units their tensor and context groups.
+  int tensor_parallel = 1;
+  int context_parallel = 1;
 };
 
 // The dtype a frozen LoRA base's shards are stored in under `o` (f32 without
@@ -286,6 +297,10 @@ class FsdpEngine {
   // Whether this engine keeps optimizer state in host memory on a device.
   bool offloads() const { return options_.offload != Offload::none && exec_.device() != Device::host; }
   Communicator* replica_comm() { return replica_comm_.get(); }
+  // The process grid of `parallel tensor T context C` (1 x 1: every rank
+  // one data index) and this rank's tensor and context groups.
+  const ProcessGrid& grid() const { return grid_; }
+  const ModelParallel& model_parallel() const { return model_parallel_; }
   const FsdpOptions& options() const { return options_; }
   ExecutionContext& execution() { return exec_; }
   // precision fp8: every unit's FP8 states, in unit order (checkpoints).
@@ -371,6 +386,14 @@ class FsdpEngine {
   FsdpOptions options_;
   std::unique_ptr<Communicator> shard_comm_;
   std::unique_ptr<Communicator> replica_comm_;  // null when there is one replica
+  ProcessGrid grid_;
+  ModelParallelGroups model_groups_;
+  ModelParallel model_parallel_;
+  // parallel tensor T > 1: the shard group and its tensor group together
+  // (the ranks of one replica index), over which the gradient norm sums;
+  // null when it is the shard group.
+  std::unique_ptr<Communicator> norm_comm_;
+  Communicator& norm_comm() { return norm_comm_ ? *norm_comm_ : *shard_comm_; }
   std::vector<std::unique_ptr<FlatParameter>> flats_;
   std::vector<std::vector<SlotSource>> slots_;  // per unit, per declared spec
   std::vector<UnitCache> caches_;

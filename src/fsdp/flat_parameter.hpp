@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,31 @@ struct FlatEntry {
   float init_std = 0.02f;
   float init_bound = 0.0f;
   bool weight_decay = true;
+  // Tensor parallelism (ParamSpec::tensor_split_dim): -1 whole; else this
+  // entry is tensor rank `tensor_rank`'s slice of the tensor `full_shape`
+  // along that dimension.
+  int tensor_split_dim = -1;
+  Shape full_shape;
+  int tensor_rank = 0;
+  bool tensor_split() const { return tensor_split_dim >= 0; }
 };
+
+// Calls fn(full_first, count, at) for each contiguous run of elements
+// [first, first + count) of `e` (a slice's own row-major order) as they lie
+// in the full tensor: element at + k of the request is full element
+// full_first + k. An entry that is not split is one run.
+void for_each_full_run(const FlatEntry& e, std::int64_t first, std::int64_t count,
+                       const std::function<void(std::int64_t full_first, std::int64_t count, std::int64_t at)>& fn);
+// The entry as the whole tensor (name, full shape; offset unchanged).
+FlatEntry full_entry(const FlatEntry& e);
+// The inverse: elements [full_first, full_first + count) of a tensor of
+// `full_shape` split along `split_dim` into `tensor_size` slices (-1: whole,
+// on tensor rank 0) as runs fn(tensor_rank, slice_first, count, at) of the
+// slices' own row-major order; element at + k of the request is element
+// slice_first + k of that rank's slice.
+void for_each_slice_run(
+    const Shape& full_shape, int split_dim, int tensor_size, std::int64_t full_first, std::int64_t count,
+    const std::function<void(int tensor_rank, std::int64_t slice_first, std::int64_t count, std::int64_t at)>& fn);
 
 // Where a unit finds each declared parameter slot: its own flat buffer or,
 // for tied slots, an entry of an earlier unit.
@@ -38,8 +63,9 @@ struct SlotSource {
 
 class FlatParameter {
  public:
+  // tensor_rank: which slice the tensor-split specs are (parallel tensor).
   FlatParameter(int unit_index, std::string unit_name, const std::vector<ParamSpec>& own_specs,
-                int shard_group_size, int shard_rank);
+                int shard_group_size, int shard_rank, int tensor_rank = 0);
 
   int unit_index() const { return unit_index_; }
   const std::string& unit_name() const { return unit_name_; }

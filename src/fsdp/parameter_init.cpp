@@ -35,4 +35,17 @@ void perturb_init_by_rank(std::uint64_t seed, int rank, double scale, const Flat
     dst[i] += static_cast<float>(amplitude * rng::normal(seed, stream, static_cast<std::uint64_t>(first + i)));
 }
 
+ParameterSource tensor_slice_source(ParameterSource source) {
+  return [source = std::move(source)](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
+    if (!e.tensor_split()) {
+      source(e, first, count, dst);
+      return;
+    }
+    const FlatEntry full = full_entry(e);
+    for_each_full_run(e, first, count, [&](std::int64_t full_first, std::int64_t n, std::int64_t at) {
+      source(full, full_first, n, dst + at);
+    });
+  };
+}
+
 }  // namespace ftrain

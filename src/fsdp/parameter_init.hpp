@@ -26,4 +26,10 @@ void perturb_init_by_rank(std::uint64_t seed, int rank, double scale, const Flat
 // Fills `count` f32 values of parameter `entry` starting at element `first`.
 using ParameterSource = std::function<void(const FlatEntry& entry, std::int64_t first, std::int64_t count, float* dst)>;
 
+// The source of a tensor-split entry (parallel tensor): `source` asked for
+// the same elements of the full tensor (FlatEntry::full_shape), so every
+// source (random init, Hugging Face weights, a checkpoint) fills a tensor
+// rank's slice with the values the whole tensor has there.
+ParameterSource tensor_slice_source(ParameterSource source);
+
 }  // namespace ftrain

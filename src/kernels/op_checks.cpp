@@ -385,6 +385,30 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable
   check_embedding("embedding_backward", tokens, dtable, "dtable", dout, "dout");
 }
 
+namespace {
+
+// The slice [first_row, first_row + rows) must lie inside a vocabulary of `vocab` rows.
+void check_vocab_slice(const char* op, const Tensor& table, const char* role, std::int64_t first_row,
+                       std::int64_t vocab) {
+  FT_CHECK(first_row >= 0 && first_row + table.dim(0) <= vocab)
+      << op << ": " << role << " " << table.describe() << " as rows [" << first_row << ", " << first_row + table.dim(0)
+      << ") does not fit a vocabulary of " << vocab << " rows";
+}
+
+}  // namespace
+
+void embedding_forward_rows(const Tensor& tokens, const Tensor& table, std::int64_t first_row, std::int64_t vocab,
+                            Tensor& out) {
+  check_embedding("embedding_forward_rows", tokens, table, "table", out, "out");
+  check_vocab_slice("embedding_forward_rows", table, "table", first_row, vocab);
+}
+
+void embedding_backward_rows(const Tensor& tokens, const Tensor& dout, std::int64_t first_row, Tensor& dtable) {
+  if (!dtable.defined()) return;
+  check_embedding("embedding_backward_rows", tokens, dtable, "dtable", dout, "dout");
+  FT_CHECK(first_row >= 0) << "embedding_backward_rows: first_row " << first_row << " is negative";
+}
+
 // ---- rope: [B, T, H, D] with D even, inv_freq f32[D/2] ------------------------
 
 namespace {
@@ -670,6 +694,47 @@ void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias
     FT_CHECK(dbias->shape() == Shape({w.dim(0)}))
         << op << ": dbias " << dbias->describe() << " must be [" << w.dim(0) << "]";
   }
+}
+
+void cross_entropy_slice_forward(const Tensor& h, const Tensor& w, const Tensor& targets, std::int64_t first_row,
+                                 std::int64_t vocab, std::int64_t vocab_chunk, Tensor& local_lse, Tensor& target_logit) {
+  constexpr const char* op = "cross_entropy_slice_forward";
+  const std::int64_t rows = check_head(op, h, w, nullptr, targets, vocab_chunk);
+  check_vocab_slice(op, w, "w", first_row, vocab);
+  check_f32_rows(op, local_lse, "local_lse", rows);
+  check_f32_rows(op, target_logit, "target_logit", rows);
+}
+
+void cross_entropy_slice_sum_exp(const Tensor& local_lse, const Tensor& row_max, Tensor& sum_exp) {
+  constexpr const char* op = "cross_entropy_slice_sum_exp";
+  FT_CHECK(local_lse.defined() && local_lse.ndim() == 1) << op << ": local_lse " << local_lse.describe()
+                                                         << " must be f32[N]";
+  const std::int64_t rows = local_lse.dim(0);
+  check_f32_rows(op, local_lse, "local_lse", rows);
+  check_f32_rows(op, row_max, "row_max", rows);
+  check_f32_rows(op, sum_exp, "sum_exp", rows);
+}
+
+void cross_entropy_slice_loss(const Tensor& row_max, const Tensor& sum_exp, const Tensor& target_logit,
+                              const Tensor& targets, Tensor& losses, Tensor& lse) {
+  constexpr const char* op = "cross_entropy_slice_loss";
+  FT_CHECK(row_max.defined() && row_max.ndim() == 1) << op << ": row_max " << row_max.describe() << " must be f32[N]";
+  const std::int64_t rows = row_max.dim(0);
+  check_f32_rows(op, row_max, "row_max", rows);
+  check_f32_rows(op, sum_exp, "sum_exp", rows);
+  check_f32_rows(op, target_logit, "target_logit", rows);
+  FT_CHECK(targets.defined() && targets.dtype() == DType::i32 && targets.shape() == Shape({rows}))
+      << op << ": targets " << targets.describe() << " must be i32[" << rows << "]";
+  check_f32_rows(op, losses, "losses", rows);
+  check_f32_rows(op, lse, "lse", rows);
+}
+
+void cross_entropy_slice_backward(const Tensor& h, const Tensor& w, const Tensor& targets, std::int64_t first_row,
+                                  std::int64_t vocab, const Tensor& lse, const Tensor& loss_scale,
+                                  std::int64_t vocab_chunk, Tensor& dh, Tensor& dw) {
+  constexpr const char* op = "cross_entropy_slice_backward";
+  cross_entropy_backward(h, w, nullptr, targets, lse, loss_scale, vocab_chunk, dh, dw, nullptr);
+  check_vocab_slice(op, w, "w", first_row, vocab);
 }
 
 // ---- FP8: descriptors (kernels/fp8_tensor.hpp) and the delayed-scaling state ----

@@ -43,6 +43,9 @@ void gelu_forward(const Tensor& x, GeluApproximation approximation, Tensor& y);
 void gelu_backward(const Tensor& x, const Tensor& dy, GeluApproximation approximation, Tensor& dx);
 void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out);
 void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable);
+void embedding_forward_rows(const Tensor& tokens, const Tensor& table, std::int64_t first_row, std::int64_t vocab,
+                            Tensor& out);
+void embedding_backward_rows(const Tensor& tokens, const Tensor& dout, std::int64_t first_row, Tensor& dtable);
 void rope_forward(const Tensor& x, const Tensor& inv_freq, std::int64_t position_offset, const Tensor* positions,
                   Tensor& y);
 void rope_backward(const Tensor& dy, const Tensor& inv_freq, std::int64_t position_offset, const Tensor* positions,
@@ -96,6 +99,14 @@ void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias,
 void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
                             const Tensor& lse, const Tensor& loss_scale, std::int64_t vocab_chunk, Tensor& dh,
                             Tensor& dw, Tensor* dbias);
+void cross_entropy_slice_forward(const Tensor& h, const Tensor& w, const Tensor& targets, std::int64_t first_row,
+                                 std::int64_t vocab, std::int64_t vocab_chunk, Tensor& local_lse, Tensor& target_logit);
+void cross_entropy_slice_sum_exp(const Tensor& local_lse, const Tensor& row_max, Tensor& sum_exp);
+void cross_entropy_slice_loss(const Tensor& row_max, const Tensor& sum_exp, const Tensor& target_logit,
+                              const Tensor& targets, Tensor& losses, Tensor& lse);
+void cross_entropy_slice_backward(const Tensor& h, const Tensor& w, const Tensor& targets, std::int64_t first_row,
+                                  std::int64_t vocab, const Tensor& lse, const Tensor& loss_scale,
+                                  std::int64_t vocab_chunk, Tensor& dh, Tensor& dw);
 void cast_to_fp8(const Tensor& x, Fp8Tensor& out);
 void fp8_transpose(const Tensor& data, Tensor& data_t);
 void rmsnorm_forward_fp8(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd, Fp8Casts& casts);

@@ -50,6 +50,15 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
   X(void, embedding_forward, (const Tensor& tokens, const Tensor& table, Tensor& out), (tokens, table, out), table) \
   X(void, embedding_backward, (const Tensor& tokens, const Tensor& dout, Tensor& dtable), (tokens, dout, dtable),   \
     dout)                                                                                                         \
+  /* Vocabulary-parallel embedding: table[Vs,C] holds rows [first_row, first_row + Vs) of a table of vocab     \
+     rows; out[n] = table[tokens[n] - first_row] for a token in that range, else 0 (the group's sum is the      \
+     lookup). A token outside [0, vocab) is an error naming it. */                                               \
+  X(void, embedding_forward_rows,                                                                                 \
+    (const Tensor& tokens, const Tensor& table, std::int64_t first_row, std::int64_t vocab, Tensor& out),        \
+    (tokens, table, first_row, vocab, out), table)                                                               \
+  /* dtable += the rows of dout whose token lies in [first_row, first_row + Vs), at token - first_row */         \
+  X(void, embedding_backward_rows, (const Tensor& tokens, const Tensor& dout, std::int64_t first_row, Tensor& dtable), \
+    (tokens, dout, first_row, dtable), dout)                                                                      \
   /* y = w * x / sqrt(mean(x^2) + eps) per row; rstd[N] f32 saved for backward */                                 \
   X(void, rmsnorm_forward, (const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd),                \
     (x, w, eps, y, rstd), x)                                                                                      \
@@ -154,6 +163,28 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
     (const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets, const Tensor& lse,              \
      const Tensor& loss_scale, std::int64_t vocab_chunk, Tensor& dh, Tensor& dw, Tensor* dbias),                  \
     (h, w, bias, targets, lse, loss_scale, vocab_chunk, dh, dw, dbias), h)                                        \
+  /* Vocabulary-parallel head (tensor parallelism): w[Vs,C] holds rows [first_row, first_row + Vs) of a head of  \
+     vocab rows. local_lse f32[N] = log-sum-exp of this slice's logits; target_logit f32[N] = the target's logit  \
+     when the target lies in the slice, else 0. Targets outside [0, vocab) and not kIgnoreIndex are an error. */  \
+  X(void, cross_entropy_slice_forward,                                                                            \
+    (const Tensor& h, const Tensor& w, const Tensor& targets, std::int64_t first_row, std::int64_t vocab,         \
+     std::int64_t vocab_chunk, Tensor& local_lse, Tensor& target_logit),                                          \
+    (h, w, targets, first_row, vocab, vocab_chunk, local_lse, target_logit), h)                                   \
+  /* sum_exp f32[N] = exp(local_lse - row_max): a slice's share of the softmax sum under the group's row max */   \
+  X(void, cross_entropy_slice_sum_exp, (const Tensor& local_lse, const Tensor& row_max, Tensor& sum_exp),         \
+    (local_lse, row_max, sum_exp), local_lse)                                                                     \
+  /* lse f32[N] = row_max + log(sum_exp) (sums over the group); losses f32[N] = lse - target_logit, 0 for       \
+     ignored targets. lse may alias row_max. */                                                                   \
+  X(void, cross_entropy_slice_loss,                                                                               \
+    (const Tensor& row_max, const Tensor& sum_exp, const Tensor& target_logit, const Tensor& targets,             \
+     Tensor& losses, Tensor& lse),                                                                                \
+    (row_max, sum_exp, target_logit, targets, losses, lse), row_max)                                              \
+  /* cross_entropy_backward over a slice with the full lse: dh (=) is this slice's part of the input gradient   \
+     (the group's sum is the whole); dw (+=) the slice's weight gradient. */                                      \
+  X(void, cross_entropy_slice_backward,                                                                           \
+    (const Tensor& h, const Tensor& w, const Tensor& targets, std::int64_t first_row, std::int64_t vocab,         \
+     const Tensor& lse, const Tensor& loss_scale, std::int64_t vocab_chunk, Tensor& dh, Tensor& dw),              \
+    (h, w, targets, first_row, vocab, lse, loss_scale, vocab_chunk, dh, dw), h)                                   \
   /* Inverted dropout, x[N,C] -> y: y = x * keep / (1 - p), keep iff rng::uniform(seed, stream,                \
      (first_row + i) * C + j) >= p (core/rng.hpp; rows are global, so any slice of rows on any rank draws the     \
      mask one rank would). Its own backward: the same call on dy. p in [0, 1); y may alias x. */                 \

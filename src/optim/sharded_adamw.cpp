@@ -8,7 +8,13 @@ namespace ftrain::optim {
 
 double ShardedAdamW::grad_norm(const std::vector<TrainableShard>& shards, Communicator& shard_comm) {
   double local = 0.0;
-  for (const TrainableShard& s : shards) local += ops::sum_squares(exec_, *s.grad);
+  for (const TrainableShard& s : shards) {
+    if (s.norm_whole) {
+      local += ops::sum_squares(exec_, *s.grad);
+    } else {
+      for (const Tensor& part : s.norm_parts) local += ops::sum_squares(exec_, part);
+    }
+  }
   return std::sqrt(shard_comm.all_reduce_sum(local));
 }
 
@@ -47,7 +53,13 @@ StepLaunches ShardedAdamW::clip_and_step(const std::vector<TrainableShard>& shar
   // order, one f64 sum over the shard group, then sqrt; the clip factor as
   // a caller of step() computes it.
   ops::fill(exec_, clip_.sum_sq, 0.0f);
-  for (const TrainableShard& s : shards) ops::sum_squares_accumulate(exec_, *s.grad, clip_.sum_sq);
+  for (const TrainableShard& s : shards) {
+    if (s.norm_whole) {
+      ops::sum_squares_accumulate(exec_, *s.grad, clip_.sum_sq);
+    } else {
+      for (const Tensor& part : s.norm_parts) ops::sum_squares_accumulate(exec_, part, clip_.sum_sq);
+    }
+  }
   if (shard_comm.size() > 1) shard_comm.all_reduce_sum(clip_.sum_sq, exec_.compute().record()).wait();
   ops::clip_coefficient(exec_, clip_.sum_sq, clip_grad_norm, step, clip_.norm, clip_.scale, clip_.diverged_step);
   return update_each(shards, [&](const TrainableShard& s) {

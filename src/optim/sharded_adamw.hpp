@@ -48,6 +48,11 @@ struct TrainableShard {
   Tensor* exp_avg_sq = nullptr;
   const Tensor* chunks = nullptr;
   std::int64_t pieces = 0;  // parameter tensor pieces the shard holds (counted, not used)
+  // norm_whole false: only the views norm_parts of *grad count toward the
+  // gradient norm (parallel tensor: a tensor rank other than 0 leaves out the
+  // tensors every tensor rank holds whole, which rank 0 counts once).
+  bool norm_whole = true;
+  std::vector<Tensor> norm_parts;
   // Optional: called once this shard's update is enqueued, before the next
   // shard's (offload starts the updated shard's copy to the device there).
   std::function<void()> updated;

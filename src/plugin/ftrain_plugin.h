@@ -41,7 +41,9 @@ extern "C" {
  *      Model::attention_training_flops (MFU counts only the attention a
  *      document mask leaves).
  *   7  StepContext::parallel (plugin/parallel_group.hpp): the tensor and
- *      context groups a unit communicates with (parallel tensor/context). */
+ *      context groups a unit communicates with (parallel tensor/context);
+ *      ParamSpec::tensor_split_dim and full_shape (a tensor rank's slice of
+ *      a Hugging Face tensor) and Model::split_for_tensor_parallel. */
 #define FTRAIN_PLUGIN_ABI_VERSION 7
 #define FTRAIN_PLUGIN_ENTRY_SYMBOL "ftrain_plugin_entry"
 

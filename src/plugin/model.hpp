@@ -61,6 +61,14 @@ struct ParamSpec {
   // named parameter owned by an earlier unit (tied embeddings). The engine
   // passes that tensor in this slot and accumulates its gradient there.
   std::string tied_to;
+  // Tensor parallelism (Model::split_for_tensor_parallel): -1, this tensor is
+  // whole on every tensor rank (replicated: norm weights); else `shape` is
+  // this tensor rank's slice of the Hugging Face tensor `full_shape`, split
+  // evenly along dimension tensor_split_dim in tensor-rank order (rank r holds
+  // indices [r * shape[d], (r + 1) * shape[d]) of it). Initialisation,
+  // gradient norms and checkpoints use it to address the full tensor.
+  int tensor_split_dim = -1;
+  Shape full_shape;
 };
 
 // Per-step knobs the engine passes to units.
@@ -162,6 +170,15 @@ class Model {
   // an image batch. The trainer sizes image sources and the memory plan by it,
   // so it needs no model's config keys. Empty for token models.
   virtual std::vector<std::int64_t> image_shape() const { return {}; }
+  // parallel tensor T: called once, before params() is read, with T > 1.
+  // The model then declares each tensor rank's slices (ParamSpec::
+  // tensor_split_dim) and its units talk over StepContext::parallel->tensor.
+  // A model without tensor parallelism refuses; the message should name
+  // what it would need.
+  virtual void split_for_tensor_parallel(int tensor_size) {
+    FT_USER_ERROR() << "model '" << architecture() << "' has no tensor parallelism: parallel tensor " << tensor_size
+                    << " needs a model that splits its layers (llama does); use parallel tensor 1";
+  }
 };
 
 }  // namespace ftrain

@@ -57,6 +57,7 @@ std::string Checkpointing::save(std::int64_t done, double loss, double lr, doubl
   const auto t0 = std::chrono::steady_clock::now();
   ckpt::SaveInfo info;
   info.step = done;
+  info.tensor_parallel = engine_.grid().tensor_size();
   info.seed = c.seed;
   info.strategy = std::string(deck::word(c.fsdp.strategy));
   info.base_checksum = base_checksum_;

@@ -42,6 +42,7 @@
 #include "train/run_header.hpp"
 #include "train/run_output.hpp"
 #include "train/stop_signals.hpp"
+#include "train/tensor_parallel_settings.hpp"
 #include "train/weights.hpp"
 #include "train/run_settings.hpp"
 
@@ -158,17 +159,22 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
   problems.check([&] {
     const ProcessGrid grid(plan_world, static_cast<int>(c.parallel.tensor), static_cast<int>(c.parallel.context), 0,
                            c.parallel.where.str());
-    // --check plans any grid; training one is not built yet.
-    if (grid.model_parallel() && !s.options.check_only)
-      FT_USER_ERROR() << c.parallel.where.str() << ": parallel tensor " << c.parallel.tensor << " context "
-                      << c.parallel.context << ": training with tensor or context parallelism is not implemented "
-                      << "yet (ftrain --check plans it); use parallel tensor 1 context 1, or remove the line";
+    s.fsdp.tensor_parallel = grid.tensor_size();
+    s.fsdp.context_parallel = grid.context_size();
+    // --check plans any grid; training context parallelism is not built yet.
+    if (grid.context_size() > 1 && !s.options.check_only)
+      FT_USER_ERROR() << c.parallel.where.str() << ": parallel context " << c.parallel.context
+                      << ": training with context parallelism is not implemented yet (ftrain --check plans it); use "
+                      << "parallel context 1";
   });
   problems.check([&] { resolve_schedule(c); });
   problems.check([&] {
     s.out.set_progress_line(decide_progress(std::string(deck::word(c.progress)), process_environment, probe_terminal()));
   });
   if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
+  // After the plan, which plans the whole model: this splits it into the rank's slices.
+  if (fsdp_ok && !s.options.check_only)
+    problems.check([&] { check_tensor_parallel(c, s.fsdp, s.device_choice.device, *s.model); });
 }
 
 // A rank bound to n CPUs (mpirun PE=n, srun --cpus-per-task) runs n
@@ -405,7 +411,8 @@ class TrainingLoop {
   // gradients, a new loss window); returns the global target-token count.
   // Also replays a diverged step to name its first non-finite gradient.
   std::int64_t run_micro_steps(std::int64_t step) {
-    const int rank = s_.world.rank();
+    // The ranks of one data index (parallel tensor/context) read the same samples.
+    const int rank = s_.engine->grid().coordinates(s_.world.rank()).data;
     const std::int64_t micro = c_.batch.micro_batch, accum = c_.batch.grad_accum;
     s_.engine->zero_grad();
     std::int64_t local_targets = 0;
@@ -413,7 +420,7 @@ class TrainingLoop {
       Batch& b = micro_batches_[static_cast<std::size_t>(a)];
       s_.train_data->fill_batch(step, (rank * accum + a) * micro, micro, b);
       b.first_sample = step * s_.plan.global_batch + (rank * accum + a) * micro;  // LoRA dropout's key
-      local_targets += count_targets(b.targets);
+      if (counts_once()) local_targets += count_targets(b.targets);
       if (b.documents.defined()) window_attended_pairs_ += document_attention_pairs(b.documents);
     }
     const std::int64_t global_targets = s_.world.all_reduce_sum(local_targets);
@@ -438,11 +445,19 @@ class TrainingLoop {
     s_.engine->clip_and_step(hyper, c_.clip_grad_norm, step + 1);
   }
 
+  // The loss and token counts of a data index, counted by one of its ranks:
+  // the tensor ranks all hold the whole loss (the vocabulary-parallel cross
+  // entropy reduces it over them), so the others add 0.
+  bool counts_once() const { return s_.engine->model_parallel().tensor_rank() == 0; }
+  double local_train_loss() {
+    const double loss = s_.engine->take_train_loss();
+    return counts_once() ? loss : 0.0;
+  }
   // The step's mean loss, all-reduced: every rank reads at the same steps,
   // so the all-reduce is collective.
   double step_loss() {
     if (!reads_.loss)
-      reads_.loss = s_.world.all_reduce_sum(s_.engine->take_train_loss()) /
+      reads_.loss = s_.world.all_reduce_sum(local_train_loss()) /
                     static_cast<double>(std::max<std::int64_t>(1, reads_.global_targets));
     return *reads_.loss;
   }
@@ -472,7 +487,7 @@ class TrainingLoop {
       loss = step_loss();
     } else {
       const std::int64_t targets = run_micro_steps(h.first_diverged_step - 1);
-      loss = s_.world.all_reduce_sum(s_.engine->take_train_loss()) /
+      loss = s_.world.all_reduce_sum(local_train_loss()) /
              static_cast<double>(std::max<std::int64_t>(1, targets));
       norm = s_.engine->grad_norm();
     }
@@ -487,7 +502,9 @@ class TrainingLoop {
   // the same number of batches; a rank past its range runs a batch whose
   // targets are all ignored (zero loss, zero tokens).
   void evaluate(std::int64_t step) {
-    const int rank = s_.world.rank(), world = s_.world.size();
+    // Split over data indices (the ranks of one read the same windows).
+    const ProcessGrid& grid = s_.engine->grid();
+    const int rank = grid.coordinates(s_.world.rank()).data, world = grid.data_size();
     const std::int64_t micro = c_.batch.micro_batch;
     const std::int64_t n = s_.eval_data->eval_size();
     const std::int64_t begin = n * rank / world, end = n * (rank + 1) / world;
@@ -499,10 +516,11 @@ class TrainingLoop {
       const std::int64_t count = std::clamp<std::int64_t>(end - first, 0, micro);
       Batch b;
       s_.eval_data->fill_eval(first, count, micro, b);
-      tokens += count_targets(b.targets);
+      if (counts_once()) tokens += count_targets(b.targets);
       s_.engine->forward_only(b);  // the loss sum stays on the device
     }
-    const double total = s_.world.all_reduce_sum(s_.engine->take_eval_loss());
+    const double eval_loss = s_.engine->take_eval_loss();
+    const double total = s_.world.all_reduce_sum(counts_once() ? eval_loss : 0.0);
     const std::int64_t total_tokens = s_.world.all_reduce_sum(tokens);
     const double mean = total / static_cast<double>(std::max<std::int64_t>(1, total_tokens));
     s_.out.say(eval_log_line(step, mean, total_tokens, s_.model->data_kind() == DataKind::images));

@@ -33,7 +33,7 @@ void check_consolidated_init(const RunConfig& c, Model& model) {
       if (!spec.tied_to.empty()) continue;
       FlatEntry e;
       e.name = spec.name;
-      e.shape = spec.shape;
+      e.shape = spec.tensor_split_dim >= 0 ? spec.full_shape : spec.shape;  // the file holds the full tensor
       parameters.push_back(e);
     }
   }
@@ -60,13 +60,15 @@ std::string tensor_mismatch(const RunConfig& c, const Model& model, const ckpt::
   const std::string where = file.file_of(spec.name) + ": tensor '" + spec.name + "'";
   if (!ckpt::st_dtype_is_float(found->dtype))
     return where + " has dtype " + std::string(ckpt::st_dtype_name(found->dtype)) + ", not a floating-point type";
-  if (found->shape == spec.shape) return "";
-  std::string m = where + " has shape " + shape_string(found->shape) + ", the model expects " + shape_string(spec.shape);
+  // A tensor rank's slice (parallel tensor) reads its region of the full tensor.
+  const Shape& expected = spec.tensor_split_dim >= 0 ? spec.full_shape : spec.shape;
+  if (found->shape == expected) return "";
+  std::string m = where + " has shape " + shape_string(found->shape) + ", the model expects " + shape_string(expected);
   // [vocab, hidden] rows that differ only in the vocabulary: the weights
   // were trained with another tokenizer, or the model line's vocab_size is wrong.
-  const bool vocabulary_rows = model.data_kind() == DataKind::tokens && spec.shape.size() == 2 &&
-                               found->shape.size() == 2 && spec.shape[0] == model.output_size() &&
-                               found->shape[1] == spec.shape[1];
+  const bool vocabulary_rows = model.data_kind() == DataKind::tokens && expected.size() == 2 &&
+                               found->shape.size() == 2 && expected[0] == model.output_size() &&
+                               found->shape[1] == expected[1];
   if (vocabulary_rows)
     m += " (a vocabulary of " + std::to_string(found->shape[0]) + ": set `vocab_size " +
          std::to_string(found->shape[0]) + "` on the model line (" + c.model.where.str() +
@@ -100,10 +102,12 @@ void check_safetensors_init(const RunConfig& c, Model& model) {
 namespace {
 
 // Each rank reads only its shard's slices (mmap: untouched pages cost no
-// memory); with sync_module_states only rank 0 reads and scatters.
+// memory); with sync_module_states only the root of each FSDP group (rank 0,
+// or with parallel tensor T each tensor rank's first) reads and scatters.
 void init_from_safetensors(FsdpEngine& engine, const RunConfig& c, int rank, bool sync_from_root) {
   std::unique_ptr<ckpt::SafetensorsSource> file;
-  if (!sync_from_root || rank == 0) file = std::make_unique<ckpt::SafetensorsSource>(c.init.path);
+  if (!sync_from_root || engine.grid().fsdp_rank(rank) == 0)
+    file = std::make_unique<ckpt::SafetensorsSource>(c.init.path);
   ParameterSource read = [&](const FlatEntry& e, std::int64_t first, std::int64_t count, float* dst) {
     file->read_into(e.name, first, count, dst);
   };

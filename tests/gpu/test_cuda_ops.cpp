@@ -55,7 +55,9 @@ const std::set<std::string> kBitExact = {"add",
 // Ops (or parity cases) the CUDA backend does not run yet (share/doc/status.md):
 // (Attention runs the reference kernel: its own odd-size cases are in
 // test_cuda_attention.cpp.)
-const std::set<std::string> kNotYet = {};
+const std::set<std::string> kNotYet = {"embedding_forward_rows",      "embedding_backward_rows",
+                                        "cross_entropy_slice_forward", "cross_entropy_slice_sum_exp",
+                                        "cross_entropy_slice_loss",    "cross_entropy_slice_backward"};
 // Checked in test_cuda_fp8.cpp on shapes cuBLASLt's FP8 GEMMs take (multiples
 // of 16, transposed copies from the cast); the parity cases' 12 x 16 x 10 are not.
 const std::set<std::string> kCheckedInFp8Test = {"fp8_linear_forward", "fp8_linear_backward"};

@@ -116,6 +116,19 @@ inline std::vector<ParityCase> parity_cases() {
                  ops::embedding_backward(ctx, tokens, dout, dtable);
                  return ParityOutputs{{dtable}, {}};
                }});
+  // The vocabulary-parallel pair: the rows [first, first + V/2) of a table of V rows.
+  c.push_back({"embedding_forward_rows", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor tokens = ids(ctx, N, V, s, false), table = random(ctx, {V / 2, C}, s + 1),
+                        out = zeros(ctx, {N, C});
+                 ops::embedding_forward_rows(ctx, tokens, table, V / 2, V, out);
+                 return ParityOutputs{{out}, {}};
+               }});
+  c.push_back({"embedding_backward_rows", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor tokens = ids(ctx, N, V, s, false), dout = random(ctx, {N, C}, s + 1);
+                 Tensor dtable = random(ctx, {V / 2, C}, s + 2);
+                 ops::embedding_backward_rows(ctx, tokens, dout, V / 2, dtable);
+                 return ParityOutputs{{dtable}, {}};
+               }});
   c.push_back({"rmsnorm_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor x = random(ctx, {N, C}, s), w = random(ctx, {C}, s + 1), y = zeros(ctx, {N, C}),
                         rstd = zeros(ctx, {N});
@@ -300,6 +313,35 @@ inline std::vector<ParityCase> parity_cases() {
                  if (ctx.device() != Device::host) scale = to_device(scale, ctx.device());
                  ops::cross_entropy_backward(ctx, h, w, &b, t, lse, scale, 8, dh, dw, &db);
                  return ParityOutputs{{dh, dw, db}, {}};
+               }});
+  // A head slice of rows [V/2, V): its local lse and target logits, the
+  // group's combination (one slice standing for the group), its backward.
+  c.push_back({"cross_entropy_slice_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor h = random(ctx, {N, C}, s), w = random(ctx, {V / 2, C}, s + 1);
+                 Tensor t = ids(ctx, N, V, s + 3, true), lse = zeros(ctx, {N}), picked = zeros(ctx, {N});
+                 ops::cross_entropy_slice_forward(ctx, h, w, t, V / 2, V, 8, lse, picked);
+                 return ParityOutputs{{lse, picked}, {}};
+               }});
+  c.push_back({"cross_entropy_slice_sum_exp", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor lse = random(ctx, {N}, s), max = positive(ctx, {N}, s + 1), sum = zeros(ctx, {N});
+                 ops::cross_entropy_slice_sum_exp(ctx, lse, max, sum);
+                 return ParityOutputs{{sum}, {}};
+               }});
+  c.push_back({"cross_entropy_slice_loss", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor max = random(ctx, {N}, s), sum = positive(ctx, {N}, s + 1), picked = random(ctx, {N}, s + 2);
+                 Tensor t = ids(ctx, N, V, s + 3, true), losses = zeros(ctx, {N}), lse = zeros(ctx, {N});
+                 ops::cross_entropy_slice_loss(ctx, max, sum, picked, t, losses, lse);
+                 return ParityOutputs{{losses, lse}, {}};
+               }});
+  c.push_back({"cross_entropy_slice_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor h = random(ctx, {N, C}, s), w = random(ctx, {V / 2, C}, s + 1);
+                 Tensor t = ids(ctx, N, V, s + 3, true), lse = zeros(ctx, {N}), picked = zeros(ctx, {N});
+                 ops::cross_entropy_slice_forward(ctx, h, w, t, V / 2, V, 8, lse, picked);
+                 Tensor dh = zeros(ctx, {N, C}), dw = zeros(ctx, {V / 2, C});
+                 Tensor scale = from_floats({1}, {0.125f});
+                 if (ctx.device() != Device::host) scale = to_device(scale, ctx.device());
+                 ops::cross_entropy_slice_backward(ctx, h, w, t, V / 2, V, lse, scale, 8, dh, dw);
+                 return ParityOutputs{{dh, dw}, {}};
                }});
   c.push_back({"add", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor a = random(ctx, {N, C}, s), b = random(ctx, {N, C}, s + 1, DType::bf16);

@@ -48,14 +48,16 @@ struct HeadShape {
 // Shapes and dtypes: checked by ops::cross_entropy_* (kernels/op_checks.hpp).
 // Here: the tensors are in host memory, and each target, read on the host,
 // is a vocabulary row or the ignore index.
-HeadShape check_head(const char* op, const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets) {
+// vocab: the whole vocabulary's rows (w's own, or more for a slice).
+HeadShape check_head(const char* op, const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
+                     std::int64_t vocab) {
   spans::require_on_host(op, {{&h, "h"}, {&w, "w"}, {bias, "bias"}, {&targets, "targets"}});
   const HeadShape s{h.dim(0), h.dim(1), w.dim(0)};
   const std::int32_t* t = targets.data_as<std::int32_t>();
   for (std::int64_t i = 0; i < s.rows; ++i) {
-    FT_CHECK(math::cross_entropy_target_valid(t[i], s.vocab))
+    FT_CHECK(math::cross_entropy_target_valid(t[i], vocab))
         << op << ": target " << t[i] << " at row " << i << " of " << targets.describe() << " is outside [0, "
-        << s.vocab << ") and is not the ignore index " << kIgnoreIndex;
+        << vocab << ") and is not the ignore index " << kIgnoreIndex;
   }
   return s;
 }
@@ -155,24 +157,22 @@ float lane_sum_of_softmax_terms(const float* row, std::int64_t n, float row_max)
   return result;
 }
 
-}  // namespace
-
-void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
-                           std::int64_t vocab_chunk, Tensor& losses, Tensor& lse) {
-  constexpr const char* op = "cross_entropy_forward";
-  const HeadShape s = check_head(op, h, w, bias, targets);
-  spans::require_on_host(op, {{&losses, "losses"}, {&lse, "lse"}});
-  if (s.rows == 0) return;
-
+// The online log-sum-exp of w's rows (rows [first_row, first_row + V) of
+// the vocabulary) per row of h, and the target's logit where w holds it
+// (0 elsewhere): the whole head's forward when first_row = 0 and w is all
+// of it, a vocabulary-parallel slice's otherwise.
+void lse_and_target_logit(const HeadShape& s, const Tensor& h, const Tensor& w, const Tensor* bias,
+                          const Tensor& targets, std::int64_t first_row, std::int64_t vocab_chunk, float* lse_out,
+                          float* picked) {
   const std::int64_t N = s.rows, chunk = std::min(vocab_chunk, s.vocab);
   std::vector<float> logits(static_cast<std::size_t>(N * chunk));
   std::vector<float> running_max(static_cast<std::size_t>(N), kMinusInfinity),
-      running_sum(static_cast<std::size_t>(N), 0.0f), target_logit(static_cast<std::size_t>(N), 0.0f);
+      running_sum(static_cast<std::size_t>(N), 0.0f);
+  std::fill(picked, picked + N, 0.0f);
   HeadOperands operands(h, w);
   const std::int32_t* tgt = targets.data_as<std::int32_t>();
   float* row_max = running_max.data();
   float* row_sum = running_sum.data();
-  float* picked = target_logit.data();
   float* chunk_data = logits.data();
 
   for (std::int64_t v0 = 0; v0 < s.vocab; v0 += chunk) {
@@ -184,25 +184,80 @@ void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias,
       const float sum = lane_sum_of_softmax_terms(row, cs, new_max);
       row_sum[i] = math::rescaled_running_sum(row_sum[i], row_max[i], new_max, sum);
       row_max[i] = new_max;
-      const std::int64_t t = tgt[i];
+      const std::int64_t t = tgt[i] == kIgnoreIndex ? -1 : tgt[i] - first_row;
       if (t >= v0 && t < v0 + cs) picked[i] = row[t - v0];
     });
   }
+  Kokkos::parallel_for("ftrain::cross_entropy::forward_lse", HostRange(0, N), [=](const std::int64_t i) {
+    lse_out[i] = math::log_sum_exp(row_max[i], row_sum[i]);
+  });
+}
 
+}  // namespace
+
+void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
+                           std::int64_t vocab_chunk, Tensor& losses, Tensor& lse) {
+  constexpr const char* op = "cross_entropy_forward";
+  const HeadShape s = check_head(op, h, w, bias, targets, w.dim(0));
+  spans::require_on_host(op, {{&losses, "losses"}, {&lse, "lse"}});
+  if (s.rows == 0) return;
+  std::vector<float> target_logit(static_cast<std::size_t>(s.rows));
+  float* lse_out = lse.data_as<float>();
+  lse_and_target_logit(s, h, w, bias, targets, 0, vocab_chunk, lse_out, target_logit.data());
+  const float* picked = target_logit.data();
+  const std::int32_t* tgt = targets.data_as<std::int32_t>();
+  float* loss_out = losses.data_as<float>();
+  Kokkos::parallel_for("ftrain::cross_entropy::forward_loss", HostRange(0, s.rows), [=](const std::int64_t i) {
+    loss_out[i] = math::cross_entropy_loss(lse_out[i], picked[i], tgt[i] == kIgnoreIndex);
+  });
+}
+
+void cross_entropy_slice_forward(const Tensor& h, const Tensor& w, const Tensor& targets, std::int64_t first_row,
+                                 std::int64_t vocab, std::int64_t vocab_chunk, Tensor& local_lse, Tensor& target_logit) {
+  constexpr const char* op = "cross_entropy_slice_forward";
+  const HeadShape s = check_head(op, h, w, nullptr, targets, vocab);
+  spans::require_on_host(op, {{&local_lse, "local_lse"}, {&target_logit, "target_logit"}});
+  if (s.rows == 0) return;
+  lse_and_target_logit(s, h, w, nullptr, targets, first_row, vocab_chunk, local_lse.data_as<float>(),
+                       target_logit.data_as<float>());
+}
+
+void cross_entropy_slice_sum_exp(const Tensor& local_lse, const Tensor& row_max, Tensor& sum_exp) {
+  spans::require_on_host("cross_entropy_slice_sum_exp",
+                         {{&local_lse, "local_lse"}, {&row_max, "row_max"}, {&sum_exp, "sum_exp"}});
+  const float* lse = local_lse.data_as<float>();
+  const float* m = row_max.data_as<float>();
+  float* out = sum_exp.data_as<float>();
+  Kokkos::parallel_for("ftrain::cross_entropy::slice_sum_exp", HostRange(0, local_lse.numel()),
+                       [=](const std::int64_t i) { out[i] = math::libm_exp(lse[i] - m[i]); });
+}
+
+void cross_entropy_slice_loss(const Tensor& row_max, const Tensor& sum_exp, const Tensor& target_logit,
+                              const Tensor& targets, Tensor& losses, Tensor& lse) {
+  spans::require_on_host("cross_entropy_slice_loss", {{&row_max, "row_max"}, {&sum_exp, "sum_exp"},
+                                                      {&target_logit, "target_logit"}, {&targets, "targets"},
+                                                      {&losses, "losses"}, {&lse, "lse"}});
+  const float* m = row_max.data_as<float>();
+  const float* s = sum_exp.data_as<float>();
+  const float* picked = target_logit.data_as<float>();
+  const std::int32_t* tgt = targets.data_as<std::int32_t>();
   float* loss_out = losses.data_as<float>();
   float* lse_out = lse.data_as<float>();
-  Kokkos::parallel_for("ftrain::cross_entropy::forward_loss", HostRange(0, N), [=](const std::int64_t i) {
-    const float row_lse = math::log_sum_exp(row_max[i], row_sum[i]);
+  Kokkos::parallel_for("ftrain::cross_entropy::slice_loss", HostRange(0, row_max.numel()), [=](const std::int64_t i) {
+    const float row_lse = math::log_sum_exp(m[i], s[i]);
     lse_out[i] = row_lse;
     loss_out[i] = math::cross_entropy_loss(row_lse, picked[i], tgt[i] == kIgnoreIndex);
   });
 }
 
-void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
-                            const Tensor& lse, const Tensor& loss_scale_tensor, std::int64_t vocab_chunk, Tensor& dh,
-                            Tensor& dw, Tensor* dbias) {
-  constexpr const char* op = "cross_entropy_backward";
-  const HeadShape s = check_head(op, h, w, bias, targets);
+namespace {
+
+// The backward over w's rows [first_row, first_row + V) of a vocabulary of
+// `vocab` rows, lse the whole row's.
+void head_backward(const char* op, const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
+                   std::int64_t first_row, std::int64_t vocab, const Tensor& lse, const Tensor& loss_scale_tensor,
+                   std::int64_t vocab_chunk, Tensor& dh, Tensor& dw, Tensor* dbias) {
+  const HeadShape s = check_head(op, h, w, bias, targets, vocab);
   // Undefined dw / dbias: a frozen head (op_list.hpp); only dh is computed.
   const bool want_dw = dw.defined();
   if (dbias != nullptr && !dbias->defined()) dbias = nullptr;
@@ -242,7 +297,9 @@ void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias
       } else {
         const float row_lse = lse_in[i];
         for (std::int64_t c = 0; c < cs; ++c) row[c] = math::cross_entropy_dlogit(row[c], row_lse, loss_scale);
-        if (t >= v0 && t < v0 + cs) row[t - v0] = math::cross_entropy_target_correction(row[t - v0], loss_scale);
+        const std::int64_t local = t - first_row;
+        if (local >= v0 && local < v0 + cs)
+          row[local - v0] = math::cross_entropy_target_correction(row[local - v0], loss_scale);
       }
       if (native)
         for (std::int64_t c = 0; c < cs; ++c) dlogit16[i * cs + c] = to_bf16(row[c]);
@@ -297,6 +354,22 @@ void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias
     Kokkos::parallel_for("ftrain::cross_entropy::store_dh", HostRange(0, N * C),
                          [=](const std::int64_t e) { dst[e] = to_bf16(src[e]); });
   }
+}
+
+}  // namespace
+
+void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
+                            const Tensor& lse, const Tensor& loss_scale, std::int64_t vocab_chunk, Tensor& dh,
+                            Tensor& dw, Tensor* dbias) {
+  head_backward("cross_entropy_backward", h, w, bias, targets, 0, w.dim(0), lse, loss_scale, vocab_chunk, dh, dw,
+                dbias);
+}
+
+void cross_entropy_slice_backward(const Tensor& h, const Tensor& w, const Tensor& targets, std::int64_t first_row,
+                                  std::int64_t vocab, const Tensor& lse, const Tensor& loss_scale,
+                                  std::int64_t vocab_chunk, Tensor& dh, Tensor& dw) {
+  head_backward("cross_entropy_slice_backward", h, w, nullptr, targets, first_row, vocab, lse, loss_scale, vocab_chunk,
+                dh, dw, nullptr);
 }
 
 }  // namespace ftrain::host

@@ -116,3 +116,67 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable
 }
 
 }  // namespace ftrain::host
+
+namespace ftrain::host {
+
+// The vocabulary-parallel lookup: this rank's rows of the table, zeros for
+// the tokens another rank's rows hold (the tensor group's sum is the lookup).
+void embedding_forward_rows(const Tensor& tokens, const Tensor& table, std::int64_t first_row, std::int64_t vocab,
+                            Tensor& out) {
+  constexpr const char* op = "embedding_forward_rows";
+  const EmbeddingDims d = host_embedding(op, tokens, table, "table", out, "out");
+  check_tokens(op, tokens, vocab, table);
+  const std::int32_t* ids = static_cast<const std::int32_t*>(tokens.data());
+  const Tensor ttable = table, tout = out;
+  const std::int64_t width = d.width, rows = d.vocab;
+  Kokkos::parallel_for("ftrain::embedding::forward_rows", HostPolicy(0, d.tokens), [=](std::int64_t n) {
+    const std::int64_t local = static_cast<std::int64_t>(ids[n]) - first_row, dst = n * width;
+    float* o = spans::write_f32_begin(tout, dst, spans::thread_scratch(1, width));
+    if (local < 0 || local >= rows) {
+      std::fill(o, o + width, 0.0f);
+    } else {
+      const float* row = spans::read_f32(ttable, local * width, width, spans::thread_scratch(0, width));
+      std::copy(row, row + width, o);
+    }
+    spans::write_f32_end(tout, dst, width, o);
+  });
+}
+
+void embedding_backward_rows(const Tensor& tokens, const Tensor& dout, std::int64_t first_row, Tensor& dtable) {
+  constexpr const char* op = "embedding_backward_rows";
+  if (!dtable.defined()) return;
+  const EmbeddingDims d = host_embedding(op, tokens, dtable, "dtable", dout, "dout");
+  const std::int32_t* ids = static_cast<const std::int32_t*>(tokens.data());
+  // This slice's rows only, grouped by token in row order (embedding_backward's sums).
+  std::vector<std::int64_t> order;
+  for (std::int64_t i = 0; i < d.tokens; ++i) {
+    const std::int64_t local = static_cast<std::int64_t>(ids[i]) - first_row;
+    if (local >= 0 && local < d.vocab) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [ids](std::int64_t a, std::int64_t b) { return ids[a] < ids[b]; });
+  std::vector<std::int64_t> group_start;
+  const auto kept = static_cast<std::int64_t>(order.size());
+  for (std::int64_t i = 0; i < kept; ++i) {
+    if (i == 0 || ids[order[static_cast<std::size_t>(i)]] != ids[order[static_cast<std::size_t>(i - 1)]])
+      group_start.push_back(i);
+  }
+  group_start.push_back(kept);
+  const std::int64_t* sorted = order.data();
+  const std::int64_t* starts = group_start.data();
+  const std::int64_t groups = static_cast<std::int64_t>(group_start.size()) - 1;
+  const std::int64_t width = d.width;
+  const Tensor tdout = dout, tdtable = dtable;
+  Kokkos::parallel_for("ftrain::embedding::backward_rows", HostPolicy(0, groups), [=](std::int64_t g) {
+    float* sum = spans::thread_scratch(0, width);
+    std::fill(sum, sum + width, 0.0f);
+    float* widened = spans::thread_scratch(1, width);
+    for (std::int64_t k = starts[g]; k < starts[g + 1]; ++k) {
+      const float* row = spans::read_f32(tdout, sorted[k] * width, width, widened);
+      for (std::int64_t j = 0; j < width; ++j) sum[j] += row[j];
+    }
+    const std::int64_t token = ids[sorted[starts[g]]] - first_row;
+    spans::accumulate_f32(tdtable, token * width, width, sum);
+  });
+}
+
+}  // namespace ftrain::host

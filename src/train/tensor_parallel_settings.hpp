@@ -1,0 +1,18 @@
+// What `parallel tensor T` trains with, checked before anything is built:
+// every refusal names the parallel line and the line it clashes with.
+#pragma once
+
+#include "base/device.hpp"
+#include "deck/config.hpp"
+#include "fsdp/engine.hpp"
+#include "plugin/model.hpp"
+
+namespace ftrain {
+
+// Refuses what tensor parallelism does not train yet (context parallelism,
+// a device backend, precision fp8, LoRA, offload) and a model or a head
+// count it cannot split; then splits `model` into this rank's slices
+// (Model::split_for_tensor_parallel). Nothing happens for T = 1.
+void check_tensor_parallel(const RunConfig& c, const FsdpOptions& fsdp, Device device, Model& model);
+
+}  // namespace ftrain
