@@ -113,6 +113,15 @@ class Communicator {
   // that needs it instead of gathering wrongly.
   virtual Request all_gather_v(const Tensor& send, Tensor& recv, const std::vector<std::int64_t>& counts,
                                const Event& after = Event());
+  // Point to point (the ring of ring attention): sends `send` to rank `to`
+  // and receives into `recv` what rank `from` sends this rank, as one
+  // operation, so a ring where every rank sends to its successor and
+  // receives from its predecessor cannot deadlock. `recv` must hold exactly
+  // the elements `from` sends; same dtype on both sides (any type the
+  // gathers move). send and recv must not overlap; to == from == rank()
+  // copies. Like the collectives, every rank of a ring issues its exchanges
+  // in the same order. The default throws, naming the communicator.
+  virtual Request send_recv(const Tensor& send, int to, Tensor& recv, int from, const Event& after = Event());
   // recv (send.numel() / size() elements) = this rank's block of the sum of sends.
   virtual Request reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after = Event()) = 0;
   // inout = sum over ranks of inout.

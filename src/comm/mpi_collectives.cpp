@@ -86,6 +86,33 @@ void drive(MPI_Request& request) {
   }
 }
 
+void drive(MPI_Request* requests, int count) {
+  for (int i = 0; i < count; ++i) drive(requests[i]);
+}
+
+void check_send_recv(const Tensor& send, int to, const Tensor& recv, int from, int size, const std::string& where) {
+  FT_CHECK(send.dtype() == recv.dtype() && has_mpi_gather_type(send.dtype()))
+      << "send_recv on " << where << ": send " << send.describe() << " and recv " << recv.describe()
+      << " must have one dtype that MPI moves";
+  FT_CHECK(to >= 0 && to < size && from >= 0 && from < size)
+      << "send_recv on " << where << ": to rank " << to << ", from rank " << from << " outside the " << size
+      << " ranks";
+  const auto* s = static_cast<const char*>(send.data());
+  const auto* r = static_cast<const char*>(recv.data());
+  const auto send_bytes = static_cast<std::size_t>(send.nbytes()), recv_bytes = static_cast<std::size_t>(recv.nbytes());
+  FT_CHECK(send_bytes == 0 || recv_bytes == 0 || s >= r + recv_bytes || r >= s + send_bytes)
+      << "send_recv on " << where << ": send " << send.describe() << " overlaps recv " << recv.describe();
+  checked_count(send);
+  checked_count(recv);
+}
+
+void start_send_recv(const Tensor& send, int to, const Tensor& recv, int from, MPI_Comm comm, MPI_Request* requests) {
+  // One tag: the progress thread runs one exchange at a time, in issue order.
+  constexpr int kTag = 7;
+  FT_MPI_CHECK(MPI_Irecv(recv.data(), checked_count(recv), mpi_type(recv), from, kTag, comm, &requests[0]));
+  FT_MPI_CHECK(MPI_Isend(send.data(), checked_count(send), mpi_type(send), to, kTag, comm, &requests[1]));
+}
+
 int checked_count(const Tensor& t) {
   FT_CHECK(t.numel() <= 2147483647) << t.describe() << " is too large for one MPI call";
   return static_cast<int>(t.numel());

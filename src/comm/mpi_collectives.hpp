@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -45,6 +46,16 @@ void start_all_gather_v(const Tensor& send, const Tensor& recv, const GatherCoun
 void start_reduce_scatter_sum(const Tensor& send, const Tensor& recv, MPI_Comm comm, MPI_Request* request);
 void start_all_reduce_sum(const Tensor& inout, MPI_Comm comm, MPI_Request* request);
 void start_all_reduce_max(const Tensor& inout, MPI_Comm comm, MPI_Request* request);  // f32
+
+// Point to point: the checks of Communicator::send_recv (same dtype, a type
+// the gathers move, ranks within `size`, no overlap), naming `where`; then
+// posting the receive from `from` into requests[0] and the send to `to` into
+// requests[1] (both posted before either is driven: a ring cannot deadlock).
+void check_send_recv(const Tensor& send, int to, const Tensor& recv, int from, int size, const std::string& where);
+void start_send_recv(const Tensor& send, int to, const Tensor& recv, int from, MPI_Comm comm, MPI_Request* requests);
+
+// Drives `count` requests to completion (drive, for each).
+void drive(MPI_Request* requests, int count);
 
 // Drives one request to completion. Polls with a short sleep instead of
 // MPI_Wait's busy loop: the progress thread must not take the core away from

@@ -58,7 +58,7 @@ constexpr const char* kFaultVariable = "FTRAIN_TEST_FAIL_COLLECTIVE";
 
 bool is_collective_name(const std::string& name) {
   return name == "all_gather" || name == "all_gather_v" || name == "reduce_scatter_sum" || name == "all_reduce_sum" ||
-         name == "all_reduce_max";
+         name == "all_reduce_max" || name == "send_recv";
 }
 
 struct CollectiveSpec {
@@ -94,7 +94,7 @@ CollectiveSpec read_collective_spec(const char* variable) {
   FT_CHECK(is_collective_name(name) && nth >= 1)
       << variable << "='" << text
       << "': expected <collective>:<n>[@<rank>], collective one of all_gather, all_gather_v, reduce_scatter_sum, all_reduce_sum, "
-         "all_reduce_max, n >= 1, rank a world rank";
+         "all_reduce_max, send_recv, n >= 1, rank a world rank";
   spec.collective = name;
   spec.nth = nth;
   spec.rank = static_cast<int>(rank);
@@ -209,7 +209,8 @@ void MpiCommunicator::reset_times() {
 
 Request MpiCommunicator::issue(const char* collective, const std::string& what, const Event& after,
                                std::function<void(MPI_Request*)> start, std::vector<Tensor> reads,
-                               std::vector<Tensor> writes) {
+                               std::vector<Tensor> writes, int request_count) {
+  FT_CHECK(request_count >= 1 && request_count <= 2) << collective << ": " << request_count << " MPI requests";
   maybe_stall(collective, progress_->world_rank());
   const InjectedFault fault = injected_fault(collective);
   std::string where = describe();
@@ -217,7 +218,7 @@ Request MpiCommunicator::issue(const char* collective, const std::string& what, 
   return progress_->submit(
       after,
       [collective, what, where = std::move(where), start = std::move(start), fault, reads = std::move(reads),
-       writes = std::move(writes)] {
+       writes = std::move(writes), request_count] {
         if (fault.ordinal > 0) {
           int world_rank = -1;
           MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -227,9 +228,9 @@ Request MpiCommunicator::issue(const char* collective, const std::string& what, 
                         ", test only)");
         }
         for (const Tensor& t : reads) tsan::note_read(t.data(), t.nbytes());
-        MPI_Request request = MPI_REQUEST_NULL;
-        start(&request);
-        drive(request);
+        MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        start(requests);
+        drive(requests, request_count);
         for (const Tensor& t : writes) tsan::note_write(const_cast<void*>(t.data()), t.nbytes());
       },
       clock_, std::move(watched));
@@ -302,6 +303,16 @@ Request MpiCommunicator::all_reduce_max(Tensor& inout, const Event& after) {
   return issue("all_reduce_max", inout.describe(), after, [inout, comm = comm_](MPI_Request* r) {
     start_all_reduce_max(inout, comm, r);
   }, {inout}, {inout});
+}
+
+Request MpiCommunicator::send_recv(const Tensor& send, int to, Tensor& recv, int from, const Event& after) {
+  mpi_collectives::check_send_recv(send, to, recv, from, size_, describe());
+  require_host("send_recv", send);
+  require_host("send_recv", recv);
+  return issue("send_recv", send.describe() + " to rank " + std::to_string(to) + ", from rank " + std::to_string(from),
+               after, [send, to, recv, from, comm = comm_](MPI_Request* r) {
+                 mpi_collectives::start_send_recv(send, to, recv, from, comm, r);
+               }, {send}, {recv}, /*request_count=*/2);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) const {

@@ -43,6 +43,8 @@ class MpiCommunicator final : public Communicator {
   Request reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after = Event()) override;
   Request all_reduce_sum(Tensor& inout, const Event& after = Event()) override;
   Request all_reduce_max(Tensor& inout, const Event& after = Event()) override;
+  // MPI_Irecv + MPI_Isend on the progress thread.
+  Request send_recv(const Tensor& send, int to, Tensor& recv, int from, const Event& after = Event()) override;
   std::unique_ptr<Communicator> split(int color, int key) const override;
   std::unique_ptr<Communicator> split_node() const override;
   void barrier() override;
@@ -61,12 +63,14 @@ class MpiCommunicator final : public Communicator {
 
  private:
   // Queues one collective: the progress thread waits for `after`, then
-  // `start` issues the MPI_I* call and the thread drives it to completion.
+  // `start` issues the MPI_I* call(s) into `request_count` requests and the
+  // thread drives them to completion.
   // `what` names it in errors. `reads` and `writes` are the buffers MPI
   // reads and writes, told to ThreadSanitizer (core/thread_sanitizer.hpp):
   // reads before the call, writes once the collective completed.
   Request issue(const char* collective, const std::string& what, const Event& after,
-                std::function<void(MPI_Request*)> start, std::vector<Tensor> reads, std::vector<Tensor> writes);
+                std::function<void(MPI_Request*)> start, std::vector<Tensor> reads, std::vector<Tensor> writes,
+                int request_count = 1);
 
   std::shared_ptr<MpiProgress> progress_;
   std::shared_ptr<CommClock> clock_;
@@ -82,7 +86,7 @@ void check_mpi(int code, const char* call, const char* file, int line);
 
 // TEST ONLY: fault injection. The nth (1-based, counted per process over
 // every communicator) non-blocking `collective` ("all_gather", "all_gather_v",
-// "reduce_scatter_sum", "all_reduce_sum", "all_reduce_max") issued after this
+// "reduce_scatter_sum", "all_reduce_sum", "all_reduce_max", "send_recv") issued after this
 // call fails on the progress thread with an ftrain::Error instead of running,
 // as a broken network would; its Request rethrows the error. nth = 0 turns
 // injection off. The environment variable

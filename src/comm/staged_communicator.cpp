@@ -62,7 +62,7 @@ std::shared_ptr<Stream> StagedCommunicator::copy_stream(Device device) {
 Request StagedCommunicator::issue(const char* collective, const std::string& what, const Event& after,
                                   std::vector<Tensor> inputs, std::vector<Tensor> host_inputs,
                                   std::vector<Tensor> outputs, std::vector<Tensor> host_outputs,
-                                  std::function<void(MPI_Comm, MPI_Request*)> call) {
+                                  std::function<void(MPI_Comm, MPI_Request*)> call, int request_count) {
   std::string watched = std::string(collective) + " of " + what + " on " + describe();
   Device device = Device::host;
   for (const auto* list : {&inputs, &outputs})
@@ -77,7 +77,8 @@ Request StagedCommunicator::issue(const char* collective, const std::string& wha
   return progress_->submit(
       after,
       [inputs = std::move(inputs), host_inputs = std::move(host_inputs), outputs = std::move(outputs),
-       host_outputs = std::move(host_outputs), call = std::move(call), comm = mpi_->handle(), copies, after] {
+       host_outputs = std::move(host_outputs), call = std::move(call), comm = mpi_->handle(), copies, after,
+       request_count] {
         if (copies) {
           copies->wait(after);  // the inputs were written by compute before `after`
           for (std::size_t i = 0; i < inputs.size(); ++i)
@@ -88,9 +89,9 @@ Request StagedCommunicator::issue(const char* collective, const std::string& wha
           for (std::size_t i = 0; i < inputs.size(); ++i)
             allocator_of(inputs[i]).copy_to_host(host_inputs[i].data(), inputs[i].data(), inputs[i].nbytes());
         }
-        MPI_Request request = MPI_REQUEST_NULL;
-        call(comm, &request);
-        mc::drive(request);
+        MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        call(comm, requests);
+        mc::drive(requests, request_count);
         if (copies) {
           for (std::size_t i = 0; i < outputs.size(); ++i)
             allocator_of(outputs[i]).copy_from_host_on(*copies, outputs[i].data(), host_outputs[i].data(),
@@ -153,6 +154,15 @@ Request StagedCommunicator::all_reduce_max(Tensor& inout, const Event& after) {
   Tensor h = host_stage(inout, "staged");
   return issue("all_reduce_max", inout.describe(), after, {inout}, {h}, {inout}, {h},
                [h](MPI_Comm comm, MPI_Request* r) { mc::start_all_reduce_max(h, comm, r); });
+}
+
+Request StagedCommunicator::send_recv(const Tensor& send, int to, Tensor& recv, int from, const Event& after) {
+  mc::check_send_recv(send, to, recv, from, size(), describe());
+  Tensor hs = host_stage(send, "staged"), hr = host_stage(recv, "staged");
+  return issue("send_recv", send.describe() + " to rank " + std::to_string(to) + ", from rank " + std::to_string(from),
+               after, {send}, {hs}, {recv}, {hr},
+               [hs, to, hr, from](MPI_Comm comm, MPI_Request* r) { mc::start_send_recv(hs, to, hr, from, comm, r); },
+               /*request_count=*/2);
 }
 
 namespace {

@@ -60,6 +60,7 @@ class StagedCommunicator final : public Communicator {
   Request reduce_scatter_sum(const Tensor& send, Tensor& recv, const Event& after = Event()) override;
   Request all_reduce_sum(Tensor& inout, const Event& after = Event()) override;
   Request all_reduce_max(Tensor& inout, const Event& after = Event()) override;
+  Request send_recv(const Tensor& send, int to, Tensor& recv, int from, const Event& after = Event()) override;
   std::unique_ptr<Communicator> split(int color, int key) const override;
   std::unique_ptr<Communicator> split_node() const override;
   void barrier() override { mpi_->barrier(); }
@@ -76,7 +77,7 @@ class StagedCommunicator final : public Communicator {
   // buffers, copy-out of `host_outputs` into `outputs`, as one job.
   Request issue(const char* collective, const std::string& what, const Event& after, std::vector<Tensor> inputs,
                 std::vector<Tensor> host_inputs, std::vector<Tensor> outputs, std::vector<Tensor> host_outputs,
-                std::function<void(MPI_Comm, MPI_Request*)> call);
+                std::function<void(MPI_Comm, MPI_Request*)> call, int request_count = 1);
 
   // The copy stream for device buffers, made at the first device collective.
   std::shared_ptr<Stream> copy_stream(Device device);

@@ -31,15 +31,34 @@ void CommunicatorGroup::reduce_scatter_sum(ExecutionContext& ctx, const Tensor& 
   ordered(ctx, comm_->reduce_scatter_sum(send, recv, ctx.compute().record()));
 }
 
-std::unique_ptr<ParallelGroup::RingStep> CommunicatorGroup::start_ring_step(ExecutionContext&, const Tensor&,
-                                                                            Tensor&) {
-  FT_CHECK(false) << name_ << " (" << comm_->describe() << "): ring steps need a point-to-point exchange, which "
-                  << "this communicator does not have yet";
-  return nullptr;
+namespace {
+// A ring step in flight: the exchange's Request, kept until the compute
+// stream is ordered after it (finish_ring_step).
+struct CommunicatorRingStep final : ParallelGroup::RingStep {
+  Request request;
+  const CommunicatorGroup* group = nullptr;
+};
+}  // namespace
+
+std::unique_ptr<ParallelGroup::RingStep> CommunicatorGroup::start_ring_step(ExecutionContext& ctx, const Tensor& send,
+                                                                            Tensor& recv) {
+  const int n = comm_->size(), r = comm_->rank();
+  FT_CHECK(send.numel() == recv.numel() && send.dtype() == recv.dtype())
+      << name_ << " (" << comm_->describe() << "): a ring step passes send " << send.describe()
+      << " on and receives the same shape into recv " << recv.describe();
+  auto step = std::make_unique<CommunicatorRingStep>();
+  step->group = this;
+  // Issued after the compute stream's work so far (it wrote `send`); the
+  // stream waits only in finish_ring_step, so compute enqueued meanwhile
+  // overlaps the transfer.
+  step->request = comm_->send_recv(send, (r + 1) % n, recv, (r + n - 1) % n, ctx.compute().record());
+  return step;
 }
 
-void CommunicatorGroup::finish_ring_step(ExecutionContext&, std::unique_ptr<RingStep>) {
-  FT_CHECK(false) << name_ << ": finish_ring_step without a ring step";
+void CommunicatorGroup::finish_ring_step(ExecutionContext& ctx, std::unique_ptr<RingStep> step) {
+  auto* mine = dynamic_cast<CommunicatorRingStep*>(step.get());
+  FT_CHECK(mine != nullptr && mine->group == this) << name_ << ": finish_ring_step of a step this group did not start";
+  ordered(ctx, std::move(mine->request));
 }
 
 void CommunicatorGroup::drain() {

@@ -21,7 +21,7 @@ class ExecutionContext;
 
 // Bumped whenever the op list or a signature in it changes; a backend
 // library built against another table is refused.
-inline constexpr std::uint32_t kOpTableVersion = 12;  // 2: ViT token ops, 3: the FP8 ops, 4: clipping ops,
+inline constexpr std::uint32_t kOpTableVersion = 13;  // 2: ViT token ops, 3: the FP8 ops, 4: clipping ops,
                                                      // 5: Fp8Tensor::data_t (the transposed copy),
                                                      // 6: rmsnorm_forward_fp8, swiglu_forward_fp8,
                                                      // 7: fp8_transpose,
@@ -35,6 +35,8 @@ inline constexpr std::uint32_t kOpTableVersion = 12;  // 2: ViT token ops, 3: th
                                                      //    per-token positions
                                                      // 12: the vocabulary-parallel embedding and
                                                      //    cross entropy (tensor parallelism)
+                                                     // 13: attention_block_forward/merge/backward
+                                                     //    (ring attention)
 
 struct OpTable {
   std::uint32_t version = kOpTableVersion;

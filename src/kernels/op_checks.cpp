@@ -282,6 +282,82 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   check_like(op, v, "v", dv, "dv");
 }
 
+// ---- ring attention's blocks: queries of one block against keys of another -------
+
+namespace {
+
+// q[B,Tq,Hq,D] against k, v[B,Tk,Hkv,D]; lse f32[B,Hq,Tq]; the per-token
+// positions and (both or neither) document ids of each side.
+void check_attention_block(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                           const Tensor& q_positions, const Tensor& k_positions, const Tensor* q_documents,
+                           const Tensor* k_documents, const Tensor& lse) {
+  require_float(op, q, "q");
+  require_float(op, k, "k");
+  require_float(op, v, "v");
+  FT_CHECK(q.ndim() == 4) << op << ": q " << q.describe() << " must be [B, Tq, Hq, D]";
+  FT_CHECK(k.ndim() == 4) << op << ": k " << k.describe() << " must be [B, Tk, Hkv, D]";
+  const std::int64_t batch = q.dim(0), q_len = q.dim(1), q_heads = q.dim(2), k_len = k.dim(1), kv_heads = k.dim(2);
+  FT_CHECK(k.dim(0) == batch && k.dim(3) == q.dim(3))
+      << op << ": k " << k.describe() << " does not match q " << q.describe() << " in B or D";
+  FT_CHECK(kv_heads > 0 && q_heads % kv_heads == 0)
+      << op << ": query heads of q " << q.describe() << " must be a multiple of the kv heads of k " << k.describe();
+  require_same_shape(op, k, "k", v, "v");
+  checks::require_defined(op, lse, "lse");
+  FT_CHECK(lse.dtype() == DType::f32 && lse.shape() == Shape({batch, q_heads, q_len}))
+      << op << ": lse " << lse.describe() << " must be f32[" << batch << ", " << q_heads << ", " << q_len << "]";
+  auto ids = [&](const Tensor& t, const char* role, std::int64_t len) {
+    checks::require_defined(op, t, role);
+    FT_CHECK(t.dtype() == DType::i32 && t.shape() == Shape({batch, len}) && t.device() == q.device())
+        << op << ": " << role << " " << t.describe() << " must be i32[" << batch << ", " << len
+        << "] on q's device (q " << q.describe() << ")";
+  };
+  ids(q_positions, "q_positions", q_len);
+  ids(k_positions, "k_positions", k_len);
+  FT_CHECK((q_documents == nullptr) == (k_documents == nullptr))
+      << op << ": document ids for " << (q_documents != nullptr ? "the queries" : "the keys")
+      << " only; the document mask needs both sides' ids";
+  if (q_documents != nullptr) {
+    ids(*q_documents, "q_documents", q_len);
+    ids(*k_documents, "k_documents", k_len);
+  }
+}
+
+}  // namespace
+
+void attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_positions,
+                             const Tensor& k_positions, const Tensor* q_documents, const Tensor* k_documents,
+                             bool /*causal*/, float /*softmax_scale*/, Tensor& out, Tensor& lse) {
+  constexpr const char* op = "attention_block_forward";
+  check_attention_block(op, q, k, v, q_positions, k_positions, q_documents, k_documents, lse);
+  check_like(op, q, "q", out, "out");
+}
+
+void attention_block_merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse) {
+  constexpr const char* op = "attention_block_merge";
+  checks::require_dtype(op, out, "out", DType::f32);
+  FT_CHECK(out.ndim() == 4) << op << ": out " << out.describe() << " must be [B, T, H, D]";
+  check_like(op, out, "out", block_out, "block_out");
+  const Shape lse_shape{out.dim(0), out.dim(2), out.dim(1)};
+  checks::require_dtype(op, lse, "lse", DType::f32);
+  checks::require_dtype(op, block_lse, "block_lse", DType::f32);
+  FT_CHECK(lse.shape() == lse_shape && block_lse.shape() == lse_shape)
+      << op << ": lse " << lse.describe() << " and block_lse " << block_lse.describe() << " must be f32["
+      << out.dim(0) << ", " << out.dim(2) << ", " << out.dim(1) << "] for out " << out.describe();
+}
+
+void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, const Tensor& dout, const Tensor& q_positions,
+                              const Tensor& k_positions, const Tensor* q_documents, const Tensor* k_documents,
+                              bool /*causal*/, float /*softmax_scale*/, Tensor& dq, Tensor& dk, Tensor& dv) {
+  constexpr const char* op = "attention_block_backward";
+  check_attention_block(op, q, k, v, q_positions, k_positions, q_documents, k_documents, lse);
+  check_like(op, q, "q", out, "out");
+  check_like(op, q, "q", dout, "dout");
+  check_like(op, q, "q", dq, "dq");
+  check_like(op, k, "k", dk, "dk");
+  check_like(op, v, "v", dv, "dv");
+}
+
 // ---- embedding: i32 tokens, a [V, C] table, one row of width C per token -------
 
 namespace {

@@ -86,6 +86,14 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, bool causal, const Tensor* documents, float softmax_scale, Tensor& dq,
                         Tensor& dk, Tensor& dv);
+void attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_positions,
+                             const Tensor& k_positions, const Tensor* q_documents, const Tensor* k_documents,
+                             bool causal, float softmax_scale, Tensor& out, Tensor& lse);
+void attention_block_merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse);
+void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, const Tensor& dout, const Tensor& q_positions,
+                              const Tensor& k_positions, const Tensor* q_documents, const Tensor* k_documents,
+                              bool causal, float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv);
 void cross_entropy_forward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,
                            std::int64_t vocab_chunk, Tensor& losses, Tensor& lse);
 void cross_entropy_backward(const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& targets,

@@ -125,6 +125,31 @@ inline constexpr std::int32_t kIgnoreIndex = -100;
     (const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout,  \
      bool causal, const Tensor* documents, float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv),              \
     (q, k, v, out, lse, dout, causal, documents, softmax_scale, dq, dk, dv), q)                                   \
+  /* Ring attention's blocks (context parallelism, layers/context_parallel_attention.hpp): queries              \
+     q[B,Tq,Hq,D] against one block of keys and values k,v[B,Tk,Hkv,D] of the same samples. q_positions          \
+     i32[B,Tq], k_positions i32[B,Tk]: each token's index in its whole sequence; causal: key j visible to query  \
+     i iff k_positions[b,j] <= q_positions[b,i]. q_documents i32[B,Tq], k_documents i32[B,Tk] (both nullptr =    \
+     none): key j then visible only if also of query i's document. out[B,Tq,Hq,D] = the block's softmax over     \
+     its visible keys times v; lse f32[B,Hq,Tq] of the block (-inf, out 0, where no key is visible). */          \
+  X(void, attention_block_forward,                                                                                \
+    (const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_positions, const Tensor& k_positions,      \
+     const Tensor* q_documents, const Tensor* k_documents, bool causal, float softmax_scale, Tensor& out,          \
+     Tensor& lse),                                                                                                 \
+    (q, k, v, q_positions, k_positions, q_documents, k_documents, causal, softmax_scale, out, lse), q)            \
+  /* Online merge of two blocks' results over the same queries: (out, lse) becomes the attention over the union \
+     of both blocks' keys (log-sum-exp rescaling), in place. out f32[B,T,H,D], lse f32[B,H,T]; block_out         \
+     [B,T,H,D] f32 or bf16, block_lse f32[B,H,T]; rows at -inf on both sides stay 0 and -inf. */                  \
+  X(void, attention_block_merge, (Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse),    \
+    (out, lse, block_out, block_lse), out)                                                                        \
+  /* Backward of one block given the FINAL out and lse (merged over every block) and dout[B,Tq,Hq,D]: dq, dk,   \
+     dv ACCUMULATE (+=; f32 to keep the sum over blocks exact to rounding), so dq sums over the key blocks and   \
+     dk, dv over the query blocks. */                                                                              \
+  X(void, attention_block_backward,                                                                               \
+    (const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout,  \
+     const Tensor& q_positions, const Tensor& k_positions, const Tensor* q_documents, const Tensor* k_documents,  \
+     bool causal, float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv),                                       \
+    (q, k, v, out, lse, dout, q_positions, k_positions, q_documents, k_documents, causal, softmax_scale, dq, dk,  \
+     dv), q)                                                                                                       \
   /* Fused linear head + softmax cross entropy, chunked over the vocabulary so full logits are never            \
      materialised: logits = h[N,C] . w[V,C]^T (+ bias[V]). targets i32[N] (kIgnoreIndex rows give 0 loss).      \
      losses f32[N] = lse - logit[target]; lse f32[N]. */                                                          \

@@ -430,6 +430,87 @@ TEST_P(CommByKind, AllGatherVConcatenatesVariableCountsInRankOrder) {
   EXPECT_THROW(world.all_reduce_sum(recv), Error) << "fp8 bytes gather, they never reduce";
 }
 
+// send_recv (the ring of ring attention): every rank sends to one rank and
+// receives from another, as one exchange. Three rings: to the successor
+// (from the predecessor), the other way round, and two ranks on, so a
+// swapped `to` and `from` or a fixed direction shows; odd and zero sizes.
+TEST_P(CommByKind, SendRecvExchangesAroundARing) {
+  auto world_ptr = make_world(GetParam());
+  Communicator& world = *world_ptr;
+  const int n = world.size(), r = world.rank();
+  for (const DType dt : {DType::f32, DType::bf16, DType::i64}) {
+    for (const int hop : {1, -1, 2}) {
+      const int to = ((r + hop) % n + n) % n, from = ((r - hop) % n + n) % n;
+      for (std::int64_t count : kCounts) {
+        Tensor send = contribution(dt, r, count);
+        Tensor recv = poisoned(dt, count);
+        world.send_recv(send, to, recv, from).wait();
+        for (std::int64_t j = 0; j < count; ++j)
+          ASSERT_EQ(load(recv, j), value_of(dt, from, j))
+              << dtype_name(dt) << ", hop " << hop << ", " << count << " elements: element " << j << " from rank "
+              << from;
+      }
+    }
+  }
+}
+
+// A ring of exchanges issued back to back before any is waited for (ring
+// attention's K and V travel as two exchanges per step): stream order keeps
+// them matched, each receives its own data.
+TEST_P(CommByKind, SendRecvsInFlightTogetherStayMatched) {
+  auto world_ptr = make_world(GetParam());
+  Communicator& world = *world_ptr;
+  const int n = world.size(), r = world.rank();
+  const int to = (r + 1) % n, from = (r + n - 1) % n;
+  std::vector<Tensor> sends, recvs;
+  std::vector<Request> requests;
+  for (int i = 0; i < 4; ++i) {
+    sends.push_back(contribution(DType::f32, r, 100 + i, /*first=*/1000 * i));
+    recvs.push_back(poisoned(DType::f32, 100 + i));
+    requests.push_back(world.send_recv(sends.back(), to, recvs.back(), from));
+  }
+  for (int i = 0; i < 4; ++i) {
+    requests[static_cast<std::size_t>(i)].wait();
+    for (std::int64_t j = 0; j < 100 + i; ++j)
+      ASSERT_EQ(load(recvs[static_cast<std::size_t>(i)], j), value_of(DType::f32, from, 1000 * i + j))
+          << "exchange " << i << ", element " << j;
+  }
+}
+
+// Gated on a compute event like the collectives: the sent buffer is written
+// by a late compute job; an exchange that started at once would send poison.
+TEST_P(CommByKind, SendRecvStartsAfterTheComputeEventItIsGiven) {
+  auto world_ptr = make_world(GetParam());
+  Communicator& world = *world_ptr;
+  const int n = world.size(), r = world.rank();
+  auto compute = make_host_stream(/*asynchronous=*/true, "test_compute");
+  const std::int64_t count = 333;
+  Tensor send = poisoned(DType::f32, count), recv = poisoned(DType::f32, count);
+  compute->enqueue([send]() mutable {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (std::int64_t j = 0; j < send.numel(); ++j) store(send, j, value_of(DType::f32, 0, j) + 1);
+  });
+  world.send_recv(send, (r + 1) % n, recv, (r + n - 1) % n, compute->record()).wait();
+  for (std::int64_t j = 0; j < count; ++j) ASSERT_EQ(load(recv, j), value_of(DType::f32, 0, j) + 1) << "element " << j;
+  compute->synchronize();
+}
+
+TEST_P(CommByKind, SendRecvRefusesBadArgumentsBeforeIssuing) {
+  auto world_ptr = make_world(GetParam());
+  Communicator& world = *world_ptr;
+  const int n = world.size();
+  Tensor a = poisoned(DType::f32, 8), b = poisoned(DType::f32, 8), i64 = poisoned(DType::i64, 8);
+  EXPECT_THROW(world.send_recv(a, n, b, 0), Error) << "to rank past the group";
+  EXPECT_THROW(world.send_recv(a, 0, b, -1), Error) << "from a negative rank";
+  EXPECT_THROW(world.send_recv(a, 0, i64, 0), Error) << "different dtypes";
+  Tensor half = a.view({4}, 2, "overlapping");
+  EXPECT_THROW(world.send_recv(a, 0, half, 0), Error) << "recv overlapping send";
+  // Nothing was issued: the group still exchanges normally.
+  Tensor ok = contribution(DType::f32, world.rank(), 8);
+  world.send_recv(ok, world.rank(), b, world.rank()).wait();
+  for (std::int64_t j = 0; j < 8; ++j) ASSERT_EQ(load(b, j), value_of(DType::f32, world.rank(), j));
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, CommByKind, ::testing::Values(Kind::mpi, Kind::staged),
                          [](const auto& info) { return std::string(kind_name(info.param)); });
 
@@ -494,6 +575,21 @@ TEST_F(CommFault, TestRethrowsTheErrorOfACompleteRequest) {
   EXPECT_TRUE(failing.test());
   EXPECT_EQ(load(first, 3), sum_over_ranks(DType::f32, size, world.rank() * 4 + 3));
   EXPECT_EQ(load(second, 3), 255) << "the failed collective must not have run";
+}
+
+// A failed exchange (ring attention's) fails its Request like a collective,
+// naming the exchange and both ranks.
+TEST_F(CommFault, AFailedSendRecvRethrowsNamingTheExchange) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  set_collective_fault_for_testing("send_recv", 1);
+  const int n = world.size(), r = world.rank();
+  Tensor send = contribution(DType::f32, r, 5), recv = poisoned(DType::f32, 5);
+  Request failing = world.send_recv(send, (r + 1) % n, recv, (r + n - 1) % n);
+  const std::string message = error_of([&] { failing.wait(); });
+  EXPECT_NE(message.find("send_recv of"), std::string::npos) << message;
+  EXPECT_NE(message.find("to rank " + std::to_string((r + 1) % n)), std::string::npos) << message;
+  EXPECT_NE(message.find("injected fault"), std::string::npos) << message;
+  EXPECT_EQ(load(recv, 0), 255) << "the failed exchange must not have run";
 }
 
 TEST_F(CommFault, WaitRethrowsAndLaterCollectivesAreRefused) {

@@ -258,6 +258,46 @@ inline std::vector<ParityCase> parity_cases() {
                  ops::attention_backward(ctx, q, k, v, out, lse, dout, false, nullptr, 0.35f, dq, dk, dv);
                  return ParityOutputs{{dq, dk, dv}, {}};
                }});
+  // Ring attention's blocks: the queries of the first 4 tokens against the
+  // keys of the last 4, positions interleaved so the causal bound cuts
+  // through the block, with and without document ids.
+  auto block_tokens = [](ExecutionContext& ctx, std::int64_t batch, std::int64_t len, std::int32_t first,
+                         std::int32_t stride) {
+    Tensor t = Tensor::empty({batch, len}, DType::i32, Device::host, "positions");
+    for (std::int64_t i = 0; i < batch * len; ++i)
+      t.data_as<std::int32_t>()[i] = first + stride * static_cast<std::int32_t>(i % len);
+    return ctx.device() == Device::host ? t : to_device(t, ctx.device());
+  };
+  c.push_back({"attention_block_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor q = random(ctx, {B, 4, Hq, D}, s), k = random(ctx, {B, 5, Hkv, D}, s + 1),
+                        v = random(ctx, {B, 5, Hkv, D}, s + 2);
+                 Tensor qp = block_tokens(ctx, B, 4, 1, 2), kp = block_tokens(ctx, B, 5, 0, 2);
+                 Tensor qd = block_tokens(ctx, B, 4, 0, 1), kd = block_tokens(ctx, B, 5, 1, 1);
+                 Tensor out = zeros(ctx, {B, 4, Hq, D}), lse = zeros(ctx, {B, Hq, 4});
+                 Tensor out2 = zeros(ctx, {B, 4, Hq, D}), lse2 = zeros(ctx, {B, Hq, 4});
+                 ops::attention_block_forward(ctx, q, k, v, qp, kp, nullptr, nullptr, true, 0.35f, out, lse);
+                 ops::attention_block_forward(ctx, q, k, v, qp, kp, &qd, &kd, false, 0.35f, out2, lse2);
+                 return ParityOutputs{{out, lse, out2, lse2}, {}};
+               }});
+  c.push_back({"attention_block_merge", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor out = random(ctx, {B, T, Hq, D}, s), lse = random(ctx, {B, Hq, T}, s + 1);
+                 Tensor block = random(ctx, {B, T, Hq, D}, s + 2, DType::bf16), block_lse = random(ctx, {B, Hq, T}, s + 3);
+                 ops::attention_block_merge(ctx, out, lse, block, block_lse);
+                 return ParityOutputs{{out, lse}, {}};
+               }});
+  c.push_back({"attention_block_backward", [=](ExecutionContext& ctx, std::uint64_t s) {
+                 Tensor q = random(ctx, {B, 4, Hq, D}, s), k = random(ctx, {B, 5, Hkv, D}, s + 1),
+                        v = random(ctx, {B, 5, Hkv, D}, s + 2);
+                 Tensor qp = block_tokens(ctx, B, 4, 1, 2), kp = block_tokens(ctx, B, 5, 0, 2);
+                 Tensor out = zeros(ctx, {B, 4, Hq, D}), lse = zeros(ctx, {B, Hq, 4});
+                 ops::attention_block_forward(ctx, q, k, v, qp, kp, nullptr, nullptr, true, 0.35f, out, lse);
+                 Tensor dout = random(ctx, {B, 4, Hq, D}, s + 3);
+                 Tensor dq = random(ctx, {B, 4, Hq, D}, s + 4), dk = random(ctx, {B, 5, Hkv, D}, s + 5);
+                 Tensor dv = random(ctx, {B, 5, Hkv, D}, s + 6);  // accumulated into
+                 ops::attention_block_backward(ctx, q, k, v, out, lse, dout, qp, kp, nullptr, nullptr, true, 0.35f, dq,
+                                               dk, dv);
+                 return ParityOutputs{{dq, dk, dv}, {}};
+               }});
   c.push_back({"cross_entropy_forward", [=](ExecutionContext& ctx, std::uint64_t s) {
                  Tensor h = random(ctx, {N, C}, s), w = random(ctx, {V, C}, s + 1), b = random(ctx, {V}, s + 2);
                  Tensor t = ids(ctx, N, V, s + 3, true), losses = zeros(ctx, {N}), lse = zeros(ctx, {N});

@@ -245,6 +245,22 @@ class NcclCommunicator final : public Communicator {
                            s);
     });
   }
+  // ncclSend and ncclRecv in one group, so a ring cannot deadlock.
+  Request send_recv(const Tensor& send, int to, Tensor& recv, int from, const Event& after) override {
+    mpi_collectives::check_send_recv(send, to, recv, from, size(), describe());
+    FT_CHECK(send.device() == Device::cuda && recv.device() == Device::cuda)
+        << "send_recv: send " << send.describe() << ", recv " << recv.describe() << " (on the GPU only)";
+    return issue("send_recv", send.describe() + " to rank " + std::to_string(to) + ", from rank " + std::to_string(from),
+                 after, {send, recv}, [&](ncclComm_t c, cudaStream_t s) {
+                   ncclResult_t result = ncclGroupStart();
+                   if (result == ncclSuccess)
+                     result = ncclSend(send.data(), static_cast<size_t>(send.numel()), nccl_type(send), to, c, s);
+                   if (result == ncclSuccess)
+                     result = ncclRecv(recv.data(), static_cast<size_t>(recv.numel()), nccl_type(recv), from, c, s);
+                   const ncclResult_t end = ncclGroupEnd();
+                   return result != ncclSuccess ? result : end;
+                 });
+  }
 
   std::unique_ptr<Communicator> split(int color, int key) const override {
     cuda::use_rank_device();

@@ -487,6 +487,77 @@ void attention_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k,
                                       float_span(op, dk, "dk"), float_span(op, dv, "dv"), dims, stream_of(ctx));
 }
 
+// Ring attention's blocks: the reference scheme (attention_block.cu), no
+// cuDNN path; shapes checked by ops::attention_block_* (op_checks.hpp).
+AttentionBlockDims block_dims(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> tensors,
+                              const Tensor& q, const Tensor& k) {
+  for (const auto& [t, role] : tensors) require_cuda(op, *t, role);
+  const AttentionBlockDims dims{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+  FT_CHECK(dims.head_dim <= kAttentionReferenceMaxHeadDim)
+      << op << ": q " << q.describe() << " has head dim " << dims.head_dim
+      << "; the CUDA block attention takes at most " << kAttentionReferenceMaxHeadDim;
+  return dims;
+}
+
+AttentionBlockTokens block_tokens(const char* op, const Tensor& q_positions, const Tensor& k_positions,
+                                  const Tensor* q_documents, const Tensor* k_documents) {
+  require_dtype(op, q_positions, "q_positions", DType::i32);
+  require_dtype(op, k_positions, "k_positions", DType::i32);
+  if (q_documents != nullptr) require_dtype(op, *q_documents, "q_documents", DType::i32);
+  if (k_documents != nullptr) require_dtype(op, *k_documents, "k_documents", DType::i32);
+  return {q_positions.data_as<std::int32_t>(), k_positions.data_as<std::int32_t>(),
+          q_documents ? q_documents->data_as<std::int32_t>() : nullptr,
+          k_documents ? k_documents->data_as<std::int32_t>() : nullptr};
+}
+
+void attention_block_forward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& q_positions, const Tensor& k_positions, const Tensor* q_documents,
+                             const Tensor* k_documents, bool causal, float softmax_scale, Tensor& out, Tensor& lse) {
+  constexpr const char* op = "attention_block_forward";
+  const AttentionBlockDims dims =
+      block_dims(op, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&lse, "lse"}}, q, k);
+  if (q.numel() == 0) return;
+  launch_attention_block_forward(float_span(op, q, "q"), float_span(op, k, "k"), float_span(op, v, "v"),
+                                 block_tokens(op, q_positions, k_positions, q_documents, k_documents), causal,
+                                 softmax_scale, float_span(op, out, "out"), lse.data_as<float>(), dims, stream_of(ctx));
+}
+
+void attention_block_merge(ExecutionContext& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
+                           const Tensor& block_lse) {
+  constexpr const char* op = "attention_block_merge";
+  require_dtype(op, out, "out", DType::f32);
+  require_dtype(op, lse, "lse", DType::f32);
+  require_dtype(op, block_lse, "block_lse", DType::f32);
+  if (out.numel() == 0) return;
+  launch_attention_block_merge(out.data_as<float>(), lse.data_as<float>(), float_span(op, block_out, "block_out"),
+                               block_lse.data_as<float>(), out.dim(0), out.dim(1), out.dim(2), out.dim(3),
+                               stream_of(ctx));
+}
+
+void attention_block_backward(ExecutionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& q_positions,
+                              const Tensor& k_positions, const Tensor* q_documents, const Tensor* k_documents,
+                              bool causal, float softmax_scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+  constexpr const char* op = "attention_block_backward";
+  const AttentionBlockDims dims = block_dims(op,
+                                             {{&q, "q"},
+                                              {&k, "k"},
+                                              {&v, "v"},
+                                              {&out, "out"},
+                                              {&lse, "lse"},
+                                              {&dout, "dout"},
+                                              {&dq, "dq"},
+                                              {&dk, "dk"},
+                                              {&dv, "dv"}},
+                                             q, k);
+  if (q.numel() == 0 || k.numel() == 0) return;
+  launch_attention_block_backward(float_span(op, q, "q"), float_span(op, k, "k"), float_span(op, v, "v"),
+                                  float_span(op, out, "out"), lse.data_as<float>(), float_span(op, dout, "dout"),
+                                  block_tokens(op, q_positions, k_positions, q_documents, k_documents), causal,
+                                  softmax_scale, float_span(op, dq, "dq"), float_span(op, dk, "dk"),
+                                  float_span(op, dv, "dv"), dims, stream_of(ctx));
+}
+
 // The fused chunked head: kernels/cuda/cross_entropy_head.cpp.
 void cross_entropy_forward(ExecutionContext& ctx, const Tensor& h, const Tensor& w, const Tensor* bias,
                            const Tensor& targets, std::int64_t vocab_chunk, Tensor& losses, Tensor& lse) {

@@ -124,6 +124,31 @@ void launch_attention_reference_backward(FloatSpan q, FloatSpan k, FloatSpan v, 
                                          FloatSpan dq, FloatSpan dk, FloatSpan dv, AttentionDims dims,
                                          cudaStream_t stream);
 
+// attention_block.cu: ring attention's blocks (op_list.hpp, attention_block_*),
+// the reference attention's scheme with math::attention_block_key_visible:
+// q, out, dq, dout [B, Tq, Hq, D]; k, v, dk, dv [B, Tk, Hkv, D]; lse f32
+// [B, Hq, Tq]; positions and documents (null: none) device i32 [B, Tq] and
+// [B, Tk]. The backward accumulates (+=) into dq, dk, dv.
+struct AttentionBlockDims {
+  std::int64_t batch, q_len, k_len, q_heads, kv_heads, head_dim;
+};
+struct AttentionBlockTokens {
+  const std::int32_t* q_positions;
+  const std::int32_t* k_positions;
+  const std::int32_t* q_documents;
+  const std::int32_t* k_documents;
+};
+void launch_attention_block_forward(FloatSpan q, FloatSpan k, FloatSpan v, AttentionBlockTokens tokens, bool causal,
+                                    float scale, FloatSpan out, float* lse, AttentionBlockDims dims,
+                                    cudaStream_t stream);
+void launch_attention_block_merge(float* out, float* lse, FloatSpan block_out, const float* block_lse,
+                                  std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim,
+                                  cudaStream_t stream);
+void launch_attention_block_backward(FloatSpan q, FloatSpan k, FloatSpan v, FloatSpan out, const float* lse,
+                                     FloatSpan dout, AttentionBlockTokens tokens, bool causal, float scale,
+                                     FloatSpan dq, FloatSpan dk, FloatSpan dv, AttentionBlockDims dims,
+                                     cudaStream_t stream);
+
 // cross_entropy.cu: the per-row and per-logit steps of the fused, chunked
 // cross entropy (cross_entropy_head.cpp runs the GEMMs around them):
 // math::running_max, softmax_term, rescaled_running_sum, log_sum_exp,

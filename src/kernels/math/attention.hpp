@@ -50,6 +50,15 @@ FTRAIN_HD bool attention_key_visible(bool causal, std::int64_t query, std::int64
   return documents == nullptr || documents[key] == documents[query];
 }
 
+// The same rule between two blocks of a sequence split over ranks (ring
+// attention): tokens carry their index in the whole sequence, and the
+// document ids (when `documents`) travel with them.
+FTRAIN_HD bool attention_block_key_visible(bool causal, std::int32_t query_position, std::int32_t key_position,
+                                           bool documents, std::int32_t query_document, std::int32_t key_document) {
+  if (causal && key_position > query_position) return false;
+  return !documents || key_document == query_document;
+}
+
 // The tile-skip rule: false only when no key of [j0, j0 + nk) is visible to
 // any query of [i0, i0 + nq), so the tile can be skipped (a true may still
 // cover a tile with nothing visible; entries are then masked one by one).
