@@ -31,6 +31,7 @@ struct BlockShape {
   double input_elements = 0;  // one block's input, one sample
   double head_f32 = 0;        // once per sample: logits and their gradient for one chunk
   double ring_elements = 0;   // once per sample: context parallelism's 2 K/V blocks in flight
+  double ring_f32 = 0;        // once per sample: the ring backward's f32 dQ and dK/dV buffers
 };
 
 BlockShape block_shape(const Model& model, const RunConfig& c) {
@@ -55,8 +56,15 @@ BlockShape block_shape(const Model& model, const RunConfig& c) {
     // The vocabulary-parallel head: a vocab_chunk of the whole vocabulary is
     // split over the T ranks, each computing its chunk / T logits.
     b.head_f32 = 2 * b.tokens * std::min(vocab, static_cast<double>(std::max<std::int64_t>(1, c.vocab_chunk))) / t;
-    // Ring attention: the K/V block being received while the current one is used.
-    if (cp > 1) b.ring_elements = 2 * b.tokens * 2 * kv / t;
+    // Ring attention, one layer's attention at a time: the K/V block being
+    // received while the current one is used, and the backward's f32
+    // buffers (dQ's accumulator; six key-sized buffers holding dK and dV:
+    // this rank's share, the sums arriving and those leaving), which exceed
+    // the forward's f32 output accumulator.
+    if (cp > 1) {
+      b.ring_elements = 2 * b.tokens * 2 * kv / t;
+      b.ring_f32 = b.tokens * (q + 6 * kv) / t;
+    }
   } else if (model.architecture() == "vit") {
     const double h = number(config, "embed_dim"), m = number(config, "mlp_dim"), heads = number(config, "num_heads");
     b.layers = number(config, "depth");
@@ -89,7 +97,7 @@ ActivationEstimate estimate_activations(const Model& model, const RunConfig& c) 
   const double micro = static_cast<double>(c.batch.micro_batch);
   const double block = b.block_elements * e.element_bytes + 4 * b.block_f32;
   const double input = b.input_elements * e.element_bytes;
-  const double head = 4 * b.head_f32 + b.ring_elements * e.element_bytes;
+  const double head = 4 * (b.head_f32 + b.ring_f32) + b.ring_elements * e.element_bytes;
   e.stored_bytes = micro * (b.layers * block + head);
   // Checkpointed: every block keeps its input; one block is recomputed at a time.
   e.checkpointed_bytes = micro * (b.layers * input + block + head);

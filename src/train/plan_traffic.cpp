@@ -68,10 +68,16 @@ StepTraffic plan_traffic(const Model& model, const RunConfig& c, const FsdpOptio
     t.tensor = per_micro * micro_steps * (p.tensor - 1.0) / p.tensor * buffer;
   }
   if (p.context > 1) {
-    const double sends = (3 * layers + checkpointed) * (p.context - 1);
+    // Per layer: the forward (and its recompute) and the backward each pass
+    // K/V C - 1 times in the compute dtype; the backward's running dK/dV
+    // sums travel C times (the last pass brings them home) as one f32
+    // message (layers/context_parallel_attention.hpp).
+    const double kv_sends = (2 * layers + checkpointed) * (p.context - 1);
+    const double sum_sends = layers * p.context;
     const double block = tokens * 2 * kv / p.tensor * element;
-    t.ring_steps = static_cast<std::int64_t>(sends * micro_steps);
-    t.context = sends * micro_steps * block;
+    const double sums = tokens * 2 * kv / p.tensor * 4;
+    t.ring_steps = static_cast<std::int64_t>((kv_sends + sum_sends) * micro_steps);
+    t.context = micro_steps * (kv_sends * block + sum_sends * sums);
   }
   return t;
 }
@@ -99,8 +105,8 @@ std::string format_parallel_plan(const RunPlan& p) {
     s << "; tensor " << human_bytes(t.tensor) << " (" << t.tensor_collectives
       << " sequence-parallel all-gathers and reduce-scatters over " << p.tensor << " ranks)";
   if (p.context > 1)
-    s << "; context ring " << human_bytes(t.context) << " (" << t.ring_steps << " K/V block sends to the next of "
-      << p.context << " ranks)";
+    s << "; context ring " << human_bytes(t.context) << " (" << t.ring_steps << " sends to the next of "
+      << p.context << " ranks: K/V blocks, and the backward's dK/dV sums in f32)";
   s << "\n";
   return s.str();
 }

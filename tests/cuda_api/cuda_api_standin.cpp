@@ -957,6 +957,9 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t, cudnn
 namespace {
 struct SimComm {
   int device;
+  // One rank per communicator: a ncclSend goes to this rank itself, and the
+  // ncclRecv of the same group reads it.
+  const void* pending_send = nullptr;
 };
 std::size_t nccl_size(ncclDataType_t t) {
   switch (t) {
@@ -1024,6 +1027,20 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t, ncclComm_t,
                            cudaStream_t stream) {
   return nccl_copy("ncclAllReduce", send, recv, count * nccl_size(type), stream);
+}
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  record("ncclSend", stream, true, Blocking::none, false, true, count * nccl_size(type));
+  if (peer != 0) return ncclInvalidUsage;
+  reinterpret_cast<SimComm*>(comm)->pending_send = send;
+  return ncclSuccess;
+}
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream) {
+  auto* sim = reinterpret_cast<SimComm*>(comm);
+  if (peer != 0 || sim->pending_send == nullptr) return ncclInvalidUsage;
+  const void* send = sim->pending_send;
+  sim->pending_send = nullptr;
+  return nccl_copy("ncclRecv", send, recv, count * nccl_size(type), stream);
 }
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int, ncclComm_t,
                            cudaStream_t stream) {

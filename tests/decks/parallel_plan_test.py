@@ -73,15 +73,16 @@ def activation_bytes(m, tensor, context, seq_len, micro, checkpointed, vocab_chu
     norms' outputs, q, k, v, the attention output and the MLP's 4 tensors
     (compute dtype) and the softmax statistics (f32), all / T under sequence
     parallelism, for seq_len / C tokens; the head's f32 logits and gradient
-    for a vocab_chunk of the vocabulary split over the T ranks; 2 K/V blocks
-    in flight on the ring. Checkpointed: every block keeps its input, one is recomputed."""
+    for a vocab_chunk of the vocabulary split over the T ranks; on the ring 2
+    K/V blocks in flight and the backward's f32 dQ and six key-sized dK/dV
+    buffers. Checkpointed: every block keeps its input, one is recomputed."""
     h, f = m["hidden"], m["inter"]
     q, kv = m["heads"] * m["head_dim"], m["kv_heads"] * m["head_dim"]
     tokens = seq_len / context
     block = tokens * (3 * h + q + 2 * kv + q + 4 * f) / tensor * element + 4 * tokens * m["heads"] / tensor
     block_input = tokens * h / tensor * element
     head = 4 * 2 * tokens * min(m["vocab"], vocab_chunk) / tensor
-    ring = 2 * tokens * 2 * kv / tensor * element if context > 1 else 0
+    ring = (2 * tokens * 2 * kv / tensor * element + 4 * tokens * (q + 6 * kv) / tensor) if context > 1 else 0
     layers = m["layers"]
     kept = block_input * layers + block if checkpointed else block * layers
     return micro * (kept + head + ring)
@@ -218,11 +219,15 @@ def main():
               f"Llama 3 8B, seq_len 8192, C {context}: activations per rank", rel=0.005)
         activations[context] = got
         if context > 1:
-            ring = field(r"; context ring ([0-9.]+ \w+) \((\d+) K/V block sends", out, "ring traffic")
-            sends = 3 * m["layers"] * (context - 1)
-            block = 8192 / context * 2 * m["kv_heads"] * m["head_dim"] * 2
-            check(int(ring.group(2)) == sends, f"C {context}: {sends} K/V block sends per step")
-            close(gib(ring.group(1)), sends * block, f"C {context}: ring bytes per step", rel=0.005)
+            ring = field(r"; context ring ([0-9.]+ \w+) \((\d+) sends to the next", out, "ring traffic")
+            # K/V: forward and backward C - 1 each (bf16); dK/dV sums: C
+            # (one f32 message each).
+            kv_sends, sum_sends = 2 * m["layers"] * (context - 1), m["layers"] * context
+            kv_elements = 8192 / context * 2 * m["kv_heads"] * m["head_dim"]
+            check(int(ring.group(2)) == kv_sends + sum_sends,
+                  f"C {context}: {kv_sends + sum_sends} block sends per step")
+            close(gib(ring.group(1)), kv_sends * kv_elements * 2 + sum_sends * kv_elements * 4,
+                  f"C {context}: ring bytes per step", rel=0.005)
     for context in (2, 4):
         r = activations[1] / activations[context]
         check(0.95 * context < r <= 1.0 * context,
