@@ -259,7 +259,10 @@ def resumed_at(t, job):
 
 
 def preempt(t, cluster, launcher):
-    steps, every = 100, 10
+    # Steps enough that a loaded machine, where the test's polling falls
+    # behind the training, still kills the job well before its last step
+    # (at 100 a run once finished before the SIGTERM+SIGKILL reached it).
+    steps, every = 400, 10
     job = t.submit_job(cluster, launcher, steps, checkpoint_every=every)
     t.wait_step(cluster, job, 13)
     # SLURM's preemption: a job in the higher-priority partition needs the nodes.
@@ -307,6 +310,9 @@ def preempt(t, cluster, launcher):
           f"{last_step(t.run_dir)})", flush=True)
     info = cluster.wait_job(job, ("PENDING", "FAILED", "CANCELLED", "COMPLETED"), 60, "the killed job")
     killed_at, committed = last_step(t.run_dir), committed_step(t.run_dir)
+    if killed_at >= steps:
+        fail(f"the job trained all {steps} steps before the SIGTERM+SIGKILL reached it: nothing was killed "
+             "(the machine ran the test's polling too slowly for this many steps)")
     if info.get("JobState") != "PENDING":
         # What a preemption does next: requeue (the job is --requeue).
         cluster.run("scontrol", "requeue", job)
