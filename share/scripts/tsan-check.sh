@@ -10,15 +10,18 @@
 # and `offload all` on the simulated device (tests/support: the gradient
 # shards' copies to the host on the copy stream, the host stream's adds and
 # sums of squares, clip and AdamW, the copies back enqueued by the host
-# stream's worker), and offload optimizer with precision fp8. Fails on any
-# ThreadSanitizer report.
+# stream's worker), offload optimizer with precision fp8, and `parallel
+# tensor 2` at np 4 (the tensor group's collectives inside the units). Fails
+# on any ThreadSanitizer report.
 #
 #   share/scripts/tsan-check.sh                  the check (CI: .ci/run)
 #   share/scripts/tsan-check.sh --prove-it-fails the check must FAIL: for each
 #       FTRAIN_DEBUG_DROP_WAIT=gather|reduce|after (the engine drops one event
 #       wait) TSan must report a data race, and for FTRAIN_DEBUG_DROP_WAIT=offload
 #       (the host adds a gradient shard without waiting for its copy) on the
-#       offload optimizer run; exits 0 only if it did every time
+#       offload optimizer run, and for FTRAIN_DEBUG_DROP_WAIT=tensor (a unit
+#       reads a tensor-group collective's output without waiting for it) on
+#       the tensor-parallel run; exits 0 only if it did every time
 #
 # Environment: FTRAIN_TSAN_BUILD_DIR (default build-tsan), FTRAIN_JOBS.
 # OpenBLAS is not instrumented and its own threads would report inside it:
@@ -109,6 +112,29 @@ run_offload() {
   REPORTS=$reports
 }
 
+# ftrain with `parallel tensor 2` (tensor 2 x data 2, np 4) on asynchronous
+# host streams, activation checkpointing on: the tensor group's collectives
+# inside the units, ordered by the compute stream's events; returns the
+# number of reports. $1: a label for the log files.
+printf 'device host\ninclude %s\nhost_streams async\nparallel tensor 2\n' "$ROOT/tests/regression/decks/tiny.in" \
+  >"$WORK/tensor.in"
+run_tensor_parallel() {
+  local label="$1"
+  local rc=0
+  TSAN_OPTIONS="$(tsan_options "$label")" "${MPIRUN[@]}" -np 4 -x TSAN_OPTIONS -x FTRAIN_PLUGIN_PATH \
+    -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS -x FTRAIN_DEBUG_DROP_WAIT \
+    "$BUILD/bin/ftrain" -var data_dir "$WORK" -var run_dir "$WORK/$label" -var max_steps 5 -var micro 4 \
+    -var checkpointing on "$WORK/tensor.in" >"$LOG_DIR/$label.out" 2>&1 || rc=$?
+  local reports
+  reports=$(cat "$LOG_DIR/$label".[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer" || true)
+  echo "$label (parallel tensor 2, host_streams async, np 4): exit $rc, ThreadSanitizer reports: $reports" >&2
+  if [[ "$reports" -eq 0 && "$rc" -ne 0 ]]; then
+    tail -40 "$LOG_DIR/$label.out" >&2
+    return 255
+  fi
+  REPORTS=$reports
+}
+
 if [[ "$MODE" == "--prove-it-fails" ]]; then
   failed=0
   REPORTS=0
@@ -124,6 +150,16 @@ if [[ "$MODE" == "--prove-it-fails" ]]; then
       failed=1
     fi
   done
+  # tensor: a unit reads a tensor-group collective's output before it landed.
+  REPORTS=0
+  FTRAIN_DEBUG_DROP_WAIT=tensor run_tensor_parallel drop_tensor || true
+  races=$(cat "$LOG_DIR"/drop_tensor.[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer: data race" || true)
+  if [[ "$REPORTS" -gt 0 && "$races" -gt 0 ]]; then
+    echo "FTRAIN_DEBUG_DROP_WAIT=tensor: ThreadSanitizer reported the race (as it must)" >&2
+  else
+    echo "FTRAIN_DEBUG_DROP_WAIT=tensor: NO ThreadSanitizer report: the check cannot see this missing wait" >&2
+    failed=1
+  fi
   for wait in gather reduce after; do
     REPORTS=0
     FTRAIN_DEBUG_DROP_WAIT=$wait run_engine_test "drop_$wait" || true
@@ -167,6 +203,10 @@ done
 # precision fp8: the FP8 all-gather of the device's compute-dtype shard.
 REPORTS=0
 run_offload offload_optimizer_fp8 optimizer fp8 || status=1
+[[ "$REPORTS" -eq 0 ]] || status=1
+
+REPORTS=0
+run_tensor_parallel tensor_parallel || status=1
 [[ "$REPORTS" -eq 0 ]] || status=1
 
 if [[ $status -ne 0 ]]; then

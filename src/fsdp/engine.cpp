@@ -39,8 +39,9 @@ DroppedWait dropped_wait_from_environment() {
   else if (s == "reduce") d = DroppedWait::reduce;
   else if (s == "after") d = DroppedWait::after;
   else if (s == "offload") d = DroppedWait::offload;
+  else if (s == "tensor") d = DroppedWait::tensor;
   else FT_USER_ERROR() << "environment variable FTRAIN_DEBUG_DROP_WAIT='" << s
-                       << "': expected gather, reduce, after or offload";
+                       << "': expected gather, reduce, after, offload or tensor";
   static bool noted = false;
   if (!noted) {
     noted = true;
@@ -151,6 +152,7 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
         << " with fsdp offload, lora or precision fp8 (the deck refuses these)";
     if (grid_.tensor_size() > 1) model_.split_for_tensor_parallel(grid_.tensor_size());
     model_groups_ = make_model_parallel_groups(collectives(), grid_);
+    if (dropped_wait_ == DroppedWait::tensor && model_groups_.tensor) model_groups_.tensor->drop_stream_wait_for_test();
     model_parallel_ = model_groups_.view();
     ctx_.parallel = &model_parallel_;
   }

@@ -158,7 +158,9 @@ DType frozen_base_dtype(const FsdpOptions& o);
 //           that wrote the gradient
 //   offload (offload on a device) the host stream no longer waits for a
 //           reduced gradient shard's copy to the host before adding it
-enum class DroppedWait : std::uint8_t { none, gather, reduce, after, offload };
+//   tensor  (parallel tensor T) the compute stream no longer waits for the
+//           tensor group's collectives inside the units
+enum class DroppedWait : std::uint8_t { none, gather, reduce, after, offload, tensor };
 DroppedWait dropped_wait_from_environment();
 
 using optim::AdamWHyper;

@@ -10,7 +10,7 @@ CommunicatorGroup::CommunicatorGroup(std::unique_ptr<Communicator> comm, std::st
 }
 
 void CommunicatorGroup::ordered(ExecutionContext& ctx, Request request) {
-  ctx.compute().wait(request.completion());
+  if (!drop_stream_wait_) ctx.compute().wait(request.completion());
   std::lock_guard<std::mutex> lock(mutex_);
   issued_.push_back(std::move(request));
 }

@@ -32,6 +32,10 @@ class CommunicatorGroup final : public ParallelGroup {
 
   // Waits for every collective issued so far; rethrows the first failure.
   void drain();
+  // Test and proof only (FTRAIN_DEBUG_DROP_WAIT=tensor): the compute stream
+  // no longer waits for the group's collectives, a race ThreadSanitizer must
+  // report (share/scripts/tsan-check.sh --prove-it-fails).
+  void drop_stream_wait_for_test() { drop_stream_wait_ = true; }
   Communicator& communicator() { return *comm_; }
 
  private:
@@ -41,6 +45,7 @@ class CommunicatorGroup final : public ParallelGroup {
   std::string name_;
   std::mutex mutex_;
   std::vector<Request> issued_;
+  bool drop_stream_wait_ = false;
 };
 
 // A rank's groups for `grid`, split from `world` (collective over world:
