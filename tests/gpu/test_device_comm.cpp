@@ -146,6 +146,26 @@ TEST_P(DeviceComm_, AllGatherVConcatenatesVariableCountsInRankOrder) {
       ASSERT_EQ(g[at], value_of(q, j)) << "from rank " << q << " element " << j << " on " << comm_->describe();
 }
 
+// The context ring's step (ring attention): each rank sends to the next and
+// receives from the previous in one exchange (NCCL: ncclSend + ncclRecv in
+// one group; at np 1 a rank's ring is itself).
+TEST_P(DeviceComm_, SendRecvShiftsAroundTheRing) {
+  const DType dt = GetParam();
+  const int size = comm_->size(), rank = comm_->rank();
+  const int next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  for (std::int64_t n : {1, 7, 1000}) {
+    std::vector<float> mine(static_cast<std::size_t>(n));
+    for (std::int64_t j = 0; j < n; ++j) mine[static_cast<std::size_t>(j)] = value_of(rank, j);
+    Tensor send = on_device(mine, dt), recv = on_device(std::vector<float>(mine.size(), -1), dt);
+    comm_->send_recv(send, next, recv, previous, uploaded()).wait();
+    ctx_->synchronize();
+    const auto got = on_host(recv);
+    for (std::int64_t j = 0; j < n; ++j)
+      ASSERT_EQ(got[static_cast<std::size_t>(j)], value_of(previous, j))
+          << "element " << j << " of " << n << " from rank " << previous << " on " << comm_->describe();
+  }
+}
+
 TEST_P(DeviceComm_, SplitIntoEvenAndOddRanks) {
   const DType dt = GetParam();
   auto sub = comm_->split(comm_->rank() % 2, comm_->rank());
