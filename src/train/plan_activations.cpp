@@ -12,17 +12,6 @@ namespace ftrain {
 
 namespace {
 
-// A config value as a number; 0 when absent or not a number.
-double number(const std::map<std::string, std::string>& config, const std::string& key) {
-  const auto it = config.find(key);
-  if (it == config.end()) return 0;
-  try {
-    return std::stod(it->second);
-  } catch (const std::exception&) {
-    return 0;
-  }
-}
-
 struct BlockShape {
   double layers = 0;
   double tokens = 0;        // per sample
@@ -44,11 +33,11 @@ BlockShape block_shape(const Model& model, const RunConfig& c) {
     // residual stream by the sequence split between the blocks).
     const double t = static_cast<double>(std::max<std::int64_t>(1, c.parallel.tensor));
     const double cp = static_cast<double>(std::max<std::int64_t>(1, c.parallel.context));
-    const double h = number(config, "hidden_size"), f = number(config, "intermediate_size");
-    const double heads = number(config, "num_attention_heads"), kv_heads = number(config, "num_key_value_heads");
-    const double head_dim = number(config, "head_dim"), vocab = number(config, "vocab_size");
+    const double h = config_number(config, "hidden_size"), f = config_number(config, "intermediate_size");
+    const double heads = config_number(config, "num_attention_heads"), kv_heads = config_number(config, "num_key_value_heads");
+    const double head_dim = config_number(config, "head_dim"), vocab = config_number(config, "vocab_size");
     const double q = heads * head_dim, kv = kv_heads * head_dim;
-    b.layers = number(config, "num_hidden_layers");
+    b.layers = config_number(config, "num_hidden_layers");
     b.tokens = static_cast<double>(c.batch.seq_len) / cp;
     b.block_elements = b.tokens * (3 * h + q + 2 * kv + q + 4 * f) / t;
     b.block_f32 = b.tokens * heads / t;
@@ -66,9 +55,9 @@ BlockShape block_shape(const Model& model, const RunConfig& c) {
       b.ring_f32 = b.tokens * (q + 6 * kv) / t;
     }
   } else if (model.architecture() == "vit") {
-    const double h = number(config, "embed_dim"), m = number(config, "mlp_dim"), heads = number(config, "num_heads");
-    b.layers = number(config, "depth");
-    b.tokens = number(config, "num_patches") + 1;  // + the class token
+    const double h = config_number(config, "embed_dim"), m = config_number(config, "mlp_dim"), heads = config_number(config, "num_heads");
+    b.layers = config_number(config, "depth");
+    b.tokens = config_number(config, "num_patches") + 1;  // + the class token
     b.block_elements = b.tokens * (8 * h + 2 * m);
     b.block_f32 = b.tokens * heads;
     b.input_elements = b.tokens * h;
@@ -77,6 +66,16 @@ BlockShape block_shape(const Model& model, const RunConfig& c) {
 }
 
 }  // namespace
+
+double config_number(const std::map<std::string, std::string>& config, const std::string& key) {
+  const auto it = config.find(key);
+  if (it == config.end()) return 0;
+  try {
+    return std::stod(it->second);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
 
 double checkpointed_layers(const RunConfig& c, double layers) {
   switch (c.activation_checkpointing) {

@@ -24,6 +24,7 @@
 // allocator's fragmentation (the fit report leaves room for them).
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "deck/config.hpp"
@@ -43,6 +44,10 @@ ActivationEstimate estimate_activations(const Model& model, const RunConfig& con
 
 // How many of `layers` blocks activation_checkpointing recomputes.
 double checkpointed_layers(const RunConfig& config, double layers);
+
+// A model config value (Model::config()) as a number; 0 when absent or not a
+// number (the estimates then say they do not know).
+double config_number(const std::map<std::string, std::string>& config, const std::string& key);
 
 // The plan's "activations" line (ends in a newline; "" when unknown).
 std::string format_activation_estimate(const ActivationEstimate& estimate, const RunConfig& config);

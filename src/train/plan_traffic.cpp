@@ -8,20 +8,6 @@
 
 namespace ftrain {
 
-namespace {
-
-double number(const std::map<std::string, std::string>& config, const std::string& key) {
-  const auto it = config.find(key);
-  if (it == config.end()) return 0;
-  try {
-    return std::stod(it->second);
-  } catch (const std::exception&) {
-    return 0;
-  }
-}
-
-}  // namespace
-
 void add_fsdp_traffic(StepTraffic& t, const FsdpOptions& o, const RunPlan& p, double micro_steps) {
   const double s = p.shard_group_size, replicas = static_cast<double>(p.fsdp_group_size) / s;
   const double param_bytes = static_cast<double>(dtype_size(o.param_dtype));
@@ -56,8 +42,8 @@ StepTraffic plan_traffic(const Model& model, const RunConfig& c, const FsdpOptio
   add_fsdp_traffic(t, o, p, micro_steps);
   if (model.architecture() != "llama" || (p.tensor <= 1 && p.context <= 1)) return t;
   const auto config = model.config();
-  const double layers = number(config, "num_hidden_layers"), hidden = number(config, "hidden_size");
-  const double kv = number(config, "num_key_value_heads") * number(config, "head_dim");
+  const double layers = config_number(config, "num_hidden_layers"), hidden = config_number(config, "hidden_size");
+  const double kv = config_number(config, "num_key_value_heads") * config_number(config, "head_dim");
   const double element = c.precision == deck::Precision::fp32 ? 4 : 2;
   const double tokens = static_cast<double>(c.batch.micro_batch) * static_cast<double>(c.batch.seq_len) / p.context;
   const double checkpointed = checkpointed_layers(c, layers);

@@ -79,30 +79,26 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) {
   });
 }
 
-void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
-  constexpr const char* op = "embedding_backward";
-  if (!dtable.defined()) return;  // a frozen table (op_list.hpp): there is no activation gradient to compute
-  const EmbeddingDims d = host_embedding(op, tokens, dtable, "dtable", dout, "dout");
-  check_tokens(op, tokens, d.vocab, dtable);
-  const std::int32_t* ids = static_cast<const std::int32_t*>(tokens.data());
+namespace {
 
-  // Rows grouped by token, each group in row order (stable: deterministic sums).
-  std::vector<std::int64_t> order(static_cast<std::size_t>(d.tokens));
-  std::iota(order.begin(), order.end(), std::int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [ids](std::int64_t a, std::int64_t b) { return ids[a] < ids[b]; });
+// dtable[ids[i] - first_row] += dout[i] for the rows i in `rows`, grouped by
+// token, each group summed in row order (stable: deterministic sums) and
+// added once.
+void add_rows_by_token(const char* label, const std::int32_t* ids, std::vector<std::int64_t> rows,
+                       std::int64_t first_row, std::int64_t width, const Tensor& dout, Tensor& dtable) {
+  std::stable_sort(rows.begin(), rows.end(), [ids](std::int64_t a, std::int64_t b) { return ids[a] < ids[b]; });
   std::vector<std::int64_t> group_start;
-  for (std::int64_t i = 0; i < d.tokens; ++i) {
-    if (i == 0 || ids[order[static_cast<std::size_t>(i)]] != ids[order[static_cast<std::size_t>(i - 1)]])
+  const auto kept = static_cast<std::int64_t>(rows.size());
+  for (std::int64_t i = 0; i < kept; ++i) {
+    if (i == 0 || ids[rows[static_cast<std::size_t>(i)]] != ids[rows[static_cast<std::size_t>(i - 1)]])
       group_start.push_back(i);
   }
-  group_start.push_back(d.tokens);
-
-  const std::int64_t* sorted = order.data();
+  group_start.push_back(kept);
+  const std::int64_t* sorted = rows.data();
   const std::int64_t* starts = group_start.data();
   const std::int64_t groups = static_cast<std::int64_t>(group_start.size()) - 1;
-  const std::int64_t width = d.width;
   const Tensor tdout = dout, tdtable = dtable;
-  Kokkos::parallel_for("ftrain::embedding::backward", HostPolicy(0, groups), [=](std::int64_t g) {
+  Kokkos::parallel_for(label, HostPolicy(0, groups), [=](std::int64_t g) {
     float* sum = spans::thread_scratch(0, width);
     std::fill(sum, sum + width, 0.0f);
     float* widened = spans::thread_scratch(1, width);
@@ -110,9 +106,22 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable
       const float* row = spans::read_f32(tdout, sorted[k] * width, width, widened);
       for (std::int64_t j = 0; j < width; ++j) sum[j] += row[j];
     }
-    const std::int64_t token = ids[sorted[starts[g]]];
+    const std::int64_t token = ids[sorted[starts[g]]] - first_row;
     spans::accumulate_f32(tdtable, token * width, width, sum);
   });
+}
+
+}  // namespace
+
+void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
+  constexpr const char* op = "embedding_backward";
+  if (!dtable.defined()) return;  // a frozen table (op_list.hpp): there is no activation gradient to compute
+  const EmbeddingDims d = host_embedding(op, tokens, dtable, "dtable", dout, "dout");
+  check_tokens(op, tokens, d.vocab, dtable);
+  const std::int32_t* ids = static_cast<const std::int32_t*>(tokens.data());
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(d.tokens));
+  std::iota(rows.begin(), rows.end(), std::int64_t{0});
+  add_rows_by_token("ftrain::embedding::backward", ids, std::move(rows), 0, d.width, dout, dtable);
 }
 
 }  // namespace ftrain::host
@@ -147,36 +156,13 @@ void embedding_backward_rows(const Tensor& tokens, const Tensor& dout, std::int6
   if (!dtable.defined()) return;
   const EmbeddingDims d = host_embedding(op, tokens, dtable, "dtable", dout, "dout");
   const std::int32_t* ids = static_cast<const std::int32_t*>(tokens.data());
-  // This slice's rows only, grouped by token in row order (embedding_backward's sums).
-  std::vector<std::int64_t> order;
+  // This slice's rows only, summed as embedding_backward sums them.
+  std::vector<std::int64_t> rows;
   for (std::int64_t i = 0; i < d.tokens; ++i) {
     const std::int64_t local = static_cast<std::int64_t>(ids[i]) - first_row;
-    if (local >= 0 && local < d.vocab) order.push_back(i);
+    if (local >= 0 && local < d.vocab) rows.push_back(i);
   }
-  std::stable_sort(order.begin(), order.end(), [ids](std::int64_t a, std::int64_t b) { return ids[a] < ids[b]; });
-  std::vector<std::int64_t> group_start;
-  const auto kept = static_cast<std::int64_t>(order.size());
-  for (std::int64_t i = 0; i < kept; ++i) {
-    if (i == 0 || ids[order[static_cast<std::size_t>(i)]] != ids[order[static_cast<std::size_t>(i - 1)]])
-      group_start.push_back(i);
-  }
-  group_start.push_back(kept);
-  const std::int64_t* sorted = order.data();
-  const std::int64_t* starts = group_start.data();
-  const std::int64_t groups = static_cast<std::int64_t>(group_start.size()) - 1;
-  const std::int64_t width = d.width;
-  const Tensor tdout = dout, tdtable = dtable;
-  Kokkos::parallel_for("ftrain::embedding::backward_rows", HostPolicy(0, groups), [=](std::int64_t g) {
-    float* sum = spans::thread_scratch(0, width);
-    std::fill(sum, sum + width, 0.0f);
-    float* widened = spans::thread_scratch(1, width);
-    for (std::int64_t k = starts[g]; k < starts[g + 1]; ++k) {
-      const float* row = spans::read_f32(tdout, sorted[k] * width, width, widened);
-      for (std::int64_t j = 0; j < width; ++j) sum[j] += row[j];
-    }
-    const std::int64_t token = ids[sorted[starts[g]]] - first_row;
-    spans::accumulate_f32(tdtable, token * width, width, sum);
-  });
+  add_rows_by_token("ftrain::embedding::backward_rows", ids, std::move(rows), first_row, d.width, dout, dtable);
 }
 
 }  // namespace ftrain::host
