@@ -407,6 +407,29 @@ void load_fp8_state(FsdpEngine& engine, OldShardFile& first, LoadedInfo& info) {
   }
 }
 
+namespace {
+
+// Zeroed host buffers a load reads a flat's f32 state (master, exp_avg,
+// exp_avg_sq) into: the shards themselves on the host, else host copies that
+// copy_tensor moves to the training device once read.
+class StateLoadBuffers {
+ public:
+  StateLoadBuffers(Tensor* const (&state)[3], std::int64_t shard_numel) {
+    for (int t = 0; t < 3; ++t) {
+      host_[t] = state[t]->device() == Device::host
+                     ? *state[t]
+                     : Tensor::empty(state[t]->shape(), DType::f32, Device::host, state[t]->name() + ".load");
+      std::fill(host_[t].data_as<float>(), host_[t].data_as<float>() + shard_numel, 0.0f);
+    }
+  }
+  Tensor& operator[](int t) { return host_[t]; }
+
+ private:
+  Tensor host_[3];
+};
+
+}  // namespace
+
 // One rank's part of a load; throws on this rank only (load_sharded agrees).
 // A checkpoint written at parallel tensor T_old loaded at another T: every
 // element of this rank's shard is found through the full tensor (its
@@ -441,13 +464,8 @@ void load_across_tensor_parallel(FlatParameter& flat, const std::string& unit_pa
     olds.push_back({o.at("offset").get<std::int64_t>(), split_dim});
   }
   Tensor* state[3] = {&flat.master, &flat.exp_avg, &flat.exp_avg_sq};
-  Tensor host[3];
-  for (int t = 0; t < 3; ++t)
-    host[t] = state[t]->device() == Device::host
-                  ? *state[t]
-                  : Tensor::empty(state[t]->shape(), DType::f32, Device::host, state[t]->name() + ".load");
+  StateLoadBuffers host(state, flat.shard_numel());
   float* dst[3] = {host[0].data_as<float>(), host[1].data_as<float>(), host[2].data_as<float>()};
-  for (float* d : dst) std::fill(d, d + flat.shard_numel(), 0.0f);
   static const char* kNames[3] = {"master", "exp_avg", "exp_avg_sq"};
   flat.for_each_shard_piece([&](int e, std::int64_t first, std::int64_t count, std::int64_t at) {
     const FlatEntry& entry = entries[static_cast<std::size_t>(e)];
@@ -569,16 +587,9 @@ static LoadedInfo load_sharded_local(FsdpEngine& engine, const std::string& step
     // New shard range [lo, hi) of the flat buffer; only [0, numel) holds data.
     const std::int64_t lo = flat.shard_offset();
     const std::int64_t hi = std::min(flat.shard_offset() + flat.shard_numel(), flat.numel());
-    // Host buffers (the shards themselves on the host), copied to the
-    // training device once read.
     Tensor* state[3] = {&flat.master, &flat.exp_avg, &flat.exp_avg_sq};
-    Tensor host[3];
-    for (int t = 0; t < 3; ++t)
-      host[t] = state[t]->device() == Device::host
-                    ? *state[t]
-                    : Tensor::empty(state[t]->shape(), DType::f32, Device::host, state[t]->name() + ".load");
+    StateLoadBuffers host(state, flat.shard_numel());
     float* dst[3] = {host[0].data_as<float>(), host[1].data_as<float>(), host[2].data_as<float>()};
-    for (float* d : dst) std::fill(d, d + flat.shard_numel(), 0.0f);
     static const char* kNames[3] = {"master", "exp_avg", "exp_avg_sq"};
     for (std::int64_t pos = lo; pos < hi;) {
       const int shard = static_cast<int>(pos / old.shard_numel);

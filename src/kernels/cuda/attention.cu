@@ -19,13 +19,6 @@ namespace ftrain::cuda {
 
 namespace {
 
-__device__ __forceinline__ float row_dot(FloatSpan a, std::int64_t a_row, FloatSpan b, std::int64_t b_row,
-                                         std::int64_t n) {
-  float acc = 0.0f;
-  for (std::int64_t d = 0; d < n; ++d) acc += load_f32(a, a_row + d) * load_f32(b, b_row + d);
-  return acc;
-}
-
 constexpr std::int64_t kTile = 32;
 
 // Calls visit(j) for each key j < end visible to `query`, in index order,

@@ -14,13 +14,6 @@ namespace ftrain::cuda {
 
 namespace {
 
-__device__ __forceinline__ float row_dot(FloatSpan a, std::int64_t a_row, FloatSpan b, std::int64_t b_row,
-                                         std::int64_t n) {
-  float acc = 0.0f;
-  for (std::int64_t d = 0; d < n; ++d) acc += load_f32(a, a_row + d) * load_f32(b, b_row + d);
-  return acc;
-}
-
 struct Tokens {
   const std::int32_t* positions;
   const std::int32_t* documents;  // null: no document mask

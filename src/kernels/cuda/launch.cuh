@@ -34,6 +34,15 @@ __device__ __forceinline__ void store_f32(FloatSpan s, std::int64_t i, float v) 
   }
 }
 
+// sum over d < n of a[a_row + d] * b[b_row + d], in f32 in order of d (the
+// reference attention kernels' dot products).
+__device__ __forceinline__ float row_dot(FloatSpan a, std::int64_t a_row, FloatSpan b, std::int64_t b_row,
+                                         std::int64_t n) {
+  float acc = 0.0f;
+  for (std::int64_t d = 0; d < n; ++d) acc += load_f32(a, a_row + d) * load_f32(b, b_row + d);
+  return acc;
+}
+
 template <class Body>
 __global__ void grid_stride_kernel(std::int64_t n, Body body) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
