@@ -34,6 +34,7 @@
 #include "base/error.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/rope_frequencies.hpp"
+#include "layers/context_parallel_attention.hpp"
 #include "layers/linear.hpp"
 #include "layers/lora.hpp"
 
@@ -115,6 +116,18 @@ ParallelGroup& tensor_group(const StepContext& ctx, const std::string& unit) {
   FT_CHECK(ctx.parallel != nullptr && ctx.parallel->tensor != nullptr)
       << "unit " << unit << " was split for tensor parallelism but its step has no tensor group";
   return *ctx.parallel->tensor;
+}
+
+// Context parallelism (use_context_parallel): a batch holds this rank's
+// chunks of each window and attention runs as a ring over the context
+// group, causal by Batch::sequence_index (layers/context_parallel_attention.hpp).
+// Everything else in the model works token by token and needs no change.
+ParallelGroup& context_group(const StepContext& ctx, const std::string& unit, const Batch& batch) {
+  FT_CHECK(ctx.parallel != nullptr && ctx.parallel->context != nullptr)
+      << "unit " << unit << " runs context-parallel attention but its step has no context group";
+  FT_CHECK(batch.sequence_index.defined())
+      << "unit " << unit << ": a context-parallel batch without sequence_index (the tokens' places in the window)";
+  return *ctx.parallel->context;
 }
 
 // Sequence parallelism (Megatron's, with tensor parallelism): between the
@@ -225,9 +238,11 @@ class EmbeddingUnit final : public Unit {
 
 class DecoderLayerUnit final : public Unit {
  public:
-  DecoderLayerUnit(const LlamaConfig& c, int layer, const Tensor& inv_freq, std::int64_t tensor_size)
+  DecoderLayerUnit(const LlamaConfig& c, int layer, const Tensor& inv_freq, std::int64_t tensor_size,
+                   const int& context_size)
       : config_(c),
         tensor_size_(tensor_size),
+        context_size_(context_size),
         prefix_("model.layers." + std::to_string(layer)),
         inv_freq_(inv_freq),
         linears_(projection_names(prefix_)) {}
@@ -295,8 +310,13 @@ class DecoderLayerUnit final : public Unit {
 
     Tensor attn = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor lse = f32_tensor(ctx, {d.b, d.hq, d.t});
-    ops::attention_forward(ctx.execution(), q4, k4, v4, /*causal=*/true, documents_of(batch), softmax_scale(), attn,
-                           lse);
+    if (context_size_ > 1)
+      layers::context_parallel_attention_forward(ctx.execution(), context_group(ctx, prefix_, batch), q4, k4, v4,
+                                                 batch.sequence_index, documents_of(batch), /*causal=*/true,
+                                                 softmax_scale(), attn, lse);
+    else
+      ops::attention_forward(ctx.execution(), q4, k4, v4, /*causal=*/true, documents_of(batch), softmax_scale(), attn,
+                             lse);
 
     Tensor o = activation(ctx, {d.n, d.c});
     linear_forward(ctx, kO, attn.reshape({d.n, d.hq * d.hd}), p[kO], o);
@@ -377,8 +397,13 @@ class DecoderLayerUnit final : public Unit {
     Tensor dq = activation(ctx, {d.b, d.t, d.hq, d.hd});
     Tensor dk = activation(ctx, {d.b, d.t, d.hkv, d.hd});
     Tensor dv = activation(ctx, {d.b, d.t, d.hkv, d.hd});
-    ops::attention_backward(ctx.execution(), s[kQRot], s[kKRot], s[kVal], s[kAttn], s[kLse], dattn, /*causal=*/true,
-                            documents_of(batch), softmax_scale(), dq, dk, dv);
+    if (context_size_ > 1)
+      layers::context_parallel_attention_backward(ctx.execution(), context_group(ctx, prefix_, batch), s[kQRot],
+                                                  s[kKRot], s[kVal], s[kAttn], s[kLse], dattn, batch.sequence_index,
+                                                  documents_of(batch), /*causal=*/true, softmax_scale(), dq, dk, dv);
+    else
+      ops::attention_backward(ctx.execution(), s[kQRot], s[kKRot], s[kVal], s[kAttn], s[kLse], dattn,
+                              /*causal=*/true, documents_of(batch), softmax_scale(), dq, dk, dv);
     ops::rope_backward(ctx.execution(), dq, inv_freq(ctx), batch.position_offset, positions_of(batch), dq);
     ops::rope_backward(ctx.execution(), dk, inv_freq(ctx), batch.position_offset, positions_of(batch), dk);
 
@@ -473,6 +498,7 @@ class DecoderLayerUnit final : public Unit {
 
   LlamaConfig config_;
   std::int64_t tensor_size_;
+  const int& context_size_;  // the model's: set by use_context_parallel
   std::string prefix_;
   Tensor inv_freq_;
   layers::LinearLayers linears_;  // the projections, indexed by Param; FP8 under precision fp8
@@ -604,7 +630,7 @@ void LlamaModel::make_units() {
   units_.clear();
   units_.push_back(std::make_unique<EmbeddingUnit>(config_, tensor_size_));
   for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
-    units_.push_back(std::make_unique<DecoderLayerUnit>(config_, layer, inv_freq_, tensor_size_));
+    units_.push_back(std::make_unique<DecoderLayerUnit>(config_, layer, inv_freq_, tensor_size_, context_size_));
   }
   units_.push_back(std::make_unique<HeadUnit>(config_, tensor_size_));
 }
@@ -625,6 +651,11 @@ void LlamaModel::split_for_tensor_parallel(int tensor_size) {
   require(c.vocab_size, "vocab_size (the vocabulary-parallel embedding and head)");
   tensor_size_ = tensor_size;
   make_units();
+}
+
+void LlamaModel::use_context_parallel(int context_size) {
+  FT_CHECK(context_size >= 1) << "llama: parallel context " << context_size;
+  context_size_ = context_size;  // the decoder layers read it (the ring, or one rank's attention)
 }
 
 LlamaModel::~LlamaModel() = default;

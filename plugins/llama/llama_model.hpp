@@ -16,6 +16,9 @@
 // parallel tensor T (split_for_tensor_parallel): each unit declares its
 // tensor rank's slices (Megatron's layout, llama_model.cpp) and the stream
 // between units is that rank's N / T token rows (sequence parallelism).
+// parallel context C (use_context_parallel): each batch holds this rank's
+// chunks of the windows and the decoder layers' attention runs as a ring
+// over the context group (layers/context_parallel_attention.hpp).
 //
 // Activations are [N, C] rows (N = batch * sequence) in ctx.compute_dtype;
 // per-head tensors are the same buffers viewed as [B, T, H, D]. Activation
@@ -56,6 +59,8 @@ class LlamaModel final : public Model {
   // intermediate columns and vocabulary rows divided by T, refused naming the
   // count that T does not divide.
   void split_for_tensor_parallel(int tensor_size) override;
+  // Ring attention over the context group in every decoder layer.
+  void use_context_parallel(int context_size) override;
 
   const LlamaConfig& llama_config() const { return config_; }
 
@@ -65,6 +70,7 @@ class LlamaModel final : public Model {
 
   Tensor inv_freq_;  // f32 [D/2] on the host, shared by every layer's rope
   int tensor_size_ = 1;
+  int context_size_ = 1;
   std::vector<std::unique_ptr<Unit>> units_;
 };
 

@@ -24,6 +24,11 @@ struct Batch {
   // document of a packed window begins (`document_mask on`, `positions
   // restart`). Undefined: token t is at position_offset + t.
   Tensor positions;
+  // parallel context C: i32 [B, T/C] index in the whole window of each token
+  // this rank holds (layers/context_parallel_attention.hpp cuts the batch):
+  // the causal mask's order, which RoPE's restarted positions are not.
+  // Undefined without context parallelism.
+  Tensor sequence_index;
   // Index of inputs' first sample in the run's sample order (step * global
   // batch + its place in the step): keys LoRA's dropout mask, so the mask of
   // a sample does not depend on the rank or micro-batch that computes it.

@@ -16,6 +16,7 @@
 #include "kernels/adamw_chunks.hpp"
 #include "kernels/ops.hpp"
 #include "fsdp/non_finite.hpp"
+#include "layers/context_parallel_attention.hpp"
 #include "layers/lora_adapters.hpp"
 
 namespace ftrain {
@@ -151,6 +152,7 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
         << "parallel tensor " << grid_.tensor_size() << " context " << grid_.context_size()
         << " with fsdp offload, lora or precision fp8 (the deck refuses these)";
     if (grid_.tensor_size() > 1) model_.split_for_tensor_parallel(grid_.tensor_size());
+    if (grid_.context_size() > 1) model_.use_context_parallel(grid_.context_size());
     model_groups_ = make_model_parallel_groups(collectives(), grid_);
     if (dropped_wait_ == DroppedWait::tensor && model_groups_.tensor) model_groups_.tensor->drop_stream_wait_for_test();
     model_parallel_ = model_groups_.view();
@@ -820,13 +822,19 @@ void FsdpEngine::drain() {
 
 // The batch on the training device: the data loader makes it on the host
 // (the trainer counts its target tokens there); units read it with ops only.
-Batch FsdpEngine::on_device(const Batch& batch) const {
+// parallel context C: every rank of a data index is given the same whole
+// windows and keeps its own chunks of them (causal load balancing).
+Batch FsdpEngine::on_device(const Batch& whole) const {
+  const Batch batch = grid_.context_size() > 1 ? layers::context_parallel_batch(whole, grid_.context_size(),
+                                                                                 model_parallel_.context_rank())
+                                               : whole;
   if (exec_.device() == Device::host) return batch;
   Batch out = batch;
   if (batch.inputs.defined()) out.inputs = to_device(batch.inputs, exec_.device());
   if (batch.targets.defined()) out.targets = to_device(batch.targets, exec_.device());
   if (batch.documents.defined()) out.documents = to_device(batch.documents, exec_.device());
   if (batch.positions.defined()) out.positions = to_device(batch.positions, exec_.device());
+  if (batch.sequence_index.defined()) out.sequence_index = to_device(batch.sequence_index, exec_.device());
   return out;
 }
 

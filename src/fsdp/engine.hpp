@@ -220,6 +220,10 @@ class FsdpEngine {
   // sync_gradients = false (no_sync, strategies that allow it): this
   // micro-step's gradients stay unsharded and unreduced; the next call with
   // true reduces the sum. Ignored (always reduced) where no_sync is off.
+  // parallel tensor/context: every rank of a data index passes the same whole
+  // windows; at context C > 1 a rank keeps its chunks of them
+  // (layers::context_parallel_batch), and its loss sum is of those tokens
+  // only: the context ranks' sums add to the data index's.
   void forward_backward(const Batch& batch, float loss_scale, bool sync_gradients = true);
   // Forward only (evaluation); the loss sum stays on the device (eval_loss).
   void forward_only(const Batch& batch);

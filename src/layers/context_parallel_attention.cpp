@@ -51,6 +51,20 @@ Tensor context_parallel_slice(const Tensor& batch, int ranks, int rank) {
   return out;
 }
 
+Batch context_parallel_batch(const Batch& whole, int ranks, int rank) {
+  FT_CHECK(whole.inputs.defined() && whole.inputs.ndim() == 2 && whole.inputs.dtype() == DType::i32)
+      << "parallel context " << ranks << " splits token windows [B, T]; the batch's inputs are "
+      << whole.inputs.describe();
+  Batch mine = whole;
+  mine.inputs = context_parallel_slice(whole.inputs, ranks, rank);
+  if (whole.targets.defined()) mine.targets = context_parallel_slice(whole.targets, ranks, rank);
+  if (whole.documents.defined()) mine.documents = context_parallel_slice(whole.documents, ranks, rank);
+  mine.sequence_index = context_parallel_positions(whole.inputs.dim(0), whole.inputs.dim(1), ranks, rank);
+  mine.positions = whole.positions.defined() ? context_parallel_slice(whole.positions, ranks, rank)
+                                             : mine.sequence_index;
+  return mine;
+}
+
 namespace {
 
 constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/tensor.hpp"
+#include "data/batch.hpp"
 #include "plugin/parallel_group.hpp"
 #include "runtime/execution_context.hpp"
 
@@ -51,6 +52,14 @@ Tensor context_parallel_positions(std::int64_t batch, std::int64_t seq, int rank
 // group. Throws naming the tensor when it is not host memory or T does not
 // split.
 Tensor context_parallel_slice(const Tensor& batch, int ranks, int rank);
+
+// The batch context rank `rank` of `ranks` computes, from its data index's
+// whole host batch [B, T]: inputs, targets, documents and positions cut
+// with context_parallel_slice; sequence_index set to the tokens' indices
+// in the window; positions (RoPE's, position_offset added by the ops) set
+// to the same indices where the whole batch had none, so every token keeps
+// the rotation it has in the whole window. A token batch only.
+Batch context_parallel_batch(const Batch& whole, int ranks, int rank);
 
 // The attention of this rank's queries over the whole sequence.
 // q[B, Tl, Hq, D], k, v[B, Tl, Hkv, D]: this rank's tokens (Tl = T / C, the

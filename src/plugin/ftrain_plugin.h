@@ -45,8 +45,11 @@ extern "C" {
  *      ParamSpec::tensor_split_dim and full_shape (a tensor rank's slice of
  *      a Hugging Face tensor) and Model::split_for_tensor_parallel;
  *      Tensor::pinned_host, and the pinned-host members appended to
- *      DeviceAllocator and AllocatorStats (runtime/allocator.hpp). */
-#define FTRAIN_PLUGIN_ABI_VERSION 7
+ *      DeviceAllocator and AllocatorStats (runtime/allocator.hpp).
+ *   8  Batch::sequence_index (each token's index in the whole window when
+ *      the sequence is split over a context group) and
+ *      Model::use_context_parallel (parallel context C). */
+#define FTRAIN_PLUGIN_ABI_VERSION 8
 #define FTRAIN_PLUGIN_ENTRY_SYMBOL "ftrain_plugin_entry"
 
 typedef struct ftrain_kv {

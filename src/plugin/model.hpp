@@ -179,6 +179,17 @@ class Model {
     FT_USER_ERROR() << "model '" << architecture() << "' has no tensor parallelism: parallel tensor " << tensor_size
                     << " needs a model that splits its layers (llama does); use parallel tensor 1";
   }
+  // parallel context C: called once, before training, with C > 1. Each
+  // batch then holds this rank's 2 chunks of every sample's window
+  // (Batch::sequence_index says which tokens), and the model's attention
+  // must see the whole window: layers/context_parallel_attention.hpp's
+  // ring over StepContext::parallel->context. Token-wise layers need no
+  // change. A model whose attention cannot do that refuses (the default).
+  virtual void use_context_parallel(int context_size) {
+    FT_USER_ERROR() << "model '" << architecture() << "' has no context parallelism: parallel context "
+                    << context_size << " needs a model whose attention runs as a ring over the context group "
+                    << "(llama's does); use parallel context 1";
+  }
 };
 
 }  // namespace ftrain

@@ -1,5 +1,6 @@
-// What `parallel tensor T` trains with, checked before anything is built:
-// every refusal names the parallel line and the line it clashes with.
+// What `parallel tensor T context C` trains with, checked before anything
+// is built: every refusal names the parallel line and the line it clashes
+// with.
 #pragma once
 
 #include "base/device.hpp"
@@ -9,10 +10,16 @@
 
 namespace ftrain {
 
-// Refuses what tensor parallelism does not train yet (context parallelism,
-// a device backend, precision fp8, LoRA, offload) and a model or a head
+// Refuses what tensor parallelism does not train yet (a device backend,
+// precision fp8, LoRA, offload) and a model or a head
 // count it cannot split; then splits `model` into this rank's slices
 // (Model::split_for_tensor_parallel). Nothing happens for T = 1.
 void check_tensor_parallel(const RunConfig& c, const FsdpOptions& fsdp, Device device, Model& model);
+
+// Refuses what context parallelism does not train yet (precision fp8, LoRA,
+// offload) and a model without it (Model::use_context_parallel); the
+// sequence length is the plan's check (parallel_layout.hpp). Nothing
+// happens for C = 1.
+void check_context_parallel(const RunConfig& c, const FsdpOptions& fsdp, Model& model);
 
 }  // namespace ftrain

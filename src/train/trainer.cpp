@@ -161,11 +161,6 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
                            c.parallel.where.str());
     s.fsdp.tensor_parallel = grid.tensor_size();
     s.fsdp.context_parallel = grid.context_size();
-    // --check plans any grid; training context parallelism is not built yet.
-    if (grid.context_size() > 1 && !s.options.check_only)
-      FT_USER_ERROR() << c.parallel.where.str() << ": parallel context " << c.parallel.context
-                      << ": training with context parallelism is not implemented yet (ftrain --check plans it); use "
-                      << "parallel context 1";
   });
   problems.check([&] { resolve_schedule(c); });
   problems.check([&] {
@@ -175,6 +170,7 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
   // After the plan, which plans the whole model: this splits it into the rank's slices.
   if (fsdp_ok && !s.options.check_only)
     problems.check([&] { check_tensor_parallel(c, s.fsdp, s.device_choice.device, *s.model); });
+  if (fsdp_ok && !s.options.check_only) problems.check([&] { check_context_parallel(c, s.fsdp, *s.model); });
 }
 
 // A rank bound to n CPUs (mpirun PE=n, srun --cpus-per-task) runs n
@@ -420,8 +416,8 @@ class TrainingLoop {
       Batch& b = micro_batches_[static_cast<std::size_t>(a)];
       s_.train_data->fill_batch(step, (rank * accum + a) * micro, micro, b);
       b.first_sample = step * s_.plan.global_batch + (rank * accum + a) * micro;  // LoRA dropout's key
-      if (counts_once()) local_targets += count_targets(b.targets);
-      if (b.documents.defined()) window_attended_pairs_ += document_attention_pairs(b.documents);
+      if (counts_batch()) local_targets += count_targets(b.targets);
+      if (counts_batch() && b.documents.defined()) window_attended_pairs_ += document_attention_pairs(b.documents);
     }
     const std::int64_t global_targets = s_.world.all_reduce_sum(local_targets);
     const float loss_scale = global_targets > 0 ? 1.0f / static_cast<float>(global_targets) : 0.0f;
@@ -445,13 +441,19 @@ class TrainingLoop {
     s_.engine->clip_and_step(hyper, c_.clip_grad_norm, step + 1);
   }
 
-  // The loss and token counts of a data index, counted by one of its ranks:
-  // the tensor ranks all hold the whole loss (the vocabulary-parallel cross
-  // entropy reduces it over them), so the others add 0.
-  bool counts_once() const { return s_.engine->model_parallel().tensor_rank() == 0; }
+  // A data index's batch (its target tokens, its documents' attention) is
+  // counted by one of its ranks: all T x C ranks are given the same windows.
+  bool counts_batch() const {
+    return s_.engine->model_parallel().tensor_rank() == 0 && s_.engine->model_parallel().context_rank() == 0;
+  }
+  // Its loss by one rank of each context index: the tensor ranks all hold
+  // their tokens' whole loss (the vocabulary-parallel cross entropy reduces
+  // it over them), so the others add 0; the context ranks each hold their
+  // own tokens' part.
+  bool holds_loss() const { return s_.engine->model_parallel().tensor_rank() == 0; }
   double local_train_loss() {
     const double loss = s_.engine->take_train_loss();
-    return counts_once() ? loss : 0.0;
+    return holds_loss() ? loss : 0.0;
   }
   // The step's mean loss, all-reduced: every rank reads at the same steps,
   // so the all-reduce is collective.
@@ -516,11 +518,11 @@ class TrainingLoop {
       const std::int64_t count = std::clamp<std::int64_t>(end - first, 0, micro);
       Batch b;
       s_.eval_data->fill_eval(first, count, micro, b);
-      if (counts_once()) tokens += count_targets(b.targets);
+      if (counts_batch()) tokens += count_targets(b.targets);
       s_.engine->forward_only(b);  // the loss sum stays on the device
     }
     const double eval_loss = s_.engine->take_eval_loss();
-    const double total = s_.world.all_reduce_sum(counts_once() ? eval_loss : 0.0);
+    const double total = s_.world.all_reduce_sum(holds_loss() ? eval_loss : 0.0);
     const std::int64_t total_tokens = s_.world.all_reduce_sum(tokens);
     const double mean = total / static_cast<double>(std::max<std::int64_t>(1, total_tokens));
     s_.out.say(eval_log_line(step, mean, total_tokens, s_.model->data_kind() == DataKind::images));

@@ -176,12 +176,12 @@ TEST(PluginLoader, AbiVersionMismatch) {
 // ABI 2 (issue 12: ops take an execution context) and later refuse plugins
 // built with the ABI 1 SDK, and tell how to rebuild them.
 TEST(PluginLoader, Abi1PluginIsRefused) {
-  static_assert(FTRAIN_PLUGIN_ABI_VERSION == 7, "update this test when the ABI version moves on");
+  static_assert(FTRAIN_PLUGIN_ABI_VERSION == 8, "update this test when the ABI version moves on");
   PluginLoader loader({kPluginDir});
   const std::string message = user_error_of([&] { loader.load("loader_test_abi1"); });
   EXPECT_NE(message.find(plugin_path("loader_test_abi1")), std::string::npos) << message;
   EXPECT_NE(message.find("built for plugin ABI version 1,"), std::string::npos) << message;
-  EXPECT_NE(message.find("this ftrain uses ABI version 7"), std::string::npos) << message;
+  EXPECT_NE(message.find("this ftrain uses ABI version 8"), std::string::npos) << message;
   EXPECT_NE(message.find("rebuild the plugin against this ftrain"), std::string::npos) << message;
   EXPECT_NE(message.find("find_package(ftrain)"), std::string::npos) << message;
   EXPECT_NE(message.find("share/doc/plugin-sdk.md"), std::string::npos) << message;
