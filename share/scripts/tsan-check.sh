@@ -214,7 +214,8 @@ run_offload offload_optimizer_fp8 optimizer fp8 || status=1
 
 # Each grid of `parallel tensor T context C` at np 4: global batch 8 = micro
 # x the data indices (2, 2, 1).
-for run in "tensor_parallel:tensor 2:4" "context_parallel:context 2:4" "tensor_context_parallel:tensor 2 context 2:8"; do
+for run in "tensor_parallel:tensor 2:4" "context_parallel:context 2:4" \
+  "tensor_context_parallel:tensor 2 context 2:8"; do
   IFS=: read -r label grid micro <<<"$run"
   REPORTS=0
   run_model_parallel "$label" "$grid" "$micro" || status=1
