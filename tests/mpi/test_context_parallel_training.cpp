@@ -13,11 +13,13 @@
 // untied embeddings, activation checkpointing (recomputation seen in the
 // counters), f32 and bf16, full_shard and hybrid_shard, asynchronous host
 // streams, packed windows with the document mask and restarted RoPE
-// positions, and the simulated device with the staged communicator.
+// positions, and the simulated device with the staged communicator; and
+// that every grid (context 4 too) holds the same model after init_random.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdlib>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -130,6 +132,25 @@ INSTANTIATE_TEST_SUITE_P(
         if (ch == ' ') ch = '_';
       return n;
     });
+
+// The model is the same at every grid, as full_tensors reads it: each FSDP
+// group (data x context ranks of one tensor index) holds its shards once.
+TEST(ContextParallelInit, EveryGridHoldsTheSameModel) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  if (world.size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  std::map<std::string, std::map<std::string, std::vector<float>>> by_grid;
+  for (const auto& [tensor, context] : {std::pair{1, 1}, {1, 2}, {2, 2}, {1, 4}}) {
+    auto model = gqa_llama(true);
+    FsdpOptions o;
+    o.tensor_parallel = tensor;
+    o.context_parallel = context;
+    FsdpEngine engine(*model, world, o);
+    engine.init_random(99);
+    by_grid["tensor " + std::to_string(tensor) + " context " + std::to_string(context)] = full_tensors(engine, world);
+  }
+  for (const auto& [grid, tensors] : by_grid)
+    EXPECT_EQ(tensors, by_grid.at("tensor 1 context 1")) << grid << " holds another model than FSDP 4";
+}
 
 // The document mask and the restarted positions matter to these windows:
 // without them the same tokens train other weights at context 2, so the
