@@ -1,7 +1,7 @@
-// parallel context 2 x FSDP 2 and tensor 2 x context 2 against pure FSDP on
-// the same 4 ranks: the losses of several steps, the clipped gradient norms
-// and every updated weight, gathered to full Hugging Face tensors, equal
-// within rounding.
+// parallel context 2 x FSDP 2, tensor 2 x context 2 and context 4 (a ring of
+// four, 2-token chunks) against pure FSDP on the same 4 ranks: the losses of
+// several steps, the clipped gradient norms and every updated weight,
+// gathered to full Hugging Face tensors, equal within rounding.
 //
 // The global batch is the same 4 windows of 16 tokens per step: pure FSDP
 // reads one per rank; at context 2 x FSDP 2 both context ranks of a data
@@ -92,7 +92,7 @@ class ContextParallel : public ::testing::TestWithParam<CpCase> {};
 
 TEST_P(ContextParallel, EqualsPureFsdpWithinRounding) {
   MpiCommunicator world(MPI_COMM_WORLD);
-  if (world.size() != 4) GTEST_SKIP() << "context 2 x FSDP 2 and tensor 2 x context 2 against FSDP 4 need 4 ranks";
+  if (world.size() != 4) GTEST_SKIP() << "the grids against FSDP 4 need 4 ranks";
   const CpCase setup = GetParam();
   if (setup.simulated_device)
     ASSERT_TRUE(simulated_device_loaded()) << "a CUDA backend other than the simulated device is loaded";
@@ -100,6 +100,7 @@ TEST_P(ContextParallel, EqualsPureFsdpWithinRounding) {
   const TrainResult fsdp = train(setup, 1, 1, world);
   const TrainResult context = train(setup, 1, 2, world);
   const TrainResult both = train(setup, 2, 2, world);
+  const TrainResult ring_of_four = train(setup, 1, 4, world);
   // f32: the ring merges the blocks' softmax by log-sum-exp and the context
   // ranks' gradients add in another order; bf16: activations are rounded to
   // bf16 (the tensor 2 x FSDP 2 test's tolerances; at tensor 2 x context 2
@@ -108,10 +109,11 @@ TEST_P(ContextParallel, EqualsPureFsdpWithinRounding) {
       setup.dtype == DType::bf16 ? Tolerances{2e-3, 2e-2, 0.15, 0.5} : Tolerances{2e-6, 1e-5, 1e-3};
   expect_same_training(context, fsdp, tol, "context 2 x FSDP 2");
   expect_same_training(both, fsdp, tol, "tensor 2 x context 2");
+  expect_same_training(ring_of_four, fsdp, tol, "context 4");
   if (setup.checkpoint_every > 0) {
     // Every rank re-runs its units' forwards in backward: 2 blocks, 3 steps, 4 ranks at least.
     for (const auto& [grid, run] : {std::pair{"FSDP 4", &fsdp}, {"context 2 x FSDP 2", &context},
-                                    {"tensor 2 x context 2", &both}})
+                                    {"tensor 2 x context 2", &both}, {"context 4", &ring_of_four}})
       EXPECT_GE(run->recomputed_units, 2 * kSteps * 4) << grid << ": activation checkpointing recomputed nothing";
   }
 }
