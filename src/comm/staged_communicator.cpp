@@ -78,7 +78,7 @@ Request StagedCommunicator::issue(const char* collective, const std::string& wha
       after,
       [inputs = std::move(inputs), host_inputs = std::move(host_inputs), outputs = std::move(outputs),
        host_outputs = std::move(host_outputs), call = std::move(call), comm = mpi_->handle(), copies, after,
-       request_count] {
+       request_count]() mutable {
         if (copies) {
           copies->wait(after);  // the inputs were written by compute before `after`
           for (std::size_t i = 0; i < inputs.size(); ++i)
@@ -101,6 +101,14 @@ Request StagedCommunicator::issue(const char* collective, const std::string& wha
           for (std::size_t i = 0; i < outputs.size(); ++i)
             allocator_of(outputs[i]).copy_from_host(outputs[i].data(), host_outputs[i].data(), outputs[i].nbytes());
         }
+        // Done with the buffers: drop them now, not when the request goes (a
+        // unit's tensor and context groups keep a step's requests to its end),
+        // as the MPI communicator does.
+        inputs.clear();
+        host_inputs.clear();
+        outputs.clear();
+        host_outputs.clear();
+        call = nullptr;
       },
       clock_, std::move(watched));
 }
