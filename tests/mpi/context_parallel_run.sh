@@ -94,14 +94,13 @@ def rows(path):
             train[r["step"]] = (r["loss"], r.get("grad_norm"))
     return train, evals
 after = int(sys.argv[1])
-ft, fe = rows(sys.argv[2])
-ft = {s: v for s, v in ft.items() if s > after}
-fe = {s: v for s, v in fe.items() if s > after}
+def since(d):  # a resumed run's steps after the checkpoint; all of a whole run (evaluation at step 0 too)
+    return {s: v for s, v in d.items() if after == 0 or s > after}
+ft, fe = map(since, rows(sys.argv[2]))
 worst = 0.0  # largest relative difference seen, loss or grad norm
 for path in sys.argv[3:]:
     tt, te = rows(path)
-    tt = {s: v for s, v in tt.items() if s > after}
-    te = {s: v for s, v in te.items() if s > after}
+    tt, te = since(tt), since(te)
     if not ft or sorted(ft) != sorted(tt):
         sys.exit(f"FAIL: {path}: logged steps {sorted(tt)}, the reference's {sorted(ft)}")
     if not fe or sorted(fe) != sorted(te):
@@ -180,12 +179,16 @@ resumed context2_at_context1 context2
 resumed context2_at_context4 context2 -var micro 8 -var context 4
 resumed context2_at_tensor2_context2 context2 -var micro 8 -var tensor 2 -var context 2
 resumed tensor2_context2_at_fsdp tensor2_context2
+# ... and on 2 ranks (one data index: the shards of 4 regrouped in 2).
+deck=deck_resume.in run 2 context2_at_np2 -var from context2/ckpt/step_4 -var micro 8 -var context 2
+grep -q "resharded to shard group 2" context2_at_np2.log ||
+  { cat context2_at_np2.log; echo "FAIL: context2_at_np2 did not reshard the checkpoint of 4 ranks"; exit 1; }
 compare 4 fsdp/metrics.jsonl context2_at_context1/metrics.jsonl context2_at_context4/metrics.jsonl \
-  context2_at_tensor2_context2/metrics.jsonl tensor2_context2_at_fsdp/metrics.jsonl
-for r in context2_at_context1 context2_at_context4 context2_at_tensor2_context2 tensor2_context2_at_fsdp; do
+  context2_at_tensor2_context2/metrics.jsonl tensor2_context2_at_fsdp/metrics.jsonl context2_at_np2/metrics.jsonl
+for r in context2_at_context1 context2_at_context4 context2_at_tensor2_context2 tensor2_context2_at_fsdp context2_at_np2; do
   same_export fsdp "$r"
 done
-echo "checkpoints resume across C (2 -> 1, 2 -> 4) and T x C (C 2 -> T 2 x C 2 -> FSDP 4) on FSDP 4's curve"
+echo "checkpoints resume across C (2 -> 1, 2 -> 4, 4 ranks -> 2) and T x C (C 2 -> T 2 x C 2 -> FSDP 4) on FSDP 4's curve"
 
 # Refusals name the parallel line and what it cannot take.
 refused() {  # NAME DECK EXPECTED -var ... pairs
@@ -197,6 +200,8 @@ refused() {  # NAME DECK EXPECTED -var ... pairs
   fi
   grep -q "$deck_file:$parallel_line: parallel .*$expected" "$name.log" ||
     { cat "$name.log"; echo "FAIL: $name: no error naming $deck_file:$parallel_line and '$expected'"; exit 1; }
+  # ... once, and nothing else.
+  if grep -q "problems:" "$name.log"; then cat "$name.log"; echo "FAIL: $name: more than one error"; exit 1; fi
 }
 sed 's/^precision fp32$/precision fp8/' deck.in > deck_fp8.in
 refused refused_fp8 deck_fp8.in "context 2 with precision fp8 is not supported yet"
