@@ -220,3 +220,14 @@ sed -e "${model_line}s/.*/model vit preset tiny/" -e "$((model_line + 1))s/.*/#/
 refused refused_vit deck_vit.in \
   "does not fit model vit (deck_vit.in:$model_line): model vit has no tensor or context parallel layout"
 echo "refusals name the parallel line"
+
+# The run header's hybrid_shard line at tensor 2 x context 2 on 2 planned
+# nodes of 4 ranks: each tensor rank's fsdp group (every other rank) is cut
+# into shard groups of its ranks on one node, 2 each (the plan's shard group).
+{ cat deck.in; echo 'fsdp hybrid_shard'; } > deck_hybrid.in
+"$ftrain" --check --ranks 8 --ranks-per-node 4 deck_hybrid.in -var tensor 2 -var context 2 -var micro 8 \
+  > check_hybrid.log 2>&1 || { cat check_hybrid.log; echo "FAIL: --check of deck_hybrid.in"; exit 1; }
+grep -qF "hybrid_shard: shard groups of tensor rank 0 [0,2] [4,6] (each within one node), replicas [0,4] [2,6]; tensor rank t's are these ranks + t" check_hybrid.log &&
+  grep -q "ranks *8, shard group 2, replicas 2" check_hybrid.log ||
+  { cat check_hybrid.log; echo "FAIL: the header's hybrid_shard groups are not the plan's at tensor 2"; exit 1; }
+echo "the hybrid_shard header line names each tensor rank's shard groups"
