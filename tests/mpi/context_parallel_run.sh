@@ -7,11 +7,14 @@
 # losses and gradient norms of FSDP 4 within rounding, and their
 # consolidated exports (save_final) hold the same tensors; so does context 2
 # with the packing document mask (RoPE positions restarting at each
-# document). The header names the grid. Checkpoints resume across C and T:
-# context 2's at context 1, at context 4 and at tensor 2 x context 2, tensor
-# 2 x context 2's at pure FSDP 4, each on FSDP 4's uninterrupted curve. What
-# context parallelism does not train with yet is refused naming the
-# parallel line.
+# document); bf16 with tied embeddings at tensor 2 x context 2 within bf16's
+# rounding. Activation checkpointing is on throughout. The header names the
+# grid. Checkpoints resume across C and T: context 2's at context 1, at
+# context 4, at tensor 2 x context 2 and on 2 ranks, tensor 2 x context 2's
+# at pure FSDP 4, each on FSDP 4's uninterrupted curve. What context
+# parallelism does not train with yet is refused naming the parallel line,
+# once. Last, the header's hybrid_shard groups at tensor 2 x context 2
+# (--check on 2 planned nodes).
 # Usage: context_parallel_run.sh FTRAIN FTRAIN_PREP WORKDIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
 ftrain=$1 prep=$2 work=$3 mpiexec=$4
@@ -251,9 +254,9 @@ refused refused_offload deck_offload.in "context 2 with fsdp offload (deck_offlo
 sed 's/seq_len 32$/seq_len 30/' deck.in > deck_seq.in
 refused refused_seq_len deck_seq.in \
   "seq_len 30 is not divisible by 2 x context 2 = 4 (each context rank holds 2 of the sequence's 2C equal chunks.*\[seq_len from deck_seq.in:$batch_line\]"
-# A ViT has no context parallel layout (its attention is not causal over a
-# token sequence that a ring could split).
-# (The model's continuation line becomes a comment: line numbers stay.)
+# A ViT has no context parallel layout (its plugin does not run the ring),
+# refused once, by the plan. (The model's continuation line becomes a
+# comment: line numbers stay.)
 sed -e "${model_line}s/.*/model vit preset tiny/" -e "$((model_line + 1))s/.*/#/" deck.in > deck_vit.in
 refused refused_vit deck_vit.in \
   "does not fit model vit (deck_vit.in:$model_line): model vit has no tensor or context parallel layout"
