@@ -220,6 +220,12 @@ resumed context2_at_context1 context2
 resumed context2_at_context4 context2 -var micro 8 -var context 4
 resumed context2_at_tensor2_context2 context2 -var micro 8 -var tensor 2 -var context 2
 resumed tensor2_context2_at_fsdp tensor2_context2
+# The resume line says when the tensor layout changed (context does not
+# change what a rank holds, so it has nothing to say about C).
+grep -qF "(written by 4 rank(s), full_shard, shard group 2, parallel tensor 2); resharded to shard group 4; from parallel tensor 2 to 1: each element read from the old tensor rank that held it" tensor2_context2_at_fsdp.log &&
+  grep -qF "from parallel tensor 1 to 2: each element" context2_at_tensor2_context2.log &&
+  ! grep -q "from parallel tensor" context2_at_context4.log ||
+  { grep -H "resumed from" ./*_at_*.log; echo "FAIL: the resume lines do not say how the tensor layout changed"; exit 1; }
 # ... and on 2 ranks (one data index: the shards of 4 regrouped in 2).
 deck=deck_resume.in run 2 context2_at_np2 -var from context2/ckpt/step_4 -var micro 8 -var context 2
 grep -q "resharded to shard group 2" context2_at_np2.log ||
