@@ -174,6 +174,7 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
   if (planned && !s.options.check_only)
     problems.check([&] { check_tensor_parallel(c, s.fsdp, s.device_choice.device, *s.model); });
   if (planned && !s.options.check_only) problems.check([&] { check_context_parallel(c, s.fsdp, *s.model); });
+  if (fsdp_ok && s.options.check_only) problems.check([&] { refuse_model_parallel_options(c, s.fsdp); });
 }
 
 // A rank bound to n CPUs (mpirun PE=n, srun --cpus-per-task) runs n

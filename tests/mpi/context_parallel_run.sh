@@ -238,6 +238,8 @@ done
 echo "checkpoints resume across C (2 -> 1, 2 -> 4, 4 ranks -> 2) and T x C (C 2 -> T 2 x C 2 -> FSDP 4) on FSDP 4's curve"
 
 # Refusals name the parallel line and what it cannot take.
+# Each by a run at np 2 and by `ftrain --check` of the same deck (which
+# tells in one round trip what the run would refuse).
 refused() {  # NAME DECK EXPECTED -var ... pairs
   local name=$1 deck_file=$2 expected=$3
   shift 3
@@ -245,10 +247,17 @@ refused() {  # NAME DECK EXPECTED -var ... pairs
       > "$name.log" 2>&1; then
     cat "$name.log"; echo "FAIL: $name was not refused"; exit 1
   fi
-  grep -q "$deck_file:$parallel_line: parallel .*$expected" "$name.log" ||
-    { cat "$name.log"; echo "FAIL: $name: no error naming $deck_file:$parallel_line and '$expected'"; exit 1; }
-  # ... once, and nothing else.
-  if grep -q "problems:" "$name.log"; then cat "$name.log"; echo "FAIL: $name: more than one error"; exit 1; fi
+  if "$ftrain" --check --ranks 2 "$deck_file" -var run_dir "$name" -var context 2 "$@" > "${name}_check.log" 2>&1; then
+    cat "${name}_check.log"; echo "FAIL: $name: ftrain --check passed it"; exit 1
+  fi
+  local log
+  for log in "$name.log" "${name}_check.log"; do
+    grep -q "$deck_file:$parallel_line: parallel .*$expected" "$log" ||
+      { cat "$log"; echo "FAIL: $log: no error naming $deck_file:$parallel_line and '$expected'"; exit 1; }
+    # ... once (the plan's layout check and the model do not both say it).
+    [ "$(grep -c "$deck_file:$parallel_line: parallel [a-z0-9 ]*\(with\|does not fit\) " "$log")" -eq 1 ] ||
+      { cat "$log"; echo "FAIL: $log: the parallel line is refused more than once"; exit 1; }
+  done
 }
 sed 's/^precision fp32$/precision fp8/' deck.in > deck_fp8.in
 refused refused_fp8 deck_fp8.in "context 2 with precision fp8 is not supported yet"
