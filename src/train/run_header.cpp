@@ -80,10 +80,13 @@ std::string describe_nodes(const NodeLayout& nodes, const FsdpOptions& fsdp, con
     return h.str();  // refused at start-up with its reason
   h << "hybrid_shard: shard groups " << (tensor > 1 ? "of tensor rank 0 " : "")
     << describe_rank_groups(fsdp_ranks, size, false, tensor);
-  int spanning = 0, groups = 0;  // groups (of every tensor rank) whose all-gathers and reduce-scatters cross the network
+  // Shard groups (of every tensor rank) whose all-gathers and reduce-scatters cross the network.
+  int spanning = 0, groups = 0;
   for (int t = 0; t < tensor; ++t)
     for (int g = 0; g * size < fsdp_ranks; ++g) {
-      const auto node = [&](int k) { return nodes.node_of_rank[static_cast<std::size_t>((g * size + k) * tensor + t)]; };
+      const auto node = [&](int k) {
+        return nodes.node_of_rank[static_cast<std::size_t>((g * size + k) * tensor + t)];
+      };
       bool spans = false;
       for (int k = 1; k < size; ++k) spans = spans || node(k) != node(0);
       spanning += spans ? 1 : 0;
@@ -92,7 +95,8 @@ std::string describe_nodes(const NodeLayout& nodes, const FsdpOptions& fsdp, con
   if (spanning == 0)
     h << " (each within one node)";
   else
-    h << " (" << spanning << (tensor > 1 ? " of the " + std::to_string(groups) + " shard groups of all tensor ranks" : "")
+    h << " (" << spanning
+      << (tensor > 1 ? " of the " + std::to_string(groups) + " shard groups of all tensor ranks" : "")
       << " span nodes: their all-gathers and reduce-scatters cross the network)";
   h << ", replicas " << describe_rank_groups(fsdp_ranks, size, true, tensor);
   if (tensor > 1)
