@@ -11,14 +11,15 @@
 # rounding. Activation checkpointing is on throughout. The header names the
 # grid. Checkpoints resume across C and T: context 2's at context 1, at
 # context 4, at tensor 2 x context 2 and on 2 ranks, tensor 2 x context 2's
-# at pure FSDP 4, each on FSDP 4's uninterrupted curve. What context
+# at pure FSDP 4, each on FSDP 4's uninterrupted curve; the offline merge of
+# a checkpoint is its run's export. What context
 # parallelism does not train with yet is refused naming the parallel line,
 # once. Last, the header's hybrid_shard groups at tensor 2 x context 2
 # (--check on 2 planned nodes).
-# Usage: context_parallel_run.sh FTRAIN FTRAIN_PREP WORKDIR MPIEXEC [MPI FLAGS...]
+# Usage: context_parallel_run.sh FTRAIN FTRAIN_PREP FTRAIN_CONVERT WORKDIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
-ftrain=$1 prep=$2 work=$3 mpiexec=$4
-shift 4
+ftrain=$1 prep=$2 convert=$3 work=$4 mpiexec=$5
+shift 5
 mpi_flags=("$@")
 rm -rf "$work" && mkdir -p "$work/data" && cd "$work"
 "$prep" synthetic --out data/train.tok --tokens 40000 --vocab 256 --seed 7 --eval-out data/eval.tok \
@@ -236,6 +237,16 @@ for r in context2_at_context1 context2_at_context4 context2_at_tensor2_context2 
   same_export fsdp "$r"
 done
 echo "checkpoints resume across C (2 -> 1, 2 -> 4, 4 ranks -> 2) and T x C (C 2 -> T 2 x C 2 -> FSDP 4) on FSDP 4's curve"
+
+# The offline merge (one process) of the last checkpoint of tensor 2 x
+# context 2 and of context 4 is that run's own export, bit for bit.
+for r in tensor2_context2 context4; do
+  "$convert" sharded-to-h5 "$r/ckpt/step_8" "merged_$r.h5" > "merge_$r.log" 2>&1 ||
+    { cat "merge_$r.log"; echo "FAIL: merge of $r's checkpoint"; exit 1; }
+  h5diff "merged_$r.h5" "$r/final.h5" > /dev/null ||
+    { h5diff "merged_$r.h5" "$r/final.h5" | head; echo "FAIL: the merged checkpoint of $r is not its save_final"; exit 1; }
+done
+echo "the merged checkpoints of tensor 2 x context 2 and context 4 are their save_final bit for bit"
 
 # Refusals name the parallel line and what it cannot take.
 # Each by a run at np 2 and by `ftrain --check` of the same deck (which
