@@ -179,6 +179,11 @@ refused() {  # NAME EXPECTED -var ... pairs
   fi
   grep -q "deck.in:18: parallel tensor 2.*$expected" "$name.log" ||
     { cat "$name.log"; echo "FAIL: $name: no error naming deck.in:18 and '$expected'"; exit 1; }
+  # ftrain --check tells the same.
+  if "$ftrain" --check --ranks 2 deck.in -var run_dir "$name" -var tensor 2 "$@" > "${name}_check.log" 2>&1 ||
+      ! grep -q "deck.in:18: parallel tensor 2.*$expected" "${name}_check.log"; then
+    cat "${name}_check.log"; echo "FAIL: $name: ftrain --check does not refuse it naming deck.in:18 and '$expected'"; exit 1
+  fi
 }
 sed -i 's/^precision fp32$/precision fp8/' deck.in
 refused refused_fp8 "precision fp8 is not supported yet"
