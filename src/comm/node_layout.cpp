@@ -142,7 +142,7 @@ std::string hybrid_shard_problem(const NodeLayout& layout) {
   return "";
 }
 
-std::string describe_rank_groups(int world_size, int size, bool replicas) {
+std::string describe_rank_groups(int world_size, int size, bool replicas, int stride) {
   std::string s;
   const int groups = size > 0 ? world_size / size : 0;
   const int count = replicas ? size : groups;
@@ -153,9 +153,9 @@ std::string describe_rank_groups(int world_size, int size, bool replicas) {
     }
     std::vector<int> ranks;
     if (replicas)
-      for (int k = 0; k < groups; ++k) ranks.push_back(k * size + g);
+      for (int k = 0; k < groups; ++k) ranks.push_back((k * size + g) * stride);
     else
-      for (int k = 0; k < size; ++k) ranks.push_back(g * size + k);
+      for (int k = 0; k < size; ++k) ranks.push_back((g * size + k) * stride);
     s += (g > 0 ? " [" : "[") + describe_ranks(ranks) + "]";
   }
   return s;

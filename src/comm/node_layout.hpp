@@ -48,8 +48,9 @@ std::string hybrid_shard_problem(const NodeLayout& layout);
 
 // "[0-1] [2-3]": groups of `size` consecutive ranks; "[0,2] [1,3]": the
 // replica groups (same position in every group). Past 8 groups the first 4,
-// "...", the last 2.
-std::string describe_rank_groups(int world_size, int size, bool replicas);
+// "...", the last 2. With a stride the `world_size` ranks grouped are every
+// stride-th world rank (an fsdp group under parallel tensor T: stride T).
+std::string describe_rank_groups(int world_size, int size, bool replicas, int stride = 1);
 
 // "0-2", "3", "0,2,5", "0,8,...,56" (evenly spaced, more than 3)
 std::string describe_ranks(const std::vector<int>& ranks);

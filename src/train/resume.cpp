@@ -100,8 +100,13 @@ std::string resumed_message(const RunConfig& c, const ckpt::LoadedInfo& loaded, 
                             int world) {
   std::ostringstream m;
   m << "resumed from " << point.directory << " at step " << loaded.step << " (written by " << loaded.world_size
-    << " rank(s), " << loaded.strategy << ", shard group " << loaded.shard_group_size << ")"
-    << (loaded.resharded ? "; resharded to shard group " + std::to_string(shard_group) : "") << "\n";
+    << " rank(s), " << loaded.strategy << ", shard group " << loaded.shard_group_size
+    << (loaded.tensor_parallel > 1 ? ", parallel tensor " + std::to_string(loaded.tensor_parallel) : "") << ")"
+    << (loaded.resharded ? "; resharded to shard group " + std::to_string(shard_group) : "");
+  if (loaded.tensor_parallel != c.parallel.tensor)
+    m << "; from parallel tensor " << loaded.tensor_parallel << " to " << c.parallel.tensor
+      << ": each element read from the old tensor rank that held it";
+  m << "\n";
   if (!loaded.fp8_note.empty()) m << "resume: " << loaded.fp8_note << "\n";
   if (!written_precision.empty() && written_precision != deck::word(c.precision))
     m << "resume: the checkpoint was written under precision " << written_precision << ", this run uses "

@@ -1,5 +1,6 @@
 #include "train/run_header.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
@@ -65,27 +66,43 @@ std::string describe_host_streams(const RunConfig& c) {
 
 // The nodes (MPI's shared-memory groups, labelled by host name) and, under
 // hybrid_shard, which ranks shard together and which replicate: what a
-// multi-node launch placed where, before any collective depends on it.
-std::string describe_nodes(const NodeLayout& nodes, const FsdpOptions& fsdp, int world_size) {
+// multi-node launch placed where, before any collective depends on it. With
+// parallel tensor T each tensor rank's fsdp group (its data x context ranks,
+// every T-th rank) is split into the plan's shard groups: tensor rank 0's are
+// listed, tensor rank t's are the same ranks + t.
+std::string describe_nodes(const NodeLayout& nodes, const FsdpOptions& fsdp, const RunPlan& plan) {
   std::ostringstream h;
   h << "nodes: " << nodes.node_count() << (nodes.planned ? " planned" : "") << " (" << nodes.describe() << ")\n";
   if (fsdp.strategy != ShardingStrategy::hybrid_shard) return h.str();
-  const int size = shard_group_size_for(fsdp, world_size, nodes.most_ranks_per_node());
-  if (size < 1 || world_size % size != 0) return h.str();  // refused at start-up with its reason
-  h << "hybrid_shard: shard groups " << describe_rank_groups(world_size, size, false);
-  int spanning = 0;  // groups whose all-gathers and reduce-scatters cross the network
-  for (int g = 0; g * size < world_size; ++g) {
-    bool spans = false;
-    for (int k = 1; k < size; ++k)
-      spans = spans || nodes.node_of_rank[static_cast<std::size_t>(g * size + k)] !=
-                           nodes.node_of_rank[static_cast<std::size_t>(g * size)];
-    spanning += spans ? 1 : 0;
-  }
+  const int size = plan.shard_group_size, tensor = std::max(1, plan.tensor), fsdp_ranks = plan.fsdp_group_size;
+  if (size < 1 || fsdp_ranks % size != 0 || fsdp_ranks * tensor != plan.world_size ||
+      static_cast<int>(nodes.node_of_rank.size()) != plan.world_size)
+    return h.str();  // refused at start-up with its reason
+  h << "hybrid_shard: shard groups " << (tensor > 1 ? "of tensor rank 0 " : "")
+    << describe_rank_groups(fsdp_ranks, size, false, tensor);
+  // Shard groups (of every tensor rank) whose all-gathers and reduce-scatters cross the network.
+  int spanning = 0, groups = 0;
+  for (int t = 0; t < tensor; ++t)
+    for (int g = 0; g * size < fsdp_ranks; ++g) {
+      const auto node = [&](int k) {
+        return nodes.node_of_rank[static_cast<std::size_t>((g * size + k) * tensor + t)];
+      };
+      bool spans = false;
+      for (int k = 1; k < size; ++k) spans = spans || node(k) != node(0);
+      spanning += spans ? 1 : 0;
+      ++groups;
+    }
   if (spanning == 0)
     h << " (each within one node)";
   else
-    h << " (" << spanning << " span nodes: their all-gathers and reduce-scatters cross the network)";
-  h << ", replicas " << describe_rank_groups(world_size, size, true) << "\n";
+    h << " (" << spanning
+      << (tensor > 1 ? " of the " + std::to_string(groups) + " shard groups of all tensor ranks" : "")
+      << " span nodes: their all-gathers and reduce-scatters cross the network)";
+  h << ", replicas " << describe_rank_groups(fsdp_ranks, size, true, tensor);
+  if (tensor > 1)
+    h << "; tensor rank t's are these ranks + t (parallel tensor " << tensor
+      << ": each tensor rank's fsdp group of " << fsdp_ranks << " ranks shards and replicates its own slices)";
+  h << "\n";
   return h.str();
 }
 
@@ -95,7 +112,7 @@ void write_host_part(std::ostream& h, const RunHeaderFacts& f) {
   h << "ftrain " << FTRAIN_VERSION_STRING << " | " << f.plan.world_size << " rank(s), "
     << (f.nodes != nullptr ? f.nodes->ranks_per_node_text() : std::to_string(f.ranks_per_node)) << " per node" << (f.planned_ranks ? " (planned with --ranks, not started)" : "") << " | device: " << device_header(f.device_choice, f.fsdp.attention_backend, f.blas_threads) << " | peak " << f.peak.flops_per_second / 1e9 << " GFLOP/s per rank: "
     << f.peak.description << "\n";
-  if (f.nodes != nullptr) h << describe_nodes(*f.nodes, f.fsdp, f.plan.world_size);
+  if (f.nodes != nullptr) h << describe_nodes(*f.nodes, f.fsdp, f.plan);
   h << "host GEMM: " << host::gemm::describe() << "\n";
   h << "host threads: " << f.blas_threads << " per rank, " << f.cpu_binding_text << "\n";
   if (!f.cpu_binding_warning.empty()) h << "warning: " << f.cpu_binding_warning << "\n";

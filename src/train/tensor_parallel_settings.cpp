@@ -52,4 +52,9 @@ void check_context_parallel(const RunConfig& c, const FsdpOptions& fsdp, Model& 
   }
 }
 
+void refuse_model_parallel_options(const RunConfig& c, const FsdpOptions& fsdp) {
+  if (c.parallel.tensor > 1) refuse_engine_options(c, "tensor " + std::to_string(c.parallel.tensor), fsdp);
+  if (c.parallel.context > 1) refuse_engine_options(c, "context " + std::to_string(c.parallel.context), fsdp);
+}
+
 }  // namespace ftrain

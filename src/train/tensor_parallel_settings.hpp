@@ -22,4 +22,8 @@ void check_tensor_parallel(const RunConfig& c, const FsdpOptions& fsdp, Device d
 // happens for C = 1.
 void check_context_parallel(const RunConfig& c, const FsdpOptions& fsdp, Model& model);
 
+// The refusals of both that need no model (precision fp8, LoRA, offload):
+// what `ftrain --check` reports, which never splits the model.
+void refuse_model_parallel_options(const RunConfig& c, const FsdpOptions& fsdp);
+
 }  // namespace ftrain

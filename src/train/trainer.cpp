@@ -166,11 +166,15 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
   problems.check([&] {
     s.out.set_progress_line(decide_progress(std::string(deck::word(c.progress)), process_environment, probe_terminal()));
   });
-  if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
-  // After the plan, which plans the whole model: this splits it into the rank's slices.
-  if (fsdp_ok && !s.options.check_only)
+  const bool planned =
+      fsdp_ok && problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
+  // After the plan, which plans the whole model: this splits it into the
+  // rank's slices. A grid the plan refused (its layout check names why) is
+  // not offered to the model, which would refuse it a second time.
+  if (planned && !s.options.check_only)
     problems.check([&] { check_tensor_parallel(c, s.fsdp, s.device_choice.device, *s.model); });
-  if (fsdp_ok && !s.options.check_only) problems.check([&] { check_context_parallel(c, s.fsdp, *s.model); });
+  if (planned && !s.options.check_only) problems.check([&] { check_context_parallel(c, s.fsdp, *s.model); });
+  if (fsdp_ok && s.options.check_only) problems.check([&] { refuse_model_parallel_options(c, s.fsdp); });
 }
 
 // A rank bound to n CPUs (mpirun PE=n, srun --cpus-per-task) runs n

@@ -61,6 +61,9 @@ TEST(NodeLayout, PlannedLayoutAndGroups) {
   EXPECT_EQ(describe_rank_groups(4, 2, false), "[0-1] [2-3]");
   EXPECT_EQ(describe_rank_groups(4, 2, true), "[0,2] [1,3]");
   EXPECT_EQ(describe_rank_groups(6, 3, true), "[0,3] [1,4] [2,5]");
+  // The fsdp group of tensor rank 0 at parallel tensor 2 on 8 ranks: every other rank.
+  EXPECT_EQ(describe_rank_groups(4, 2, false, 2), "[0,2] [4,6]");
+  EXPECT_EQ(describe_rank_groups(4, 2, true, 2), "[0,4] [2,6]");
   EXPECT_EQ(describe_ranks({5}), "5");
   EXPECT_EQ(describe_ranks({0, 8, 16, 24}), "0,8,...,24");
   EXPECT_EQ(describe_ranks({0, 2, 5}), "0,2,5");
