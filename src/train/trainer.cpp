@@ -169,7 +169,7 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
   if (fsdp_ok) problems.check([&] { s.plan = make_plan(*s.model, c, s.fsdp, plan_world, s.ranks_per_node); });
   // After the plan, which plans the whole model: this splits it into the rank's slices.
   if (fsdp_ok && !s.options.check_only)
-    problems.check([&] { check_tensor_parallel(c, s.fsdp, s.device_choice.device, *s.model); });
+    problems.check([&] { check_tensor_parallel(c, s.fsdp, *s.model); });
   if (fsdp_ok && !s.options.check_only) problems.check([&] { check_context_parallel(c, s.fsdp, *s.model); });
 }
 
