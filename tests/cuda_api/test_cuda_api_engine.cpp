@@ -5,6 +5,8 @@
 // stand-in runs no cuDNN). Kernels and matmuls are recorded, not run, so
 // the numbers are meaningless and nothing here reads them: what is checked
 // is the engine's use of the CUDA API over three steps of two micro-steps.
+// Twice: as FSDP 2, and as tensor 2 (the vocabulary-parallel ops and the
+// tensor group's collectives on the CUDA backend).
 //
 // Enforced: every call on the rank's device; no default stream and no
 // blocking stream; inside a step no synchronous (device-wide) call on any
