@@ -496,6 +496,38 @@ TEST(CudaOps, BadIdsAreReportedAtTheNextSynchronisation) {
   EXPECT_NO_THROW(gpu.synchronize());
 }
 
+// The vocabulary-parallel ops check ids against the whole vocabulary (a
+// token of another slice is valid), each in its own slot: a bad target of
+// a head slice is reported naming cross_entropy_slice_forward.
+TEST(CudaOps, BadIdsOfTheVocabularySlicesAreReportedNamingTheirOp) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  ExecutionOptions o;
+  o.device = Device::cuda;
+  ExecutionContext gpu(o);
+  const std::int64_t n = 16, vocab = 64, width = 32;
+  Tensor ids = Tensor::zeros({n}, DType::i32, Device::host, "ids");
+  for (std::int64_t i = 0; i < n; ++i) ids.data_as<std::int32_t>()[i] = static_cast<std::int32_t>(i * 4);  // both halves
+  const Tensor d_ids = to_device(ids, Device::cuda);
+  const Tensor table = to_device(Tensor::zeros({vocab / 2, width}, DType::f32), Device::cuda);
+  Tensor out = Tensor::zeros({n, width}, DType::f32, Device::cuda, "out");
+  ops::embedding_forward_rows(gpu, d_ids, table, vocab / 2, vocab, out);
+  EXPECT_NO_THROW(gpu.synchronize()) << "tokens of the other slice are valid ids";
+  ids.data_as<std::int32_t>()[7] = static_cast<std::int32_t>(vocab);
+  const Tensor bad = to_device(ids, Device::cuda);
+  Tensor lse = Tensor::zeros({n}, DType::f32, Device::cuda, "lse"), picked = Tensor::zeros({n}, DType::f32, Device::cuda, "picked");
+  EXPECT_NO_THROW(ops::cross_entropy_slice_forward(gpu, out, table, bad, vocab / 2, vocab, 8, lse, picked));
+  std::string message;
+  try {
+    gpu.synchronize();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  for (const char* part : {"cross_entropy_slice_forward", "target 64", "row 7", "[0, 64)"})
+    EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  EXPECT_NO_THROW(gpu.synchronize()) << "reported once, then cleared";
+}
+
 // The norms' weight and bias gradients sum over rows in
 // kernels/math/column_sums.hpp's order on both backends (32-row block
 // partials, then the partials in order): dw and db equal the host bit for
