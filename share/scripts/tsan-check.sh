@@ -19,9 +19,11 @@
 #       FTRAIN_DEBUG_DROP_WAIT=gather|reduce|after (the engine drops one event
 #       wait) TSan must report a data race, and for FTRAIN_DEBUG_DROP_WAIT=offload
 #       (the host adds a gradient shard without waiting for its copy) on the
-#       offload optimizer run, and for FTRAIN_DEBUG_DROP_WAIT=tensor (a unit
+#       offload optimizer run, for FTRAIN_DEBUG_DROP_WAIT=tensor (a unit
 #       reads a tensor-group collective's output without waiting for it) on
-#       the tensor-parallel run; exits 0 only if it did every time
+#       the tensor-parallel run, and for FTRAIN_DEBUG_DROP_WAIT=context (the
+#       attention reads a ring step's K/V block without waiting for it) on
+#       the context-parallel run; exits 0 only if it did every time
 #
 # Environment: FTRAIN_TSAN_BUILD_DIR (default build-tsan), FTRAIN_JOBS.
 # OpenBLAS is not instrumented and its own threads would report inside it:
@@ -112,22 +114,23 @@ run_offload() {
   REPORTS=$reports
 }
 
-# ftrain with `parallel tensor 2` (tensor 2 x data 2, np 4) on asynchronous
-# host streams, activation checkpointing on: the tensor group's collectives
-# inside the units, ordered by the compute stream's events; returns the
-# number of reports. $1: a label for the log files.
-printf 'device host\ninclude %s\nhost_streams async\nparallel tensor 2\n' "$ROOT/tests/regression/decks/tiny.in" \
-  >"$WORK/tensor.in"
-run_tensor_parallel() {
-  local label="$1"
+# ftrain with `parallel $2` at np 4 on asynchronous host streams,
+# activation checkpointing on: the tensor group's collectives inside the
+# units and the context group's ring steps in the attention, ordered by the
+# compute stream's events; returns the number of reports. $1: a label for
+# the log files, $3: the micro batch (global batch 8 over the data indices).
+run_model_parallel() {
+  local label="$1" grid="$2" micro="$3"
   local rc=0
+  printf 'device host\ninclude %s\nhost_streams async\nparallel %s\n' "$ROOT/tests/regression/decks/tiny.in" \
+    "$grid" >"$WORK/$label.in"
   TSAN_OPTIONS="$(tsan_options "$label")" "${MPIRUN[@]}" -np 4 -x TSAN_OPTIONS -x FTRAIN_PLUGIN_PATH \
     -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS -x FTRAIN_DEBUG_DROP_WAIT \
-    "$BUILD/bin/ftrain" -var data_dir "$WORK" -var run_dir "$WORK/$label" -var max_steps 5 -var micro 4 \
-    -var checkpointing on "$WORK/tensor.in" >"$LOG_DIR/$label.out" 2>&1 || rc=$?
+    "$BUILD/bin/ftrain" -var data_dir "$WORK" -var run_dir "$WORK/$label" -var max_steps 5 -var micro "$micro" \
+    -var checkpointing on "$WORK/$label.in" >"$LOG_DIR/$label.out" 2>&1 || rc=$?
   local reports
   reports=$(cat "$LOG_DIR/$label".[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer" || true)
-  echo "$label (parallel tensor 2, host_streams async, np 4): exit $rc, ThreadSanitizer reports: $reports" >&2
+  echo "$label (parallel $grid, host_streams async, np 4): exit $rc, ThreadSanitizer reports: $reports" >&2
   if [[ "$reports" -eq 0 && "$rc" -ne 0 ]]; then
     tail -40 "$LOG_DIR/$label.out" >&2
     return 255
@@ -150,16 +153,20 @@ if [[ "$MODE" == "--prove-it-fails" ]]; then
       failed=1
     fi
   done
-  # tensor: a unit reads a tensor-group collective's output before it landed.
-  REPORTS=0
-  FTRAIN_DEBUG_DROP_WAIT=tensor run_tensor_parallel drop_tensor || true
-  races=$(cat "$LOG_DIR"/drop_tensor.[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer: data race" || true)
-  if [[ "$REPORTS" -gt 0 && "$races" -gt 0 ]]; then
-    echo "FTRAIN_DEBUG_DROP_WAIT=tensor: ThreadSanitizer reported the race (as it must)" >&2
-  else
-    echo "FTRAIN_DEBUG_DROP_WAIT=tensor: NO ThreadSanitizer report: the check cannot see this missing wait" >&2
-    failed=1
-  fi
+  # tensor: a unit reads a tensor-group collective's output before it landed;
+  # context: the attention reads a ring step's K/V block before it landed.
+  for wait in "tensor:tensor 2:4" "context:context 2:4"; do
+    IFS=: read -r which grid micro <<<"$wait"
+    REPORTS=0
+    FTRAIN_DEBUG_DROP_WAIT=$which run_model_parallel "drop_$which" "$grid" "$micro" || true
+    races=$(cat "$LOG_DIR"/drop_"$which".[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer: data race" || true)
+    if [[ "$REPORTS" -gt 0 && "$races" -gt 0 ]]; then
+      echo "FTRAIN_DEBUG_DROP_WAIT=$which: ThreadSanitizer reported the race (as it must)" >&2
+    else
+      echo "FTRAIN_DEBUG_DROP_WAIT=$which: NO ThreadSanitizer report: the check cannot see this missing wait" >&2
+      failed=1
+    fi
+  done
   for wait in gather reduce after; do
     REPORTS=0
     FTRAIN_DEBUG_DROP_WAIT=$wait run_engine_test "drop_$wait" || true
@@ -205,9 +212,15 @@ REPORTS=0
 run_offload offload_optimizer_fp8 optimizer fp8 || status=1
 [[ "$REPORTS" -eq 0 ]] || status=1
 
-REPORTS=0
-run_tensor_parallel tensor_parallel || status=1
-[[ "$REPORTS" -eq 0 ]] || status=1
+# Each grid of `parallel tensor T context C` at np 4: global batch 8 = micro
+# x the data indices (2, 2, 1).
+for run in "tensor_parallel:tensor 2:4" "context_parallel:context 2:4" \
+  "tensor_context_parallel:tensor 2 context 2:8"; do
+  IFS=: read -r label grid micro <<<"$run"
+  REPORTS=0
+  run_model_parallel "$label" "$grid" "$micro" || status=1
+  [[ "$REPORTS" -eq 0 ]] || status=1
+done
 
 if [[ $status -ne 0 ]]; then
   echo "tsan-check: FAILED; reports in $LOG_DIR:" >&2

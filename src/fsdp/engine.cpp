@@ -41,8 +41,9 @@ DroppedWait dropped_wait_from_environment() {
   else if (s == "after") d = DroppedWait::after;
   else if (s == "offload") d = DroppedWait::offload;
   else if (s == "tensor") d = DroppedWait::tensor;
+  else if (s == "context") d = DroppedWait::context;
   else FT_USER_ERROR() << "environment variable FTRAIN_DEBUG_DROP_WAIT='" << s
-                       << "': expected gather, reduce, after, offload or tensor";
+                       << "': expected gather, reduce, after, offload, tensor or context";
   static bool noted = false;
   if (!noted) {
     noted = true;
@@ -155,6 +156,8 @@ FsdpEngine::FsdpEngine(Model& model, Communicator& world, const FsdpOptions& opt
     if (grid_.context_size() > 1) model_.use_context_parallel(grid_.context_size());
     model_groups_ = make_model_parallel_groups(collectives(), grid_);
     if (dropped_wait_ == DroppedWait::tensor && model_groups_.tensor) model_groups_.tensor->drop_stream_wait_for_test();
+    if (dropped_wait_ == DroppedWait::context && model_groups_.context)
+      model_groups_.context->drop_stream_wait_for_test();
     model_parallel_ = model_groups_.view();
     ctx_.parallel = &model_parallel_;
   }

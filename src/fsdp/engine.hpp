@@ -160,7 +160,10 @@ DType frozen_base_dtype(const FsdpOptions& o);
 //           reduced gradient shard's copy to the host before adding it
 //   tensor  (parallel tensor T) the compute stream no longer waits for the
 //           tensor group's collectives inside the units
-enum class DroppedWait : std::uint8_t { none, gather, reduce, after, offload, tensor };
+//   context (parallel context C) the compute stream no longer waits for the
+//           context group's ring steps (the attention's K/V blocks) and
+//           collectives
+enum class DroppedWait : std::uint8_t { none, gather, reduce, after, offload, tensor, context };
 DroppedWait dropped_wait_from_environment();
 
 using optim::AdamWHyper;

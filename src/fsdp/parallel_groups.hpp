@@ -32,7 +32,7 @@ class CommunicatorGroup final : public ParallelGroup {
 
   // Waits for every collective issued so far; rethrows the first failure.
   void drain();
-  // Test and proof only (FTRAIN_DEBUG_DROP_WAIT=tensor): the compute stream
+  // Test and proof only (FTRAIN_DEBUG_DROP_WAIT=tensor or context): the compute stream
   // no longer waits for the group's collectives, a race ThreadSanitizer must
   // report (share/scripts/tsan-check.sh --prove-it-fails).
   void drop_stream_wait_for_test() { drop_stream_wait_ = true; }

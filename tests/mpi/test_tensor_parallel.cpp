@@ -11,86 +11,23 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <algorithm>
-#include <cmath>
 #include <map>
 #include <sstream>
 
 #include "base/error.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "fsdp/engine.hpp"
-#include "kernels/op_list.hpp"
+#include "fsdp/parameter_init.hpp"
 #include "plugin/loader.hpp"
+#include "model_parallel_training.hpp"
 
 using namespace ftrain;
+using namespace ftrain::model_parallel_training;
 
 namespace {
 
-constexpr std::int64_t kGlobalBatch = 4, kSeq = 8, kVocab = 40;
+constexpr std::int64_t kSeq = 8;
 constexpr int kSteps = 3;
-
-ModelHandle gqa_llama(bool tied) {
-  return PluginLoader().create_model("llama", "tiny",
-                                     {{"hidden_size", "32"}, {"intermediate_size", "48"}, {"num_hidden_layers", "2"},
-                                      {"num_attention_heads", "4"}, {"num_key_value_heads", "2"},
-                                      {"vocab_size", std::to_string(kVocab)},
-                                      {"tie_word_embeddings", tied ? "true" : "false"}});
-}
-
-int32_t token(int step, std::int64_t sample, std::int64_t t) {
-  return static_cast<std::int32_t>((step * 31 + sample * 17 + t * t * 7 + t * 3) % kVocab);
-}
-
-// Samples [first, first + count) of step `step`'s global batch; every fifth target ignored.
-Batch batch_of(int step, std::int64_t first, std::int64_t count) {
-  Batch b;
-  b.inputs = Tensor::empty({count, kSeq}, DType::i32);
-  b.targets = Tensor::empty({count, kSeq}, DType::i32);
-  for (std::int64_t s = 0; s < count; ++s)
-    for (std::int64_t t = 0; t < kSeq; ++t) {
-      b.inputs.data_as<std::int32_t>()[s * kSeq + t] = token(step, first + s, t);
-      const bool ignored = ((first + s) * kSeq + t) % 5 == 4;
-      b.targets.data_as<std::int32_t>()[s * kSeq + t] = ignored ? kIgnoreIndex : token(step, first + s, t + 1);
-    }
-  return b;
-}
-
-std::int64_t global_targets() {
-  std::int64_t n = 0;
-  for (std::int64_t i = 0; i < kGlobalBatch * kSeq; ++i) n += i % 5 == 4 ? 0 : 1;
-  return n;
-}
-
-struct TrainResult {
-  std::vector<double> losses, norms;
-  std::map<std::string, std::vector<float>> initial, weights;  // full HF tensors before and after training
-};
-
-// Every parameter as its full Hugging Face tensor on every rank: each FSDP
-// group's first rank contributes its tensor rank's slices (the others and the
-// whole tensors' copies on tensor ranks > 0 add zeros; x + 0 is exact).
-std::map<std::string, std::vector<float>> full_tensors(FsdpEngine& engine, Communicator& world) {
-  std::map<std::string, std::vector<float>> out;
-  const bool first_of_fsdp_group = engine.grid().fsdp_rank(world.rank()) == 0;
-  const int tensor_rank = engine.model_parallel().tensor_rank();
-  for (const auto& flat : engine.units()) {
-    Tensor gathered = Tensor::empty({flat->padded_numel()}, DType::f32);
-    engine.shard_comm().all_gather(flat->master, gathered).wait();
-    const float* v = gathered.data_as<float>();
-    for (const FlatEntry& e : flat->entries()) {
-      const FlatEntry whole = full_entry(e);
-      Tensor t = Tensor::zeros({whole.numel}, DType::f32);
-      float* dst = t.data_as<float>();
-      if (first_of_fsdp_group && (e.tensor_split() || tensor_rank == 0))
-        for_each_full_run(e, 0, e.numel, [&](std::int64_t full_first, std::int64_t n, std::int64_t at) {
-          std::copy(v + e.offset + at, v + e.offset + at + n, dst + full_first);
-        });
-      world.all_reduce_sum(t).wait();
-      out[e.name] = to_float_vector(t);
-    }
-  }
-  return out;
-}
 
 struct TpCase {
   bool tied;
@@ -119,25 +56,7 @@ TrainResult train(const TpCase& setup, int tensor, Communicator& world) {
   if (setup.async_streams) o.host_streams = HostStreams::async;
   FsdpEngine engine(*model, world, o);
   engine.init_random(7);
-  TrainResult run;
-  run.initial = full_tensors(engine, world);
-  const ProcessGrid& grid = engine.grid();
-  const std::int64_t per_index = kGlobalBatch / grid.data_size();
-  const std::int64_t first = grid.coordinates(world.rank()).data * per_index;
-  const bool counts = engine.model_parallel().tensor_rank() == 0;
-  AdamWHyper hyper;
-  hyper.lr = 1e-2f;
-  hyper.weight_decay = 0.1f;
-  for (int step = 0; step < kSteps; ++step) {
-    engine.zero_grad();
-    engine.forward_backward(batch_of(step, first, per_index), 1.0f / static_cast<float>(global_targets()));
-    const double loss = engine.take_train_loss();
-    run.losses.push_back(world.all_reduce_sum(counts ? loss : 0.0) / static_cast<double>(global_targets()));
-    engine.clip_and_step(hyper, /*clip_grad_norm=*/0.5, step + 1);
-    run.norms.push_back(engine.read_step_health().grad_norm);
-  }
-  run.weights = full_tensors(engine, world);
-  return run;
+  return train_steps(engine, world, kSteps, kSeq);
 }
 
 class TensorParallel : public ::testing::TestWithParam<TpCase> {};
@@ -152,34 +71,7 @@ TEST_P(TensorParallel, EqualsPureFsdpWithinRounding) {
   // f32: the sums of the row-parallel partials and of the sliced norm round
   // differently; bf16: activations and the partials are rounded to bf16.
   const bool bf16 = setup.dtype == DType::bf16;
-  const double loss_tol = bf16 ? 2e-3 : 2e-6, update_tol = bf16 ? 0.15 : 1e-3;
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_NEAR(tp.losses[s], fsdp.losses[s], loss_tol * std::abs(fsdp.losses[s])) << "loss of step " << s + 1;
-    EXPECT_NEAR(tp.norms[s], fsdp.norms[s], (bf16 ? 2e-2 : 1e-5) * fsdp.norms[s]) << "gradient norm of step " << s + 1;
-  }
-  ASSERT_EQ(tp.weights.size(), fsdp.weights.size());
-  for (const auto& [name, expected] : fsdp.weights) {
-    const auto it = tp.weights.find(name);
-    ASSERT_NE(it, tp.weights.end()) << name << " missing at tensor 2";
-    const std::vector<float>& got = it->second;
-    const std::vector<float>& start = fsdp.initial.at(name);
-    ASSERT_EQ(got.size(), expected.size()) << name;
-    ASSERT_EQ(tp.initial.at(name), start) << name << ": both runs start from the same weights";
-    // The training's change of the tensor, compared in L2: AdamW moves a
-    // weight by about lr whatever its gradient's size, so under bf16 a few
-    // near-zero gradients whose sign rounding flips differ by 2 lr; a tensor
-    // updated from a wrong gradient differs by about its whole change.
-    double diff = 0, change = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      diff += std::pow(static_cast<double>(got[i]) - expected[i], 2);
-      change += std::pow(static_cast<double>(expected[i]) - start[i], 2);
-    }
-    ASSERT_GT(change, 0) << name << " was not updated";
-    EXPECT_LT(std::sqrt(diff / change), update_tol)
-        << name << ": the updates at tensor 2 differ from FSDP's by " << std::sqrt(diff / change) << " of their size";
-  }
-  EXPECT_GT(std::abs(fsdp.losses.front() - fsdp.losses.back()), 1e-4 * fsdp.losses.front())
-      << "the steps changed the loss (the comparison is not of untrained models)";
+  expect_same_training(tp, fsdp, bf16 ? Tolerances{2e-3, 2e-2, 0.15} : Tolerances{2e-6, 1e-5, 1e-3}, "tensor 2");
 }
 
 INSTANTIATE_TEST_SUITE_P(Setups, TensorParallel,
