@@ -218,7 +218,7 @@ Request MpiCommunicator::issue(const char* collective, const std::string& what, 
   return progress_->submit(
       after,
       [collective, what, where = std::move(where), start = std::move(start), fault, reads = std::move(reads),
-       writes = std::move(writes), request_count] {
+       writes = std::move(writes), request_count]() mutable {
         if (fault.ordinal > 0) {
           int world_rank = -1;
           MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -232,6 +232,14 @@ Request MpiCommunicator::issue(const char* collective, const std::string& what, 
         start(requests);
         drive(requests, request_count);
         for (const Tensor& t : writes) tsan::note_write(const_cast<void*>(t.data()), t.nbytes());
+        // The buffers are done with: drop the job's references now. The job
+        // lives in the request's shared state until the request goes, and a
+        // unit's tensor and context group keep their requests until the end
+        // of the step (their errors surface there), which kept every layer's
+        // gathered rows, partial sums and ring blocks alive until then.
+        start = nullptr;
+        reads.clear();
+        writes.clear();
       },
       clock_, std::move(watched));
 }

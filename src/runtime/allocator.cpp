@@ -195,6 +195,11 @@ void HostAllocator::release_cached() {
   impl_->free.clear();
 }
 
+void HostAllocator::restart_peak() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->stats.peak_live_bytes = impl_->stats.live_bytes;
+}
+
 HostAllocator& host_allocator() {
   static HostAllocator* allocator = [] {
     const HostAllocatorOptions o = HostAllocatorOptions::from_environment();

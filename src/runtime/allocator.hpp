@@ -162,6 +162,10 @@ class HostAllocator final : public DeviceAllocator {
   const HostAllocatorOptions& options() const { return options_; }
   // Gives every cached (free, completed) block back to the system.
   void release_cached();
+  // peak_live_bytes starts again from live_bytes, so the next reading is the
+  // high-water mark of a window (a log window's training steps) rather than
+  // of the whole process, whose loading may have peaked higher.
+  void restart_peak();
 
  private:
   struct Impl;

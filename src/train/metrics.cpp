@@ -51,12 +51,28 @@ std::string kept_metrics_rows(const std::string& path, const ResumePoint& start,
   return kept;
 }
 
+HostTensorWindow take_host_tensor_window(DeviceAllocator& host) {
+  const AllocatorStats stats = host.stats();
+  // Another host allocator (a test's) keeps its process-wide peak.
+  if (auto* restartable = dynamic_cast<HostAllocator*>(&host)) restartable->restart_peak();
+  return {to_mib(static_cast<std::int64_t>(stats.live_bytes)), to_mib(static_cast<std::int64_t>(stats.peak_live_bytes))};
+}
+
 MemoryPeaks gather_memory_peaks(Communicator& world, bool device_run) {
   MemoryPeaks m;
-  Tensor peaks = Tensor::zeros({world.size()}, DType::f32);
-  peaks.data_as<float>()[world.rank()] = static_cast<float>(to_mib(peak_rss_bytes()));
-  world.all_reduce_sum(peaks).wait();
-  m.rss_mib_per_rank = to_float_vector(peaks);
+  const int ranks = world.size(), rank = world.rank();
+  // Read before the tensor below exists, so it is not counted.
+  const HostTensorWindow tensors = take_host_tensor_window(*find_allocator(Device::host));
+  // Three rows of one value per rank, each rank filling its own column.
+  Tensor per_rank = Tensor::zeros({3, ranks}, DType::f32);
+  float* v = per_rank.data_as<float>();
+  v[rank] = static_cast<float>(to_mib(peak_rss_bytes()));
+  v[ranks + rank] = static_cast<float>(tensors.live_mib);
+  v[2 * ranks + rank] = static_cast<float>(tensors.peak_mib);
+  world.all_reduce_sum(per_rank).wait();
+  m.rss_mib_per_rank.assign(v, v + ranks);
+  m.host_tensor_mib_per_rank.assign(v + ranks, v + 2 * ranks);
+  m.host_tensor_peak_mib_per_rank.assign(v + 2 * ranks, v + 3 * ranks);
   m.rss_mib_max_rank = *std::max_element(m.rss_mib_per_rank.begin(), m.rss_mib_per_rank.end());
   if (device_run) m.device = gather_device_memory(world, this_rank_device_memory());
   return m;
@@ -129,6 +145,8 @@ std::string step_metrics_row(const StepRecord& r) {
   j["mfu"] = r.mfu ? nlohmann::json(*r.mfu) : nlohmann::json(nullptr);
   j["peak_rss_mib_max_rank"] = r.memory.rss_mib_max_rank;
   j["peak_rss_mib_per_rank"] = r.memory.rss_mib_per_rank;
+  j["host_tensor_mib_per_rank"] = r.memory.host_tensor_mib_per_rank;
+  j["host_tensor_peak_mib_per_rank"] = r.memory.host_tensor_peak_mib_per_rank;
   if (!r.memory.device.empty()) add_device_memory_metrics(j, r.memory.device);
   j["elapsed_s"] = r.elapsed_s;
   const WindowCounters& w = r.counters;

@@ -21,6 +21,7 @@
 
 #include "comm/communicator.hpp"
 #include "fsdp/engine.hpp"
+#include "runtime/allocator.hpp"
 #include "train/device_memory.hpp"
 #include "train/resume.hpp"
 #include "train/run_output.hpp"
@@ -40,10 +41,24 @@ void report_memory(const char* phase, Communicator& world, bool device_run, RunO
 std::string kept_metrics_rows(const std::string& path, const ResumePoint& start, int world_size,
                               std::int64_t global_batch);
 
+// The tensors of one rank's host allocator over a log window, which the
+// resident set cannot separate from libraries, MPI and the allocator's
+// cache. live: alive at the log step, between steps, so what the rank keeps
+// (sharded state, optimizer moments, buffers kept across steps); peak: the
+// most alive at once since the previous window (the first: since the
+// start), so peak - live is what the steps added on top of it (gathered
+// units, gradients in flight, activations, workspace). Starts the next
+// window (HostAllocator::restart_peak).
+struct HostTensorWindow {
+  double live_mib = 0, peak_mib = 0;
+};
+HostTensorWindow take_host_tensor_window(DeviceAllocator& host);
+
 // Peak memory of every rank at a log step.
 struct MemoryPeaks {
   std::vector<float> rss_mib_per_rank;
   double rss_mib_max_rank = 0;
+  std::vector<float> host_tensor_mib_per_rank, host_tensor_peak_mib_per_rank;  // take_host_tensor_window
   std::vector<DeviceMemorySample> device;  // GPU runs only
 };
 MemoryPeaks gather_memory_peaks(Communicator& world, bool device_run);  // collective

@@ -12,6 +12,9 @@ computed here, from the model's published shapes, not from ftrain's output.
     tensor 1 (pure FSDP over 16) each rank's parameters, gathered units and
     activations fall by ~8 and the sharded state per rank stays (1/16 of the
     model either way); against T 1 x FSDP 2 the state per rank falls by ~8.
+  * The 70B recipe at seq_len 8192 with parallel tensor 8 context 2 on the
+    same 16 ranks: the state per rank stays, the activations per rank fall
+    by ~2 against context 1, each equal to the count here.
   * Llama 3 8B at seq_len 8192 on 8 ranks with parallel context C = 2 and 4:
     the activations per rank fall by ~C against C = 1, each equal to the
     count here (seq_len / C tokens per rank plus the ring's 2 K/V blocks),
@@ -203,6 +206,26 @@ def main():
     close(fsdp2, state_bytes(m, 1, 2), "T 1 x FSDP 2: sharded f32 state per rank", absolute=0.006 * GIB)
     ratio = fsdp2 / per_rank[8][0]
     check(7.99 < ratio <= 8.0, f"T 8 x FSDP 2 holds {ratio:.4f}x (~8) less state per rank than T 1 x FSDP 2")
+
+    # --- The 70B recipe at 8192 tokens: tensor 8 x context 2 against
+    # tensor 8 x context 1 on the same 16 ranks. The fsdp group stays 2
+    # ranks (data 2 x context 1 or data 1 x context 2), so the state per rank
+    # stays; each rank's activations per micro batch fall by ~C.
+    per_context = {}
+    for context in (1, 2):
+        out = plan_70b(8, "-var", "context", str(context), "-var", "seq_len", "8192")
+        check(f"grid              data {2 // context} x context {context} x tensor 8 (16 ranks)" in out,
+              f"70B, T 8, C {context}: the grid is data {2 // context} x context {context} x tensor 8")
+        state = gib(field(r"memory per rank\s+([0-9.]+ \w+) sharded state", out, "memory line").group(1))
+        close(state, state_bytes(m, 8, 2), f"70B, T 8, C {context}, seq_len 8192: sharded f32 state per rank",
+              absolute=0.006 * GIB)
+        got = gib(field(r"activations\s+([0-9.]+ \w+) per micro batch of 4", out, "activations line").group(1))
+        close(got, activation_bytes(m, 8, context, 8192, 4, True),
+              f"70B, T 8, C {context}, seq_len 8192: activations per rank per micro batch of 4 (checkpointed)",
+              rel=0.005)
+        per_context[context] = got
+    r = per_context[1] / per_context[2]
+    check(0.95 * 2 < r <= 2.0, f"70B at seq_len 8192: context 2 lowers the activations per rank by {r:.3f} (~2)")
 
     # --- Llama 3 8B at 8192 tokens: context 2 and 4 against 1 -----------
     deck = os.path.join(a.workdir, "llama3_8b_8192.in")
