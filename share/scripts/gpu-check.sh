@@ -67,6 +67,7 @@ FULL_PART_2=(
   "tiny Llama and ViT, device cuda against the host (8 steps each)|200|python3 $FTRAIN_ROOT/tests/regression/sim_device_test.py gpu --ftrain $B/bin/ftrain --prep $B/bin/ftrain-prep --mpirun '$MPIRUN'"
   "tiny ViT on the GPU against the host (40 steps)|120|$TRAIN vit-golden"
   "gpu test: staged communicator, np 4 on one GPU|60|FTRAIN_TEST_DEVICE_COMM=mpi $MPIRUN -np 4 $T/gpu_test_device_comm"
+  "tensor parallel 2 at np 2 on one GPU against the host (tiny Llama, 12 steps)|90|$TRAIN tensor-parallel"
   "memcheck of the NCCL communicator, np 1|90|FTRAIN_TEST_DEVICE_COMM=nccl compute-sanitizer --tool memcheck --error-exitcode 1 $T/gpu_test_device_comm"
 )
 FULL_PART_3=(

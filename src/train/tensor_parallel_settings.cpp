@@ -25,14 +25,9 @@ void refuse_engine_options(const RunConfig& c, const std::string& degree, const 
 
 }  // namespace
 
-void check_tensor_parallel(const RunConfig& c, const FsdpOptions& fsdp, Device device, Model& model) {
+void check_tensor_parallel(const RunConfig& c, const FsdpOptions& fsdp, Model& model) {
   if (c.parallel.tensor <= 1) return;
-  const std::string degree = "tensor " + std::to_string(c.parallel.tensor);
-  if (device != Device::host)
-    refuse(c, degree, c.device_where,
-           std::string("device ") + device_name(device) +
-               " (the vocabulary-parallel embedding and cross entropy have host kernels only)");
-  refuse_engine_options(c, degree, fsdp);
+  refuse_engine_options(c, "tensor " + std::to_string(c.parallel.tensor), fsdp);
   try {
     model.split_for_tensor_parallel(static_cast<int>(c.parallel.tensor));
   } catch (const UserError& e) {

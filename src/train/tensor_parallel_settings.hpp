@@ -3,18 +3,18 @@
 // with.
 #pragma once
 
-#include "base/device.hpp"
 #include "deck/config.hpp"
 #include "fsdp/engine.hpp"
 #include "plugin/model.hpp"
 
 namespace ftrain {
 
-// Refuses what tensor parallelism does not train yet (a device backend,
-// precision fp8, LoRA, offload) and a model or a head
-// count it cannot split; then splits `model` into this rank's slices
-// (Model::split_for_tensor_parallel). Nothing happens for T = 1.
-void check_tensor_parallel(const RunConfig& c, const FsdpOptions& fsdp, Device device, Model& model);
+// Refuses what tensor parallelism does not train yet (precision fp8, LoRA,
+// offload) and a model or a head count it cannot split; then splits `model`
+// into this rank's slices (Model::split_for_tensor_parallel). Nothing
+// happens for T = 1. Both backends run it (the CUDA backend has the
+// vocabulary-parallel embedding and cross-entropy kernels).
+void check_tensor_parallel(const RunConfig& c, const FsdpOptions& fsdp, Model& model);
 
 // Refuses what context parallelism does not train yet (precision fp8, LoRA,
 // offload) and a model without it (Model::use_context_parallel); the

@@ -172,7 +172,7 @@ void check_settings(State& s, ProblemList& problems, int plan_world) {
   // rank's slices. A grid the plan refused (its layout check names why) is
   // not offered to the model, which would refuse it a second time.
   if (planned && !s.options.check_only)
-    problems.check([&] { check_tensor_parallel(c, s.fsdp, s.device_choice.device, *s.model); });
+    problems.check([&] { check_tensor_parallel(c, s.fsdp, *s.model); });
   if (planned && !s.options.check_only) problems.check([&] { check_context_parallel(c, s.fsdp, *s.model); });
   if (fsdp_ok && s.options.check_only) problems.check([&] { refuse_model_parallel_options(c, s.fsdp); });
 }

@@ -323,9 +323,13 @@ struct SimEvent {
   unsigned flags = 0;
 };
 
+// Zeroed: kernels do not run here, so what a run reads back (a loss, a
+// norm) is what the memory held; zeros keep it finite, so that a whole
+// training run gets past the divergence check (cuda_api_trainer_tensor_parallel).
 void* device_alloc(std::size_t bytes) {
   void* p = nullptr;
   if (posix_memalign(&p, 256, bytes == 0 ? 1 : bytes) != 0) return nullptr;
+  std::memset(p, 0, bytes == 0 ? 1 : bytes);
   return p;
 }
 

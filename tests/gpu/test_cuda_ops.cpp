@@ -42,6 +42,10 @@ const std::set<std::string> kBitExact = {"add",
                                          "adamw_update_chunks_guarded",
                                          "embedding_forward",
                                          "embedding_backward",
+                                         // the vocabulary-parallel pair: math::embedding_slice_row, copies
+                                         // and the same per-token sums
+                                         "embedding_forward_rows",
+                                         "embedding_backward_rows",
                                          // copies (token_rows.hpp index math), add_value, and batch
                                          // sums in the host's batch order; the host's dropout mask
                                          "dropout",
@@ -52,12 +56,8 @@ const std::set<std::string> kBitExact = {"add",
                                          "broadcast_add_backward",
                                          "slice_rows_forward",
                                          "slice_rows_backward"};
-// Ops (or parity cases) the CUDA backend does not run yet (share/doc/status.md):
 // (Attention runs the reference kernel: its own odd-size cases are in
 // test_cuda_attention.cpp.)
-const std::set<std::string> kNotYet = {"embedding_forward_rows",      "embedding_backward_rows",
-                                        "cross_entropy_slice_forward", "cross_entropy_slice_sum_exp",
-                                        "cross_entropy_slice_loss",    "cross_entropy_slice_backward"};
 // Checked in test_cuda_fp8.cpp on shapes cuBLASLt's FP8 GEMMs take (multiples
 // of 16, transposed copies from the cast); the parity cases' 12 x 16 x 10 are not.
 const std::set<std::string> kCheckedInFp8Test = {"fp8_linear_forward", "fp8_linear_backward"};
@@ -226,6 +226,40 @@ std::vector<ParityCase> odd_size_cases() {
                  ops::cross_entropy_backward(ctx, h, w, nullptr, t, lse, scale, 7, frozen_dh, no_dw, nullptr);
                  return ParityOutputs{{losses, lse, dh, dw, frozen_dh}, {}};
                }});
+  // Tensor parallelism's vocabulary-parallel ops at odd sizes: a middle
+  // slice (rows [333, 667) of 1001) of a bf16 head whose chunk leaves a
+  // partial last chunk, ignored rows, targets on both sides of the slice;
+  // the group's combination with the slice's lse as a second slice's; the
+  // embedding pair on a bf16 table slice with tokens of every slice.
+  c.push_back({"cross_entropy_slice_* bf16 (37 x 70, rows 333.. of V 1001, chunk 97)",
+               [](ExecutionContext& ctx, std::uint64_t s) {
+                 const std::int64_t N = 37, C = 70, V = 1001, first = 333, rows = 334;
+                 Tensor h = random(ctx, {N, C}, s, DType::bf16), w = random(ctx, {rows, C}, s + 1, DType::bf16, 0.2);
+                 Tensor t = ids(ctx, N, V, s + 3, true), local_lse = zeros(ctx, {N}), picked = zeros(ctx, {N});
+                 ops::cross_entropy_slice_forward(ctx, h, w, t, first, V, 97, local_lse, picked);
+                 Tensor row_max = random(ctx, {N}, s + 4, DType::f32, 0.5), sum_exp = zeros(ctx, {N});
+                 ops::add(ctx, row_max, local_lse, row_max);  // a group max near the slice's own lse
+                 ops::cross_entropy_slice_sum_exp(ctx, local_lse, row_max, sum_exp);
+                 Tensor losses = zeros(ctx, {N}), lse = zeros(ctx, {N});
+                 ops::cross_entropy_slice_loss(ctx, row_max, sum_exp, picked, t, losses, lse);
+                 Tensor scale = zeros(ctx, {1});
+                 ops::fill(ctx, scale, 1.0f / 29.0f);
+                 Tensor dh = zeros(ctx, {N, C}, DType::bf16), dw = random(ctx, {rows, C}, s + 5, DType::bf16, 0.01);
+                 ops::cross_entropy_slice_backward(ctx, h, w, t, first, V, lse, scale, 97, dh, dw);
+                 Tensor frozen_dh = zeros(ctx, {N, C}), no_dw;
+                 ops::cross_entropy_slice_backward(ctx, h, w, t, first, V, lse, scale, 7, frozen_dh, no_dw);
+                 return ParityOutputs{{local_lse, picked, sum_exp, losses, lse, dh, dw, frozen_dh}, {}};
+               }});
+  c.push_back({"embedding_*_rows (300 tokens, rows 40.. of V 100, bf16 table, width 77)",
+               [](ExecutionContext& ctx, std::uint64_t s) {
+                 const std::int64_t N = 300, V = 100, C = 77, first = 40, rows = 30;
+                 Tensor tokens = ids(ctx, N, V, s, false), table = random(ctx, {rows, C}, s + 1, DType::bf16);
+                 Tensor out = random(ctx, {N, C}, s + 2);  // every element written, zeros included
+                 ops::embedding_forward_rows(ctx, tokens, table, first, V, out);
+                 Tensor dout = random(ctx, {N, C}, s + 3, DType::bf16), dtable = random(ctx, {rows, C}, s + 4);
+                 ops::embedding_backward_rows(ctx, tokens, dout, first, dtable);
+                 return ParityOutputs{{out, dtable}, {}};
+               }});
   // The ViT row ops and dropout past a block, with mixed storage: a
   // 3-channel image of 5 x 7 patches of 3 x 3 (27 columns), 197 = 1 + 196
   // rows of width 77 (the class token and patch rows of a ViT at a width
@@ -282,7 +316,7 @@ TEST(CudaOps, EveryImplementedOpMatchesTheHost) {
   std::string why;
   if (!cuda_usable(why)) GTEST_SKIP() << why;
   for (const auto& c : parity_cases()) {
-    if (kNotYet.count(c.op) || kCheckedInFp8Test.count(c.op)) continue;
+    if (kCheckedInFp8Test.count(c.op)) continue;
     const bool exact = kBitExact.count(c.op) != 0;
     for (std::uint64_t seed : {11u, 12u}) {
       SCOPED_TRACE(c.op + (exact ? " (bit for bit)" : " (tolerance)") + ", seed " + std::to_string(seed));
@@ -352,7 +386,7 @@ TEST(CudaOps, RepeatedRunsAreBitIdentical) {
   std::string why;
   if (!cuda_usable(why)) GTEST_SKIP() << why;
   for (const auto& c : parity_cases()) {
-    if (kNotYet.count(c.op) || kCheckedInFp8Test.count(c.op)) continue;
+    if (kCheckedInFp8Test.count(c.op)) continue;
     SCOPED_TRACE(c.op);
     std::vector<double> s1, s2;
     const auto first = run_on(Device::cuda, c, 21, s1);
@@ -462,6 +496,38 @@ TEST(CudaOps, BadIdsAreReportedAtTheNextSynchronisation) {
   EXPECT_NO_THROW(gpu.synchronize());
 }
 
+// The vocabulary-parallel ops check ids against the whole vocabulary (a
+// token of another slice is valid), each in its own slot: a bad target of
+// a head slice is reported naming cross_entropy_slice_forward.
+TEST(CudaOps, BadIdsOfTheVocabularySlicesAreReportedNamingTheirOp) {
+  std::string why;
+  if (!cuda_usable(why)) GTEST_SKIP() << why;
+  ExecutionOptions o;
+  o.device = Device::cuda;
+  ExecutionContext gpu(o);
+  const std::int64_t n = 16, vocab = 64, width = 32;
+  Tensor ids = Tensor::zeros({n}, DType::i32, Device::host, "ids");
+  for (std::int64_t i = 0; i < n; ++i) ids.data_as<std::int32_t>()[i] = static_cast<std::int32_t>(i * 4);  // both halves
+  const Tensor d_ids = to_device(ids, Device::cuda);
+  const Tensor table = to_device(Tensor::zeros({vocab / 2, width}, DType::f32), Device::cuda);
+  Tensor out = Tensor::zeros({n, width}, DType::f32, Device::cuda, "out");
+  ops::embedding_forward_rows(gpu, d_ids, table, vocab / 2, vocab, out);
+  EXPECT_NO_THROW(gpu.synchronize()) << "tokens of the other slice are valid ids";
+  ids.data_as<std::int32_t>()[7] = static_cast<std::int32_t>(vocab);
+  const Tensor bad = to_device(ids, Device::cuda);
+  Tensor lse = Tensor::zeros({n}, DType::f32, Device::cuda, "lse"), picked = Tensor::zeros({n}, DType::f32, Device::cuda, "picked");
+  EXPECT_NO_THROW(ops::cross_entropy_slice_forward(gpu, out, table, bad, vocab / 2, vocab, 8, lse, picked));
+  std::string message;
+  try {
+    gpu.synchronize();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  for (const char* part : {"cross_entropy_slice_forward", "target 64", "row 7", "[0, 64)"})
+    EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  EXPECT_NO_THROW(gpu.synchronize()) << "reported once, then cleared";
+}
+
 // The norms' weight and bias gradients sum over rows in
 // kernels/math/column_sums.hpp's order on both backends (32-row block
 // partials, then the partials in order): dw and db equal the host bit for
@@ -501,24 +567,6 @@ TEST(CudaOps, NormWeightGradientsEqualTheHostBitForBit) {
   gpu.synchronize();
   EXPECT_EQ(std::memcmp(to_device(d_lw, Device::host).data(), lw.data(), lw.nbytes()), 0) << "layernorm dw";
   EXPECT_EQ(std::memcmp(to_device(d_lb, Device::host).data(), lb.data(), lb.nbytes()), 0) << "layernorm db";
-}
-
-TEST(CudaOps, OpsWithoutACudaKernelSayWhich) {
-  std::string why;
-  if (!cuda_usable(why)) GTEST_SKIP() << why;
-  for (const auto& c : parity_cases()) {
-    if (!kNotYet.count(c.op)) continue;
-    ExecutionOptions o;
-    o.device = Device::cuda;
-    ExecutionContext ctx(o);
-    try {
-      c.run(ctx, 1);
-      ADD_FAILURE() << c.op << " ran on CUDA: move it out of kNotYet and into the comparison";
-    } catch (const Error& e) {
-      // Names the op that has no kernel (an FP8 case may stop at its cast first).
-      EXPECT_NE(std::string(e.what()).find("the CUDA backend has no"), std::string::npos) << e.what();
-    }
-  }
 }
 
 // Real CUDA events (runtime/stream.hpp NativeEvent over cudaEvent_t): record()

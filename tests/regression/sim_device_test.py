@@ -21,6 +21,9 @@ deck on `device host`, exactly: loss, lr, grad_norm, eval_loss of every step):
   llama_np2    the same configurations on 2 ranks (the collectives stage
                device buffers through host memory).
   vit_np12     tiny ViT on 1 and 2 ranks (fp32, and bf16 with checkpointing).
+  tensor_parallel  `parallel tensor 2` at 2 ranks (fp32, and bf16 with
+               checkpointing): the vocabulary-parallel embedding and head and
+               the tensor group's collectives on a device.
   checkpoint   2 ranks: a checkpoint saved at step 5 on the simulated device
                resumes on the host, and one saved on the host resumes on the
                simulated device; both continuations equal the uninterrupted
@@ -354,6 +357,19 @@ def scenario_llama(r, np):
             same_h5(os.path.join(host, "final.h5"), os.path.join(dev, "final.h5"), "merge_adapter + save_final")
 
 
+def scenario_tensor_parallel(r):
+    """`parallel tensor 2` at np 2 on the simulated device against the host, bit for bit: the vocabulary-parallel
+    embedding and head, sequence parallelism and the tensor group's collectives (the staged communicator) never
+    read device memory on the host. fp32, and bf16 with activation checkpointing."""
+    for name, variables in (("fp32", dict(micro=8, max_steps=8)),
+                            ("bf16_checkpointing", dict(micro=8, max_steps=8, precision="bf16", checkpointing="on"))):
+        host = r.run(2, LLAMA_DECK, "host", f"tensor2_{name}_host", "parallel tensor 2\n", **variables)
+        dev = r.run(2, LLAMA_DECK, "cuda", f"tensor2_{name}_device", "parallel tensor 2\n", **variables)
+        if "data 1 x context 1 x tensor 2" not in open(os.path.join(dev, "stdout.txt")).read():
+            fail(f"tensor 2 {name}: the header does not name the grid")
+        same_curve(host, dev, f"llama tensor 2 {name} np 2")
+
+
 def scenario_vit(r):
     # inputs/tiny_vit.in with activation checkpointing as a variable.
     text = open(VIT_DECK).read()
@@ -649,6 +665,8 @@ def main():
             scenario_llama(r, 2)
         elif args.scenario == "vit_np12":
             scenario_vit(r)
+        elif args.scenario == "tensor_parallel":
+            scenario_tensor_parallel(r)
         elif args.scenario == "offload":
             scenario_offload(r)
         elif args.scenario == "offload_np2":

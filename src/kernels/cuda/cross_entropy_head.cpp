@@ -23,9 +23,15 @@
 // bf16 dw: cuBLASLt reads, adds in f32 and rounds for bf16 operands; for
 // f32 operands an f32 partial is added element-wise).
 //
-// Targets are checked on the device; an invalid one is read back (the
-// stream is waited for, as the embedding's token check) and reported naming
-// its row and value, with the host's message.
+// Targets are checked on the device (input_check_record.hpp) and reported
+// at the next synchronisation, naming the op, its row and value.
+//
+// The vocabulary-parallel slice ops (tensor parallelism) run the same
+// pipeline on w's rows [first_row, first_row + Vs) of a vocabulary of
+// `vocab` rows: the same plans for Vs rows, targets checked against `vocab`
+// and moved by first_row (math::cross_entropy_local_target); the forward
+// stops at the slice's own log-sum-exp and target logit (the group combines
+// them: cross_entropy_slice_sum_exp, cross_entropy_slice_loss).
 #include "kernels/cuda/cross_entropy_head.hpp"
 
 #include <algorithm>
@@ -77,8 +83,9 @@ struct HeadShape {
   std::int64_t rows = 0, channels = 0, vocab = 0, chunk = 0;
 };
 
+// vocab: the whole vocabulary's rows, the targets' bound (w's own, or more for a slice).
 HeadShape check_head(ExecutionContext& ctx, const char* op, InputCheck target_check, const Tensor& h, const Tensor& w,
-                     const Tensor* bias, const Tensor& targets, std::int64_t vocab_chunk) {
+                     const Tensor* bias, const Tensor& targets, std::int64_t vocab, std::int64_t vocab_chunk) {
   require_cuda(op, {{&h, "h"}, {&w, "w"}, {bias, "bias"}, {&targets, "targets"}});
   HeadShape s{h.dim(0), h.dim(1), w.dim(0), 0};
   s.chunk = cross_entropy_chunk_width(s.vocab, vocab_chunk);
@@ -86,7 +93,7 @@ HeadShape check_head(ExecutionContext& ctx, const char* op, InputCheck target_ch
   // The targets are checked on the device; a bad one is recorded there and
   // thrown at the next synchronisation (input_check_record.hpp), so the head
   // never waits for the stream. Its kernels never index with a bad target.
-  launch_input_range_check(target_check, targets.data_as<std::int32_t>(), s.rows, s.vocab, stream_of(ctx));
+  launch_input_range_check(target_check, targets.data_as<std::int32_t>(), s.rows, vocab, stream_of(ctx));
   return s;
 }
 
@@ -166,21 +173,15 @@ FloatSpan bias_span(const Tensor* bias) {
   return bias != nullptr ? FloatSpan{bias->data(), storage_of(*bias)} : FloatSpan{nullptr, Storage::f32};
 }
 
-}  // namespace
-
-void cross_entropy_head_forward(ExecutionContext& ctx, const Tensor& h, const Tensor& w, const Tensor* bias,
-                                const Tensor& targets, std::int64_t vocab_chunk, Tensor& losses, Tensor& lse) {
-  constexpr const char* op = "cross_entropy_forward";
-  const HeadShape s = check_head(ctx, op, InputCheck::cross_entropy_forward, h, w, bias, targets, vocab_chunk);
-  require_cuda(op, {{&losses, "losses"}, {&lse, "lse"}});
-  if (s.rows == 0) return;
+// The online log-sum-exp state (row_max, row_sum, target_logit: f32[rows]
+// each) of w's rows, vocabulary rows [first_row, first_row + s.vocab), per
+// row of h.
+void online_log_sum_exp(ExecutionContext& ctx, const HeadShape& s, const Tensor& h, const Tensor& w,
+                        const Tensor* bias, const Tensor& targets, std::int64_t first_row, float* row_max,
+                        float* row_sum, float* target_logit) {
   cudaStream_t stream = stream_of(ctx);
   HeadOperands in(ctx, h, w, s);
   const std::shared_ptr<void> logits = device_floats(ctx, s.rows * s.chunk);
-  const std::shared_ptr<void> state = device_floats(ctx, 3 * s.rows);
-  float* row_max = static_cast<float*>(state.get());
-  float* row_sum = row_max + s.rows;
-  float* target_logit = row_sum + s.rows;
   const auto* tgt = targets.data_as<std::int32_t>();
   launch_cross_entropy_init(row_max, row_sum, target_logit, s.rows, stream);
   auto* chunk = static_cast<float*>(logits.get());
@@ -188,18 +189,17 @@ void cross_entropy_head_forward(ExecutionContext& ctx, const Tensor& h, const Te
                                                                  GemmElement::f32, false})) {
     execute_gemm_plan(ctx, p.logits,
                       operands_of(p.logits, {in.h(), in.w_chunk(p.v0, p.width), nullptr, chunk, nullptr, nullptr}));
-    launch_cross_entropy_forward_chunk(chunk, bias_span(bias), tgt, s.rows, p.v0, p.width, row_max, row_sum,
-                                       target_logit, stream);
+    launch_cross_entropy_forward_chunk(chunk, bias_span(bias), tgt, first_row, s.rows, p.v0, p.width, row_max,
+                                       row_sum, target_logit, stream);
   }
-  launch_cross_entropy_finish(row_max, row_sum, target_logit, tgt, s.rows, losses.data_as<float>(),
-                              lse.data_as<float>(), stream);
 }
 
-void cross_entropy_head_backward(ExecutionContext& ctx, const Tensor& h, const Tensor& w, const Tensor* bias,
-                                 const Tensor& targets, const Tensor& lse, const Tensor& loss_scale,
-                                 std::int64_t vocab_chunk, Tensor& dh, Tensor& dw, Tensor* dbias) {
-  constexpr const char* op = "cross_entropy_backward";
-  const HeadShape s = check_head(ctx, op, InputCheck::cross_entropy_backward, h, w, bias, targets, vocab_chunk);
+// The backward over w's rows [first_row, first_row + s.vocab) of the
+// vocabulary, lse the whole row's: the whole head's (first_row 0) or a
+// slice's.
+void head_backward(ExecutionContext& ctx, const char* op, const HeadShape& s, const Tensor& h, const Tensor& w,
+                   const Tensor* bias, const Tensor& targets, std::int64_t first_row, const Tensor& lse,
+                   const Tensor& loss_scale, Tensor& dh, Tensor& dw, Tensor* dbias) {
   // Undefined dw / dbias: a frozen head (op_list.hpp); only dh is computed.
   const bool want_dw = dw.defined();
   if (dbias != nullptr && !dbias->defined()) dbias = nullptr;
@@ -229,7 +229,7 @@ void cross_entropy_head_backward(ExecutionContext& ctx, const Tensor& h, const T
        plan_cross_entropy_head({N, C, s.vocab, s.chunk, in.element(), dw_element, want_dw})) {
     const void* w_chunk = in.w_chunk(p.v0, p.width);
     execute_gemm_plan(ctx, p.logits, operands_of(p.logits, {in.h(), w_chunk, nullptr, dlogit, nullptr, nullptr}));
-    launch_cross_entropy_backward_chunk(dlogit, bias_span(bias), tgt, lse.data_as<float>(),
+    launch_cross_entropy_backward_chunk(dlogit, bias_span(bias), tgt, first_row, lse.data_as<float>(),
                                         loss_scale.data_as<float>(), N, p.v0, p.width,
                                         static_cast<std::uint16_t*>(dlogit16.get()), stream);
     // The logits buffer holds dlogit now: an input (dy), no longer an output.
@@ -251,6 +251,59 @@ void cross_entropy_head_backward(ExecutionContext& ctx, const Tensor& h, const T
       launch_column_sum_accumulate({dlogit, Storage::f32}, N, p.width, span_at(*dbias, p.v0), stream);
   }
   if (dh.dtype() != DType::f32) launch_cast({dh32, Storage::f32}, {dh.data(), Storage::bf16}, N * C, stream);
+}
+
+}  // namespace
+
+void cross_entropy_head_forward(ExecutionContext& ctx, const Tensor& h, const Tensor& w, const Tensor* bias,
+                                const Tensor& targets, std::int64_t vocab_chunk, Tensor& losses, Tensor& lse) {
+  constexpr const char* op = "cross_entropy_forward";
+  const HeadShape s =
+      check_head(ctx, op, InputCheck::cross_entropy_forward, h, w, bias, targets, w.dim(0), vocab_chunk);
+  require_cuda(op, {{&losses, "losses"}, {&lse, "lse"}});
+  if (s.rows == 0) return;
+  const std::shared_ptr<void> state = device_floats(ctx, 3 * s.rows);
+  float* row_max = static_cast<float*>(state.get());
+  float* row_sum = row_max + s.rows;
+  float* target_logit = row_sum + s.rows;
+  online_log_sum_exp(ctx, s, h, w, bias, targets, 0, row_max, row_sum, target_logit);
+  launch_cross_entropy_finish(row_max, row_sum, target_logit, targets.data_as<std::int32_t>(), s.rows,
+                              losses.data_as<float>(), lse.data_as<float>(), stream_of(ctx));
+}
+
+void cross_entropy_head_backward(ExecutionContext& ctx, const Tensor& h, const Tensor& w, const Tensor* bias,
+                                 const Tensor& targets, const Tensor& lse, const Tensor& loss_scale,
+                                 std::int64_t vocab_chunk, Tensor& dh, Tensor& dw, Tensor* dbias) {
+  constexpr const char* op = "cross_entropy_backward";
+  const HeadShape s =
+      check_head(ctx, op, InputCheck::cross_entropy_backward, h, w, bias, targets, w.dim(0), vocab_chunk);
+  head_backward(ctx, op, s, h, w, bias, targets, 0, lse, loss_scale, dh, dw, dbias);
+}
+
+void cross_entropy_slice_head_forward(ExecutionContext& ctx, const Tensor& h, const Tensor& w, const Tensor& targets,
+                                      std::int64_t first_row, std::int64_t vocab, std::int64_t vocab_chunk,
+                                      Tensor& local_lse, Tensor& target_logit) {
+  constexpr const char* op = "cross_entropy_slice_forward";
+  const HeadShape s =
+      check_head(ctx, op, InputCheck::cross_entropy_slice_forward, h, w, nullptr, targets, vocab, vocab_chunk);
+  require_cuda(op, {{&local_lse, "local_lse"}, {&target_logit, "target_logit"}});
+  if (s.rows == 0) return;
+  // The target logit goes straight to its output; the running max and sum
+  // end in the slice's log-sum-exp.
+  const std::shared_ptr<void> state = device_floats(ctx, 2 * s.rows);
+  float* row_max = static_cast<float*>(state.get());
+  float* row_sum = row_max + s.rows;
+  online_log_sum_exp(ctx, s, h, w, nullptr, targets, first_row, row_max, row_sum, target_logit.data_as<float>());
+  launch_cross_entropy_row_lse(row_max, row_sum, s.rows, local_lse.data_as<float>(), stream_of(ctx));
+}
+
+void cross_entropy_slice_head_backward(ExecutionContext& ctx, const Tensor& h, const Tensor& w, const Tensor& targets,
+                                       std::int64_t first_row, std::int64_t vocab, const Tensor& lse,
+                                       const Tensor& loss_scale, std::int64_t vocab_chunk, Tensor& dh, Tensor& dw) {
+  constexpr const char* op = "cross_entropy_slice_backward";
+  const HeadShape s =
+      check_head(ctx, op, InputCheck::cross_entropy_slice_backward, h, w, nullptr, targets, vocab, vocab_chunk);
+  head_backward(ctx, op, s, h, w, nullptr, targets, first_row, lse, loss_scale, dh, dw, nullptr);
 }
 
 }  // namespace ftrain::cuda

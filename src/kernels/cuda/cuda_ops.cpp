@@ -218,6 +218,29 @@ void embedding_backward(ExecutionContext& ctx, const Tensor& tokens, const Tenso
                             stream_of(ctx));
 }
 
+// The vocabulary-parallel pair (tensor parallelism): this rank's rows
+// [first_row, first_row + table rows) of the table.
+void embedding_forward_rows(ExecutionContext& ctx, const Tensor& tokens, const Tensor& table, std::int64_t first_row,
+                            std::int64_t vocab, Tensor& out) {
+  constexpr const char* op = "embedding_forward_rows";
+  require_cuda(op, tokens, "tokens");
+  launch_embedding_forward_rows(tokens.data_as<std::int32_t>(), tokens.numel(), float_span(op, table, "table"),
+                                first_row, table.dim(0), vocab, table.dim(1), float_span(op, out, "out"),
+                                stream_of(ctx));
+}
+
+void embedding_backward_rows(ExecutionContext& ctx, const Tensor& tokens, const Tensor& dout, std::int64_t first_row,
+                             Tensor& dtable) {
+  constexpr const char* op = "embedding_backward_rows";
+  if (!dtable.defined()) return;  // a frozen table, as embedding_backward
+  require_cuda(op, tokens, "tokens");
+  const std::shared_ptr<void> scratch =
+      ctx.allocator().allocate(std::max<std::size_t>(embedding_backward_scratch_bytes(tokens.numel(), dtable.dim(0)), 1));
+  launch_embedding_backward_rows(tokens.data_as<std::int32_t>(), tokens.numel(), float_span(op, dout, "dout"),
+                                 first_row, dtable.dim(0), dtable.dim(1), float_span(op, dtable, "dtable"),
+                                 scratch.get(), stream_of(ctx));
+}
+
 // ---- norms -----------------------------------------------------------------------
 
 // Shapes and dtypes: checked by ops::<norm> (kernels/op_checks.hpp). The
@@ -567,6 +590,44 @@ void cross_entropy_backward(ExecutionContext& ctx, const Tensor& h, const Tensor
                             const Tensor& targets, const Tensor& lse, const Tensor& loss_scale,
                             std::int64_t vocab_chunk, Tensor& dh, Tensor& dw, Tensor* dbias) {
   cross_entropy_head_backward(ctx, h, w, bias, targets, lse, loss_scale, vocab_chunk, dh, dw, dbias);
+}
+
+// The vocabulary-parallel head (tensor parallelism): the fused head's
+// pipeline over a slice of w's rows, and the two per-row steps that combine
+// the group's slices (math::cross_entropy_slice_sum_exp, log_sum_exp and
+// cross_entropy_loss: cross_entropy.cu).
+void cross_entropy_slice_forward(ExecutionContext& ctx, const Tensor& h, const Tensor& w, const Tensor& targets,
+                                 std::int64_t first_row, std::int64_t vocab, std::int64_t vocab_chunk,
+                                 Tensor& local_lse, Tensor& target_logit) {
+  cross_entropy_slice_head_forward(ctx, h, w, targets, first_row, vocab, vocab_chunk, local_lse, target_logit);
+}
+void cross_entropy_slice_backward(ExecutionContext& ctx, const Tensor& h, const Tensor& w, const Tensor& targets,
+                                  std::int64_t first_row, std::int64_t vocab, const Tensor& lse,
+                                  const Tensor& loss_scale, std::int64_t vocab_chunk, Tensor& dh, Tensor& dw) {
+  cross_entropy_slice_head_backward(ctx, h, w, targets, first_row, vocab, lse, loss_scale, vocab_chunk, dh, dw);
+}
+void cross_entropy_slice_sum_exp(ExecutionContext& ctx, const Tensor& local_lse, const Tensor& row_max,
+                                 Tensor& sum_exp) {
+  constexpr const char* op = "cross_entropy_slice_sum_exp";
+  require_dtype(op, local_lse, "local_lse", DType::f32);
+  require_dtype(op, row_max, "row_max", DType::f32);
+  require_dtype(op, sum_exp, "sum_exp", DType::f32);
+  launch_cross_entropy_slice_sum_exp(local_lse.data_as<float>(), row_max.data_as<float>(), local_lse.numel(),
+                                     sum_exp.data_as<float>(), stream_of(ctx));
+}
+// lse may alias row_max: each row reads its max before it writes its lse.
+void cross_entropy_slice_loss(ExecutionContext& ctx, const Tensor& row_max, const Tensor& sum_exp,
+                              const Tensor& target_logit, const Tensor& targets, Tensor& losses, Tensor& lse) {
+  constexpr const char* op = "cross_entropy_slice_loss";
+  require_dtype(op, row_max, "row_max", DType::f32);
+  require_dtype(op, sum_exp, "sum_exp", DType::f32);
+  require_dtype(op, target_logit, "target_logit", DType::f32);
+  require_dtype(op, targets, "targets", DType::i32);
+  require_dtype(op, losses, "losses", DType::f32);
+  require_dtype(op, lse, "lse", DType::f32);
+  launch_cross_entropy_finish(row_max.data_as<float>(), sum_exp.data_as<float>(), target_logit.data_as<float>(),
+                              targets.data_as<std::int32_t>(), row_max.numel(), losses.data_as<float>(),
+                              lse.data_as<float>(), stream_of(ctx));
 }
 
 // ---- element-wise ------------------------------------------------------------------

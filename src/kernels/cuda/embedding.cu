@@ -13,7 +13,10 @@
 // floats. Invalid tokens (math::embedding_token_valid) leave their output
 // alone (the backward sorts them last and skips them); the device range
 // check (input_checks.cu) records the first one, reported at the next
-// synchronisation: the op itself never waits for the stream.
+// synchronisation: the op itself never waits for the stream. The
+// vocabulary-parallel pair (a slice of the table's rows) is the same with
+// math::embedding_slice_row choosing the row: another slice's token gives a
+// zero row forward and is sorted last and skipped backward.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/launch.cuh"
@@ -23,14 +26,15 @@ namespace ftrain::cuda {
 
 namespace {
 
-// Step 1's input: keys (invalid tokens as `vocab`, after every valid one)
+// Step 1's input: keys (the token's row of the table slice [first_row,
+// first_row + vocab); any other token as `vocab`, after every valid one)
 // and row numbers.
-__global__ void embedding_sort_input_kernel(const std::int32_t* tokens, std::int64_t n, std::int64_t vocab,
-                                            std::uint32_t* keys, std::int32_t* rows) {
+__global__ void embedding_sort_input_kernel(const std::int32_t* tokens, std::int64_t n, std::int64_t first_row,
+                                            std::int64_t vocab, std::uint32_t* keys, std::int32_t* rows) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const std::int32_t token = tokens[i];
-    keys[i] = static_cast<std::uint32_t>(math::embedding_token_valid(token, vocab) ? token : vocab);
+    const std::int64_t row = math::embedding_slice_row(tokens[i], first_row, vocab);
+    keys[i] = static_cast<std::uint32_t>(row >= 0 ? row : vocab);
     rows[i] = static_cast<std::int32_t>(i);
   }
 }
@@ -107,18 +111,21 @@ std::size_t embedding_backward_scratch_bytes(std::int64_t n_tokens, std::int64_t
   return 4 * array + cub_sort_bytes(n_tokens, embedding_key_bits(vocab));
 }
 
-void launch_embedding_backward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan dout, std::int64_t vocab,
-                               std::int64_t width, FloatSpan dtable, void* scratch, cudaStream_t stream) {
-  if (n_tokens <= 0) return;
+namespace {
+
+// The sort and the sums of a backward over the table slice [first_row,
+// first_row + vocab) (the whole table: first_row 0).
+void embedding_backward_sorted(const char* label, const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan dout,
+                               std::int64_t first_row, std::int64_t vocab, std::int64_t width, FloatSpan dtable,
+                               void* scratch, cudaStream_t stream) {
   FT_CHECK(n_tokens <= INT32_MAX && vocab < INT32_MAX)
-      << "ftrain::embedding::backward: " << n_tokens << " tokens, vocabulary " << vocab
+      << label << ": " << n_tokens << " tokens, vocabulary " << vocab
       << ": rows and token ids are sorted as 32-bit integers";
-  launch_input_range_check(InputCheck::embedding_backward, tokens, n_tokens, vocab, stream);
   const int key_bits = embedding_key_bits(vocab);
   const EmbeddingSortScratch t = carve(scratch, n_tokens, cub_sort_bytes(n_tokens, key_bits));
   const LaunchConfig in = elementwise_launch(n_tokens);
   embedding_sort_input_kernel<<<static_cast<unsigned>(in.grid_x), static_cast<unsigned>(in.block), 0, stream>>>(
-      tokens, n_tokens, vocab, t.keys_in, t.rows_in);
+      tokens, n_tokens, first_row, vocab, t.keys_in, t.rows_in);
   FTRAIN_CUDA_CHECK_LAUNCH("ftrain::embedding::backward::sort_input");
   std::size_t cub_bytes = t.cub_bytes;
   FTRAIN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(t.cub_storage, cub_bytes, t.keys_in, t.keys_out, t.rows_in,
@@ -126,7 +133,37 @@ void launch_embedding_backward(const std::int32_t* tokens, std::int64_t n_tokens
   const LaunchConfig c = embedding_backward_launch(n_tokens, width);
   embedding_backward_runs_kernel<<<static_cast<unsigned>(c.grid_x), static_cast<unsigned>(c.block), 0, stream>>>(
       t.keys_out, t.rows_out, n_tokens, dout, vocab, width, dtable);
-  FTRAIN_CUDA_CHECK_LAUNCH("ftrain::embedding::backward");
+  FTRAIN_CUDA_CHECK_LAUNCH(label);
+}
+
+}  // namespace
+
+void launch_embedding_backward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan dout, std::int64_t vocab,
+                               std::int64_t width, FloatSpan dtable, void* scratch, cudaStream_t stream) {
+  if (n_tokens <= 0) return;
+  launch_input_range_check(InputCheck::embedding_backward, tokens, n_tokens, vocab, stream);
+  embedding_backward_sorted("ftrain::embedding::backward", tokens, n_tokens, dout, 0, vocab, width, dtable, scratch,
+                            stream);
+}
+
+void launch_embedding_forward_rows(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan table,
+                                   std::int64_t first_row, std::int64_t rows, std::int64_t vocab, std::int64_t width,
+                                   FloatSpan out, cudaStream_t stream) {
+  if (n_tokens <= 0) return;
+  launch_input_range_check(InputCheck::embedding_forward_rows, tokens, n_tokens, vocab, stream);
+  launch_elementwise("ftrain::embedding::forward_rows", n_tokens * width, stream, [=] __device__(std::int64_t e) {
+    const std::int64_t n = e / width, c = e % width;
+    const std::int64_t row = math::embedding_slice_row(tokens[n], first_row, rows);
+    store_f32(out, e, row >= 0 ? load_f32(table, row * width + c) : 0.0f);
+  });
+}
+
+void launch_embedding_backward_rows(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan dout,
+                                    std::int64_t first_row, std::int64_t rows, std::int64_t width, FloatSpan dtable,
+                                    void* scratch, cudaStream_t stream) {
+  if (n_tokens <= 0) return;
+  embedding_backward_sorted("ftrain::embedding::backward_rows", tokens, n_tokens, dout, first_row, rows, width, dtable,
+                            scratch, stream);
 }
 
 }  // namespace ftrain::cuda

@@ -29,11 +29,23 @@
 namespace ftrain::cuda {
 
 // One slot per op that checks, in the order a training step runs them.
-enum class InputCheck : int { embedding_forward, cross_entropy_forward, cross_entropy_backward, embedding_backward, count };
+// The *_rows / *_slice_* ops are tensor parallelism's vocabulary-parallel
+// ones: their ids are checked against the whole vocabulary.
+enum class InputCheck : int {
+  embedding_forward,
+  embedding_forward_rows,
+  cross_entropy_forward,
+  cross_entropy_slice_forward,
+  cross_entropy_backward,
+  cross_entropy_slice_backward,
+  embedding_backward,
+  count
+};
 
 // Targets may also be the ignore index (-100); token ids may not.
 FTRAIN_HD bool input_check_allows_ignore_index(InputCheck c) {
-  return c == InputCheck::cross_entropy_forward || c == InputCheck::cross_entropy_backward;
+  return c == InputCheck::cross_entropy_forward || c == InputCheck::cross_entropy_backward ||
+         c == InputCheck::cross_entropy_slice_forward || c == InputCheck::cross_entropy_slice_backward;
 }
 inline constexpr int kInputChecks = static_cast<int>(InputCheck::count);
 
@@ -60,6 +72,9 @@ inline std::int32_t bad_input_value(long long key) {
 inline const char* input_check_op(InputCheck c) {
   switch (c) {
     case InputCheck::embedding_forward: return "embedding_forward";
+    case InputCheck::embedding_forward_rows: return "embedding_forward_rows";
+    case InputCheck::cross_entropy_slice_forward: return "cross_entropy_slice_forward";
+    case InputCheck::cross_entropy_slice_backward: return "cross_entropy_slice_backward";
     case InputCheck::embedding_backward: return "embedding_backward";
     case InputCheck::cross_entropy_forward: return "cross_entropy_forward";
     case InputCheck::cross_entropy_backward: return "cross_entropy_backward";

@@ -161,20 +161,28 @@ void launch_cross_entropy_init(float* row_max, float* row_sum, float* target_log
                                cudaStream_t stream);
 // One block per row: the chunk's max and sum of softmax terms merged into
 // the row's state, the target's logit picked when the chunk holds it.
+// first_row: the vocabulary row of the logits' column 0 (a slice's, tensor
+// parallelism; 0 for the whole head), math::cross_entropy_local_target.
 void launch_cross_entropy_forward_chunk(float* logits, FloatSpan bias, const std::int32_t* targets,
-                                        std::int64_t rows, std::int64_t v0, std::int64_t cs, float* row_max,
-                                        float* row_sum, float* target_logit, cudaStream_t stream);
+                                        std::int64_t first_row, std::int64_t rows, std::int64_t v0, std::int64_t cs,
+                                        float* row_max, float* row_sum, float* target_logit, cudaStream_t stream);
 // losses[i], lse[i] from the state (ignored rows: loss 0).
 void launch_cross_entropy_finish(const float* row_max, const float* row_sum, const float* target_logit,
                                  const std::int32_t* targets, std::int64_t rows, float* losses, float* lse,
                                  cudaStream_t stream);
+// A vocabulary slice's forward ends here: lse[i] of its own rows only.
+void launch_cross_entropy_row_lse(const float* row_max, const float* row_sum, std::int64_t rows, float* lse,
+                                  cudaStream_t stream);
+// math::cross_entropy_slice_sum_exp per row.
+void launch_cross_entropy_slice_sum_exp(const float* local_lse, const float* row_max, std::int64_t rows,
+                                        float* sum_exp, cudaStream_t stream);
 // logits -> dlogit = loss_scale (softmax - onehot) in place (0 on ignored
 // rows), loss_scale read on the device; dlogit_bf16 (may be null) gets the
-// same values rounded to bf16 for bf16 GEMMs.
+// same values rounded to bf16 for bf16 GEMMs. first_row as in the forward.
 void launch_cross_entropy_backward_chunk(float* logits, FloatSpan bias, const std::int32_t* targets,
-                                         const float* lse, const float* loss_scale, std::int64_t rows,
-                                         std::int64_t v0, std::int64_t cs, std::uint16_t* dlogit_bf16,
-                                         cudaStream_t stream);
+                                         std::int64_t first_row, const float* lse, const float* loss_scale,
+                                         std::int64_t rows, std::int64_t v0, std::int64_t cs,
+                                         std::uint16_t* dlogit_bf16, cudaStream_t stream);
 
 // input_checks.cu (input_check_record.hpp): enqueues the range check of
 // values[0 .. n) against [0, bound) (the cross entropy's: the ignore index
@@ -201,6 +209,19 @@ std::size_t embedding_backward_scratch_bytes(std::int64_t n_tokens, std::int64_t
 void launch_embedding_backward(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan dout,
                                std::int64_t vocab, std::int64_t width, FloatSpan dtable, void* scratch,
                                cudaStream_t stream);
+// The vocabulary-parallel pair (tensor parallelism): table / dtable hold the
+// `rows` vocabulary rows from first_row on (math::embedding_slice_row).
+// Forward: out is the row for a token the slice holds, 0 for any other;
+// tokens are range-checked against the whole `vocab`. Backward: the rows of
+// dout whose token the slice holds, added as launch_embedding_backward adds
+// them (scratch: embedding_backward_scratch_bytes(n_tokens, rows)); like
+// the host op, no range check (the forward made it).
+void launch_embedding_forward_rows(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan table,
+                                   std::int64_t first_row, std::int64_t rows, std::int64_t vocab, std::int64_t width,
+                                   FloatSpan out, cudaStream_t stream);
+void launch_embedding_backward_rows(const std::int32_t* tokens, std::int64_t n_tokens, FloatSpan dout,
+                                    std::int64_t first_row, std::int64_t rows, std::int64_t width, FloatSpan dtable,
+                                    void* scratch, cudaStream_t stream);
 
 // token_rows.cu: the ViT row ops (kernels/math/token_rows.hpp's index
 // math, math::add_value, math::batch_sum_step), each tensor f32 or bf16 on

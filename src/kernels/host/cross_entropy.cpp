@@ -184,7 +184,7 @@ void lse_and_target_logit(const HeadShape& s, const Tensor& h, const Tensor& w, 
       const float sum = lane_sum_of_softmax_terms(row, cs, new_max);
       row_sum[i] = math::rescaled_running_sum(row_sum[i], row_max[i], new_max, sum);
       row_max[i] = new_max;
-      const std::int64_t t = tgt[i] == kIgnoreIndex ? -1 : tgt[i] - first_row;
+      const std::int64_t t = math::cross_entropy_local_target(tgt[i], first_row);
       if (t >= v0 && t < v0 + cs) picked[i] = row[t - v0];
     });
   }
@@ -229,7 +229,7 @@ void cross_entropy_slice_sum_exp(const Tensor& local_lse, const Tensor& row_max,
   const float* m = row_max.data_as<float>();
   float* out = sum_exp.data_as<float>();
   Kokkos::parallel_for("ftrain::cross_entropy::slice_sum_exp", HostRange(0, local_lse.numel()),
-                       [=](const std::int64_t i) { out[i] = math::libm_exp(lse[i] - m[i]); });
+                       [=](const std::int64_t i) { out[i] = math::cross_entropy_slice_sum_exp(lse[i], m[i]); });
 }
 
 void cross_entropy_slice_loss(const Tensor& row_max, const Tensor& sum_exp, const Tensor& target_logit,
@@ -297,7 +297,7 @@ void head_backward(const char* op, const Tensor& h, const Tensor& w, const Tenso
       } else {
         const float row_lse = lse_in[i];
         for (std::int64_t c = 0; c < cs; ++c) row[c] = math::cross_entropy_dlogit(row[c], row_lse, loss_scale);
-        const std::int64_t local = t - first_row;
+        const std::int64_t local = math::cross_entropy_local_target(tgt[i], first_row);
         if (local >= v0 && local < v0 + cs)
           row[local - v0] = math::cross_entropy_target_correction(row[local - v0], loss_scale);
       }

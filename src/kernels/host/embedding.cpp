@@ -139,9 +139,9 @@ void embedding_forward_rows(const Tensor& tokens, const Tensor& table, std::int6
   const Tensor ttable = table, tout = out;
   const std::int64_t width = d.width, rows = d.vocab;
   Kokkos::parallel_for("ftrain::embedding::forward_rows", HostPolicy(0, d.tokens), [=](std::int64_t n) {
-    const std::int64_t local = static_cast<std::int64_t>(ids[n]) - first_row, dst = n * width;
+    const std::int64_t local = math::embedding_slice_row(ids[n], first_row, rows), dst = n * width;
     float* o = spans::write_f32_begin(tout, dst, spans::thread_scratch(1, width));
-    if (local < 0 || local >= rows) {
+    if (local < 0) {
       std::fill(o, o + width, 0.0f);
     } else {
       const float* row = spans::read_f32(ttable, local * width, width, spans::thread_scratch(0, width));
@@ -159,8 +159,7 @@ void embedding_backward_rows(const Tensor& tokens, const Tensor& dout, std::int6
   // This slice's rows only, summed as embedding_backward sums them.
   std::vector<std::int64_t> rows;
   for (std::int64_t i = 0; i < d.tokens; ++i) {
-    const std::int64_t local = static_cast<std::int64_t>(ids[i]) - first_row;
-    if (local >= 0 && local < d.vocab) rows.push_back(i);
+    if (math::embedding_slice_row(ids[i], first_row, d.vocab) >= 0) rows.push_back(i);
   }
   add_rows_by_token("ftrain::embedding::backward_rows", ids, std::move(rows), first_row, d.width, dout, dtable);
 }

@@ -30,6 +30,14 @@ FTRAIN_HD bool cross_entropy_target_valid(std::int32_t target, std::int64_t voca
   return target == kCrossEntropyIgnoreIndex || (target >= 0 && target < vocab);
 }
 
+// A target's column in a head slice holding vocabulary rows [first_row, ..)
+// (tensor parallelism; 0 for the whole head): -1 for the ignore index, so
+// that an ignored row never picks a logit nor gets the one-hot correction,
+// and a column outside the slice for a target another slice holds.
+FTRAIN_HD std::int64_t cross_entropy_local_target(std::int32_t target, std::int64_t first_row) {
+  return target == kCrossEntropyIgnoreIndex ? -1 : static_cast<std::int64_t>(target) - first_row;
+}
+
 // The running max of the online log-sum-exp: std::max's comparison (a NaN
 // logit never replaces a number), written once for both backends.
 FTRAIN_HD float running_max(float a, float b) { return a < b ? b : a; }
@@ -43,6 +51,10 @@ FTRAIN_HD float rescaled_running_sum(float running_sum, float old_max, float new
 }
 
 FTRAIN_HD float log_sum_exp(float row_max, float running_sum) { return row_max + libm_log(running_sum); }
+
+// A vocabulary slice's share of the softmax sum under the group's row max
+// (its log-sum-exp moved onto the common max), summed over the group.
+FTRAIN_HD float cross_entropy_slice_sum_exp(float local_lse, float row_max) { return libm_exp(local_lse - row_max); }
 
 FTRAIN_HD float cross_entropy_loss(float lse, float target_logit, bool ignored) {
   return ignored ? 0.0f : lse - target_logit;

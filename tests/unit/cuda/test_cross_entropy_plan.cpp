@@ -12,9 +12,16 @@
 // the real 1B head's plans are checked for consistency only). A plan with a
 // flipped transpose, swapped operands, a wrong leading dimension or a dh
 // that does not accumulate across chunks fails the replay: the test can fail.
+// Tensor parallelism's vocabulary-parallel slices run the same plans over a
+// slice's rows with the targets moved by its first row
+// (math::cross_entropy_local_target): each slice's replay must match the
+// host's slice ops, a wrong first row must not, and the slices combined
+// with the shared math (math::cross_entropy_slice_sum_exp, log_sum_exp)
+// must give the whole head's losses, lse, dh and dw.
 #include <cblas.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -35,11 +42,17 @@ using namespace ftrain::cuda;
 
 namespace {
 
+// vocab: w's rows. A vocabulary-parallel slice (tensor parallelism) holds
+// rows [first_row, first_row + vocab) of a larger head: no bias (b empty),
+// targets still ids of the whole vocabulary, and its backward takes the
+// whole head's lse (whole_lse).
 struct Head {
   std::int64_t rows, channels, vocab, chunk;
   std::vector<float> h, w, b, dw_initial, db_initial;
   std::vector<std::int32_t> targets;
   float loss_scale = 0.25f;
+  std::int64_t first_row = 0;
+  std::vector<float> whole_lse;
 };
 
 Head make_head(std::int64_t rows, std::int64_t channels, std::int64_t vocab, std::int64_t chunk) {
@@ -67,21 +80,43 @@ std::vector<float> values(const Tensor& t) { return {t.data_as<float>(), t.data_
 
 struct Result {
   std::vector<float> losses, lse, dh, dw, db;
+  std::vector<float> target_logit;  // the forward's picked logit (a slice's output)
 };
+
+Tensor targets_of(const Head& hd) {
+  Tensor t = Tensor::empty({hd.rows}, DType::i32);
+  std::copy(hd.targets.begin(), hd.targets.end(), t.data_as<std::int32_t>());
+  return t;
+}
 
 Result host_op(const Head& hd) {
   Tensor h = tensor_of(hd.h, {hd.rows, hd.channels}), w = tensor_of(hd.w, {hd.vocab, hd.channels});
-  Tensor b = tensor_of(hd.b, {hd.vocab});
-  Tensor t = Tensor::empty({hd.rows}, DType::i32);
-  std::copy(hd.targets.begin(), hd.targets.end(), t.data_as<std::int32_t>());
+  // An empty b: a head without bias (and no db).
+  const bool bias = !hd.b.empty();
+  Tensor b = bias ? tensor_of(hd.b, {hd.vocab}) : Tensor();
+  Tensor t = targets_of(hd);
   Tensor losses = Tensor::empty({hd.rows}, DType::f32), lse = Tensor::empty({hd.rows}, DType::f32);
   ExecutionContext& ctx = host_context();
-  ops::cross_entropy_forward(ctx, h, w, &b, t, hd.chunk, losses, lse);
+  ops::cross_entropy_forward(ctx, h, w, bias ? &b : nullptr, t, hd.chunk, losses, lse);
   Tensor scale = tensor_of({hd.loss_scale}, {1});
   Tensor dh = Tensor::empty({hd.rows, hd.channels}, DType::f32), dw = tensor_of(hd.dw_initial, {hd.vocab, hd.channels});
-  Tensor db = tensor_of(hd.db_initial, {hd.vocab});
-  ops::cross_entropy_backward(ctx, h, w, &b, t, lse, scale, hd.chunk, dh, dw, &db);
-  return {values(losses), values(lse), values(dh), values(dw), values(db)};
+  Tensor db = bias ? tensor_of(hd.db_initial, {hd.vocab}) : Tensor();
+  ops::cross_entropy_backward(ctx, h, w, bias ? &b : nullptr, t, lse, scale, hd.chunk, dh, dw, bias ? &db : nullptr);
+  return {values(losses), values(lse), values(dh), values(dw), bias ? values(db) : std::vector<float>{}};
+}
+
+// The host's vocabulary-parallel ops on a slice (ops::cross_entropy_slice_forward
+// and _backward, the latter with the whole head's lse) of a head of `vocab` rows.
+Result host_slice_op(const Head& sl, std::int64_t vocab) {
+  Tensor h = tensor_of(sl.h, {sl.rows, sl.channels}), w = tensor_of(sl.w, {sl.vocab, sl.channels});
+  Tensor t = targets_of(sl);
+  Tensor local_lse = Tensor::empty({sl.rows}, DType::f32), picked = Tensor::empty({sl.rows}, DType::f32);
+  ExecutionContext& ctx = host_context();
+  ops::cross_entropy_slice_forward(ctx, h, w, t, sl.first_row, vocab, sl.chunk, local_lse, picked);
+  Tensor whole_lse = tensor_of(sl.whole_lse, {sl.rows}), scale = tensor_of({sl.loss_scale}, {1});
+  Tensor dh = Tensor::empty({sl.rows, sl.channels}, DType::f32), dw = tensor_of(sl.dw_initial, {sl.vocab, sl.channels});
+  ops::cross_entropy_slice_backward(ctx, h, w, t, sl.first_row, vocab, whole_lse, scale, sl.chunk, dh, dw);
+  return {{}, values(local_lse), values(dh), values(dw), {}, values(picked)};
 }
 
 // The operands a chunk's GEMMs read and write, by the plan's own naming of
@@ -163,6 +198,7 @@ bool replay(const Head& hd, const PlanEdit& edit, Result& r) {
   std::vector<float> logits(static_cast<std::size_t>(N * chunk));
   std::vector<float> row_max(static_cast<std::size_t>(N), -INFINITY), row_sum(static_cast<std::size_t>(N), 0.0f),
       picked(static_cast<std::size_t>(N), 0.0f);
+  const bool bias = !hd.b.empty();
   const std::int64_t w_size = hd.vocab * C;
   auto buffers = [&](const CrossEntropyChunkPlan& p) {
     if (p.w_offset < 0 || p.w_offset > w_size) return ChunkBuffers{};
@@ -185,7 +221,7 @@ bool replay(const Head& hd, const PlanEdit& edit, Result& r) {
       float* row = logits.data() + i * p.width;
       float m = -INFINITY;
       for (std::int64_t c = 0; c < p.width; ++c) {
-        row[c] = math::add_value(row[c], hd.b[static_cast<std::size_t>(p.v0 + c)]);
+        if (bias) row[c] = math::add_value(row[c], hd.b[static_cast<std::size_t>(p.v0 + c)]);
         m = math::running_max(m, row[c]);
       }
       const float new_max = math::running_max(row_max[i], m);
@@ -193,7 +229,7 @@ bool replay(const Head& hd, const PlanEdit& edit, Result& r) {
       for (std::int64_t c = 0; c < p.width; ++c) sum += math::softmax_term(row[c], new_max);
       row_sum[i] = math::rescaled_running_sum(row_sum[i], row_max[i], new_max, sum);
       row_max[i] = new_max;
-      const std::int64_t t = hd.targets[i];
+      const std::int64_t t = math::cross_entropy_local_target(hd.targets[i], hd.first_row);
       if (t >= p.v0 && t < p.v0 + p.width) picked[i] = row[t - p.v0];
     }
   }
@@ -203,14 +239,18 @@ bool replay(const Head& hd, const PlanEdit& edit, Result& r) {
     r.lse[i] = math::log_sum_exp(row_max[i], row_sum[i]);
     r.losses[i] = math::cross_entropy_loss(r.lse[i], picked[i], hd.targets[i] == math::kCrossEntropyIgnoreIndex);
   }
+  r.target_logit = picked;
+  // A slice's gradient is against the whole row's softmax.
+  const std::vector<float>& backward_lse = hd.whole_lse.empty() ? r.lse : hd.whole_lse;
   for (const auto& p : plans) {
     if (!run(p.logits, buffers(p))) return false;
     for (std::int64_t e = 0; e < N * p.width; ++e) {  // cross_entropy.cu's backward step, one logit
-      const std::int64_t i = e / p.width, c = e - i * p.width, t = hd.targets[i];
+      const std::int64_t i = e / p.width, c = e - i * p.width;
+      const std::int64_t t = math::cross_entropy_local_target(hd.targets[i], hd.first_row);
       float d = 0.0f;
-      if (t != math::kCrossEntropyIgnoreIndex) {
-        const float logit = math::add_value(logits[e], hd.b[static_cast<std::size_t>(p.v0 + c)]);
-        d = math::cross_entropy_dlogit(logit, r.lse[i], hd.loss_scale);
+      if (hd.targets[i] != math::kCrossEntropyIgnoreIndex) {
+        const float logit = bias ? math::add_value(logits[e], hd.b[static_cast<std::size_t>(p.v0 + c)]) : logits[e];
+        d = math::cross_entropy_dlogit(logit, backward_lse[i], hd.loss_scale);
         if (t == p.v0 + c) d = math::cross_entropy_target_correction(d, hd.loss_scale);
       }
       logits[e] = d;
@@ -219,7 +259,7 @@ bool replay(const Head& hd, const PlanEdit& edit, Result& r) {
     ChunkBuffers grads = buffers(p);
     grads.y = nullptr;
     if (!run(p.dh, grads) || !run(p.dw, grads)) return false;
-    for (std::int64_t c = 0; c < p.width; ++c) {  // the column sum, rows in order
+    for (std::int64_t c = 0; bias && c < p.width; ++c) {  // the column sum, rows in order
       float sum = 0.0f;
       for (std::int64_t i = 0; i < N; ++i) sum += logits[static_cast<std::size_t>(i * p.width + c)];
       r.db[static_cast<std::size_t>(p.v0 + c)] += sum;
@@ -275,6 +315,89 @@ void check_head(const Head& hd) {
 
 std::int64_t hidden_of(const ftrain::testing::PresetShapes& s) { return *s.norm_widths.rbegin(); }
 
+// Rows [first_row, first_row + rows) of `whole` (a head without bias) as a
+// vocabulary-parallel slice; whole_lse: the whole head's lse.
+Head slice_of(const Head& whole, std::int64_t first_row, std::int64_t rows, const std::vector<float>& whole_lse) {
+  Head sl = whole;
+  const auto from = static_cast<std::ptrdiff_t>(first_row * whole.channels),
+             to = static_cast<std::ptrdiff_t>((first_row + rows) * whole.channels);
+  sl.vocab = rows;
+  sl.first_row = first_row;
+  sl.whole_lse = whole_lse;
+  sl.w.assign(whole.w.begin() + from, whole.w.begin() + to);
+  sl.dw_initial.assign(whole.dw_initial.begin() + from, whole.dw_initial.begin() + to);
+  return sl;
+}
+
+// Every output of a slice, each present on both sides (an output missing on
+// both is a failure, not a match).
+double worst_slice(const Result& got, const Result& want) {
+  double w = 0.0;
+  for (const auto field : {&Result::lse, &Result::target_logit, &Result::dh, &Result::dw}) {
+    if ((got.*field).empty() || (want.*field).empty()) return INFINITY;
+    w = std::max(w, difference(got.*field, want.*field));
+  }
+  return w;
+}
+
+// The vocabulary-parallel head over `slices` slices of a head without bias:
+// each slice's replay (its plans for its own rows, targets moved by its
+// first row) against the host's slice ops, a replay with the wrong first
+// row failing; then the slices combined with the shared math the CUDA
+// combine kernels run (cross_entropy_slice_sum_exp, log_sum_exp,
+// cross_entropy_loss) against the whole head's losses and lse, their dh
+// summed and dw stacked against its dh and dw.
+void check_slices(Head whole, int slices) {
+  whole.b.clear();
+  whole.db_initial.clear();
+  const Result want_whole = host_op(whole);
+  const std::int64_t N = whole.rows, base = whole.vocab / slices;
+  std::vector<Result> got(static_cast<std::size_t>(slices));
+  std::vector<float> dw_stacked;
+  for (int k = 0; k < slices; ++k) {
+    SCOPED_TRACE("slice " + std::to_string(k) + " of " + std::to_string(slices));
+    const std::int64_t first = k * base, rows = k + 1 == slices ? whole.vocab - first : base;
+    const Head sl = slice_of(whole, first, rows, want_whole.lse);
+    const Result want = host_slice_op(sl, whole.vocab);
+    Result& r = got[static_cast<std::size_t>(k)];
+    ASSERT_TRUE(replay(sl, nullptr, r)) << "the slice's plans as made are not executable";
+    EXPECT_LT(worst_slice(r, want), kTolerance) << "the CUDA slice head disagrees with the host slice ops";
+    dw_stacked.insert(dw_stacked.end(), r.dw.begin(), r.dw.end());
+    // A slice that holds no row's target has no picked logit nor correction to misplace.
+    const bool holds_a_target = std::any_of(sl.targets.begin(), sl.targets.end(), [&](std::int32_t t) {
+      const std::int64_t local = math::cross_entropy_local_target(t, first);
+      return local >= 0 && local < rows;
+    });
+    if (!holds_a_target) continue;
+    Head shifted = sl;
+    shifted.first_row = first == 0 ? 1 : 0;
+    Result bad;
+    EXPECT_TRUE(!replay(shifted, nullptr, bad) || worst_slice(bad, want) > kTolerance)
+        << "a slice replayed with the wrong first row still matched: the replay cannot catch it";
+  }
+  Result combined{std::vector<float>(static_cast<std::size_t>(N)), std::vector<float>(static_cast<std::size_t>(N)),
+                  std::vector<float>(static_cast<std::size_t>(N * whole.channels), 0.0f), dw_stacked, {}, {}};
+  for (std::int64_t i = 0; i < N; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    float row_max = -INFINITY, sum = 0.0f, picked = 0.0f;
+    for (const Result& r : got) row_max = math::running_max(row_max, r.lse[at]);
+    for (const Result& r : got) {
+      sum += math::cross_entropy_slice_sum_exp(r.lse[at], row_max);
+      picked += r.target_logit[at];
+    }
+    combined.lse[at] = math::log_sum_exp(row_max, sum);
+    combined.losses[at] =
+        math::cross_entropy_loss(combined.lse[at], picked, whole.targets[at] == math::kCrossEntropyIgnoreIndex);
+  }
+  for (const Result& r : got)
+    for (std::size_t e = 0; e < combined.dh.size(); ++e) combined.dh[e] += r.dh[e];
+  for (const auto field : {&Result::losses, &Result::lse, &Result::dh, &Result::dw}) {
+    ASSERT_FALSE((want_whole.*field).empty());
+    EXPECT_LT(difference(combined.*field, want_whole.*field), kTolerance)
+        << "the slices combined disagree with the whole head";
+  }
+}
+
 }  // namespace
 
 TEST(CrossEntropyPlan, TinyLlamaHeadReplaysLikeTheHostOp) {
@@ -310,4 +433,18 @@ TEST(CrossEntropyPlan, Llama3VocabularyAtTheDefaultChunk) {
   }
   EXPECT_EQ(next, s.vocab);
   EXPECT_EQ(plans.back().width, 1280);
+}
+
+// Tensor parallelism's vocabulary-parallel head (cross_entropy_slice_*):
+// the tiny Llama's head cut in 2 and in 3 uneven slices, with a chunk that
+// leaves each slice a partial last chunk and ignored rows; and Llama 3's
+// vocabulary in 8 slices (tensor parallel 8) at the default chunk.
+TEST(CrossEntropyPlan, VocabularySlicesReplayLikeTheHostSliceOps) {
+  const auto s = ftrain::testing::preset_shapes(FTRAIN_TEST_LLAMA_PLUGIN_DIR, "llama", "tiny");
+  ASSERT_GT(s.vocab, 6);
+  const Head whole = make_head(37, hidden_of(s), s.vocab, std::max<std::int64_t>(1, s.vocab / 5 + 1));
+  check_slices(whole, 2);
+  check_slices(whole, 3);
+  const auto big = ftrain::testing::preset_shapes(FTRAIN_TEST_LLAMA_PLUGIN_DIR, "llama", "llama3.2-1b");
+  check_slices(make_head(3, 16, big.vocab, 4096), 8);
 }

@@ -54,14 +54,20 @@ void check_presets(const std::string& dir, const std::string& plugin) {
       // The fused cross-entropy head: a chunk's forward step (block per
       // row), its per-logit backward, the per-row init/finish/target check,
       // at the default chunk, a small odd one and the whole vocabulary.
+      // Tensor parallelism's vocabulary slices (tensor 2 and 8) run the
+      // same launches over a slice's rows.
       ASSERT_GT(s.vocab, 0) << s.model << " has no vocabulary / class count";
-      for (std::int64_t vocab_chunk : {std::int64_t{4096}, std::int64_t{97}, s.vocab}) {
-        const std::int64_t width = cross_entropy_chunk_width(s.vocab, vocab_chunk);
-        const std::string at = s.model + " cross entropy rows " + std::to_string(rows) + " vocab " +
-                               std::to_string(s.vocab) + " chunk " + std::to_string(width);
-        check(cross_entropy_chunk_launch(rows, width), "chunk forward " + at);
-        check(elementwise_launch(rows * width), "chunk backward " + at);
-        check(elementwise_launch(width), "dbias columns " + at);
+      for (const std::int64_t tensor : {std::int64_t{1}, std::int64_t{2}, std::int64_t{8}}) {
+        const std::int64_t vocab = std::max<std::int64_t>(s.vocab / tensor, 1);
+        for (std::int64_t vocab_chunk : {std::int64_t{4096}, std::int64_t{97}, vocab}) {
+          const std::int64_t width = cross_entropy_chunk_width(vocab, vocab_chunk);
+          const std::string at = s.model + " cross entropy rows " + std::to_string(rows) + " vocab " +
+                                 std::to_string(vocab) + " (tensor " + std::to_string(tensor) + ") chunk " +
+                                 std::to_string(width);
+          check(cross_entropy_chunk_launch(rows, width), "chunk forward " + at);
+          check(elementwise_launch(rows * width), "chunk backward " + at);
+          check(elementwise_launch(width), "dbias columns " + at);
+        }
       }
       check(elementwise_launch(rows), s.model + " cross entropy rows");
     }

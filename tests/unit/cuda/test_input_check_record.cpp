@@ -53,6 +53,15 @@ TEST(InputCheckRecord, MessagesNameTheOpTheValueAndTheRow) {
     EXPECT_NE(t.find(part), std::string::npos) << part << " in: " << t;
   EXPECT_NE(describe_bad_input(InputCheck::cross_entropy_backward, bad_input_key(1, 64), 64).find("cross_entropy_backward"),
             std::string::npos);
+  // Tensor parallelism's vocabulary-parallel ops: their own names, checked against the whole vocabulary.
+  const std::string r = describe_bad_input(InputCheck::embedding_forward_rows, bad_input_key(2, 128), 128);
+  for (const char* part : {"embedding_forward_rows: token 128 at row 2", "0..127"})
+    EXPECT_NE(r.find(part), std::string::npos) << part << " in: " << r;
+  for (const InputCheck c : {InputCheck::cross_entropy_slice_forward, InputCheck::cross_entropy_slice_backward}) {
+    const std::string m = describe_bad_input(c, bad_input_key(5, -7), 128);
+    for (const std::string part : {std::string(input_check_op(c)) + ": target -7 at row 5", std::string("[0, 128)")})
+      EXPECT_NE(m.find(part), std::string::npos) << part << " in: " << m;
+  }
 }
 
 TEST(InputCheckRecord, OnlyTargetsMayBeTheIgnoreIndex) {
@@ -60,6 +69,9 @@ TEST(InputCheckRecord, OnlyTargetsMayBeTheIgnoreIndex) {
   EXPECT_TRUE(input_check_allows_ignore_index(InputCheck::cross_entropy_backward));
   EXPECT_FALSE(input_check_allows_ignore_index(InputCheck::embedding_forward));
   EXPECT_FALSE(input_check_allows_ignore_index(InputCheck::embedding_backward));
+  EXPECT_TRUE(input_check_allows_ignore_index(InputCheck::cross_entropy_slice_forward));
+  EXPECT_TRUE(input_check_allows_ignore_index(InputCheck::cross_entropy_slice_backward));
+  EXPECT_FALSE(input_check_allows_ignore_index(InputCheck::embedding_forward_rows));
   for (int c = 0; c < kInputChecks; ++c)
     EXPECT_NE(std::string(input_check_op(static_cast<InputCheck>(c))), "unknown input check") << c;
 }

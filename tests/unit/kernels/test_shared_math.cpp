@@ -9,7 +9,9 @@
 //    NaN with its sign);
 //  * the clip_coefficient pieces (math/pointwise.hpp): the finite test and the
 //    sticky diverged step, against std::isfinite over the edge values;
-//  * adamw_update_chunks_guarded's skip rule.
+//  * adamw_update_chunks_guarded's skip rule;
+//  * the vocabulary-parallel slices' index rules (math/embedding.hpp,
+//    math/cross_entropy.hpp) that the host and CUDA kernels both apply.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +21,8 @@
 
 #include "base/dtype.hpp"
 #include "kernels/math/adamw.hpp"
+#include "kernels/math/cross_entropy.hpp"
+#include "kernels/math/embedding.hpp"
 #include "kernels/math/f16.hpp"
 #include "kernels/math/pointwise.hpp"
 
@@ -88,4 +92,38 @@ TEST(SharedClipMath, FiniteTestAndStickyDivergedStep) {
   EXPECT_EQ(math::norm_from_sum_squares(16.0), 4.0);
   EXPECT_FALSE(math::adamw_step_skipped(0));
   EXPECT_TRUE(math::adamw_step_skipped(3));
+}
+
+// A slice of rows [100, 150) of a 200-row table: the token's row in the
+// slice at its edges, -1 for another slice's token or no token; the whole
+// table (first_row 0, rows = vocab) is embedding_token_valid's rule.
+TEST(SharedVocabSliceMath, EmbeddingSliceRowAtTheEdges) {
+  EXPECT_EQ(math::embedding_slice_row(100, 100, 50), 0);
+  EXPECT_EQ(math::embedding_slice_row(149, 100, 50), 49);
+  EXPECT_EQ(math::embedding_slice_row(99, 100, 50), -1);
+  EXPECT_EQ(math::embedding_slice_row(150, 100, 50), -1);
+  EXPECT_EQ(math::embedding_slice_row(-1, 100, 50), -1);
+  EXPECT_EQ(math::embedding_slice_row(std::numeric_limits<std::int32_t>::max(), 100, 50), -1);
+  for (const std::int32_t token : {-100, -1, 0, 1, 199, 200, 70000})
+    EXPECT_EQ(math::embedding_slice_row(token, 0, 200) >= 0, math::embedding_token_valid(token, 200)) << token;
+}
+
+// A target's column in a slice: moved by the slice's first row; the ignore
+// index is -1 (never a column), also for a slice whose first row would move
+// -100 onto a column.
+TEST(SharedVocabSliceMath, CrossEntropyLocalTarget) {
+  EXPECT_EQ(math::cross_entropy_local_target(0, 0), 0);
+  EXPECT_EQ(math::cross_entropy_local_target(130, 100), 30);
+  EXPECT_EQ(math::cross_entropy_local_target(99, 100), -1);
+  EXPECT_EQ(math::cross_entropy_local_target(math::kCrossEntropyIgnoreIndex, 0), -1);
+  EXPECT_EQ(math::cross_entropy_local_target(math::kCrossEntropyIgnoreIndex, -120), -1);
+}
+
+// exp(local_lse - row_max): 1 for the slice holding the max, the slices'
+// shares summing to the whole row's sum (log_sum_exp of the group).
+TEST(SharedVocabSliceMath, SliceSumExpCombinesToTheWholeLogSumExp) {
+  const float a = 2.5f, b = 1.0f;  // two slices' lse
+  EXPECT_EQ(math::cross_entropy_slice_sum_exp(a, a), 1.0f);
+  const float sum = math::cross_entropy_slice_sum_exp(a, a) + math::cross_entropy_slice_sum_exp(b, a);
+  EXPECT_NEAR(math::log_sum_exp(a, sum), std::log(std::exp(2.5) + std::exp(1.0)), 1e-6);
 }
