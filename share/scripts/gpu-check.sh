@@ -86,6 +86,7 @@ FULL_PART_6=(
 )
 FULL_PART_7=(
   "benchmark: FSDP communication hidden behind compute, --check memory plan vs measured peak|450|bash $FTRAIN_ROOT/share/bench/gpu_fsdp_overlap.sh"
+  "context parallel 2 at np 2 on one GPU against the host (tiny Llama, 12 steps: ring attention)|90|$TRAIN context-parallel"
 )
 FULL_PART_8=(
   "fsdp offload optimizer and all against offload none on the GPU (every strategy np 1, two at np 2, fp8 + FP8 all-gather at np 2; pinned host state, offload copies from and to it)|500|python3 $FTRAIN_ROOT/tests/regression/sim_device_test.py gpu_offload --ftrain $B/bin/ftrain --prep $B/bin/ftrain-prep --mpirun '$MPIRUN'"

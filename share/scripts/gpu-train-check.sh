@@ -17,6 +17,9 @@
 #                                      group's collectives on the staged communicator: NCCL refuses
 #                                      two ranks on one GPU) against tensor 2 and pure FSDP (np 1)
 #                                      on the host, run now
+#   gpu-train-check.sh context-parallel the same with `parallel context 2`: each rank holds two
+#                                      chunks of every window and the attention runs as a ring
+#                                      (the block kernels, send/recv on the staged communicator)
 #
 # Each wraps the unchanged deck in one that sets `device` first (decks
 # include each other), so the GPU runs exactly the configuration the host
@@ -102,35 +105,36 @@ PY
     python3 "$FTRAIN_ROOT/tests/regression/run_case.py" "$WORK/vit_device.json" --ftrain "$FTRAIN" --prep "$PREP" \
       --workdir "$WORK/vit_runs" "${MPI_FLAGS[@]}"
     ;;
-  tensor-parallel)
-    printf 'variable device host\nvariable tensor 2\ndevice ${device}\ndevice_comm mpi\ninclude %s\nparallel tensor ${tensor}\n' \
-      "$FTRAIN_ROOT/tests/regression/decks/tiny.in" > "$WORK/tiny_tensor_parallel.in"
-    python3 - "$FTRAIN_ROOT/tests/regression/cases/golden_np1_full_shard.json" "$WORK/tensor_parallel.json" \
-      "$WORK/tiny_tensor_parallel.in" "$TOLERANCE" "$DEVICE" <<'PY'
+  tensor-parallel|context-parallel)
+    dim=${1%-parallel}  # tensor | context: the parallel line's word
+    printf 'variable device host\nvariable degree 2\ndevice ${device}\ndevice_comm mpi\ninclude %s\nparallel %s ${degree}\n' \
+      "$FTRAIN_ROOT/tests/regression/decks/tiny.in" "$dim" > "$WORK/tiny_${dim}_parallel.in"
+    python3 - "$FTRAIN_ROOT/tests/regression/cases/golden_np1_full_shard.json" "$WORK/${dim}_parallel.json" \
+      "$WORK/tiny_${dim}_parallel.in" "$TOLERANCE" "$DEVICE" "$dim" <<'PY'
 import json, sys
 golden = json.load(open(sys.argv[1]))
-device = sys.argv[5]
-runs = [("fsdp_host", 1, "host", "1"), ("tensor2_host", 2, "host", "2"), ("tensor2_on_" + device, 2, device, "2")]
+device, dim = sys.argv[5], sys.argv[6]
+runs = [("fsdp_host", 1, "host", "1"), (dim + "2_host", 2, "host", "2"), (dim + "2_on_" + device, 2, device, "2")]
 case = {
     "kind": "curves",
-    "description": f"tiny.in with parallel tensor 2 at np 2 on device {device} against tensor 2 and pure FSDP on the "
+    "description": f"tiny.in with parallel {dim} 2 at np 2 on device {device} against {dim} 2 and pure FSDP on the "
                    "host (share/scripts/gpu-train-check.sh)",
     "deck": sys.argv[3],  # absolute: the runner joins it to its own directory, which keeps it
     "np": 2,
     "corpus": golden["corpus"],
-    "runs": [{"name": name, "np": np, "variables": {"device": dev, "tensor": tensor, "max_steps": "12"}}
-             for name, np, dev, tensor in runs],
+    "runs": [{"name": name, "np": np, "variables": {"device": dev, "degree": degree, "max_steps": "12"}}
+             for name, np, dev, degree in runs],
     "compare": ["loss", "grad_norm", "eval_loss"],
     "tolerance": {"relative": float(sys.argv[4])},
     "falls": 0.9,
 }
 json.dump(case, open(sys.argv[2], "w"), indent=1)
 PY
-    python3 "$FTRAIN_ROOT/tests/regression/run_case.py" "$WORK/tensor_parallel.json" --ftrain "$FTRAIN" --prep "$PREP" \
-      --workdir "$WORK/tensor_parallel_runs" "${MPI_FLAGS[@]}"
+    python3 "$FTRAIN_ROOT/tests/regression/run_case.py" "$WORK/${dim}_parallel.json" --ftrain "$FTRAIN" --prep "$PREP" \
+      --workdir "$WORK/${dim}_parallel_runs" "${MPI_FLAGS[@]}"
     ;;
   *)
-    echo "usage: $0 loader|memcheck-step|llama-golden|vit-golden|tensor-parallel" >&2
+    echo "usage: $0 loader|memcheck-step|llama-golden|vit-golden|tensor-parallel|context-parallel" >&2
     exit 2
     ;;
 esac
