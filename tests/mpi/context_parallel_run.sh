@@ -18,6 +18,8 @@
 # (--check on 2 planned nodes).
 # Usage: context_parallel_run.sh FTRAIN FTRAIN_PREP FTRAIN_CONVERT WORKDIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
+# The heredocs' python reads metrics through run_metrics.py, beside this script.
+export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 ftrain=$1 prep=$2 convert=$3 work=$4 mpiexec=$5
 shift 5
 mpi_flags=("$@")
@@ -88,15 +90,7 @@ header() {  # RUN GRID: the run header names the grid
 compare() {
 python3 - "$@" <<'PY'
 import json, sys
-def rows(path):
-    train, evals = {}, {}
-    for line in open(path):
-        r = json.loads(line)
-        if r.get("kind", "train") == "eval" or "eval_loss" in r:
-            evals[r["step"]] = r.get("eval_loss", r.get("loss"))
-        elif "loss" in r and "step" in r:
-            train[r["step"]] = (r["loss"], r.get("grad_norm"))
-    return train, evals
+from run_metrics import curves as rows
 after = int(sys.argv[1])
 def since(d):  # a resumed run's steps after the checkpoint; all of a whole run (evaluation at step 0 too)
     return {s: v for s, v in d.items() if after == 0 or s > after}
@@ -179,14 +173,7 @@ deck=deck_bf16.in run 4 tensor2_context2_bf16 -var micro 8 -var tensor 2 -var co
 header tensor2_context2_bf16 "data 1 x context 2 x tensor 2 (4 ranks)"
 python3 - fsdp_bf16/metrics.jsonl tensor2_context2_bf16/metrics.jsonl <<'PY'
 import json, sys
-def rows(path):
-    train, evals = {}, {}
-    for r in map(json.loads, open(path)):
-        if "eval_loss" in r:
-            evals[r["step"]] = r["eval_loss"]
-        elif "loss" in r and "grad_norm" in r:
-            train[r["step"]] = (r["loss"], r["grad_norm"])
-    return train, evals
+from run_metrics import curves as rows
 (ft, fe), (tt, te) = rows(sys.argv[1]), rows(sys.argv[2])
 if sorted(ft) != list(range(1, 9)) or sorted(tt) != sorted(ft) or not fe or sorted(fe) != sorted(te):
     sys.exit(f"FAIL: bf16: steps {sorted(tt)} and evaluations {sorted(te)}, FSDP 4's {sorted(ft)} {sorted(fe)}")

@@ -12,6 +12,8 @@
 # FSDP root reading its slices): the same curve again.
 # Usage: tensor_parallel_run.sh FTRAIN FTRAIN_PREP FTRAIN_CONVERT WORKDIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
+# The heredocs' python reads metrics through run_metrics.py, beside this script.
+export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 ftrain=$1 prep=$2 convert=$3 work=$4 mpiexec=$5
 shift 5
 mpi_flags=("$@")
@@ -56,15 +58,7 @@ grep -q "grid *data 2 x context 1 x tensor 2 (4 ranks)" tensor2.log ||
 compare() {  # compare FSDP_METRICS TENSOR2_METRICS
 python3 - "$1" "$2" <<'PY'
 import json, sys
-def rows(path):
-    train, evals = {}, {}
-    for line in open(path):
-        r = json.loads(line)
-        if r.get("kind", "train") == "eval" or "eval_loss" in r:
-            evals[r["step"]] = r.get("eval_loss", r.get("loss"))
-        elif "loss" in r and "step" in r:
-            train[r["step"]] = (r["loss"], r.get("grad_norm"))
-    return train, evals
+from run_metrics import curves as rows
 (ft, fe), (tt, te) = rows(sys.argv[1]), rows(sys.argv[2])
 if not ft or sorted(ft) != sorted(tt):
     sys.exit(f"FAIL: logged steps differ: {sorted(ft)} vs {sorted(tt)}")
