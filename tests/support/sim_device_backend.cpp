@@ -55,6 +55,7 @@
 #include "runtime/allocator.hpp"
 #include "runtime/execution_context.hpp"
 #include "runtime/ftrain_backend.h"
+#include "runtime/pinned_host_blocks.hpp"
 #include "runtime/stream.hpp"
 
 namespace {
@@ -114,37 +115,20 @@ class SimDeviceAllocator final : public DeviceAllocator {
   }
   std::shared_ptr<void> allocate_pinned_host(std::size_t bytes) override {
     std::shared_ptr<void> block = host_allocator().allocate(bytes);
-    {
-      std::lock_guard<std::mutex> lock(pinned_mutex_);
-      pinned_[reinterpret_cast<std::uintptr_t>(block.get())] = bytes;
-    }
-    const std::size_t now = pinned_live_.fetch_add(bytes) + bytes;
-    for (std::size_t peak = pinned_peak_.load(); now > peak && !pinned_peak_.compare_exchange_weak(peak, now);) {
-    }
+    pinned_.add(block.get(), bytes);
     void* data = block.get();
     return std::shared_ptr<void>(data, [this, block, bytes](void* p) mutable {
-      {
-        std::lock_guard<std::mutex> lock(pinned_mutex_);
-        pinned_.erase(reinterpret_cast<std::uintptr_t>(p));
-      }
-      pinned_live_.fetch_sub(bytes);
+      pinned_.remove(p, bytes);
       block.reset();
     });
   }
-  bool is_pinned_host(const void* host_ptr) const override {
-    const auto at = reinterpret_cast<std::uintptr_t>(host_ptr);
-    std::lock_guard<std::mutex> lock(pinned_mutex_);
-    auto it = pinned_.upper_bound(at);
-    if (it == pinned_.begin()) return false;
-    --it;
-    return at < it->first + std::max<std::size_t>(it->second, 1);
-  }
+  bool is_pinned_host(const void* host_ptr) const override { return pinned_.contains(host_ptr); }
   AllocatorStats stats() const override {
     AllocatorStats s = host_allocator().stats();
     s.live_bytes = live_.load();
     s.peak_live_bytes = peak_.load();
-    s.pinned_host_bytes = pinned_live_.load();
-    s.peak_pinned_host_bytes = pinned_peak_.load();
+    s.pinned_host_bytes = pinned_.live_bytes();
+    s.peak_pinned_host_bytes = pinned_.peak_bytes();
     s.pinned_stream_copies = pinned_copies_.load();
     s.pageable_stream_copies = pageable_copies_.load();
     return s;
@@ -157,10 +141,8 @@ class SimDeviceAllocator final : public DeviceAllocator {
   }
   std::atomic<std::size_t> live_{0};
   std::atomic<std::size_t> peak_{0};
-  // Pinned host blocks by start address, with their sizes.
-  mutable std::mutex pinned_mutex_;
-  std::map<std::uintptr_t, std::size_t> pinned_;
-  std::atomic<std::size_t> pinned_live_{0}, pinned_peak_{0};
+  // allocate_pinned_host's blocks (addresses, live and peak bytes).
+  PinnedHostBlocks pinned_;
   std::atomic<std::int64_t> pinned_copies_{0}, pageable_copies_{0};
 };
 

@@ -49,6 +49,7 @@
 #include "runtime/allocator.hpp"
 #include "runtime/execution_context.hpp"
 #include "runtime/ftrain_backend.h"
+#include "runtime/pinned_host_blocks.hpp"
 #ifdef FTRAIN_HAVE_NCCL
 #include "comm/nccl/nccl_communicator.hpp"
 #endif
@@ -327,19 +328,9 @@ class CudaAllocator final : public DeviceAllocator {
     use_rank_device();
     void* p = nullptr;
     FTRAIN_CUDA_CHECK(cudaHostAlloc(&p, bytes == 0 ? 64 : bytes, cudaHostAllocDefault));
-    {
-      std::lock_guard<std::mutex> lock(pinned_mutex_);
-      pinned_[reinterpret_cast<std::uintptr_t>(p)] = bytes;
-    }
-    const std::size_t live = pinned_live_.fetch_add(bytes) + bytes;
-    for (std::size_t peak = pinned_peak_.load(); live > peak && !pinned_peak_.compare_exchange_weak(peak, live);) {
-    }
+    pinned_.add(p, bytes);
     return std::shared_ptr<void>(p, [this, bytes](void* q) {
-      {
-        std::lock_guard<std::mutex> lock(pinned_mutex_);
-        pinned_.erase(reinterpret_cast<std::uintptr_t>(q));
-      }
-      pinned_live_.fetch_sub(bytes);
+      pinned_.remove(q, bytes);
       try {
         use_rank_device();
       } catch (...) {
@@ -348,21 +339,14 @@ class CudaAllocator final : public DeviceAllocator {
       cudaFreeHost(q);  // a deleter cannot throw; it waits for the device's work
     });
   }
-  bool is_pinned_host(const void* host_ptr) const override {
-    const auto at = reinterpret_cast<std::uintptr_t>(host_ptr);
-    std::lock_guard<std::mutex> lock(pinned_mutex_);
-    auto it = pinned_.upper_bound(at);
-    if (it == pinned_.begin()) return false;
-    --it;
-    return at < it->first + std::max<std::size_t>(it->second, 1);
-  }
+  bool is_pinned_host(const void* host_ptr) const override { return pinned_.contains(host_ptr); }
   AllocatorStats stats() const override {
     AllocatorStats s;
     s.live_bytes = live_.load();
     s.peak_live_bytes = peak_.load();
     s.fresh_blocks = fresh_.load();
-    s.pinned_host_bytes = pinned_live_.load();
-    s.peak_pinned_host_bytes = pinned_peak_.load();
+    s.pinned_host_bytes = pinned_.live_bytes();
+    s.peak_pinned_host_bytes = pinned_.peak_bytes();
     s.pinned_stream_copies = pinned_copies_.load();
     s.pageable_stream_copies = pageable_copies_.load();
     std::lock_guard<std::mutex> lock(mutex_);
@@ -539,10 +523,8 @@ class CudaAllocator final : public DeviceAllocator {
   void count_stream_copy(const void* host_side) {
     (is_pinned_host(host_side) ? pinned_copies_ : pageable_copies_).fetch_add(1);
   }
-  // allocate_pinned_host's blocks by start address, with their sizes.
-  mutable std::mutex pinned_mutex_;
-  std::map<std::uintptr_t, std::size_t> pinned_;
-  std::atomic<std::size_t> pinned_live_{0}, pinned_peak_{0};
+  // allocate_pinned_host's blocks (addresses, live and peak bytes).
+  PinnedHostBlocks pinned_;
   std::atomic<std::int64_t> pinned_copies_{0}, pageable_copies_{0};
 };
 
