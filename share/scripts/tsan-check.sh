@@ -140,36 +140,10 @@ run_model_parallel() {
 
 if [[ "$MODE" == "--prove-it-fails" ]]; then
   failed=0
-  REPORTS=0
-  # offload: the host adds a gradient shard before its copy landed.
-  for wait in offload; do
-    REPORTS=0
-    FTRAIN_DEBUG_DROP_WAIT=$wait run_offload "drop_$wait" optimizer || true
-    races=$(cat "$LOG_DIR"/drop_"$wait".[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer: data race" || true)
-    if [[ "$REPORTS" -gt 0 && "$races" -gt 0 ]]; then
-      echo "FTRAIN_DEBUG_DROP_WAIT=$wait: ThreadSanitizer reported the race (as it must)" >&2
-    else
-      echo "FTRAIN_DEBUG_DROP_WAIT=$wait: NO ThreadSanitizer report: the check cannot see this missing wait" >&2
-      failed=1
-    fi
-  done
-  # tensor: a unit reads a tensor-group collective's output before it landed;
-  # context: the attention reads a ring step's K/V block before it landed.
-  for wait in "tensor:tensor 2:4" "context:context 2:4"; do
-    IFS=: read -r which grid micro <<<"$wait"
-    REPORTS=0
-    FTRAIN_DEBUG_DROP_WAIT=$which run_model_parallel "drop_$which" "$grid" "$micro" || true
-    races=$(cat "$LOG_DIR"/drop_"$which".[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer: data race" || true)
-    if [[ "$REPORTS" -gt 0 && "$races" -gt 0 ]]; then
-      echo "FTRAIN_DEBUG_DROP_WAIT=$which: ThreadSanitizer reported the race (as it must)" >&2
-    else
-      echo "FTRAIN_DEBUG_DROP_WAIT=$which: NO ThreadSanitizer report: the check cannot see this missing wait" >&2
-      failed=1
-    fi
-  done
-  for wait in gather reduce after; do
-    REPORTS=0
-    FTRAIN_DEBUG_DROP_WAIT=$wait run_engine_test "drop_$wait" || true
+  # expect_race WAIT: the run just made with FTRAIN_DEBUG_DROP_WAIT=WAIT
+  # (logs drop_WAIT.*) must have a ThreadSanitizer data race report.
+  expect_race() {
+    local wait=$1 races
     races=$(cat "$LOG_DIR"/drop_"$wait".[0-9]* 2>/dev/null | grep -c "WARNING: ThreadSanitizer: data race" || true)
     if [[ "$REPORTS" -gt 0 && "$races" -gt 0 ]]; then
       echo "FTRAIN_DEBUG_DROP_WAIT=$wait: ThreadSanitizer reported the race (as it must):" >&2
@@ -178,6 +152,23 @@ if [[ "$MODE" == "--prove-it-fails" ]]; then
       echo "FTRAIN_DEBUG_DROP_WAIT=$wait: NO ThreadSanitizer report: the check cannot see this missing wait" >&2
       failed=1
     fi
+  }
+  # offload: the host adds a gradient shard before its copy landed.
+  REPORTS=0
+  FTRAIN_DEBUG_DROP_WAIT=offload run_offload drop_offload optimizer || true
+  expect_race offload
+  # tensor: a unit reads a tensor-group collective's output before it landed;
+  # context: the attention reads a ring step's K/V block before it landed.
+  for wait in "tensor:tensor 2:4" "context:context 2:4"; do
+    IFS=: read -r which grid micro <<<"$wait"
+    REPORTS=0
+    FTRAIN_DEBUG_DROP_WAIT=$which run_model_parallel "drop_$which" "$grid" "$micro" || true
+    expect_race "$which"
+  done
+  for wait in gather reduce after; do
+    REPORTS=0
+    FTRAIN_DEBUG_DROP_WAIT=$wait run_engine_test "drop_$wait" || true
+    expect_race "$wait"
   done
   echo "tsan-check --prove-it-fails: build ${t_build}s, total $(( $(date +%s) - t0 ))s" >&2
   exit $failed
