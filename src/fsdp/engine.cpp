@@ -837,7 +837,11 @@ Batch FsdpEngine::on_device(const Batch& whole) const {
   if (batch.targets.defined()) out.targets = to_device(batch.targets, exec_.device());
   if (batch.documents.defined()) out.documents = to_device(batch.documents, exec_.device());
   if (batch.positions.defined()) out.positions = to_device(batch.positions, exec_.device());
-  if (batch.sequence_index.defined()) out.sequence_index = to_device(batch.sequence_index, exec_.device());
+  // Without per-document positions the two are one host tensor (context_parallel_batch): one upload.
+  if (batch.sequence_index.defined())
+    out.sequence_index = batch.sequence_index.data() == batch.positions.data()
+                             ? out.positions
+                             : to_device(batch.sequence_index, exec_.device());
   return out;
 }
 
